@@ -1,1 +1,42 @@
-//! placeholder
+//! The MetaRoCE protocol core, sans-IO.
+//!
+//! It carries RDMA operations (WRITE, WRITE_WITH_IMM, READ, SEND/RECV,
+//! FETCH_ADD, CMP_SWAP) reliably over a lossy, multipath UDP fabric. It owns
+//! no socket, no thread and no clock: the caller feeds it datagrams and time
+//! and drains packets, deadlines and completions (see [`Endpoint`] for the
+//! calling contract). The UDP datapath, the fabric simulator and the
+//! deterministic harness all drive this same code.
+//!
+//! Map of the crate, following a packet:
+//! - [`endpoint`]: the device: memory, QPs, connections, the driving calls;
+//! - `connection`: one peer: paths, queues, ACKs, timers;
+//! - [`path`] and [`sack`]: per-path sequence spaces, SACK bitmaps, RTT ([`rtt`]);
+//! - `message`: an operation cut into MTU segments, each resent on its own;
+//! - `ops`: what an operation does at the responder and how the requester
+//!   completes it (exactly once, completions in order);
+//! - [`memory`]: regions, keys, access checks, placement;
+//! - [`cc`]: congestion control behind one trait;
+//! - [`work`]: work requests and completions in ibverbs vocabulary.
+#![forbid(unsafe_code)]
+
+pub mod cc;
+pub mod config;
+mod connection;
+pub mod endpoint;
+pub mod memory;
+mod message;
+mod ops;
+pub mod path;
+pub mod qp;
+pub mod range_set;
+pub mod rtt;
+pub mod sack;
+pub mod work;
+
+pub use config::{ConfigError, EndpointConfig};
+pub use connection::ConnectionStats;
+pub use endpoint::{Completion, Ecn, Endpoint, EndpointStats, PostError, QpError, Transmit};
+pub use memory::{AccessFlags, MemoryError, MrHandle, MrInfo};
+pub use path::PathStats;
+pub use qp::{QpCaps, QpHandle, QpRunState};
+pub use work::{RecvWr, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion, WorkQueue, WrOp};

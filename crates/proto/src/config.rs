@@ -1,0 +1,153 @@
+//! Endpoint configuration.
+//!
+//! Every knob has a unit in its name and a default that suits a datacenter
+//! fabric (microsecond RTTs, 100–400 Gbit/s links). The defaults are what the
+//! `metaroce` tools, the harness and the simulator start from.
+
+use crate::cc::CcAlgorithm;
+
+/// Configuration of one [`Endpoint`](crate::Endpoint) (one device).
+#[derive(Debug, Clone, PartialEq)]
+pub struct EndpointConfig {
+    /// The device's base UDP port. Data always arrives here; path source ports
+    /// are allocated from `device_port + 1 ..= device_port + path_port_span`.
+    pub device_port: u16,
+    /// How many source ports the device may use for paths (the pool that
+    /// retired paths draw fresh ports from). Must be at least `paths_per_connection`.
+    pub path_port_span: u16,
+    /// Payload bytes per data packet (the segment size). Headers come on top.
+    pub mtu_payload_bytes: u32,
+    /// Paths (UDP source ports, hence ECMP routes) per connection.
+    pub paths_per_connection: usize,
+    /// Local link rate, bits/s: the initial window is one bandwidth-delay product.
+    pub line_rate_bps: u64,
+    /// Unloaded fabric round-trip time used for the initial window and first RTO.
+    pub base_rtt_ns: u64,
+    /// Lower bound of every retransmission timeout.
+    pub rto_min_ns: u64,
+    /// Upper bound of every retransmission timeout after backoff.
+    pub rto_max_ns: u64,
+    /// Connection-level timeouts without progress before outstanding work
+    /// fails with `RetryExcErr` (ibverbs `retry_cnt`, 0..=7).
+    pub retry_cnt: u8,
+    /// Receiver-not-ready retries (ibverbs `rnr_retry`; 7 means infinite).
+    pub rnr_retry: u8,
+    /// Delay before a SEND refused for lack of a posted receive is resent.
+    pub min_rnr_timer_ns: u64,
+    /// Consecutive retransmission timeouts after which a path is retired and
+    /// replaced with a fresh source port.
+    pub path_retire_after_rtos: u32,
+    /// The receiver acknowledges at least every this many packets per path.
+    pub ack_every_packets: u32,
+    /// ...or this long after the first unacknowledged packet, whichever is first.
+    pub ack_delay_ns: u64,
+    /// Window over which the receiver counts active senders for its rate hint.
+    pub rate_hint_epoch_ns: u64,
+    /// Largest message a work request may carry.
+    pub max_message_bytes: u32,
+    /// Maximum outstanding send work requests per QP.
+    pub max_send_wr: u32,
+    /// Maximum posted receive work requests per QP.
+    pub max_recv_wr: u32,
+    /// Maximum memory regions per endpoint (at most 2^20: the key's index field).
+    pub max_memory_regions: u32,
+    /// Maximum queue pairs per endpoint (at most 2^16).
+    pub max_queue_pairs: u32,
+    /// Maximum connections (peers) per endpoint.
+    pub max_connections: u32,
+    /// Base of every path's initial PSN. A protocol parameter that must match
+    /// on both sides (like perftest's symmetric options); tests set it just
+    /// below the wrap point so every path wraps.
+    pub psn_base: u32,
+    /// Congestion controller for every connection.
+    pub cc: CcAlgorithm,
+    /// Seed of every random choice the endpoint makes (keys, initial PSNs,
+    /// replacement ports). Drivers seed it from the OS in production and from
+    /// the test's seed in the harness.
+    pub seed: u64,
+}
+
+impl Default for EndpointConfig {
+    fn default() -> Self {
+        Self {
+            device_port: 4791,
+            path_port_span: 64,
+            mtu_payload_bytes: 4096,
+            paths_per_connection: 16,
+            line_rate_bps: 100_000_000_000,
+            base_rtt_ns: 10_000,
+            rto_min_ns: 100_000,
+            rto_max_ns: 100_000_000,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer_ns: 10_000,
+            path_retire_after_rtos: 2,
+            ack_every_packets: 4,
+            ack_delay_ns: 4_000,
+            rate_hint_epoch_ns: 50_000,
+            max_message_bytes: 1 << 31,
+            max_send_wr: 4096,
+            max_recv_wr: 4096,
+            max_memory_regions: 1 << 16,
+            max_queue_pairs: 1 << 16,
+            max_connections: 1 << 16,
+            psn_base: 0,
+            cc: CcAlgorithm::default(),
+            seed: 0,
+        }
+    }
+}
+
+/// A configuration value is out of range.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid endpoint config: {field} {reason}")]
+pub struct ConfigError {
+    /// The offending field.
+    pub field: &'static str,
+    /// What is wrong with it.
+    pub reason: &'static str,
+}
+
+impl EndpointConfig {
+    /// Check every field's range; the endpoint refuses a config that fails.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |field, reason| Err(ConfigError { field, reason });
+        if self.paths_per_connection == 0 || self.paths_per_connection > 256 {
+            return bad("paths_per_connection", "must be 1..=256");
+        }
+        if (self.path_port_span as usize) < self.paths_per_connection {
+            return bad("path_port_span", "must be at least paths_per_connection");
+        }
+        if u32::from(self.device_port) + u32::from(self.path_port_span) > u32::from(u16::MAX) {
+            return bad("device_port", "plus path_port_span must fit in a UDP port");
+        }
+        if !(64..=65_000).contains(&self.mtu_payload_bytes) {
+            return bad("mtu_payload_bytes", "must be 64..=65000");
+        }
+        if self.line_rate_bps < 1_000_000 {
+            return bad("line_rate_bps", "must be at least 1 Mbit/s");
+        }
+        if self.base_rtt_ns == 0 || self.rto_min_ns == 0 || self.rto_max_ns < self.rto_min_ns {
+            return bad("rto_min_ns", "base_rtt_ns, rto_min_ns must be > 0 and rto_max_ns >= rto_min_ns");
+        }
+        if self.retry_cnt > 7 || self.rnr_retry > 7 {
+            return bad("retry_cnt", "retry_cnt and rnr_retry must be 0..=7");
+        }
+        if self.ack_every_packets == 0 {
+            return bad("ack_every_packets", "must be at least 1");
+        }
+        if self.max_memory_regions == 0 || self.max_memory_regions > (1 << 20) {
+            return bad("max_memory_regions", "must be 1..=2^20");
+        }
+        if self.max_queue_pairs == 0 || self.max_queue_pairs > (1 << 16) {
+            return bad("max_queue_pairs", "must be 1..=2^16");
+        }
+        if self.max_send_wr == 0 || self.max_recv_wr == 0 || self.max_connections == 0 {
+            return bad("max_send_wr", "queue and connection limits must be at least 1");
+        }
+        if self.path_retire_after_rtos == 0 {
+            return bad("path_retire_after_rtos", "must be at least 1");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,766 @@
+//! A connection: everything one endpoint keeps about one peer device.
+//!
+//! One connection carries every QP (stream) between the two devices, over
+//! `paths_per_connection` paths, under one congestion controller, so the
+//! state grows with peers, not with QPs x paths. It owns:
+//! - the sending paths ([`TxPath`]) and the receiving view of the peer's
+//!   paths ([`RxPath`]);
+//! - the outgoing messages and the queues that feed the wire (ACKs first,
+//!   then retransmissions, then new segments);
+//! - the timers: per-path RTO, delayed ACK, RNR backoff and the
+//!   connection's retry timer that ends in `RetryExcErr`.
+//!
+//! Follow a packet: `Endpoint::post_send` builds a [`TxMessage`] and queues
+//! it here; [`Connection::poll_transmit`] picks a path with room, emits the
+//! header and gathers the payload from the memory region; at the peer,
+//! [`Connection::on_data`] records the PSN in that path's [`SackBitmap`] and
+//! hands the operation to the QP logic in `ops.rs`, which places the bytes;
+//! the peer's ACK comes back to [`Connection::on_ack`], which frees the
+//! segment, feeds the congestion controller and, with the op-ack, completes
+//! the work request.
+
+use crate::cc::{AckSample, CcConfig, CongestionController, new_controller};
+use crate::endpoint::{Ecn, Shared, Transmit};
+use crate::message::{MessageSlab, MsgKind, MsgRef, SegRef, TxMessage};
+use crate::ops;
+use crate::path::{PathStats, SentPacket, SentState, TxPath, initial_psn};
+use crate::rtt::RttEstimator;
+use crate::sack::{RxOutcome, SackBitmap, sack_contains, sack_highest};
+use metaroce_wire::{self as wire, AckRepr, BaseRepr, DataRepr, Flags, ICRC_LEN, seq};
+use rand_core::Rng;
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+
+/// The most packets a path may have outstanding: the span of the SACK bitmap.
+pub(crate) const PATH_PSN_WINDOW: u32 = 255;
+/// Bytes of headers a full data packet adds to its payload (for windows).
+pub(crate) const PACKET_OVERHEAD_BYTES: u32 = 64;
+
+/// Receiver-side state of one of the peer's paths.
+#[derive(Debug)]
+pub(crate) struct RxPath {
+    generation: u16,
+    window: SackBitmap,
+    rx_packets: u32,
+    ce_packets: u32,
+    last_ts: u32,
+    last_rx_ns: u64,
+    unacked: u32,
+    ack_queued: bool,
+    ack_deadline: Option<u64>,
+}
+
+impl RxPath {
+    fn new(psn_base: u32, slot: u8, generation: u16) -> Self {
+        Self {
+            generation,
+            window: SackBitmap::new(initial_psn(psn_base, slot, generation)),
+            rx_packets: 0,
+            ce_packets: 0,
+            last_ts: 0,
+            last_rx_ns: 0,
+            unacked: 0,
+            ack_queued: false,
+            ack_deadline: None,
+        }
+    }
+}
+
+/// An entry of the retransmit queue.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Resend {
+    pub(crate) seg: SegRef,
+    /// The path it was lost on: resend elsewhere if any other path has room.
+    pub(crate) lost_on: Option<u8>,
+    /// Send even if acknowledged: a probe asking the peer to repeat its op-ack.
+    pub(crate) probe: bool,
+}
+
+/// Counters of one connection.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnectionStats {
+    /// Data packets sent, first transmissions.
+    pub data_packets_sent: u64,
+    /// Data packets resent (loss, timeout, RNR, probes).
+    pub data_packets_retransmitted: u64,
+    /// Data packets declared lost.
+    pub data_packets_lost: u64,
+    /// ACK packets sent.
+    pub acks_sent: u64,
+    /// ACK packets received.
+    pub acks_received: u64,
+    /// Payload bytes sent (first transmissions).
+    pub payload_bytes_sent: u64,
+    /// Path retransmission timeouts.
+    pub rtos: u64,
+    /// Connection retry timeouts (no progress at all).
+    pub retry_timeouts: u64,
+    /// Paths retired and replaced.
+    pub paths_replaced: u64,
+    /// RNR NAKs received.
+    pub rnr_naks: u64,
+}
+
+/// One peer.
+#[derive(Debug)]
+pub(crate) struct Connection {
+    pub(crate) index: u32,
+    pub(crate) peer: SocketAddr,
+    pub(crate) paths: Vec<TxPath>,
+    rx_paths: Vec<Option<RxPath>>,
+    pub(crate) cc: Box<dyn CongestionController>,
+    pub(crate) msgs: MessageSlab,
+    send_queue: VecDeque<MsgRef>,
+    pub(crate) retransmit_queue: VecDeque<Resend>,
+    inflight_bytes: u64,
+    rr_path: usize,
+    ack_now: VecDeque<u8>,
+    ack_deadline: Option<u64>,
+    pub(crate) dirty_qps: VecDeque<u32>,
+    pub(crate) qps: Vec<u32>,
+    pub(crate) conn_rtt: RttEstimator,
+    pub(crate) last_progress_ns: u64,
+    pub(crate) timeouts: u32,
+    pub(crate) rnr_timers: Vec<(u64, MsgRef)>,
+    pub(crate) in_ready: bool,
+    pub(crate) rx_epoch_seen: u64,
+    pub(crate) stats: ConnectionStats,
+}
+
+impl Connection {
+    pub(crate) fn new(index: u32, peer: SocketAddr, shared: &Shared) -> Self {
+        let cfg = &shared.config;
+        let n = cfg.paths_per_connection;
+        let paths = (0..n)
+            .map(|slot| TxPath::new(slot as u8, 0, cfg.device_port + 1 + slot as u16, cfg.psn_base, cfg.base_rtt_ns))
+            .collect();
+        let mss = u64::from(cfg.mtu_payload_bytes + PACKET_OVERHEAD_BYTES);
+        let cc = new_controller(
+            cfg.cc,
+            &CcConfig {
+                mss_bytes: mss,
+                line_rate_bps: cfg.line_rate_bps,
+                base_rtt_ns: cfg.base_rtt_ns,
+                path_count: n,
+                max_path_window_bytes: u64::from(PATH_PSN_WINDOW) * mss,
+            },
+        );
+        Self {
+            index,
+            peer,
+            paths,
+            rx_paths: Vec::new(),
+            cc,
+            msgs: MessageSlab::default(),
+            send_queue: VecDeque::new(),
+            retransmit_queue: VecDeque::new(),
+            inflight_bytes: 0,
+            rr_path: 0,
+            ack_now: VecDeque::new(),
+            ack_deadline: None,
+            dirty_qps: VecDeque::new(),
+            qps: Vec::new(),
+            conn_rtt: RttEstimator::new(cfg.base_rtt_ns),
+            last_progress_ns: 0,
+            timeouts: 0,
+            rnr_timers: Vec::new(),
+            in_ready: false,
+            rx_epoch_seen: u64::MAX,
+            stats: ConnectionStats::default(),
+        }
+    }
+
+    /// Bytes of heap and inline state this connection holds (for the
+    /// per-peer memory figure).
+    pub(crate) fn memory_bytes(&self) -> usize {
+        let paths: usize = self
+            .paths
+            .iter()
+            .map(|p| size_of::<TxPath>() + p.inflight.capacity() * size_of::<SentPacket>())
+            .sum();
+        size_of::<Self>()
+            + paths
+            + self.rx_paths.capacity() * size_of::<Option<RxPath>>()
+            + self.send_queue.capacity() * size_of::<MsgRef>()
+            + self.retransmit_queue.capacity() * size_of::<Resend>()
+            + self.ack_now.capacity()
+            + self.dirty_qps.capacity() * 4
+            + self.qps.capacity() * 4
+            + self.msgs.memory_bytes()
+            + self.cc.memory_bytes()
+    }
+
+    /// Sum of per-path statistics.
+    pub(crate) fn path_stats(&self) -> Vec<PathStats> {
+        self.paths.iter().map(|p| p.stats).collect()
+    }
+
+    /// Whether anything waits to be sent.
+    pub(crate) fn has_pending_output(&self) -> bool {
+        !self.ack_now.is_empty() || !self.retransmit_queue.is_empty() || !self.send_queue.is_empty()
+    }
+
+    // ---------------------------------------------------------------- messages
+
+    /// Queue a new message for transmission.
+    pub(crate) fn enqueue(&mut self, now_ns: u64, msg: TxMessage) -> MsgRef {
+        if self.msgs.live() == 0 {
+            // Work starts: the retry timer measures from here.
+            self.last_progress_ns = now_ns;
+            self.timeouts = 0;
+        }
+        let r = self.msgs.insert(msg);
+        self.queue_for_send(r);
+        r
+    }
+
+    fn queue_for_send(&mut self, r: MsgRef) {
+        if let Some(m) = self.msgs.get_mut(r)
+            && !m.queued
+        {
+            m.queued = true;
+            self.send_queue.push_back(r);
+        }
+    }
+
+    /// The peer is gone: drop every message, every queued packet and all
+    /// in-flight accounting.
+    pub(crate) fn drop_all_messages(&mut self) {
+        for r in self.msgs.refs_where(|_| true) {
+            self.msgs.remove(r);
+        }
+        self.send_queue.clear();
+        self.retransmit_queue.clear();
+        self.rnr_timers.clear();
+        for p in &mut self.paths {
+            p.inflight.clear();
+            p.inflight_bytes = 0;
+        }
+        self.inflight_bytes = 0;
+    }
+
+    /// Forget a message (completed, failed or cancelled). Packets still in
+    /// flight for it are ignored when acknowledged.
+    pub(crate) fn free_msg(&mut self, r: MsgRef) {
+        self.msgs.remove(r);
+    }
+
+    /// Rewind a message after an RNR NAK once its timer fires.
+    fn resend_whole(&mut self, r: MsgRef) {
+        if let Some(m) = self.msgs.get_mut(r) {
+            m.rnr_wait = false;
+            m.rewind();
+            m.queued = false;
+            self.queue_for_send(r);
+        }
+    }
+
+    /// Drop every message of local QP `qp` (it failed or was destroyed).
+    pub(crate) fn cancel_qp_messages(&mut self, qp: u32) {
+        for r in self.msgs.refs_where(|m| m.qp == qp) {
+            self.msgs.remove(r);
+        }
+    }
+
+    // ------------------------------------------------------------ transmission
+
+    /// Emit the next packet of this connection into `buf`, if any may go now.
+    pub(crate) fn poll_transmit(&mut self, now_ns: u64, shared: &mut Shared, buf: &mut [u8]) -> Option<Transmit> {
+        if let Some(slot) = self.ack_now.pop_front() {
+            return Some(self.emit_ack(now_ns, shared, slot, buf));
+        }
+        while let Some(resend) = self.retransmit_queue.front().copied() {
+            let Some(msg) = self.msgs.get(resend.seg.msg) else {
+                self.retransmit_queue.pop_front();
+                continue;
+            };
+            let stale = msg.attempt != resend.seg.attempt || msg.rnr_wait;
+            if stale || (!resend.probe && msg.is_acked(resend.seg.seg)) {
+                self.retransmit_queue.pop_front();
+                continue;
+            }
+            let bytes = self.wire_bytes(resend.seg);
+            let path = self.choose_path(bytes, resend.lost_on)?;
+            self.retransmit_queue.pop_front();
+            let mut flags = Flags::RETRANSMIT;
+            if resend.probe {
+                flags = flags | Flags::ACK_REQUEST;
+            }
+            self.stats.data_packets_retransmitted += 1;
+            shared.stats.data_packets_retransmitted += 1;
+            return Some(self.emit_segment(now_ns, shared, path, resend.seg, flags, buf));
+        }
+        while let Some(r) = self.send_queue.front().copied() {
+            let Some(msg) = self.msgs.get(r).filter(|m| m.has_unsent()) else {
+                self.send_queue.pop_front();
+                if let Some(m) = self.msgs.get_mut(r) {
+                    m.queued = false;
+                }
+                continue;
+            };
+            let seg = SegRef { msg: r, seg: msg.next_unsent, attempt: msg.attempt };
+            let last = seg.seg + 1 == msg.segs;
+            let bytes = self.wire_bytes(seg);
+            let path = self.choose_path(bytes, None)?;
+            let msg = self.msgs.get_mut(r).expect("checked above");
+            msg.next_unsent += 1;
+            if !msg.has_unsent() {
+                msg.queued = false;
+                self.send_queue.pop_front();
+            }
+            // The last segment asks for an immediate ACK: completion latency
+            // must not wait for the delayed-ACK timer.
+            let flags = if last { Flags::ACK_REQUEST } else { Flags::default() };
+            self.stats.data_packets_sent += 1;
+            self.stats.payload_bytes_sent += u64::from(self.msgs.get(r).map_or(0, |m| m.seg_range(seg.seg).1));
+            return Some(self.emit_segment(now_ns, shared, path, seg, flags, buf));
+        }
+        None
+    }
+
+    fn wire_bytes(&self, seg: SegRef) -> u64 {
+        let payload = self.msgs.get(seg.msg).map_or(0, |m| m.seg_range(seg.seg).1);
+        u64::from(payload + PACKET_OVERHEAD_BYTES)
+    }
+
+    /// Pick a path whose window has room for `bytes`, round robin, avoiding
+    /// `avoid` when another path can take the packet.
+    fn choose_path(&mut self, bytes: u64, avoid: Option<u8>) -> Option<usize> {
+        if self.inflight_bytes > 0 && self.inflight_bytes + bytes > self.cc.connection_window() {
+            return None;
+        }
+        let n = self.paths.len();
+        for pass in 0..2 {
+            for k in 0..n {
+                let p = (self.rr_path + k) % n;
+                if pass == 0 && n > 1 && avoid == Some(p as u8) {
+                    continue;
+                }
+                let path = &self.paths[p];
+                let psn_room = path
+                    .inflight
+                    .front()
+                    .is_none_or(|f| path.next_psn.wrapping_sub(f.psn) < PATH_PSN_WINDOW);
+                let window_room =
+                    path.inflight_bytes == 0 || path.inflight_bytes + bytes <= self.cc.path_window(p);
+                if psn_room && window_room {
+                    self.rr_path = (p + 1) % n;
+                    return Some(p);
+                }
+            }
+        }
+        None
+    }
+
+    fn emit_segment(
+        &mut self,
+        now_ns: u64,
+        shared: &mut Shared,
+        p: usize,
+        seg: SegRef,
+        flags: Flags,
+        buf: &mut [u8],
+    ) -> Transmit {
+        let msg = self.msgs.get(seg.msg).expect("caller checked the message");
+        let (offset, payload_len) = msg.seg_range(seg.seg);
+        let path = &mut self.paths[p];
+        let repr = DataRepr {
+            base: BaseRepr {
+                flags,
+                path_slot: path.slot,
+                path_gen: path.generation,
+                src_device_port: shared.config.device_port,
+            },
+            psn: path.next_psn,
+            timestamp_ns: now_ns as u32,
+            dst_qpn: msg.dst_qpn,
+            msg_seq: msg.msg_seq,
+            solicited: msg.solicited,
+            msg_len: msg.len,
+            offset,
+            op: msg.op,
+            payload_len,
+        };
+        let header_len = repr.header_len();
+        let total = header_len + payload_len as usize + ICRC_LEN;
+        repr.emit_header(&mut buf[..header_len]);
+        msg.source.gather(&shared.regions, u64::from(offset), &mut buf[header_len..header_len + payload_len as usize]);
+        wire::seal(&mut buf[..total]);
+        let wire_bytes = payload_len + PACKET_OVERHEAD_BYTES;
+        path.inflight.push_back(SentPacket {
+            psn: path.next_psn,
+            sent_ns: now_ns,
+            seg,
+            wire_bytes,
+            state: SentState::Outstanding,
+        });
+        path.next_psn = path.next_psn.wrapping_add(1);
+        path.inflight_bytes += u64::from(wire_bytes);
+        path.stats.packets_sent += 1;
+        self.inflight_bytes += u64::from(wire_bytes);
+        shared.stats.data_packets_sent += 1;
+        Transmit { dst: self.peer, src_port: path.src_port, ecn: Ecn::Ect0, len: total }
+    }
+
+    fn emit_ack(&mut self, now_ns: u64, shared: &mut Shared, slot: u8, buf: &mut [u8]) -> Transmit {
+        let rate_hint_mbps = shared.rate_hint_mbps();
+        let rx = self.rx_paths[slot as usize].as_mut().expect("ACKs are queued for known paths");
+        rx.ack_queued = false;
+        rx.ack_deadline = None;
+        rx.unacked = 0;
+        let mut ack = AckRepr::new(BaseRepr {
+            flags: Flags::default(),
+            path_slot: slot,
+            path_gen: rx.generation,
+            src_device_port: shared.config.device_port,
+        });
+        ack.ack_psn = rx.window.ack_psn();
+        ack.sack = rx.window.to_wire();
+        ack.ts_echo = rx.last_ts;
+        ack.ack_delay_ns = now_ns.saturating_sub(rx.last_rx_ns).min(u64::from(u32::MAX)) as u32;
+        ack.rx_packets = rx.rx_packets;
+        ack.ce_packets = rx.ce_packets;
+        ack.rate_hint_mbps = rate_hint_mbps;
+        while let Some(&q) = self.dirty_qps.front() {
+            let Some(qp) = shared.qps.get_mut(q as usize).and_then(Option::as_mut) else {
+                self.dirty_qps.pop_front();
+                continue;
+            };
+            if !ack.push_op_ack(qp.op_ack()) {
+                break;
+            }
+            qp.op_ack_dirty = false;
+            qp.rx_rnr = None;
+            self.dirty_qps.pop_front();
+        }
+        let len = wire::emit_ack(&ack, buf);
+        self.stats.acks_sent += 1;
+        shared.stats.ack_packets_sent += 1;
+        let src_port = self.paths[slot as usize % self.paths.len()].src_port;
+        Transmit { dst: self.peer, src_port, ecn: Ecn::NotEct, len }
+    }
+
+    // ------------------------------------------------------------------ receive
+
+    /// A data packet from the peer.
+    pub(crate) fn on_data(&mut self, now_ns: u64, shared: &mut Shared, ecn: Ecn, repr: &DataRepr, payload: &[u8]) {
+        let slot = repr.base.path_slot;
+        let generation = repr.base.path_gen;
+        if self.rx_paths.len() <= slot as usize {
+            self.rx_paths.resize_with(slot as usize + 1, || None);
+        }
+        let psn_base = shared.config.psn_base;
+        let rx = self.rx_paths[slot as usize].get_or_insert_with(|| RxPath::new(psn_base, slot, generation));
+        if rx.generation != generation {
+            if (generation.wrapping_sub(rx.generation) as i16) < 0 {
+                shared.stats.rx_stale_path += 1;
+                return;
+            }
+            *rx = RxPath::new(psn_base, slot, generation);
+        }
+        let outcome = rx.window.record(repr.psn);
+        if outcome == RxOutcome::OutOfWindow {
+            shared.stats.rx_out_of_window += 1;
+            return;
+        }
+        if outcome == RxOutcome::Duplicate {
+            shared.stats.rx_duplicates += 1;
+        } else {
+            rx.rx_packets = rx.rx_packets.wrapping_add(1);
+            if ecn == Ecn::Ce {
+                rx.ce_packets = rx.ce_packets.wrapping_add(1);
+            }
+        }
+        rx.last_ts = repr.timestamp_ns;
+        rx.last_rx_ns = now_ns;
+        rx.unacked += 1;
+        shared.note_sender(&mut self.rx_epoch_seen, now_ns);
+
+        // Operation level: runs for duplicates too, so a probe makes the
+        // responder repeat its op-ack; placement itself is idempotent.
+        let op_event = ops::on_data(self, shared, now_ns, repr, payload);
+
+        let rx = self.rx_paths[slot as usize].as_mut().expect("created above");
+        let immediate = outcome != RxOutcome::InOrder
+            || repr.base.flags.contains(Flags::ACK_REQUEST)
+            || op_event
+            || rx.unacked >= shared.config.ack_every_packets;
+        if immediate {
+            if !rx.ack_queued {
+                rx.ack_queued = true;
+                self.ack_now.push_back(slot);
+            }
+        } else if rx.ack_deadline.is_none() {
+            let deadline = now_ns + shared.config.ack_delay_ns;
+            rx.ack_deadline = Some(deadline);
+            self.ack_deadline = Some(self.ack_deadline.map_or(deadline, |d| d.min(deadline)));
+        }
+    }
+
+    /// An ACK from the peer.
+    pub(crate) fn on_ack(&mut self, now_ns: u64, shared: &mut Shared, ack: &AckRepr) {
+        self.stats.acks_received += 1;
+        for op_ack in ack.op_acks() {
+            ops::on_op_ack(self, shared, now_ns, op_ack);
+        }
+        let p = ack.base.path_slot as usize;
+        if p >= self.paths.len() || self.paths[p].generation != ack.base.path_gen {
+            shared.stats.rx_stale_path += 1;
+            return;
+        }
+        let highest = sack_highest(ack.ack_psn, &ack.sack);
+        let limit = highest.map_or(ack.ack_psn, |h| h.wrapping_add(1));
+        let mut acked_bytes = 0u64;
+        let mut acked_packets = 0u32;
+        let mut lost_bytes = 0u64;
+        let mut newly_acked_segs = Vec::new();
+        {
+            let path = &mut self.paths[p];
+            for sent in path.inflight.iter_mut() {
+                if !seq::seq_lt(sent.psn, limit) {
+                    break;
+                }
+                if sent.state != SentState::Outstanding {
+                    continue;
+                }
+                if sack_contains(ack.ack_psn, &ack.sack, sent.psn) {
+                    sent.state = SentState::Acked;
+                    acked_bytes += u64::from(sent.wire_bytes);
+                    acked_packets += 1;
+                    newly_acked_segs.push(sent.seg);
+                } else {
+                    // Below the highest PSN received on an in-order route:
+                    // this one is lost. Resend it at once on another path.
+                    sent.state = SentState::Lost;
+                    lost_bytes += u64::from(sent.wire_bytes);
+                    path.stats.packets_lost += 1;
+                    self.retransmit_queue.push_back(Resend {
+                        seg: sent.seg,
+                        lost_on: Some(p as u8),
+                        probe: false,
+                    });
+                }
+            }
+            path.inflight_bytes -= acked_bytes + lost_bytes;
+            path.trim_front();
+            path.stats.packets_acked += u64::from(acked_packets);
+        }
+        self.inflight_bytes -= acked_bytes + lost_bytes;
+        if lost_bytes > 0 {
+            let lost = lost_bytes / u64::from(PACKET_OVERHEAD_BYTES).max(1);
+            self.stats.data_packets_lost += lost.min(256);
+            shared.stats.data_packets_lost += lost.min(256);
+        }
+        for seg in newly_acked_segs {
+            self.on_segment_acked(seg);
+        }
+
+        // RTT from the echoed timestamp, less the time the receiver held it.
+        let path = &mut self.paths[p];
+        let echo_age = (now_ns as u32).wrapping_sub(ack.ts_echo);
+        let rtt_sample = (echo_age < (1 << 31)).then(|| u64::from(echo_age.saturating_sub(ack.ack_delay_ns)).max(1));
+        if let Some(rtt) = rtt_sample
+            && acked_packets > 0
+        {
+            path.rtt.update(rtt);
+            self.conn_rtt.update(rtt);
+        }
+        // ECN: the receiver's counters are cumulative; only a newer ACK counts.
+        let mut ce_delta = 0;
+        if seq::seq_diff(ack.rx_packets, path.echoed_rx_packets) > 0 {
+            ce_delta = ack.ce_packets.wrapping_sub(path.echoed_ce_packets);
+            path.echoed_rx_packets = ack.rx_packets;
+            path.echoed_ce_packets = ack.ce_packets;
+            path.stats.ce_marks += u64::from(ce_delta);
+        }
+        if acked_bytes > 0 {
+            path.consecutive_rtos = 0;
+            self.last_progress_ns = now_ns;
+            self.timeouts = 0;
+        }
+        let srtt_ns = path.rtt.srtt_ns();
+        let sample = AckSample {
+            now_ns,
+            acked_bytes,
+            acked_packets,
+            ce_packets: ce_delta,
+            rtt_ns: rtt_sample.filter(|_| acked_packets > 0),
+            srtt_ns,
+            path_inflight_bytes: path.inflight_bytes,
+        };
+        if acked_packets > 0 || ce_delta > 0 {
+            self.cc.on_ack(p, &sample);
+        }
+        if lost_bytes > 0 {
+            self.cc.on_loss(p, lost_bytes, now_ns);
+        }
+        if ack.rate_hint_mbps > 0 {
+            self.cc.on_rate_hint(u64::from(ack.rate_hint_mbps) * 1_000_000, self.conn_rtt.srtt_ns(), now_ns);
+        }
+    }
+
+    fn on_segment_acked(&mut self, seg: SegRef) {
+        let Some(msg) = self.msgs.get_mut(seg.msg) else { return };
+        if msg.attempt != seg.attempt || !msg.ack(seg.seg) {
+            return;
+        }
+        // A response is done once the requester has every segment; a request
+        // waits for the responder's op-ack or response.
+        if msg.kind == MsgKind::Response && msg.fully_acked() {
+            self.msgs.remove(seg.msg);
+        }
+    }
+
+    // ------------------------------------------------------------------ timers
+
+    /// The connection's earliest deadline.
+    pub(crate) fn next_timeout(&self, shared: &Shared) -> Option<u64> {
+        let cfg = &shared.config;
+        let mut t = self.ack_deadline;
+        let mut fold = |d: Option<u64>| {
+            if let Some(d) = d {
+                t = Some(t.map_or(d, |x| x.min(d)));
+            }
+        };
+        for path in &self.paths {
+            fold(path.rto_deadline(cfg.rto_min_ns, cfg.rto_max_ns));
+        }
+        for &(d, _) in &self.rnr_timers {
+            fold(Some(d));
+        }
+        fold(self.retry_deadline(shared));
+        t
+    }
+
+    fn retry_deadline(&self, shared: &Shared) -> Option<u64> {
+        if self.msgs.live() == 0 {
+            return None;
+        }
+        let cfg = &shared.config;
+        let rto = self.conn_rtt.rto_ns(cfg.rto_min_ns, cfg.rto_max_ns);
+        Some(self.last_progress_ns + (rto << self.timeouts.min(16)).min(cfg.rto_max_ns))
+    }
+
+    /// Fire every deadline that has passed.
+    pub(crate) fn on_timeout(&mut self, now_ns: u64, shared: &mut Shared) {
+        // Delayed ACKs.
+        if self.ack_deadline.is_some_and(|d| d <= now_ns) {
+            self.ack_deadline = None;
+            for (slot, rx) in self.rx_paths.iter_mut().enumerate() {
+                let Some(rx) = rx else { continue };
+                match rx.ack_deadline {
+                    Some(d) if d <= now_ns => {
+                        rx.ack_deadline = None;
+                        if !rx.ack_queued {
+                            rx.ack_queued = true;
+                            self.ack_now.push_back(slot as u8);
+                        }
+                    }
+                    Some(d) => self.ack_deadline = Some(self.ack_deadline.map_or(d, |x| x.min(d))),
+                    None => {}
+                }
+            }
+        }
+        // Path retransmission timeouts.
+        let (rto_min, rto_max) = (shared.config.rto_min_ns, shared.config.rto_max_ns);
+        for p in 0..self.paths.len() {
+            if self.paths[p].rto_deadline(rto_min, rto_max).is_some_and(|d| d <= now_ns) {
+                self.path_timeout(now_ns, shared, p);
+            }
+        }
+        // RNR backoff.
+        let mut fired = Vec::new();
+        self.rnr_timers.retain(|&(d, r)| {
+            if d <= now_ns {
+                fired.push(r);
+                false
+            } else {
+                true
+            }
+        });
+        for r in fired {
+            self.resend_whole(r);
+        }
+        // The connection's retry timer: no progress at all for an RTO.
+        if self.retry_deadline(shared).is_some_and(|d| d <= now_ns) {
+            self.retry_timeout(now_ns, shared);
+        }
+    }
+
+    fn path_timeout(&mut self, now_ns: u64, shared: &mut Shared, p: usize) {
+        let lost = self.mark_path_lost(p);
+        self.inflight_bytes -= lost;
+        let path = &mut self.paths[p];
+        path.consecutive_rtos += 1;
+        path.stats.rtos += 1;
+        self.stats.rtos += 1;
+        shared.stats.rtos += 1;
+        self.cc.on_rto(p, now_ns);
+        if self.paths[p].consecutive_rtos >= shared.config.path_retire_after_rtos {
+            self.retire_path(now_ns, shared, p);
+        }
+    }
+
+    /// Mark every outstanding packet of path `p` lost and queue it for
+    /// retransmission elsewhere; returns the bytes taken out of flight.
+    fn mark_path_lost(&mut self, p: usize) -> u64 {
+        let path = &mut self.paths[p];
+        let mut lost = 0;
+        for sent in path.inflight.iter_mut().filter(|s| s.state == SentState::Outstanding) {
+            sent.state = SentState::Lost;
+            lost += u64::from(sent.wire_bytes);
+            path.stats.packets_lost += 1;
+            self.retransmit_queue.push_back(Resend { seg: sent.seg, lost_on: Some(p as u8), probe: false });
+        }
+        path.inflight.clear();
+        path.inflight_bytes = 0;
+        lost
+    }
+
+    /// Retire a path that keeps losing and reopen its slot on a fresh source
+    /// port: a new port is a new ECMP hash, hence most likely a new route.
+    fn retire_path(&mut self, now_ns: u64, shared: &mut Shared, p: usize) {
+        let lost = self.mark_path_lost(p);
+        self.inflight_bytes -= lost;
+        let cfg = &shared.config;
+        let in_use: Vec<u16> = self.paths.iter().map(|x| x.src_port).collect();
+        let span = cfg.path_port_span;
+        let free: Vec<u16> =
+            (1..=span).map(|k| cfg.device_port + k).filter(|port| !in_use.contains(port)).collect();
+        let old = &self.paths[p];
+        let port = if free.is_empty() {
+            old.src_port
+        } else {
+            free[(shared.rng.next_u64() % free.len() as u64) as usize]
+        };
+        let mut stats = old.stats;
+        stats.replacements += 1;
+        let generation = old.generation.wrapping_add(1);
+        let mut fresh = TxPath::new(old.slot, generation, port, cfg.psn_base, self.conn_rtt.srtt_ns());
+        fresh.stats = stats;
+        self.paths[p] = fresh;
+        self.cc.on_path_replaced(p, now_ns);
+        self.stats.paths_replaced += 1;
+        shared.stats.paths_replaced += 1;
+    }
+
+    fn retry_timeout(&mut self, now_ns: u64, shared: &mut Shared) {
+        self.timeouts += 1;
+        self.stats.retry_timeouts += 1;
+        shared.stats.retry_timeouts += 1;
+        if self.timeouts > u32::from(shared.config.retry_cnt) {
+            ops::fail_connection(self, shared, crate::work::WcStatus::RetryExcErr);
+            return;
+        }
+        // Restart the clock for the next round, and probe: for every request
+        // whose packets were all acknowledged but whose completion never came
+        // (a lost op-ack or response), resend its last segment asking for an
+        // immediate ACK; the responder repeats its op-ack for duplicates.
+        self.last_progress_ns = now_ns;
+        for r in self.msgs.refs_where(|m| m.kind == MsgKind::Request && m.fully_acked() && !m.rnr_wait) {
+            let msg = self.msgs.get(r).expect("listed above");
+            let seg = SegRef { msg: r, seg: msg.segs - 1, attempt: msg.attempt };
+            self.retransmit_queue.push_back(Resend { seg, lost_on: None, probe: true });
+        }
+    }
+}

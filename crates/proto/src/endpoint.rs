@@ -1,0 +1,651 @@
+//! The endpoint: one device's protocol state, driven sans-IO.
+//!
+//! The caller owns sockets, clocks and buffers (quinn-proto's contract):
+//! - inputs: [`Endpoint::handle_datagram`] for every received datagram and
+//!   [`Endpoint::handle_timeout`] when [`Endpoint::poll_timeout`]'s deadline
+//!   passes; application commands (`post_send`, `post_recv`, ...);
+//! - outputs, drained after every input in this order:
+//!   [`Endpoint::poll_transmit`] until `None`, then
+//!   [`Endpoint::poll_timeout`], then [`Endpoint::poll_completion`].
+//!
+//! Every input carries `now_ns`, a monotonic time in nanoseconds. The
+//! endpoint never reads a clock, never sleeps, and draws every random value
+//! from the seed in its config; the UDP datapath, the fabric simulator and
+//! the deterministic harness all drive it through these same calls.
+
+use crate::config::{ConfigError, EndpointConfig};
+use crate::connection::{Connection, ConnectionStats};
+use crate::memory::{AccessFlags, KeyKind, MemoryError, MrHandle, MrInfo, RegionTable, Span};
+use crate::message::{MsgKind, Source, TxMessage};
+use crate::ops;
+use crate::path::PathStats;
+use crate::qp::{Qp, QpCaps, QpHandle, QpRunState, SqEntry, SqState};
+use crate::range_set::RangeSet;
+use crate::work::{RecvWr, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion, WorkQueue, WrOp};
+use metaroce_wire::{self as wire, OpHeader};
+use rand_chacha::ChaCha20Rng;
+use rand_core::SeedableRng;
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+
+/// ECN codepoint of a datagram (RFC 3168).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum Ecn {
+    /// Not ECN-capable.
+    #[default]
+    NotEct,
+    /// ECN-capable, not marked.
+    Ect0,
+    /// Congestion experienced.
+    Ce,
+}
+
+/// A datagram the endpoint wrote into the caller's buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub struct Transmit {
+    /// Destination: the peer's address and device port.
+    pub dst: SocketAddr,
+    /// UDP source port: the path's port (its ECMP entropy).
+    pub src_port: u16,
+    /// ECN codepoint to send with.
+    pub ecn: Ecn,
+    /// Bytes written at the start of the buffer.
+    pub len: usize,
+}
+
+/// A work completion and where it belongs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completion {
+    /// The QP it belongs to.
+    pub qp: QpHandle,
+    /// Its queue (picks the send or receive CQ).
+    pub queue: WorkQueue,
+    /// The completion itself.
+    pub wc: WorkCompletion,
+}
+
+/// Counters of an endpoint. Every dropped input is counted under its cause.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EndpointStats {
+    /// Datagrams handed to `handle_datagram`.
+    pub rx_datagrams: u64,
+    /// Datagrams that failed to parse (bad version, length, checksum, field).
+    pub rx_malformed: u64,
+    /// Datagrams from a device with no connection.
+    pub rx_unknown_peer: u64,
+    /// Packets naming a QP that is not ours or not bound to that peer.
+    pub rx_unknown_qp: u64,
+    /// Packets of a retired path generation.
+    pub rx_stale_path: u64,
+    /// Packets beyond a path's 256-packet window.
+    pub rx_out_of_window: u64,
+    /// Path-level duplicates.
+    pub rx_duplicates: u64,
+    /// Operation-level duplicates (already executed).
+    pub rx_duplicate_ops: u64,
+    /// Operation packets dropped as inconsistent or out of window.
+    pub rx_dropped_ops: u64,
+    /// Data packets sent (first transmissions).
+    pub data_packets_sent: u64,
+    /// Data packets resent.
+    pub data_packets_retransmitted: u64,
+    /// Data packets declared lost.
+    pub data_packets_lost: u64,
+    /// ACKs sent.
+    pub ack_packets_sent: u64,
+    /// Path RTOs.
+    pub rtos: u64,
+    /// Connection retry timeouts.
+    pub retry_timeouts: u64,
+    /// Paths retired and replaced.
+    pub paths_replaced: u64,
+    /// RNR NAKs sent.
+    pub rnr_naks_sent: u64,
+    /// Fatal NAKs sent (remote access, invalid request).
+    pub naks_sent: u64,
+}
+
+/// Why a post was refused outright (ibverbs returns these from
+/// `ibv_post_send`/`ibv_post_recv`; everything else becomes a completion).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PostError {
+    /// No such QP.
+    #[error("unknown QP {0:#x}")]
+    UnknownQp(u32),
+    /// The QP cannot take this post in its state.
+    #[error("QP {0:#x} is not connected")]
+    InvalidState(u32),
+    /// The queue is full.
+    #[error("queue full ({0} outstanding)")]
+    QueueFull(u32),
+    /// The message is larger than `max_message_bytes`.
+    #[error("message of {0} bytes exceeds the maximum")]
+    MessageTooLarge(u64),
+    /// The request is malformed (e.g. inline data on a READ, an atomic whose
+    /// local buffer is not 8 bytes).
+    #[error("invalid work request: {0}")]
+    Invalid(&'static str),
+    /// A receive buffer's key, rights or bounds are wrong.
+    #[error("bad receive buffer: {0}")]
+    BadBuffer(MemoryError),
+}
+
+/// Why a QP could not be created or bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum QpError {
+    /// The QP table is full.
+    #[error("too many QPs (limit {0})")]
+    TooManyQps(u32),
+    /// The connection table is full.
+    #[error("too many connections (limit {0})")]
+    TooManyConnections(u32),
+    /// No such QP.
+    #[error("unknown QP {0:#x}")]
+    UnknownQp(u32),
+    /// Already bound to a peer.
+    #[error("QP {0:#x} is already connected")]
+    AlreadyConnected(u32),
+    /// Caps over the endpoint's limits.
+    #[error("QP caps exceed the endpoint limits")]
+    BadCaps,
+}
+
+/// State every connection needs: memory, QPs, completions, counters.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) config: EndpointConfig,
+    pub(crate) regions: RegionTable,
+    pub(crate) qps: Vec<Option<Qp>>,
+    qp_gens: Vec<u16>,
+    pub(crate) completions: VecDeque<Completion>,
+    pub(crate) stats: EndpointStats,
+    pub(crate) rng: ChaCha20Rng,
+    hint_epoch: u64,
+    senders_this_epoch: u32,
+    senders_last_epoch: u32,
+}
+
+impl Shared {
+    /// Count a connection that sent us data in the current epoch (for the
+    /// receiver rate hint: our line rate shared among active senders).
+    pub(crate) fn note_sender(&mut self, conn_epoch: &mut u64, now_ns: u64) {
+        let epoch = now_ns / self.config.rate_hint_epoch_ns.max(1);
+        if epoch != self.hint_epoch {
+            self.senders_last_epoch = if epoch == self.hint_epoch + 1 { self.senders_this_epoch } else { 0 };
+            self.senders_this_epoch = 0;
+            self.hint_epoch = epoch;
+        }
+        if *conn_epoch != epoch {
+            *conn_epoch = epoch;
+            self.senders_this_epoch += 1;
+        }
+    }
+
+    /// This receiver's share for each active sender, Mbit/s.
+    pub(crate) fn rate_hint_mbps(&self) -> u32 {
+        let active = self.senders_this_epoch.max(self.senders_last_epoch).max(1);
+        (self.config.line_rate_bps / u64::from(active) / 1_000_000).min(u64::from(u32::MAX)) as u32
+    }
+}
+
+/// One device's protocol state.
+#[derive(Debug)]
+pub struct Endpoint {
+    shared: Shared,
+    conns: Vec<Connection>,
+    conn_by_peer: HashMap<SocketAddr, u32>,
+    ready: VecDeque<u32>,
+    next_pd: u32,
+}
+
+impl Endpoint {
+    /// A new endpoint; refuses an invalid config.
+    pub fn new(config: EndpointConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let rng = ChaCha20Rng::seed_from_u64(config.seed);
+        Ok(Self {
+            shared: Shared {
+                regions: RegionTable::new(config.max_memory_regions),
+                qps: Vec::new(),
+                qp_gens: Vec::new(),
+                completions: VecDeque::new(),
+                stats: EndpointStats::default(),
+                rng,
+                hint_epoch: 0,
+                senders_this_epoch: 0,
+                senders_last_epoch: 0,
+                config,
+            },
+            conns: Vec::new(),
+            conn_by_peer: HashMap::new(),
+            ready: VecDeque::new(),
+            next_pd: 1,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &EndpointConfig {
+        &self.shared.config
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &EndpointStats {
+        &self.shared.stats
+    }
+
+    /// The largest datagram the endpoint emits: size `poll_transmit`'s buffer to this.
+    pub fn max_datagram_len(&self) -> usize {
+        wire::DATA_HEADER_LEN + 32 + self.shared.config.mtu_payload_bytes as usize + wire::ICRC_LEN
+    }
+
+    // -------------------------------------------------------------- memory
+
+    /// Allocate a protection domain.
+    pub fn alloc_pd(&mut self) -> u32 {
+        self.next_pd += 1;
+        self.next_pd - 1
+    }
+
+    /// Register a region of `length` zeroed bytes owned by the endpoint.
+    pub fn register_memory(&mut self, pd: u32, length: u64, access: AccessFlags) -> Result<MrInfo, MemoryError> {
+        self.shared.regions.register(pd, length, access, false, &mut self.shared.rng)
+    }
+
+    /// Register a region that has a length but no bytes (the simulator's
+    /// descriptors): writes are discarded, reads give zeros.
+    pub fn register_virtual_memory(
+        &mut self,
+        pd: u32,
+        length: u64,
+        access: AccessFlags,
+    ) -> Result<MrInfo, MemoryError> {
+        self.shared.regions.register(pd, length, access, true, &mut self.shared.rng)
+    }
+
+    /// Deregister a region; its keys stop working at once.
+    pub fn deregister_memory(&mut self, mr: MrHandle) -> Result<(), MemoryError> {
+        self.shared.regions.deregister(mr)
+    }
+
+    /// The region's bytes (`None` for virtual or unknown regions).
+    pub fn memory(&self, mr: MrHandle) -> Option<&[u8]> {
+        self.shared.regions.bytes(mr)
+    }
+
+    /// The region's bytes, writable.
+    pub fn memory_mut(&mut self, mr: MrHandle) -> Option<&mut [u8]> {
+        self.shared.regions.bytes_mut(mr)
+    }
+
+    /// Live memory regions.
+    pub fn memory_regions(&self) -> u32 {
+        self.shared.regions.live()
+    }
+
+    // ----------------------------------------------------------------- QPs
+
+    /// Create a QP in protection domain `pd` that accepts the remote
+    /// operations in `remote_access` (ibverbs `qp_access_flags`).
+    pub fn create_qp(&mut self, pd: u32, caps: QpCaps, remote_access: AccessFlags) -> Result<QpHandle, QpError> {
+        let cfg = &self.shared.config;
+        if caps.max_send_wr == 0
+            || caps.max_recv_wr == 0
+            || caps.max_send_wr > cfg.max_send_wr
+            || caps.max_recv_wr > cfg.max_recv_wr
+        {
+            return Err(QpError::BadCaps);
+        }
+        let index = match self.shared.qps.iter().position(Option::is_none) {
+            Some(i) => i,
+            None if self.shared.qps.len() < cfg.max_queue_pairs as usize => {
+                self.shared.qps.push(None);
+                self.shared.qp_gens.push(0);
+                self.shared.qps.len() - 1
+            }
+            None => return Err(QpError::TooManyQps(cfg.max_queue_pairs)),
+        };
+        // QPN 0 is never handed out: the generation starts at 1.
+        let generation = &mut self.shared.qp_gens[index];
+        *generation = generation.wrapping_add(1).max(1);
+        let handle = QpHandle((u32::from(*generation) << 16) | index as u32);
+        self.shared.qps[index] = Some(Qp::new(handle, pd, caps, remote_access));
+        Ok(handle)
+    }
+
+    /// Bind a QP to the peer device at `remote` (its IP and device port) and
+    /// its QP `remote_qpn`: the ibverbs INIT→RTR step. The connection to that
+    /// peer is created on first use and shared by every QP toward it.
+    pub fn connect_qp(&mut self, qp: QpHandle, remote: SocketAddr, remote_qpn: u32) -> Result<(), QpError> {
+        let qpn = qp.qpn();
+        let known = self.qp(qp).ok_or(QpError::UnknownQp(qpn))?;
+        if known.conn.is_some() {
+            return Err(QpError::AlreadyConnected(qpn));
+        }
+        let conn = match self.conn_by_peer.get(&remote) {
+            Some(&c) => c,
+            None => {
+                let limit = self.shared.config.max_connections;
+                if self.conns.len() as u32 >= limit {
+                    return Err(QpError::TooManyConnections(limit));
+                }
+                let c = self.conns.len() as u32;
+                self.conns.push(Connection::new(c, remote, &self.shared));
+                self.conn_by_peer.insert(remote, c);
+                c
+            }
+        };
+        self.conns[conn as usize].qps.push(qp.index() as u32);
+        let q = self.qp_mut(qp).expect("checked above");
+        q.conn = Some(conn);
+        q.remote_qpn = remote_qpn;
+        q.state = QpRunState::Connected;
+        Ok(())
+    }
+
+    /// Move a QP to the error state (ibverbs modify to ERR): everything
+    /// outstanding completes with `WrFlushErr`.
+    pub fn set_qp_error(&mut self, qp: QpHandle) -> Result<(), QpError> {
+        let q = self.qp(qp).ok_or(QpError::UnknownQp(qp.qpn()))?;
+        match q.conn {
+            Some(c) => ops::enter_error(&mut self.conns[c as usize], &mut self.shared, qp.index()),
+            None => ops::flush_qp(&mut self.shared, qp.index()),
+        }
+        Ok(())
+    }
+
+    /// Destroy a QP; its number stops matching at once. Outstanding work is
+    /// dropped without completions (ibverbs: destroy after draining).
+    pub fn destroy_qp(&mut self, qp: QpHandle) -> Result<(), QpError> {
+        let q = self.qp(qp).ok_or(QpError::UnknownQp(qp.qpn()))?;
+        if let Some(c) = q.conn {
+            let conn = &mut self.conns[c as usize];
+            conn.cancel_qp_messages(qp.index() as u32);
+            conn.qps.retain(|&i| i != qp.index() as u32);
+        }
+        self.shared.qps[qp.index()] = None;
+        Ok(())
+    }
+
+    /// The core's run state of a QP.
+    pub fn qp_state(&self, qp: QpHandle) -> Option<QpRunState> {
+        self.qp(qp).map(|q| q.state)
+    }
+
+    fn qp(&self, qp: QpHandle) -> Option<&Qp> {
+        self.shared.qps.get(qp.index())?.as_ref().filter(|q| q.handle == qp)
+    }
+
+    fn qp_mut(&mut self, qp: QpHandle) -> Option<&mut Qp> {
+        self.shared.qps.get_mut(qp.index())?.as_mut().filter(|q| q.handle == qp)
+    }
+
+    // ------------------------------------------------------------- posting
+
+    /// Post a send work request (ibverbs `ibv_post_send`). Immediate
+    /// refusals are errors; everything else, including local protection
+    /// errors, ends in a completion.
+    pub fn post_send(&mut self, now_ns: u64, qp: QpHandle, wr: SendWr) -> Result<(), PostError> {
+        let qpn = qp.qpn();
+        let mtu = self.shared.config.mtu_payload_bytes;
+        let max_msg = u64::from(self.shared.config.max_message_bytes);
+        let q = self.qp(qp).ok_or(PostError::UnknownQp(qpn))?;
+        let conn = match q.state {
+            QpRunState::Unconnected => return Err(PostError::InvalidState(qpn)),
+            QpRunState::Connected | QpRunState::Error => q.conn,
+        };
+        if q.sq.len() as u32 >= q.caps.max_send_wr {
+            return Err(PostError::QueueFull(q.caps.max_send_wr));
+        }
+        let len = match &wr.inline_data {
+            Some(data) => {
+                if matches!(wr.op, WrOp::Read { .. }) || wr.op.is_atomic() {
+                    return Err(PostError::Invalid("inline data on a READ or atomic"));
+                }
+                data.len() as u64
+            }
+            None => wr.sg_list.iter().map(|s| u64::from(s.length)).sum(),
+        };
+        if len > max_msg {
+            return Err(PostError::MessageTooLarge(len));
+        }
+        if wr.op.is_atomic() && len != 8 {
+            return Err(PostError::Invalid("atomic needs one 8-byte local buffer"));
+        }
+        let (pd, flushing) = (q.pd, q.state == QpRunState::Error || q.sq.back().is_some_and(sq_failed));
+
+        // Local checks: a bad lkey is a completion with LocProtErr, in order.
+        let needs_local_write = matches!(wr.op, WrOp::Read { .. }) || wr.op.is_atomic();
+        let need = if needs_local_write { AccessFlags::LOCAL_WRITE } else { AccessFlags::NONE };
+        let spans = self.check_sges(pd, &wr.sg_list, need);
+        let state = match (&spans, flushing) {
+            (_, true) => SqState::Done(WcStatus::WrFlushErr),
+            (Err(_), false) => SqState::Done(WcStatus::LocProtErr),
+            (Ok(_), false) => SqState::Active,
+        };
+        let rnr_retries_left = self.shared.config.rnr_retry;
+        let q = self.qp_mut(qp).expect("checked above");
+        let msg_seq = q.next_msg_seq;
+        q.next_msg_seq = q.next_msg_seq.wrapping_add(1);
+        let mut entry = SqEntry {
+            wr_id: wr.wr_id,
+            msg_seq,
+            opcode: wr.op.wc_opcode(),
+            len: len as u32,
+            signaled: wr.signaled,
+            state,
+            msg: None,
+            sink: Vec::new(),
+            read_ranges: RangeSet::new(),
+            rnr_retries_left,
+        };
+        if state == SqState::Active {
+            let spans = spans.expect("active means checked");
+            let mut recv_index = || {
+                let r = q.next_recv_index;
+                q.next_recv_index = q.next_recv_index.wrapping_add(1);
+                r
+            };
+            let (op, payload_len, msg_len) = match wr.op {
+                WrOp::Write { remote_addr, rkey } => (OpHeader::Write { rkey, remote_addr }, len, len),
+                WrOp::WriteImm { remote_addr, rkey, imm } => {
+                    (OpHeader::WriteImm { rkey, remote_addr, recv_index: recv_index(), imm }, len, len)
+                }
+                WrOp::Send => (OpHeader::Send { recv_index: recv_index() }, len, len),
+                WrOp::SendImm { imm } => (OpHeader::SendImm { recv_index: recv_index(), imm }, len, len),
+                WrOp::Read { remote_addr, rkey } => (OpHeader::ReadRequest { rkey, remote_addr }, 0, len),
+                WrOp::FetchAdd { remote_addr, rkey, add } => (OpHeader::FetchAdd { rkey, remote_addr, add }, 0, 8),
+                WrOp::CmpSwap { remote_addr, rkey, compare, swap } => {
+                    (OpHeader::CmpSwap { rkey, remote_addr, compare, swap }, 0, 8)
+                }
+            };
+            let source = match (payload_len, wr.inline_data) {
+                (0, _) => Source::Empty,
+                (_, Some(data)) => Source::Inline(data.into_boxed_slice()),
+                (_, None) => Source::Spans(spans.clone()),
+            };
+            if payload_len == 0 {
+                entry.sink = spans;
+            }
+            let msg = TxMessage::new(
+                MsgKind::Request,
+                qp.index() as u32,
+                q.remote_qpn,
+                msg_seq,
+                op,
+                msg_len as u32,
+                payload_len as u32,
+                wr.solicited,
+                source,
+                mtu,
+            );
+            let c = conn.expect("connected QPs have a connection");
+            entry.msg = Some(self.conns[c as usize].enqueue(now_ns, msg));
+            self.mark_ready(c);
+        }
+        let q = self.qp_mut(qp).expect("checked above");
+        q.sq.push_back(entry);
+        if state != SqState::Active {
+            match conn {
+                Some(c) => ops::release_completions(&mut self.conns[c as usize], &mut self.shared, qp.index()),
+                None => ops::flush_qp(&mut self.shared, qp.index()),
+            }
+        }
+        Ok(())
+    }
+
+    fn check_sges(&self, pd: u32, sges: &[Sge], need: AccessFlags) -> Result<Vec<Span>, MemoryError> {
+        sges.iter()
+            .map(|s| self.shared.regions.check(KeyKind::Local, s.lkey, pd, s.addr, u64::from(s.length), need))
+            .collect()
+    }
+
+    /// Post a receive work request (ibverbs `ibv_post_recv`).
+    pub fn post_recv(&mut self, qp: QpHandle, wr: RecvWr) -> Result<(), PostError> {
+        let qpn = qp.qpn();
+        let q = self.qp(qp).ok_or(PostError::UnknownQp(qpn))?;
+        if q.rq.len() as u32 >= q.caps.max_recv_wr {
+            return Err(PostError::QueueFull(q.caps.max_recv_wr));
+        }
+        let spans = self.check_sges(q.pd, &wr.sg_list, AccessFlags::LOCAL_WRITE).map_err(PostError::BadBuffer)?;
+        let capacity = spans.iter().map(|s| s.len).sum();
+        let q = self.qp_mut(qp).expect("checked above");
+        if q.state == QpRunState::Error {
+            let wc = WorkCompletion {
+                wr_id: wr.wr_id,
+                status: WcStatus::WrFlushErr,
+                opcode: WcOpcode::Recv,
+                byte_len: 0,
+                imm_data: None,
+                qp_num: qpn,
+                src_qp: q.remote_qpn,
+            };
+            self.shared.completions.push_back(Completion { qp, queue: WorkQueue::Recv, wc });
+            return Ok(());
+        }
+        q.rq.push_back(crate::qp::RqEntry { wr_id: wr.wr_id, spans, capacity });
+        Ok(())
+    }
+
+    // ------------------------------------------------------------- driving
+
+    /// Feed one received datagram. `src` is the sender's IP and UDP source
+    /// port; `ecn` its ECN codepoint. Malformed or unexpected datagrams are
+    /// counted and dropped; nothing here can panic on remote input.
+    pub fn handle_datagram(&mut self, now_ns: u64, src: SocketAddr, ecn: Ecn, data: &[u8]) {
+        self.shared.stats.rx_datagrams += 1;
+        let packet = match wire::parse(data) {
+            Ok(p) => p,
+            Err(_) => {
+                self.shared.stats.rx_malformed += 1;
+                return;
+            }
+        };
+        let base = match &packet {
+            wire::Packet::Data { repr, .. } => repr.base,
+            wire::Packet::Ack(a) => a.base,
+        };
+        let peer = SocketAddr::new(src.ip(), base.src_device_port);
+        let Some(&c) = self.conn_by_peer.get(&peer) else {
+            self.shared.stats.rx_unknown_peer += 1;
+            return;
+        };
+        let conn = &mut self.conns[c as usize];
+        match packet {
+            wire::Packet::Data { repr, payload } => conn.on_data(now_ns, &mut self.shared, ecn, &repr, payload),
+            wire::Packet::Ack(ack) => conn.on_ack(now_ns, &mut self.shared, &ack),
+        }
+        self.mark_ready(c);
+    }
+
+    fn mark_ready(&mut self, c: u32) {
+        let conn = &mut self.conns[c as usize];
+        if !conn.in_ready && conn.has_pending_output() {
+            conn.in_ready = true;
+            self.ready.push_back(c);
+        }
+    }
+
+    /// Write the next datagram to send into `buf` (at least
+    /// [`max_datagram_len`](Self::max_datagram_len) bytes). Call until `None`.
+    pub fn poll_transmit(&mut self, now_ns: u64, buf: &mut [u8]) -> Option<Transmit> {
+        assert!(buf.len() >= self.max_datagram_len(), "transmit buffer smaller than max_datagram_len");
+        while let Some(c) = self.ready.pop_front() {
+            let conn = &mut self.conns[c as usize];
+            conn.in_ready = false;
+            if let Some(t) = conn.poll_transmit(now_ns, &mut self.shared, buf) {
+                // One packet per connection per turn: peers share the NIC fairly.
+                self.mark_ready(c);
+                return Some(t);
+            }
+        }
+        None
+    }
+
+    /// The earliest time [`handle_timeout`](Self::handle_timeout) must be called.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        self.conns.iter().filter_map(|c| c.next_timeout(&self.shared)).min()
+    }
+
+    /// Fire every timer due at `now_ns`. Extra calls are harmless.
+    pub fn handle_timeout(&mut self, now_ns: u64) {
+        for c in 0..self.conns.len() {
+            if self.conns[c].next_timeout(&self.shared).is_some_and(|t| t <= now_ns) {
+                self.conns[c].on_timeout(now_ns, &mut self.shared);
+                self.mark_ready(c as u32);
+            }
+        }
+    }
+
+    /// The next work completion, in the order they happened.
+    pub fn poll_completion(&mut self) -> Option<Completion> {
+        self.shared.completions.pop_front()
+    }
+
+    // --------------------------------------------------------- observation
+
+    /// Connections (peers).
+    pub fn connection_count(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// Counters of the connection to `peer`.
+    pub fn connection_stats(&self, peer: SocketAddr) -> Option<ConnectionStats> {
+        self.conn_by_peer.get(&peer).map(|&c| self.conns[c as usize].stats)
+    }
+
+    /// Per-path counters of the connection to `peer`, by slot.
+    pub fn path_stats(&self, peer: SocketAddr) -> Option<Vec<PathStats>> {
+        self.conn_by_peer.get(&peer).map(|&c| self.conns[c as usize].path_stats())
+    }
+
+    /// Current source ports of the connection's paths, by slot.
+    pub fn path_ports(&self, peer: SocketAddr) -> Option<Vec<u16>> {
+        self.conn_by_peer.get(&peer).map(|&c| self.conns[c as usize].paths.iter().map(|p| p.src_port).collect())
+    }
+
+    /// Bytes the connection to `peer` holds (paths, queues, controller).
+    pub fn connection_memory_bytes(&self, peer: SocketAddr) -> Option<usize> {
+        self.conn_by_peer.get(&peer).map(|&c| self.conns[c as usize].memory_bytes())
+    }
+
+    /// Bytes a QP holds.
+    pub fn qp_memory_bytes(&self, qp: QpHandle) -> Option<usize> {
+        self.qp(qp).map(|q| {
+            size_of::<Option<Qp>>()
+                + q.sq.capacity() * size_of::<SqEntry>()
+                + q.rq.capacity() * size_of::<crate::qp::RqEntry>()
+                + q.rx_window.capacity() * size_of::<Option<crate::qp::RxMessage>>()
+        })
+    }
+
+    /// Messages (requests awaiting completion, responses awaiting ACK) held
+    /// toward `peer`; zero when the connection is idle.
+    pub fn outstanding_messages(&self, peer: SocketAddr) -> Option<usize> {
+        self.conn_by_peer.get(&peer).map(|&c| self.conns[c as usize].msgs.live())
+    }
+}
+
+fn sq_failed(e: &SqEntry) -> bool {
+    matches!(e.state, SqState::Done(s) if s != WcStatus::Success)
+}

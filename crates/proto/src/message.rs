@@ -1,0 +1,286 @@
+//! Outgoing messages and their segments.
+//!
+//! A message is one operation's worth of packets toward the peer: a request
+//! (WRITE, SEND, READ request, atomic) or a response (READ data, atomic
+//! result). It is cut into segments of at most one MTU; each segment is sent
+//! on whatever path has room, and resent on another path if lost, always with
+//! the same operation identity `(dst_qpn, msg_seq, offset)`. The message
+//! records which segments the peer has acknowledged.
+
+use crate::memory::{RegionTable, Span};
+use metaroce_wire::OpHeader;
+
+/// Generation-checked reference to a message slot: a packet still in flight
+/// when its message is freed must not touch the slot's next occupant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct MsgRef {
+    pub(crate) slot: u32,
+    pub(crate) generation: u32,
+}
+
+/// One segment of one message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SegRef {
+    pub(crate) msg: MsgRef,
+    pub(crate) seg: u32,
+    /// The message's send attempt this copy belongs to (see [`TxMessage::rewind`]).
+    pub(crate) attempt: u16,
+}
+
+/// Where the payload bytes come from when a segment is (re)sent.
+#[derive(Debug)]
+pub(crate) enum Source {
+    /// No payload (READ request, atomics).
+    Empty,
+    /// Copied at post time.
+    Inline(Box<[u8]>),
+    /// Gathered from checked local spans, in order.
+    Spans(Vec<Span>),
+}
+
+impl Source {
+    /// Copy message bytes `offset..offset+out.len()` into `out`.
+    pub(crate) fn gather(&self, regions: &RegionTable, offset: u64, out: &mut [u8]) {
+        match self {
+            Self::Empty => out.fill(0),
+            Self::Inline(data) => {
+                let start = offset as usize;
+                out.copy_from_slice(&data[start..start + out.len()]);
+            }
+            Self::Spans(spans) => regions.gather(spans, offset, out),
+        }
+    }
+}
+
+/// Whether the message is ours to complete or the peer's response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MsgKind {
+    /// A request of local QP `qp`: completion waits on the responder.
+    Request,
+    /// A response (READ data, atomic result): done once acknowledged.
+    Response,
+}
+
+/// An outgoing message.
+#[derive(Debug)]
+pub(crate) struct TxMessage {
+    pub(crate) kind: MsgKind,
+    /// Local QP index (requests: ours; responses: the responder QP).
+    pub(crate) qp: u32,
+    pub(crate) dst_qpn: u32,
+    pub(crate) msg_seq: u32,
+    pub(crate) op: OpHeader,
+    /// The message length named in every packet (`msg_len`).
+    pub(crate) len: u32,
+    /// Bytes actually carried as payload (0 for READ requests and atomics,
+    /// whose `msg_len` names the bytes to read or the word size).
+    pub(crate) payload_len: u32,
+    pub(crate) solicited: bool,
+    pub(crate) source: Source,
+    pub(crate) seg_bytes: u32,
+    pub(crate) segs: u32,
+    /// Next segment never sent yet.
+    pub(crate) next_unsent: u32,
+    acked: Vec<u64>,
+    pub(crate) acked_count: u32,
+    /// Bumped by every rewind: acknowledgements of copies sent before it no
+    /// longer count, because the peer may have dropped their payload.
+    pub(crate) attempt: u16,
+    /// Waiting for the RNR timer before resending everything.
+    pub(crate) rnr_wait: bool,
+    /// Queued in the connection's send queue.
+    pub(crate) queued: bool,
+}
+
+impl TxMessage {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        kind: MsgKind,
+        qp: u32,
+        dst_qpn: u32,
+        msg_seq: u32,
+        op: OpHeader,
+        len: u32,
+        payload_len: u32,
+        solicited: bool,
+        source: Source,
+        seg_bytes: u32,
+    ) -> Self {
+        let segs = payload_len.div_ceil(seg_bytes).max(1);
+        Self {
+            kind,
+            qp,
+            dst_qpn,
+            msg_seq,
+            op,
+            len,
+            payload_len,
+            solicited,
+            source,
+            seg_bytes,
+            segs,
+            next_unsent: 0,
+            acked: vec![0; segs.div_ceil(64) as usize],
+            acked_count: 0,
+            attempt: 0,
+            rnr_wait: false,
+            queued: false,
+        }
+    }
+
+    /// Byte range of segment `seg`.
+    pub(crate) fn seg_range(&self, seg: u32) -> (u32, u32) {
+        let start = seg * self.seg_bytes;
+        (start, (start + self.seg_bytes).min(self.payload_len) - start)
+    }
+
+    pub(crate) fn is_acked(&self, seg: u32) -> bool {
+        self.acked[(seg / 64) as usize] >> (seg % 64) & 1 == 1
+    }
+
+    /// Mark a segment acknowledged; true if it was new.
+    pub(crate) fn ack(&mut self, seg: u32) -> bool {
+        let word = &mut self.acked[(seg / 64) as usize];
+        let bit = 1 << (seg % 64);
+        if *word & bit != 0 {
+            return false;
+        }
+        *word |= bit;
+        self.acked_count += 1;
+        true
+    }
+
+    pub(crate) fn fully_acked(&self) -> bool {
+        self.acked_count == self.segs
+    }
+
+    /// Forget acknowledgements so every segment goes again (after an RNR NAK:
+    /// the peer dropped the payload for want of a receive).
+    pub(crate) fn rewind(&mut self) {
+        self.acked.fill(0);
+        self.acked_count = 0;
+        self.next_unsent = 0;
+        self.attempt = self.attempt.wrapping_add(1);
+    }
+
+    pub(crate) fn has_unsent(&self) -> bool {
+        self.next_unsent < self.segs && !self.rnr_wait
+    }
+}
+
+/// A slab of messages with generations.
+#[derive(Debug, Default)]
+pub(crate) struct MessageSlab {
+    slots: Vec<(u32, Option<TxMessage>)>,
+    free: Vec<u32>,
+    live: usize,
+}
+
+impl MessageSlab {
+    pub(crate) fn insert(&mut self, msg: TxMessage) -> MsgRef {
+        self.live += 1;
+        if let Some(slot) = self.free.pop() {
+            let entry = &mut self.slots[slot as usize];
+            entry.1 = Some(msg);
+            return MsgRef { slot, generation: entry.0 };
+        }
+        self.slots.push((0, Some(msg)));
+        MsgRef { slot: (self.slots.len() - 1) as u32, generation: 0 }
+    }
+
+    pub(crate) fn get(&self, r: MsgRef) -> Option<&TxMessage> {
+        match self.slots.get(r.slot as usize) {
+            Some((generation, Some(m))) if *generation == r.generation => Some(m),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn get_mut(&mut self, r: MsgRef) -> Option<&mut TxMessage> {
+        match self.slots.get_mut(r.slot as usize) {
+            Some((generation, Some(m))) if *generation == r.generation => Some(m),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn remove(&mut self, r: MsgRef) -> Option<TxMessage> {
+        let entry = self.slots.get_mut(r.slot as usize)?;
+        if entry.0 != r.generation {
+            return None;
+        }
+        let msg = entry.1.take()?;
+        entry.0 = entry.0.wrapping_add(1);
+        self.free.push(r.slot);
+        self.live -= 1;
+        Some(msg)
+    }
+
+    pub(crate) fn live(&self) -> usize {
+        self.live
+    }
+
+    /// Bytes held by the slab and its messages' acknowledgement bitmaps.
+    pub(crate) fn memory_bytes(&self) -> usize {
+        let per_msg: usize = self.slots.iter().filter_map(|(_, m)| m.as_ref()).map(|m| m.acked.capacity() * 8).sum();
+        self.slots.capacity() * size_of::<(u32, Option<TxMessage>)>() + self.free.capacity() * 4 + per_msg
+    }
+
+    /// References of every live message satisfying `pred`.
+    pub(crate) fn refs_where(&self, mut pred: impl FnMut(&TxMessage) -> bool) -> Vec<MsgRef> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, (generation, m))| m.as_ref().filter(|m| pred(m)).map(|_| MsgRef { slot: i as u32, generation: *generation }))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(len: u32) -> TxMessage {
+        TxMessage::new(MsgKind::Request, 0, 1, 0, OpHeader::ReadResponse, len, len, false, Source::Empty, 100)
+    }
+
+    #[test]
+    fn segments_cover_the_message() {
+        let m = msg(250);
+        assert_eq!(m.segs, 3);
+        assert_eq!(m.seg_range(0), (0, 100));
+        assert_eq!(m.seg_range(2), (200, 50));
+        assert_eq!(msg(0).segs, 1);
+        assert_eq!(msg(0).seg_range(0), (0, 0));
+    }
+
+    #[test]
+    fn acks_count_once_and_rewind() {
+        let mut m = msg(250);
+        assert!(m.ack(1));
+        assert!(!m.ack(1));
+        m.ack(0);
+        m.ack(2);
+        assert!(m.fully_acked());
+        m.rewind();
+        assert!(!m.is_acked(1) && m.acked_count == 0);
+    }
+
+    #[test]
+    fn stale_refs_miss() {
+        let mut s = MessageSlab::default();
+        let a = s.insert(msg(1));
+        s.remove(a).unwrap();
+        let b = s.insert(msg(2));
+        assert_eq!(a.slot, b.slot);
+        assert!(s.get(a).is_none());
+        assert_eq!(s.get(b).unwrap().len, 2);
+    }
+
+    #[test]
+    fn inline_and_span_gather() {
+        let regions = RegionTable::new(1);
+        let src = Source::Inline(vec![1, 2, 3, 4].into_boxed_slice());
+        let mut out = [0u8; 2];
+        src.gather(&regions, 1, &mut out);
+        assert_eq!(out, [2, 3]);
+    }
+}

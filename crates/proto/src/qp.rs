@@ -1,0 +1,175 @@
+//! Queue pairs as the core sees them: one ordered stream of operations in
+//! each direction over a connection.
+//!
+//! The requester side keeps the send queue in posting order: each entry is a
+//! message with a `msg_seq`, and completions are released strictly in that
+//! order whatever order the messages finished in. The responder side keeps a
+//! window of incoming messages indexed by `msg_seq`; it executes each one
+//! exactly once, and its cumulative `msn` (every request before it executed)
+//! goes back in ACKs.
+
+use crate::memory::{AccessFlags, Span};
+use crate::message::MsgRef;
+use crate::range_set::RangeSet;
+use crate::work::{WcOpcode, WcStatus};
+use metaroce_wire::Syndrome;
+use std::collections::VecDeque;
+
+/// Handle of a QP: its number. The low 16 bits index the QP table, the high
+/// bits are a generation, so a stale number never reaches a reused slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct QpHandle(pub u32);
+
+impl QpHandle {
+    pub(crate) fn index(self) -> usize {
+        (self.0 & 0xffff) as usize
+    }
+
+    /// The QP number, as a peer names it in packets.
+    pub fn qpn(self) -> u32 {
+        self.0
+    }
+}
+
+/// Limits of one QP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpCaps {
+    /// Outstanding send work requests.
+    pub max_send_wr: u32,
+    /// Posted receive work requests.
+    pub max_recv_wr: u32,
+}
+
+/// Run state of a QP in the core (the verbs layer keeps the full ibverbs
+/// state machine on top).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QpRunState {
+    /// Created, not bound to a peer yet.
+    Unconnected,
+    /// Bound to a connection: may send and receive.
+    Connected,
+    /// Failed or moved to error: everything posted completes with `WrFlushErr`.
+    Error,
+}
+
+/// Progress of one send work request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SqState {
+    /// Its message is being sent or awaits the responder.
+    Active,
+    /// Finished with this status; waits for earlier requests to complete.
+    Done(WcStatus),
+}
+
+/// One posted send work request.
+#[derive(Debug)]
+pub(crate) struct SqEntry {
+    pub(crate) wr_id: u64,
+    pub(crate) msg_seq: u32,
+    pub(crate) opcode: WcOpcode,
+    pub(crate) len: u32,
+    pub(crate) signaled: bool,
+    pub(crate) state: SqState,
+    pub(crate) msg: Option<MsgRef>,
+    /// READ / atomic results land here.
+    pub(crate) sink: Vec<Span>,
+    /// READ response bytes received.
+    pub(crate) read_ranges: RangeSet,
+    pub(crate) rnr_retries_left: u8,
+}
+
+/// One posted receive.
+#[derive(Debug)]
+pub(crate) struct RqEntry {
+    pub(crate) wr_id: u64,
+    pub(crate) spans: Vec<Span>,
+    pub(crate) capacity: u64,
+}
+
+/// An incoming message being assembled at the responder.
+#[derive(Debug)]
+pub(crate) struct RxMessage {
+    pub(crate) opcode: metaroce_wire::Opcode,
+    pub(crate) len: u32,
+    pub(crate) ranges: RangeSet,
+    pub(crate) imm: Option<u32>,
+    pub(crate) consumes_recv: bool,
+    pub(crate) done: bool,
+    /// The receive completion's status, if it consumed a receive.
+    pub(crate) recv_status: WcStatus,
+}
+
+/// A QP's state in the core.
+#[derive(Debug)]
+pub(crate) struct Qp {
+    pub(crate) handle: QpHandle,
+    pub(crate) pd: u32,
+    pub(crate) caps: QpCaps,
+    /// Remote operations this QP accepts (ibverbs `qp_access_flags`).
+    pub(crate) remote_access: AccessFlags,
+    pub(crate) state: QpRunState,
+    pub(crate) conn: Option<u32>,
+    pub(crate) remote_qpn: u32,
+    // requester
+    pub(crate) sq: VecDeque<SqEntry>,
+    pub(crate) next_msg_seq: u32,
+    pub(crate) next_recv_index: u32,
+    // responder
+    pub(crate) rq: VecDeque<RqEntry>,
+    /// recv_index of `rq[0]`.
+    pub(crate) rq_base: u32,
+    pub(crate) rx_msn: u32,
+    /// Messages `rx_msn ..`, by `msg_seq - rx_msn`.
+    pub(crate) rx_window: VecDeque<Option<RxMessage>>,
+    /// A fatal NAK this responder sent (sticky: repeated on every duplicate).
+    pub(crate) rx_fatal: Option<(Syndrome, u32)>,
+    /// An RNR NAK to report once.
+    pub(crate) rx_rnr: Option<u32>,
+    /// Queued for the next ACK's op-ack list.
+    pub(crate) op_ack_dirty: bool,
+}
+
+/// How far ahead of `rx_msn` a message may be. A requester cannot have more
+/// outstanding than its send queue, which is bounded by `max_send_wr`.
+pub(crate) const RX_WINDOW_MAX: u32 = 1 << 16;
+
+impl Qp {
+    pub(crate) fn new(handle: QpHandle, pd: u32, caps: QpCaps, remote_access: AccessFlags) -> Self {
+        Self {
+            handle,
+            pd,
+            caps,
+            remote_access,
+            state: QpRunState::Unconnected,
+            conn: None,
+            remote_qpn: 0,
+            sq: VecDeque::new(),
+            next_msg_seq: 0,
+            next_recv_index: 0,
+            rq: VecDeque::new(),
+            rq_base: 0,
+            rx_msn: 0,
+            rx_window: VecDeque::new(),
+            rx_fatal: None,
+            rx_rnr: None,
+            op_ack_dirty: false,
+        }
+    }
+
+    /// The send queue entry of `msg_seq`, if still outstanding.
+    pub(crate) fn sq_entry_mut(&mut self, msg_seq: u32) -> Option<&mut SqEntry> {
+        let front = self.sq.front()?.msg_seq;
+        let idx = msg_seq.wrapping_sub(front) as usize;
+        self.sq.get_mut(idx).filter(|e| e.msg_seq == msg_seq)
+    }
+
+    /// The op-ack this responder reports for the QP.
+    pub(crate) fn op_ack(&self) -> metaroce_wire::OpAck {
+        let (syndrome, nak_msg_seq) = match (self.rx_fatal, self.rx_rnr) {
+            (Some(f), _) => f,
+            (None, Some(msg)) => (Syndrome::RnrNak, msg),
+            (None, None) => (Syndrome::Ack, 0),
+        };
+        metaroce_wire::OpAck { qpn: self.remote_qpn, msn: self.rx_msn, syndrome, nak_msg_seq }
+    }
+}

@@ -1,0 +1,204 @@
+//! The receiver's view of one path: a cumulative PSN plus a 256-packet SACK
+//! bitmap.
+//!
+//! A path is one ECMP route, so its packets arrive in the order they were
+//! sent: a hole in the bitmap means loss, not reordering, and the sender
+//! resends at once. Bit `i` of the bitmap stands for PSN `ack_psn + 1 + i`
+//! (PSN `ack_psn` itself is, by definition, the first one missing).
+
+use metaroce_wire::{SACK_BITS, SackBits, seq};
+
+/// What one arriving PSN meant for the path window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RxOutcome {
+    /// The next expected PSN: the cumulative point moved.
+    InOrder,
+    /// A new PSN beyond a hole: the packets in the hole are lost.
+    AfterGap,
+    /// Seen before (a duplicate or a spurious retransmission).
+    Duplicate,
+    /// Too far ahead to record: the sender broke the 256-packet window.
+    OutOfWindow,
+}
+
+/// Receiver-side sequence state of one path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SackBitmap {
+    ack_psn: u32,
+    bits: [u64; 4],
+}
+
+const WORDS: usize = SACK_BITS / 64;
+
+impl SackBitmap {
+    /// A window expecting `first_psn` next.
+    pub fn new(first_psn: u32) -> Self {
+        Self { ack_psn: first_psn, bits: [0; WORDS] }
+    }
+
+    /// Every PSN before this one has arrived.
+    pub fn ack_psn(&self) -> u32 {
+        self.ack_psn
+    }
+
+    /// Whether `psn` has arrived.
+    pub fn contains(&self, psn: u32) -> bool {
+        match seq::seq_diff(psn, self.ack_psn) {
+            d if d < 0 => true,
+            0 => false,
+            d if (d as usize) <= SACK_BITS => self.bit(d as usize - 1),
+            _ => false,
+        }
+    }
+
+    /// Record an arriving PSN.
+    pub fn record(&mut self, psn: u32) -> RxOutcome {
+        let d = seq::seq_diff(psn, self.ack_psn);
+        if d < 0 {
+            return RxOutcome::Duplicate;
+        }
+        if d == 0 {
+            let run = self.trailing_ones();
+            self.ack_psn = self.ack_psn.wrapping_add(1 + run as u32);
+            self.shift_right(1 + run);
+            return RxOutcome::InOrder;
+        }
+        let i = d as usize - 1;
+        if i >= SACK_BITS {
+            return RxOutcome::OutOfWindow;
+        }
+        if self.bit(i) {
+            return RxOutcome::Duplicate;
+        }
+        self.bits[i / 64] |= 1 << (i % 64);
+        RxOutcome::AfterGap
+    }
+
+    /// Whether any PSN beyond the cumulative point has arrived (there is a hole).
+    pub fn has_gap(&self) -> bool {
+        self.bits.iter().any(|&w| w != 0)
+    }
+
+    /// The bitmap as carried in an ACK.
+    pub fn to_wire(&self) -> SackBits {
+        let mut out = SackBits([0; 32]);
+        for (w, word) in self.bits.iter().enumerate() {
+            for b in 0..8 {
+                out.0[w * 8 + b] = (word >> (8 * b)) as u8;
+            }
+        }
+        out
+    }
+
+    fn bit(&self, i: usize) -> bool {
+        self.bits[i / 64] >> (i % 64) & 1 == 1
+    }
+
+    fn trailing_ones(&self) -> usize {
+        let mut n = 0;
+        for &w in &self.bits {
+            let t = w.trailing_ones() as usize;
+            n += t;
+            if t < 64 {
+                break;
+            }
+        }
+        n
+    }
+
+    fn shift_right(&mut self, n: usize) {
+        if n >= SACK_BITS {
+            self.bits = [0; WORDS];
+            return;
+        }
+        let (words, bits) = (n / 64, n % 64);
+        for i in 0..WORDS {
+            let lo = self.bits.get(i + words).copied().unwrap_or(0);
+            let hi = self.bits.get(i + words + 1).copied().unwrap_or(0);
+            self.bits[i] = if bits == 0 { lo } else { (lo >> bits) | (hi << (64 - bits)) };
+        }
+    }
+}
+
+/// Whether the bitmap in an ACK marks `psn` (relative to its `ack_psn`).
+pub fn sack_contains(ack_psn: u32, sack: &SackBits, psn: u32) -> bool {
+    match seq::seq_diff(psn, ack_psn) {
+        d if d < 0 => true,
+        0 => false,
+        d if (d as usize) <= SACK_BITS => sack.get(d as usize - 1),
+        _ => false,
+    }
+}
+
+/// The highest PSN an ACK reports as received, if it reports any beyond the
+/// cumulative point. Every unacknowledged PSN below it is lost.
+pub fn sack_highest(ack_psn: u32, sack: &SackBits) -> Option<u32> {
+    (0..SACK_BITS).rev().find(|&i| sack.get(i)).map(|i| ack_psn.wrapping_add(1 + i as u32))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeSet;
+
+    #[test]
+    fn in_order_and_gaps() {
+        let mut w = SackBitmap::new(10);
+        assert_eq!(w.record(10), RxOutcome::InOrder);
+        assert_eq!(w.record(12), RxOutcome::AfterGap);
+        assert_eq!(w.record(13), RxOutcome::AfterGap);
+        assert_eq!(w.ack_psn(), 11);
+        assert!(w.has_gap());
+        assert_eq!(w.record(12), RxOutcome::Duplicate);
+        assert_eq!(w.record(11), RxOutcome::InOrder);
+        assert_eq!(w.ack_psn(), 14);
+        assert!(!w.has_gap());
+        assert_eq!(w.record(9), RxOutcome::Duplicate);
+        assert_eq!(w.record(14 + 257), RxOutcome::OutOfWindow);
+        assert_eq!(w.record(14 + 256), RxOutcome::AfterGap);
+    }
+
+    #[test]
+    fn wire_bitmap_matches() {
+        let mut w = SackBitmap::new(u32::MAX - 2);
+        for psn in [u32::MAX, 0, 5, 200] {
+            w.record(psn);
+        }
+        let bits = w.to_wire();
+        for psn in [u32::MAX, 0, 5, 200] {
+            assert!(sack_contains(w.ack_psn(), &bits, psn));
+        }
+        assert!(!sack_contains(w.ack_psn(), &bits, 1));
+        assert_eq!(sack_highest(w.ack_psn(), &bits), Some(200));
+    }
+
+    proptest! {
+        /// Against a set model: any arrival order, any start near the wrap.
+        #[test]
+        fn matches_a_set_model(start in any::<u32>(), offsets in proptest::collection::vec(0u32..300, 0..400)) {
+            let mut w = SackBitmap::new(start);
+            let mut seen = BTreeSet::new();
+            for off in offsets {
+                let psn = start.wrapping_add(off);
+                let cum = seq::seq_diff(w.ack_psn(), start) as u32;
+                let outcome = w.record(psn);
+                if off >= cum + 257 {
+                    prop_assert_eq!(outcome, RxOutcome::OutOfWindow);
+                    continue;
+                }
+                let fresh = seen.insert(off);
+                prop_assert_eq!(outcome == RxOutcome::Duplicate, !fresh);
+                // cumulative point = first offset not seen
+                let expect = (0..).find(|o| !seen.contains(o)).unwrap();
+                prop_assert_eq!(w.ack_psn(), start.wrapping_add(expect));
+                let bits = w.to_wire();
+                for o in expect..expect + 300 {
+                    let psn = start.wrapping_add(o);
+                    prop_assert_eq!(sack_contains(w.ack_psn(), &bits, psn), seen.contains(&o) && o <= expect + 256);
+                    prop_assert_eq!(w.contains(psn), seen.contains(&o) && o <= expect + 256);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,533 @@
+//! Unit tests: round trips for every opcode and every error path.
+
+use crate::*;
+
+fn base() -> BaseRepr {
+    BaseRepr {
+        flags: Flags::ACK_REQUEST,
+        path_slot: 3,
+        path_gen: 1,
+        src_device_port: 4791,
+    }
+}
+
+fn data(op: OpHeader, msg_len: u32, offset: u32, payload_len: u32) -> DataRepr {
+    DataRepr {
+        base: base(),
+        psn: 17,
+        timestamp_ns: 0xdead_beef,
+        dst_qpn: 5,
+        msg_seq: 2,
+        solicited: false,
+        msg_len,
+        offset,
+        op,
+        payload_len,
+    }
+}
+
+/// One valid repr per opcode, with payload where the opcode allows it.
+fn every_opcode() -> Vec<DataRepr> {
+    let rkey = 0x0102_0304_0506_0708;
+    let remote_addr = 0x7f00_0000_1000;
+    vec![
+        data(OpHeader::Write { rkey, remote_addr }, 65536, 4096, 100),
+        data(
+            OpHeader::WriteImm {
+                rkey,
+                remote_addr,
+                recv_index: 9,
+                imm: 0xabcd,
+            },
+            100,
+            0,
+            100,
+        ),
+        data(OpHeader::Send { recv_index: 4 }, 10, 3, 7),
+        data(
+            OpHeader::SendImm {
+                recv_index: 4,
+                imm: 77,
+            },
+            0,
+            0,
+            0,
+        ),
+        data(OpHeader::ReadRequest { rkey, remote_addr }, 1 << 20, 0, 0),
+        data(OpHeader::ReadResponse, 300, 256, 44),
+        data(
+            OpHeader::FetchAdd {
+                rkey,
+                remote_addr,
+                add: 5,
+            },
+            8,
+            0,
+            0,
+        ),
+        data(
+            OpHeader::CmpSwap {
+                rkey,
+                remote_addr,
+                compare: 1,
+                swap: 2,
+            },
+            8,
+            0,
+            0,
+        ),
+        data(OpHeader::AtomicResponse { original: u64::MAX }, 8, 0, 0),
+    ]
+}
+
+fn payload_for(repr: &DataRepr) -> Vec<u8> {
+    (0..repr.payload_len).map(|i| i as u8 ^ 0x5a).collect()
+}
+
+fn emit(repr: &DataRepr) -> Vec<u8> {
+    let payload = payload_for(repr);
+    let mut buf = vec![0u8; repr.buffer_len()];
+    assert_eq!(emit_data(repr, &payload, &mut buf), buf.len());
+    buf
+}
+
+fn ack() -> AckRepr {
+    let mut repr = AckRepr::new(base());
+    repr.ack_psn = 1000;
+    repr.ts_echo = 42;
+    repr.ack_delay_ns = 800;
+    repr.rx_packets = 999;
+    repr.ce_packets = 3;
+    repr.rate_hint_mbps = 25_000;
+    repr.sack.set(0);
+    repr.sack.set(255);
+    assert!(repr.push_op_ack(OpAck {
+        qpn: 5,
+        msn: 10,
+        syndrome: Syndrome::Ack,
+        nak_msg_seq: 0,
+    }));
+    assert!(repr.push_op_ack(OpAck {
+        qpn: 6,
+        msn: 3,
+        syndrome: Syndrome::RnrNak,
+        nak_msg_seq: 3,
+    }));
+    repr
+}
+
+fn emit_ack_vec(repr: &AckRepr) -> Vec<u8> {
+    let mut buf = vec![0u8; repr.buffer_len()];
+    assert_eq!(emit_ack(repr, &mut buf), buf.len());
+    buf
+}
+
+/// Apply `edit` to a datagram and reseal it, so only the edit is wrong.
+fn edited(mut datagram: Vec<u8>, edit: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    edit(&mut datagram);
+    seal(&mut datagram);
+    datagram
+}
+
+#[test]
+fn every_opcode_round_trips() {
+    for repr in every_opcode() {
+        repr.validate().unwrap();
+        let buf = emit(&repr);
+        assert_eq!(buf.len(), DATA_HEADER_LEN + repr.op.len() + repr.payload_len as usize + 4);
+        match parse(&buf).unwrap() {
+            Packet::Data {
+                repr: parsed,
+                payload,
+            } => {
+                assert_eq!(parsed, repr);
+                assert_eq!(payload, payload_for(&repr).as_slice());
+            }
+            other => panic!("parsed as {other:?}"),
+        }
+        fuzz_check(&buf);
+    }
+}
+
+#[test]
+fn ext_lengths_match_spec() {
+    let lens: Vec<usize> = Opcode::ALL.iter().map(|op| op.ext_len()).collect();
+    assert_eq!(lens, [16, 24, 4, 8, 16, 0, 24, 32, 8]);
+    for (value, op) in Opcode::ALL.iter().enumerate() {
+        assert_eq!(*op as u8 as usize, value);
+        assert_eq!(Opcode::try_from(value as u8), Ok(*op));
+    }
+    for repr in every_opcode() {
+        assert_eq!(repr.op.opcode().ext_len(), repr.op.len());
+    }
+}
+
+#[test]
+fn data_layout_is_big_endian_at_spec_offsets() {
+    let repr = data(OpHeader::Send { recv_index: 0x0a0b_0c0d }, 0x1000, 0x20, 2);
+    let buf = emit(&repr);
+    assert_eq!(&buf[..8], &[1, 1, 0x01, 3, 0, 1, 0x12, 0xb7]);
+    assert_eq!(&buf[8..12], &17u32.to_be_bytes());
+    assert_eq!(&buf[12..16], &0xdead_beefu32.to_be_bytes());
+    assert_eq!(&buf[16..20], &5u32.to_be_bytes());
+    assert_eq!(&buf[20..24], &2u32.to_be_bytes());
+    assert_eq!(&buf[24..28], &[2, 0, 0, 0]);
+    assert_eq!(&buf[28..32], &0x1000u32.to_be_bytes());
+    assert_eq!(&buf[32..36], &0x20u32.to_be_bytes());
+    assert_eq!(&buf[36..40], &[0x0a, 0x0b, 0x0c, 0x0d]);
+    let crc = crc32c::crc32c(&buf[..buf.len() - 4]);
+    assert_eq!(&buf[buf.len() - 4..], &crc.to_be_bytes());
+}
+
+#[test]
+fn ack_round_trips() {
+    let repr = ack();
+    let buf = emit_ack_vec(&repr);
+    assert_eq!(buf.len(), ACK_FIXED_LEN + 2 * OP_ACK_LEN + ICRC_LEN);
+    assert_eq!(parse(&buf).unwrap(), Packet::Ack(repr.clone()));
+    fuzz_check(&buf);
+
+    let empty = AckRepr::new(base());
+    let buf = emit_ack_vec(&empty);
+    assert_eq!(buf.len(), 72);
+    assert_eq!(parse(&buf).unwrap(), Packet::Ack(empty));
+}
+
+#[test]
+fn ack_layout_is_at_spec_offsets() {
+    let buf = emit_ack_vec(&ack());
+    assert_eq!(buf[1], 2);
+    assert_eq!(&buf[8..12], &1000u32.to_be_bytes());
+    assert_eq!(&buf[28..32], &25_000u32.to_be_bytes());
+    assert_eq!(buf[32], 0x01); // sack bit 0
+    assert_eq!(buf[63], 0x80); // sack bit 255
+    assert_eq!(&buf[64..68], &[2, 0, 0, 0]);
+    // second entry: qpn 6, msn 3, RnrNak, nak_msg_seq 3
+    assert_eq!(
+        &buf[84..100],
+        &[0, 0, 0, 6, 0, 0, 0, 3, 1, 0, 0, 0, 0, 0, 0, 3]
+    );
+}
+
+#[test]
+fn full_ack_round_trips_and_push_stops() {
+    let mut repr = AckRepr::new(base());
+    for i in 0..MAX_OP_ACKS as u32 {
+        assert!(repr.push_op_ack(OpAck {
+            qpn: i,
+            msn: i * 2,
+            syndrome: Syndrome::RemOpErr,
+            nak_msg_seq: i * 2,
+        }));
+    }
+    assert!(!repr.push_op_ack(OpAck::ZERO));
+    assert_eq!(repr.op_acks().len(), MAX_OP_ACKS);
+    let buf = emit_ack_vec(&repr);
+    assert_eq!(buf.len(), ACK_FIXED_LEN + MAX_OP_ACKS * OP_ACK_LEN + ICRC_LEN);
+    assert_eq!(parse(&buf).unwrap(), Packet::Ack(repr));
+}
+
+#[test]
+fn truncated_at_every_length() {
+    let mut datagrams: Vec<Vec<u8>> = every_opcode().iter().map(emit).collect();
+    datagrams.push(emit_ack_vec(&ack()));
+    for full in &datagrams {
+        let header_len = match parse(full).unwrap() {
+            Packet::Data { repr, .. } => repr.header_len(),
+            Packet::Ack(repr) => repr.buffer_len() - ICRC_LEN,
+        };
+        for len in 0..full.len() {
+            let result = parse(&full[..len]);
+            if len < header_len + ICRC_LEN {
+                assert_eq!(result, Err(Error::Truncated), "len {len} of {}", full.len());
+            } else {
+                // A shorter payload is a shorter message segment: only the
+                // ICRC can tell that bytes went missing.
+                assert_eq!(result, Err(Error::BadChecksum), "len {len}");
+            }
+            // Resealed, a cut inside the headers is still reported as truncated.
+            if len > ICRC_LEN && len < header_len + ICRC_LEN {
+                let resealed = edited(full[..len].to_vec(), |_| {});
+                assert_eq!(parse(&resealed), Err(Error::Truncated), "resealed len {len}");
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_version() {
+    for version in [0u8, 2, 255] {
+        let buf = edited(emit(&every_opcode()[0]), |b| b[0] = version);
+        assert_eq!(parse(&buf), Err(Error::BadVersion(version)));
+    }
+    // The version is judged before any length.
+    assert_eq!(parse(&[2]), Err(Error::BadVersion(2)));
+    assert_eq!(parse(&[]), Err(Error::Truncated));
+    assert_eq!(parse(&[1]), Err(Error::Truncated));
+}
+
+#[test]
+fn bad_type() {
+    for packet_type in [0u8, 3, 0xff] {
+        let buf = edited(emit(&every_opcode()[0]), |b| b[1] = packet_type);
+        assert_eq!(parse(&buf), Err(Error::BadType(packet_type)));
+    }
+}
+
+#[test]
+fn bad_opcode() {
+    for opcode in [9u8, 0x80, 0xff] {
+        let buf = edited(emit(&every_opcode()[0]), |b| b[24] = opcode);
+        assert_eq!(parse(&buf), Err(Error::BadOpcode(opcode)));
+    }
+}
+
+#[test]
+fn every_flipped_bit_is_caught() {
+    let mut datagrams: Vec<Vec<u8>> = every_opcode().iter().map(emit).collect();
+    datagrams.push(emit_ack_vec(&ack()));
+    for buf in datagrams {
+        for bit in 0..buf.len() * 8 {
+            let mut bad = buf.clone();
+            bad[bit / 8] ^= 1 << (bit % 8);
+            // A flip may also break the version, type, opcode or length
+            // fields, which are checked before the ICRC; it must never pass.
+            assert!(parse(&bad).is_err(), "bit {bit} flip accepted");
+        }
+        // A flip in the payload or trailer is a checksum error specifically.
+        let mut bad = buf.clone();
+        let last = bad.len() - 1;
+        bad[last] ^= 0x10;
+        assert_eq!(parse(&bad), Err(Error::BadChecksum));
+        let mut bad = buf.clone();
+        bad[8] ^= 0x01;
+        assert_eq!(parse(&bad), Err(Error::BadChecksum));
+    }
+}
+
+#[test]
+fn payload_on_payloadless_opcodes_is_malformed() {
+    for repr in every_opcode() {
+        if repr.opcode().allows_payload() {
+            continue;
+        }
+        let mut with_payload = repr;
+        with_payload.payload_len = 1;
+        with_payload.msg_len = repr.msg_len.max(1);
+        assert_eq!(with_payload.validate(), Err(Error::Malformed("payload_len")));
+        let buf = emit(&with_payload);
+        assert_eq!(parse(&buf), Err(Error::Malformed("payload_len")), "{repr}");
+    }
+}
+
+#[test]
+fn payload_beyond_message_is_malformed() {
+    let write = every_opcode()[0];
+    // offset + len = msg_len + 1
+    let mut repr = write;
+    repr.msg_len = 100;
+    repr.offset = 1;
+    repr.payload_len = 100;
+    assert_eq!(parse(&emit(&repr)), Err(Error::Malformed("offset")));
+    // offset + len overflows u32: must not wrap around to a small number
+    repr.msg_len = u32::MAX;
+    repr.offset = u32::MAX;
+    repr.payload_len = 2;
+    assert_eq!(parse(&emit(&repr)), Err(Error::Malformed("offset")));
+    // exactly at the end is fine
+    repr.msg_len = 100;
+    repr.offset = 0;
+    repr.payload_len = 100;
+    assert!(parse(&emit(&repr)).is_ok());
+    // ReadRequest: offset beyond the bytes to read
+    let mut read = every_opcode()[4];
+    read.msg_len = 10;
+    read.offset = 11;
+    assert_eq!(parse(&emit(&read)), Err(Error::Malformed("offset")));
+}
+
+#[test]
+fn atomics_must_cover_one_word() {
+    for repr in every_opcode() {
+        let opcode = repr.opcode();
+        if !(opcode.is_atomic_request() || opcode == Opcode::AtomicResponse) {
+            continue;
+        }
+        let mut bad = repr;
+        bad.msg_len = 16;
+        assert_eq!(parse(&emit(&bad)), Err(Error::Malformed("msg_len")));
+        let mut bad = repr;
+        bad.offset = 8;
+        assert_eq!(parse(&emit(&bad)), Err(Error::Malformed("offset")));
+    }
+}
+
+#[test]
+fn too_many_op_acks() {
+    let buf = emit_ack_vec(&AckRepr::new(base()));
+    for count in [17u8, 200, 255] {
+        let mut bad = buf.clone();
+        bad[64] = count;
+        bad.resize(ACK_FIXED_LEN + usize::from(count) * OP_ACK_LEN + ICRC_LEN, 0);
+        seal(&mut bad);
+        assert_eq!(parse(&bad), Err(Error::Malformed("op_ack_count")));
+    }
+}
+
+#[test]
+fn wrong_ack_length() {
+    let buf = emit_ack_vec(&ack());
+    // One entry too few: truncated.
+    let short = edited(buf.clone(), |b| b[64] = 3);
+    assert_eq!(parse(&short), Err(Error::Truncated));
+    // One entry too many, or a stray byte: malformed.
+    let long = edited(buf.clone(), |b| b[64] = 1);
+    assert_eq!(parse(&long), Err(Error::Malformed("ack length")));
+    let stray = edited(buf, |b| b.push(0));
+    assert_eq!(parse(&stray), Err(Error::Malformed("ack length")));
+}
+
+#[test]
+fn unknown_syndrome_is_malformed() {
+    let buf = edited(emit_ack_vec(&ack()), |b| b[68 + 8] = 5);
+    assert_eq!(parse(&buf), Err(Error::Malformed("syndrome")));
+}
+
+#[test]
+fn reserved_bits_are_ignored_on_parse_and_zero_on_emit() {
+    let repr = every_opcode()[2];
+    let buf = edited(emit(&repr), |b| {
+        b[2] |= 0xf0; // reserved flags
+        b[25] |= 0xfe; // reserved op_flags
+        b[26] = 0xff; // reserved
+        b[27] = 0xff;
+    });
+    let Packet::Data { repr: parsed, .. } = parse(&buf).unwrap() else {
+        panic!("not data");
+    };
+    assert_eq!(parsed, repr);
+    assert_eq!(emit(&parsed), emit(&repr));
+
+    let mut noisy = repr;
+    noisy.base.flags = Flags(0xff);
+    let out = emit(&noisy);
+    assert_eq!(out[2], Flags::KNOWN.0);
+
+    let ack_buf = edited(emit_ack_vec(&ack()), |b| {
+        b[65] = 0xff;
+        b[67] = 0x01;
+        b[68 + 9] = 0xee; // entry reserved
+    });
+    assert_eq!(parse(&ack_buf).unwrap(), Packet::Ack(ack()));
+}
+
+#[test]
+fn solicited_and_flags() {
+    let mut repr = every_opcode()[3];
+    repr.solicited = true;
+    repr.base.flags = Flags::ACK_REQUEST | Flags::RETRANSMIT;
+    let buf = emit(&repr);
+    assert_eq!(buf[25], 1);
+    assert_eq!(buf[2], 3);
+    assert_eq!(parse(&buf).unwrap(), Packet::Data { repr, payload: &[] });
+    let mut flags = Flags::empty();
+    assert!(!flags.contains(Flags::RETRANSMIT));
+    flags |= Flags::RETRANSMIT;
+    assert!(flags.contains(Flags::RETRANSMIT) && !flags.contains(Flags::ACK_REQUEST));
+    flags.remove(Flags::RETRANSMIT);
+    assert_eq!(flags, Flags::default());
+}
+
+#[test]
+fn sack_bits() {
+    let mut sack = SackBits::new();
+    assert!(sack.is_empty());
+    for i in [0, 7, 8, 100, 255] {
+        sack.set(i);
+    }
+    sack.set(256); // ignored
+    assert!(!sack.get(256));
+    assert!(sack.get(100) && !sack.get(101));
+    assert_eq!(sack.count(), 5);
+    assert_eq!(sack.iter_set().collect::<Vec<_>>(), [0, 7, 8, 100, 255]);
+    assert_eq!(sack.0[0], 0x81);
+    assert_eq!(sack.0[1], 0x01);
+    sack.clear(7);
+    assert_eq!(sack.iter_set().collect::<Vec<_>>(), [0, 8, 100, 255]);
+    sack.clear_all();
+    assert!(sack.is_empty());
+    assert_eq!(sack.iter_set().next(), None);
+}
+
+#[test]
+fn views_do_not_panic_after_new_checked() {
+    let buf = emit(&every_opcode()[1]);
+    let packet = DataPacket::new_checked(&buf[..]).unwrap();
+    assert_eq!(packet.opcode(), Ok(Opcode::WriteImm));
+    assert_eq!(packet.ext().len(), 24);
+    assert_eq!(packet.payload().len(), 100);
+    assert!(packet.verify_icrc());
+    assert_eq!(packet.base().path_slot(), 3);
+
+    let ack_buf = emit_ack_vec(&ack());
+    let packet = AckPacket::new_checked(&ack_buf[..]).unwrap();
+    assert_eq!(packet.op_ack(1).unwrap().unwrap().syndrome, Syndrome::RnrNak);
+    assert!(packet.op_ack(2).is_none());
+    assert!(packet.op_ack(usize::MAX / 2).is_none());
+    assert!(packet.verify_icrc());
+}
+
+#[test]
+fn op_ack_count_beyond_max_is_capped_in_repr() {
+    let mut repr = ack();
+    repr.op_ack_count = 200;
+    assert_eq!(repr.op_acks().len(), MAX_OP_ACKS);
+    let buf = emit_ack_vec(&repr);
+    assert_eq!(buf[64], MAX_OP_ACKS as u8);
+    assert!(parse(&buf).is_ok());
+}
+
+#[test]
+fn display_is_one_tcpdump_like_line() {
+    let mut repr = every_opcode()[0];
+    repr.payload_len = 4096;
+    repr.base.flags = Flags::empty();
+    let buf = emit(&repr);
+    let line = parse(&buf).unwrap().to_string();
+    assert!(
+        line.starts_with("DATA slot=3 gen=1 psn=17 qpn=5 msg=2 WRITE off=4096/65536 len=4096"),
+        "{line}"
+    );
+    assert!(!line.contains('\n'));
+    let line = parse(&emit_ack_vec(&ack())).unwrap().to_string();
+    assert!(line.starts_with("ACK slot=3 gen=1 ack_psn=1000 sack=2"), "{line}");
+    assert!(line.contains("qpn=6 msn=3 RNR_NAK(3)"), "{line}");
+    assert!(line.contains("flags=AR"), "{line}");
+}
+
+#[test]
+fn error_messages_are_lowercase() {
+    let errors = [
+        Error::Truncated,
+        Error::BadVersion(2),
+        Error::BadType(9),
+        Error::BadOpcode(9),
+        Error::BadChecksum,
+        Error::Malformed("msg_len"),
+    ];
+    for error in errors {
+        let text = error.to_string();
+        assert_eq!(text, text.to_lowercase());
+    }
+    assert_eq!(Error::Malformed("msg_len").to_string(), "malformed msg_len");
+}
+
+#[test]
+fn icrc_is_standard_crc32c() {
+    // The CRC-32C (Castagnoli) check value from the CRC catalogue; pins the
+    // exact variant (reflected, init and final xor 0xffffffff).
+    assert_eq!(icrc(b"123456789"), 0xe306_9283);
+    let mut datagram = *b"123456789\0\0\0\0";
+    seal(&mut datagram);
+    assert_eq!(&datagram[9..], &[0xe3, 0x06, 0x92, 0x83]);
+}
