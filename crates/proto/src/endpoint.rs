@@ -343,6 +343,13 @@ impl Endpoint {
         Ok(())
     }
 
+    /// Set the remote operations a QP accepts (ibverbs `qp_access_flags`).
+    pub fn set_qp_remote_access(&mut self, qp: QpHandle, access: AccessFlags) -> Result<(), QpError> {
+        let q = self.qp_mut(qp).ok_or(QpError::UnknownQp(qp.qpn()))?;
+        q.remote_access = access;
+        Ok(())
+    }
+
     /// Move a QP to the error state (ibverbs modify to ERR): everything
     /// outstanding completes with `WrFlushErr`.
     pub fn set_qp_error(&mut self, qp: QpHandle) -> Result<(), QpError> {

@@ -1,1 +1,510 @@
-//! placeholder
+//! The MetaRoCE verbs API: what an ibverbs user expects, over the sans-IO core.
+//!
+//! The object model and the vocabulary are ibverbs': a [`Context`] (an open
+//! device) gives protection domains, memory regions with lkey/rkey and access
+//! flags, completion queues polled into a slice of [`WorkCompletion`]s, and
+//! RC queue pairs that walk RESET → INIT → RTR → RTS (→ ERR) through
+//! [`Context::modify_qp`] with the attribute checks of `ibv_modify_qp`.
+//!
+//! Like the core, a `Context` is sans-IO: whoever owns it (the UDP datapath's
+//! progress engine, the simulator, the test harness) feeds it datagrams and
+//! time with [`Context::handle_datagram`] / [`Context::handle_timeout`] and
+//! drains [`Context::poll_transmit`]. Completions are routed to the QP's send
+//! or receive CQ as they happen.
+//!
+//! Differences from ibverbs, all deliberate:
+//! - keys are 64 bits (`lkey`, `rkey`), random, so a peer cannot guess them;
+//! - a region's bytes are owned by the context ([`Context::mr_bytes`]); the
+//!   application reads and writes them there (no raw pointers);
+//! - the transport retry budget (`retry_cnt`, `timeout`) belongs to the
+//!   connection to a peer, which all QPs toward that peer share; per-QP values
+//!   are range-checked like ibverbs' but the endpoint config decides;
+//! - a QP that reached ERR cannot be reset; create a new one.
+#![forbid(unsafe_code)]
+
+use metaroce_proto::endpoint::Transmit;
+use metaroce_proto::{Completion, Ecn, Endpoint, EndpointConfig, MrHandle, QpCaps, QpHandle, QpRunState, WorkQueue};
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+
+pub use metaroce_proto::{
+    AccessFlags, ConfigError, EndpointStats, MemoryError, RecvWr, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
+    WrOp,
+};
+
+/// A verbs call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VerbsError {
+    /// The device config is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A memory registration or key failed.
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
+    /// A post was refused.
+    #[error(transparent)]
+    Post(#[from] metaroce_proto::PostError),
+    /// A QP operation failed in the core.
+    #[error(transparent)]
+    Qp(#[from] metaroce_proto::QpError),
+    /// No such object (CQ, QP, PD).
+    #[error("unknown {0}")]
+    Unknown(&'static str),
+    /// `modify_qp` asked for a transition ibverbs does not allow.
+    #[error("invalid QP transition {from:?} -> {to:?}")]
+    InvalidTransition {
+        /// Current state.
+        from: QpState,
+        /// Requested state.
+        to: QpState,
+    },
+    /// A required attribute for the transition is missing.
+    #[error("modify_qp to {to:?} needs attribute {attr}")]
+    MissingAttribute {
+        /// Requested state.
+        to: QpState,
+        /// The missing attribute.
+        attr: &'static str,
+    },
+    /// An attribute is out of range.
+    #[error("attribute {attr} out of range: {reason}")]
+    BadAttribute {
+        /// The attribute.
+        attr: &'static str,
+        /// Why.
+        reason: &'static str,
+    },
+    /// The QP is not in a state that allows this call.
+    #[error("QP {qpn:#x} is in state {state:?}")]
+    WrongState {
+        /// The QP.
+        qpn: u32,
+        /// Its state.
+        state: QpState,
+    },
+    /// The CQ overflowed: completions were lost and the CQ is unusable
+    /// (ibverbs raises `IBV_EVENT_CQ_ERR`).
+    #[error("completion queue overrun")]
+    CqOverrun,
+}
+
+/// A protection domain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ProtectionDomain(u32);
+
+/// A registered memory region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryRegion {
+    handle: MrHandle,
+    /// Local key for SGEs.
+    pub lkey: u64,
+    /// Remote key to give to peers.
+    pub rkey: u64,
+    /// First address.
+    pub addr: u64,
+    /// Length in bytes.
+    pub length: u64,
+    /// Access rights.
+    pub access: AccessFlags,
+}
+
+impl MemoryRegion {
+    /// An SGE covering `len` bytes at `offset` into the region.
+    pub fn sge(&self, offset: u64, len: u32) -> Sge {
+        Sge { addr: self.addr + offset, length: len, lkey: self.lkey }
+    }
+}
+
+/// A completion queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CompletionQueue(u32);
+
+/// A queue pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct QueuePair(QpHandle);
+
+impl QueuePair {
+    /// The QP number to give to the peer.
+    pub fn qp_num(&self) -> u32 {
+        self.0.qpn()
+    }
+}
+
+/// ibverbs QP states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QpState {
+    /// Just created.
+    Reset,
+    /// Initialised: receives may be posted.
+    Init,
+    /// Ready to receive.
+    Rtr,
+    /// Ready to send.
+    Rts,
+    /// Send queue drained (not used by MetaRoCE; accepted as a query result only).
+    Sqd,
+    /// Send queue error (UC/UD only).
+    Sqe,
+    /// Error: everything flushes.
+    Err,
+}
+
+/// QP types. MetaRoCE implements reliable connected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum QpType {
+    /// Reliable connected.
+    #[default]
+    Rc,
+}
+
+/// `ibv_qp_init_attr`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpInitAttr {
+    /// CQ for send completions.
+    pub send_cq: CompletionQueue,
+    /// CQ for receive completions.
+    pub recv_cq: CompletionQueue,
+    /// Queue sizes.
+    pub cap: QpCaps,
+    /// Transport type.
+    pub qp_type: QpType,
+    /// Every send request is signaled.
+    pub sq_sig_all: bool,
+}
+
+/// `ibv_qp_attr`: set what the transition needs, leave the rest `None`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QpAttr {
+    /// Target state (required).
+    pub qp_state: Option<QpState>,
+    /// INIT: remote operations the QP accepts.
+    pub qp_access_flags: Option<AccessFlags>,
+    /// INIT: port number (1).
+    pub port_num: Option<u8>,
+    /// RTR: the peer device's address (IP and MetaRoCE device port).
+    pub dest_addr: Option<SocketAddr>,
+    /// RTR: the peer's QP number.
+    pub dest_qp_num: Option<u32>,
+    /// RTR: path MTU in bytes (must not exceed the device's).
+    pub path_mtu: Option<u32>,
+    /// RTS: ACK timeout exponent (4.096 us x 2^timeout), 0..=31.
+    pub timeout: Option<u8>,
+    /// RTS: transport retries, 0..=7.
+    pub retry_cnt: Option<u8>,
+    /// RTS: RNR retries, 0..=7 (7 = infinite).
+    pub rnr_retry: Option<u8>,
+}
+
+#[derive(Debug)]
+struct CqState {
+    ring: VecDeque<WorkCompletion>,
+    capacity: usize,
+    overrun: bool,
+}
+
+#[derive(Debug)]
+struct QpMeta {
+    pd: ProtectionDomain,
+    init: QpInitAttr,
+    state: QpState,
+}
+
+/// An open MetaRoCE device.
+#[derive(Debug)]
+pub struct Context {
+    endpoint: Endpoint,
+    cqs: Vec<CqState>,
+    qps: HashMap<QpHandle, QpMeta>,
+    pds: Vec<ProtectionDomain>,
+}
+
+/// Largest CQ.
+pub const MAX_CQE: usize = 1 << 22;
+
+impl Context {
+    /// Open a device with this configuration.
+    pub fn open(config: EndpointConfig) -> Result<Self, VerbsError> {
+        Ok(Self { endpoint: Endpoint::new(config)?, cqs: Vec::new(), qps: HashMap::new(), pds: Vec::new() })
+    }
+
+    /// The protocol endpoint underneath (stats, configuration).
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &EndpointStats {
+        self.endpoint.stats()
+    }
+
+    /// The device's address as peers must name it: its IP and device port.
+    pub fn device_port(&self) -> u16 {
+        self.endpoint.config().device_port
+    }
+
+    // --------------------------------------------------------------- objects
+
+    /// `ibv_alloc_pd`.
+    pub fn alloc_pd(&mut self) -> ProtectionDomain {
+        let pd = ProtectionDomain(self.endpoint.alloc_pd());
+        self.pds.push(pd);
+        pd
+    }
+
+    /// `ibv_reg_mr`: a zeroed region of `length` bytes.
+    pub fn reg_mr(&mut self, pd: ProtectionDomain, length: u64, access: AccessFlags) -> Result<MemoryRegion, VerbsError> {
+        self.check_pd(pd)?;
+        Ok(Self::region(self.endpoint.register_memory(pd.0, length, access)?))
+    }
+
+    /// A region with a length and no bytes (for the simulator).
+    pub fn reg_virtual_mr(
+        &mut self,
+        pd: ProtectionDomain,
+        length: u64,
+        access: AccessFlags,
+    ) -> Result<MemoryRegion, VerbsError> {
+        self.check_pd(pd)?;
+        Ok(Self::region(self.endpoint.register_virtual_memory(pd.0, length, access)?))
+    }
+
+    fn region(info: metaroce_proto::MrInfo) -> MemoryRegion {
+        MemoryRegion {
+            handle: info.handle,
+            lkey: info.lkey,
+            rkey: info.rkey,
+            addr: info.addr,
+            length: info.length,
+            access: info.access,
+        }
+    }
+
+    fn check_pd(&self, pd: ProtectionDomain) -> Result<(), VerbsError> {
+        if self.pds.contains(&pd) { Ok(()) } else { Err(VerbsError::Unknown("protection domain")) }
+    }
+
+    /// `ibv_dereg_mr`.
+    pub fn dereg_mr(&mut self, mr: MemoryRegion) -> Result<(), VerbsError> {
+        Ok(self.endpoint.deregister_memory(mr.handle)?)
+    }
+
+    /// The region's bytes.
+    pub fn mr_bytes(&self, mr: &MemoryRegion) -> &[u8] {
+        self.endpoint.memory(mr.handle).unwrap_or(&[])
+    }
+
+    /// The region's bytes, writable (fill a source buffer before posting).
+    pub fn mr_bytes_mut(&mut self, mr: &MemoryRegion) -> &mut [u8] {
+        self.endpoint.memory_mut(mr.handle).unwrap_or(&mut [])
+    }
+
+    /// `ibv_create_cq` with room for `cqe` completions.
+    pub fn create_cq(&mut self, cqe: usize) -> Result<CompletionQueue, VerbsError> {
+        if cqe == 0 || cqe > MAX_CQE {
+            return Err(VerbsError::BadAttribute { attr: "cqe", reason: "must be 1..=2^22" });
+        }
+        self.cqs.push(CqState { ring: VecDeque::with_capacity(cqe.min(4096)), capacity: cqe, overrun: false });
+        Ok(CompletionQueue(self.cqs.len() as u32 - 1))
+    }
+
+    /// `ibv_poll_cq`: move up to `wc.len()` completions into `wc`, oldest
+    /// first; returns how many.
+    pub fn poll_cq(&mut self, cq: CompletionQueue, wc: &mut [WorkCompletion]) -> Result<usize, VerbsError> {
+        self.dispatch_completions();
+        let state = self.cqs.get_mut(cq.0 as usize).ok_or(VerbsError::Unknown("completion queue"))?;
+        if state.overrun {
+            return Err(VerbsError::CqOverrun);
+        }
+        let n = wc.len().min(state.ring.len());
+        for (slot, c) in wc.iter_mut().zip(state.ring.drain(..n)) {
+            *slot = c;
+        }
+        Ok(n)
+    }
+
+    /// `ibv_create_qp` (RC).
+    pub fn create_qp(&mut self, pd: ProtectionDomain, init: &QpInitAttr) -> Result<QueuePair, VerbsError> {
+        self.check_pd(pd)?;
+        for cq in [init.send_cq, init.recv_cq] {
+            if cq.0 as usize >= self.cqs.len() {
+                return Err(VerbsError::Unknown("completion queue"));
+            }
+        }
+        let handle = self.endpoint.create_qp(pd.0, init.cap, AccessFlags::NONE)?;
+        self.qps.insert(handle, QpMeta { pd, init: *init, state: QpState::Reset });
+        Ok(QueuePair(handle))
+    }
+
+    /// `ibv_destroy_qp`.
+    pub fn destroy_qp(&mut self, qp: QueuePair) -> Result<(), VerbsError> {
+        self.qps.remove(&qp.0).ok_or(VerbsError::Unknown("queue pair"))?;
+        self.endpoint.destroy_qp(qp.0)?;
+        Ok(())
+    }
+
+    /// `ibv_query_qp`'s state: the core may have moved a QP to ERR on its own
+    /// (a failed operation, an unreachable peer).
+    pub fn qp_state(&self, qp: QueuePair) -> Option<QpState> {
+        let meta = self.qps.get(&qp.0)?;
+        match self.endpoint.qp_state(qp.0)? {
+            QpRunState::Error => Some(QpState::Err),
+            _ => Some(meta.state),
+        }
+    }
+
+    /// `ibv_modify_qp`: one transition, all-or-nothing, with the attributes
+    /// ibverbs requires for it.
+    pub fn modify_qp(&mut self, qp: QueuePair, attr: &QpAttr) -> Result<(), VerbsError> {
+        let from = self.qp_state(qp).ok_or(VerbsError::Unknown("queue pair"))?;
+        let to = attr.qp_state.ok_or(VerbsError::MissingAttribute { to: from, attr: "qp_state" })?;
+        let missing = |attr| VerbsError::MissingAttribute { to, attr };
+        match (from, to) {
+            (_, QpState::Err) => {
+                self.endpoint.set_qp_error(qp.0)?;
+            }
+            (QpState::Reset, QpState::Init) => {
+                let access = attr.qp_access_flags.ok_or(missing("qp_access_flags"))?;
+                check_qp_access(access)?;
+                if attr.port_num.ok_or(missing("port_num"))? != 1 {
+                    return Err(VerbsError::BadAttribute { attr: "port_num", reason: "the device has port 1 only" });
+                }
+                self.endpoint.set_qp_remote_access(qp.0, access)?;
+            }
+            (QpState::Init, QpState::Init) => {
+                if let Some(access) = attr.qp_access_flags {
+                    check_qp_access(access)?;
+                    self.endpoint.set_qp_remote_access(qp.0, access)?;
+                }
+            }
+            (QpState::Init, QpState::Rtr) => {
+                let dest = attr.dest_addr.ok_or(missing("dest_addr"))?;
+                let dest_qpn = attr.dest_qp_num.ok_or(missing("dest_qp_num"))?;
+                let mtu = attr.path_mtu.ok_or(missing("path_mtu"))?;
+                if mtu == 0 || mtu > self.endpoint.config().mtu_payload_bytes {
+                    return Err(VerbsError::BadAttribute { attr: "path_mtu", reason: "0 or above the device MTU" });
+                }
+                self.endpoint.connect_qp(qp.0, dest, dest_qpn)?;
+            }
+            (QpState::Rtr, QpState::Rts) => {
+                let timeout = attr.timeout.ok_or(missing("timeout"))?;
+                let retry = attr.retry_cnt.ok_or(missing("retry_cnt"))?;
+                let rnr = attr.rnr_retry.ok_or(missing("rnr_retry"))?;
+                if timeout > 31 || retry > 7 || rnr > 7 {
+                    return Err(VerbsError::BadAttribute {
+                        attr: "timeout/retry_cnt/rnr_retry",
+                        reason: "timeout 0..=31, retry_cnt and rnr_retry 0..=7",
+                    });
+                }
+            }
+            (QpState::Rts, QpState::Rts) => {}
+            (from, to) => return Err(VerbsError::InvalidTransition { from, to }),
+        }
+        self.qps.get_mut(&qp.0).expect("looked up above").state = to;
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------ posting
+
+    /// `ibv_post_send`: posts in order and stops at the first request it
+    /// refuses, returning its index (ibverbs' `bad_wr`) with the reason.
+    pub fn post_send(&mut self, now_ns: u64, qp: QueuePair, wrs: &[SendWr]) -> Result<(), (usize, VerbsError)> {
+        let state = self.qp_state(qp).ok_or((0, VerbsError::Unknown("queue pair")))?;
+        let meta = self.qps.get(&qp.0).ok_or((0, VerbsError::Unknown("queue pair")))?;
+        if !matches!(state, QpState::Rts | QpState::Err) {
+            return Err((0, VerbsError::WrongState { qpn: qp.qp_num(), state }));
+        }
+        let sig_all = meta.init.sq_sig_all;
+        for (i, wr) in wrs.iter().enumerate() {
+            let mut wr = wr.clone();
+            wr.signaled |= sig_all;
+            self.endpoint.post_send(now_ns, qp.0, wr).map_err(|e| (i, e.into()))?;
+        }
+        self.dispatch_completions();
+        Ok(())
+    }
+
+    /// `ibv_post_recv`: allowed from INIT on (ibverbs refuses it in RESET).
+    pub fn post_recv(&mut self, qp: QueuePair, wrs: &[RecvWr]) -> Result<(), (usize, VerbsError)> {
+        let state = self.qp_state(qp).ok_or((0, VerbsError::Unknown("queue pair")))?;
+        if state == QpState::Reset {
+            return Err((0, VerbsError::WrongState { qpn: qp.qp_num(), state }));
+        }
+        for (i, wr) in wrs.iter().enumerate() {
+            self.endpoint.post_recv(qp.0, wr.clone()).map_err(|e| (i, e.into()))?;
+        }
+        self.dispatch_completions();
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------ driving
+
+    /// Feed a received datagram (see [`Endpoint::handle_datagram`]).
+    pub fn handle_datagram(&mut self, now_ns: u64, src: SocketAddr, ecn: Ecn, data: &[u8]) {
+        self.endpoint.handle_datagram(now_ns, src, ecn, data);
+        self.dispatch_completions();
+    }
+
+    /// Next datagram to send (see [`Endpoint::poll_transmit`]).
+    pub fn poll_transmit(&mut self, now_ns: u64, buf: &mut [u8]) -> Option<Transmit> {
+        self.endpoint.poll_transmit(now_ns, buf)
+    }
+
+    /// Next deadline.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        self.endpoint.poll_timeout()
+    }
+
+    /// Fire due timers.
+    pub fn handle_timeout(&mut self, now_ns: u64) {
+        self.endpoint.handle_timeout(now_ns);
+        self.dispatch_completions();
+    }
+
+    /// The buffer size `poll_transmit` needs.
+    pub fn max_datagram_len(&self) -> usize {
+        self.endpoint.max_datagram_len()
+    }
+
+    fn dispatch_completions(&mut self) {
+        while let Some(Completion { qp, queue, wc }) = self.endpoint.poll_completion() {
+            let Some(meta) = self.qps.get(&qp) else { continue };
+            let cq = match queue {
+                WorkQueue::Send => meta.init.send_cq,
+                WorkQueue::Recv => meta.init.recv_cq,
+            };
+            let state = &mut self.cqs[cq.0 as usize];
+            if state.ring.len() >= state.capacity {
+                state.overrun = true;
+            } else {
+                state.ring.push_back(wc);
+            }
+        }
+    }
+
+    /// The PD a QP was created in.
+    pub fn qp_pd(&self, qp: QueuePair) -> Option<ProtectionDomain> {
+        self.qps.get(&qp.0).map(|m| m.pd)
+    }
+
+    /// Bytes held by the connection toward `peer`.
+    pub fn connection_memory_bytes(&self, peer: SocketAddr) -> Option<usize> {
+        self.endpoint.connection_memory_bytes(peer)
+    }
+
+    /// Bytes held by a QP in the core.
+    pub fn qp_memory_bytes(&self, qp: QueuePair) -> Option<usize> {
+        self.endpoint.qp_memory_bytes(qp.0)
+    }
+}
+
+/// A QP's access flags may only name remote operations.
+fn check_qp_access(access: AccessFlags) -> Result<(), VerbsError> {
+    let remote = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
+    if access.0 & !remote.0 != 0 {
+        return Err(VerbsError::BadAttribute { attr: "qp_access_flags", reason: "only REMOTE_* flags apply to a QP" });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

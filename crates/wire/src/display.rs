@@ -99,7 +99,11 @@ impl fmt::Display for DataRepr {
             f.write_str(" solicited")?;
         }
         fmt_flags(&self.base, f)?;
-        write!(f, " ts={} port={}", self.timestamp_ns, self.base.src_device_port)
+        write!(
+            f,
+            " ts={} port={}",
+            self.timestamp_ns, self.base.src_device_port
+        )
     }
 }
 

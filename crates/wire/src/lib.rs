@@ -17,6 +17,30 @@
 //! Most users only need [`parse`], [`emit_data`] and [`emit_ack`]. Nothing in
 //! this crate allocates while parsing or emitting.
 //!
+//! ```
+//! use metaroce_wire::{BaseRepr, DataRepr, Flags, OpHeader, Packet, emit_data, parse};
+//!
+//! let repr = DataRepr {
+//!     base: BaseRepr { flags: Flags::ACK_REQUEST, path_slot: 3, path_gen: 1, src_device_port: 4791 },
+//!     psn: 17,
+//!     timestamp_ns: 123,
+//!     dst_qpn: 5,
+//!     msg_seq: 2,
+//!     solicited: false,
+//!     msg_len: 8192,
+//!     offset: 4096,
+//!     op: OpHeader::Write { rkey: 0x42, remote_addr: 0x1000 },
+//!     payload_len: 4,
+//! };
+//! let mut buf = [0u8; 1500];
+//! let len = emit_data(&repr, b"data", &mut buf);
+//! assert_eq!(len, repr.buffer_len());
+//! let packet = parse(&buf[..len])?;
+//! assert_eq!(packet, Packet::Data { repr, payload: b"data" });
+//! assert!(packet.to_string().starts_with("DATA slot=3 gen=1 psn=17 qpn=5 msg=2 WRITE off=4096/8192 len=4"));
+//! # Ok::<(), metaroce_wire::Error>(())
+//! ```
+//!
 //! The normative description of the format lives in `docs/spec/wire.md`;
 //! test vectors live in `docs/spec/vectors/`.
 

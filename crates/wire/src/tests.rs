@@ -134,7 +134,10 @@ fn every_opcode_round_trips() {
     for repr in every_opcode() {
         repr.validate().unwrap();
         let buf = emit(&repr);
-        assert_eq!(buf.len(), DATA_HEADER_LEN + repr.op.len() + repr.payload_len as usize + 4);
+        assert_eq!(
+            buf.len(),
+            DATA_HEADER_LEN + repr.op.len() + repr.payload_len as usize + 4
+        );
         match parse(&buf).unwrap() {
             Packet::Data {
                 repr: parsed,
@@ -164,7 +167,14 @@ fn ext_lengths_match_spec() {
 
 #[test]
 fn data_layout_is_big_endian_at_spec_offsets() {
-    let repr = data(OpHeader::Send { recv_index: 0x0a0b_0c0d }, 0x1000, 0x20, 2);
+    let repr = data(
+        OpHeader::Send {
+            recv_index: 0x0a0b_0c0d,
+        },
+        0x1000,
+        0x20,
+        2,
+    );
     let buf = emit(&repr);
     assert_eq!(&buf[..8], &[1, 1, 0x01, 3, 0, 1, 0x12, 0xb7]);
     assert_eq!(&buf[8..12], &17u32.to_be_bytes());
@@ -223,7 +233,10 @@ fn full_ack_round_trips_and_push_stops() {
     assert!(!repr.push_op_ack(OpAck::ZERO));
     assert_eq!(repr.op_acks().len(), MAX_OP_ACKS);
     let buf = emit_ack_vec(&repr);
-    assert_eq!(buf.len(), ACK_FIXED_LEN + MAX_OP_ACKS * OP_ACK_LEN + ICRC_LEN);
+    assert_eq!(
+        buf.len(),
+        ACK_FIXED_LEN + MAX_OP_ACKS * OP_ACK_LEN + ICRC_LEN
+    );
     assert_eq!(parse(&buf).unwrap(), Packet::Ack(repr));
 }
 
@@ -248,7 +261,11 @@ fn truncated_at_every_length() {
             // Resealed, a cut inside the headers is still reported as truncated.
             if len > ICRC_LEN && len < header_len + ICRC_LEN {
                 let resealed = edited(full[..len].to_vec(), |_| {});
-                assert_eq!(parse(&resealed), Err(Error::Truncated), "resealed len {len}");
+                assert_eq!(
+                    parse(&resealed),
+                    Err(Error::Truncated),
+                    "resealed len {len}"
+                );
             }
         }
     }
@@ -314,7 +331,10 @@ fn payload_on_payloadless_opcodes_is_malformed() {
         let mut with_payload = repr;
         with_payload.payload_len = 1;
         with_payload.msg_len = repr.msg_len.max(1);
-        assert_eq!(with_payload.validate(), Err(Error::Malformed("payload_len")));
+        assert_eq!(
+            with_payload.validate(),
+            Err(Error::Malformed("payload_len"))
+        );
         let buf = emit(&with_payload);
         assert_eq!(parse(&buf), Err(Error::Malformed("payload_len")), "{repr}");
     }
@@ -368,7 +388,10 @@ fn too_many_op_acks() {
     for count in [17u8, 200, 255] {
         let mut bad = buf.clone();
         bad[64] = count;
-        bad.resize(ACK_FIXED_LEN + usize::from(count) * OP_ACK_LEN + ICRC_LEN, 0);
+        bad.resize(
+            ACK_FIXED_LEN + usize::from(count) * OP_ACK_LEN + ICRC_LEN,
+            0,
+        );
         seal(&mut bad);
         assert_eq!(parse(&bad), Err(Error::Malformed("op_ack_count")));
     }
@@ -471,7 +494,10 @@ fn views_do_not_panic_after_new_checked() {
 
     let ack_buf = emit_ack_vec(&ack());
     let packet = AckPacket::new_checked(&ack_buf[..]).unwrap();
-    assert_eq!(packet.op_ack(1).unwrap().unwrap().syndrome, Syndrome::RnrNak);
+    assert_eq!(
+        packet.op_ack(1).unwrap().unwrap().syndrome,
+        Syndrome::RnrNak
+    );
     assert!(packet.op_ack(2).is_none());
     assert!(packet.op_ack(usize::MAX / 2).is_none());
     assert!(packet.verify_icrc());
@@ -500,7 +526,10 @@ fn display_is_one_tcpdump_like_line() {
     );
     assert!(!line.contains('\n'));
     let line = parse(&emit_ack_vec(&ack())).unwrap().to_string();
-    assert!(line.starts_with("ACK slot=3 gen=1 ack_psn=1000 sack=2"), "{line}");
+    assert!(
+        line.starts_with("ACK slot=3 gen=1 ack_psn=1000 sack=2"),
+        "{line}"
+    );
     assert!(line.contains("qpn=6 msn=3 RNR_NAK(3)"), "{line}");
     assert!(line.contains("flags=AR"), "{line}");
 }

@@ -15,7 +15,11 @@ fn corpus_passes_fuzz_check() {
         .filter(|path| path.is_file())
         .collect();
     entries.sort();
-    assert!(entries.len() >= 10, "seed corpus has {} files", entries.len());
+    assert!(
+        entries.len() >= 10,
+        "seed corpus has {} files",
+        entries.len()
+    );
     let mut parsed = 0;
     for path in &entries {
         let data = fs::read(path).unwrap();

@@ -77,7 +77,10 @@ fn read_vector(path: &Path) -> Vector {
             hex.extend(line.chars().filter(|c| !c.is_whitespace()));
         }
     }
-    assert!(hex.len().is_multiple_of(2), "{name}: odd number of hex digits");
+    assert!(
+        hex.len().is_multiple_of(2),
+        "{name}: odd number of hex digits"
+    );
     let bytes = (0..hex.len())
         .step_by(2)
         .map(|i| {
@@ -145,10 +148,7 @@ fn actual(packet: &Packet<'_>, key: &str) -> Option<String> {
                     // op0, op1, ...: qpn:msn:Syndrome:nak_msg_seq
                     let index: usize = key.strip_prefix("op")?.parse().ok()?;
                     let op = repr.op_acks().get(index)?;
-                    format!(
-                        "{}:{}:{:?}:{}",
-                        op.qpn, op.msn, op.syndrome, op.nak_msg_seq
-                    )
+                    format!("{}:{}:{:?}:{}", op.qpn, op.msn, op.syndrome, op.nak_msg_seq)
                 }
             },
         },
@@ -219,7 +219,10 @@ fn check(vector: &Vector) -> usize {
                 expect == debug || expect == variant,
                 "{name}: expected {expect}, got {debug}"
             );
-            assert!(vector.fields.is_empty(), "{name}: fields on an invalid vector");
+            assert!(
+                vector.fields.is_empty(),
+                "{name}: fields on an invalid vector"
+            );
             return 0;
         }
         (other, expect) => panic!("{name}: expected {expect}, got {other:?}"),
@@ -292,7 +295,11 @@ fn committed_vectors_match_the_case_table() {
     assert_eq!(paths.len(), cases.len(), "run regenerate_vectors");
     for case in cases {
         let vector = read_vector(&vectors_dir().join(format!("{}.hex", case.name)));
-        assert_eq!(vector.bytes, case.bytes, "{}: run regenerate_vectors", case.name);
+        assert_eq!(
+            vector.bytes, case.bytes,
+            "{}: run regenerate_vectors",
+            case.name
+        );
     }
 }
 
@@ -490,7 +497,9 @@ fn cases() -> Vec<Case> {
                 "payload: bytes 00..0f.",
             ],
             "Data opcode=Write psn=7 dst_qpn=0x11 msg_seq=3 offset=0 msg_len=48 payload_len=16",
-            Some("slot=3 gen=1 port=4791 flags=0 timestamp_ns=0x01020304 rkey=0x123456789abc remote_addr=0x7f00dead0000"),
+            Some(
+                "slot=3 gen=1 port=4791 flags=0 timestamp_ns=0x01020304 rkey=0x123456789abc remote_addr=0x7f00dead0000",
+            ),
             write_bytes.clone(),
         ),
         case(
@@ -501,7 +510,9 @@ fn cases() -> Vec<Case> {
                 "ext: rkey, remote_addr, recv_index 5, imm 0xcafef00d.",
             ],
             "Data opcode=WriteImm psn=9 dst_qpn=0x11 msg_seq=3 offset=32 msg_len=48 payload_len=16",
-            Some("flags=1 solicited=true rkey=0x123456789abc remote_addr=0x7f00dead0000 recv_index=5 imm=0xcafef00d"),
+            Some(
+                "flags=1 solicited=true rkey=0x123456789abc remote_addr=0x7f00dead0000 recv_index=5 imm=0xcafef00d",
+            ),
             emit_d(&write_imm),
         ),
         case(
@@ -549,7 +560,9 @@ fn cases() -> Vec<Case> {
             "cmp-swap",
             vec!["Atomic compare-and-swap: if the word is 0, write 0xffffffff00000001."],
             "Data opcode=CmpSwap psn=14 dst_qpn=0x11 msg_seq=3 offset=0 msg_len=8 payload_len=0",
-            Some("rkey=0x123456789abc remote_addr=0x7f00dead0010 compare=0 swap=0xffffffff00000001"),
+            Some(
+                "rkey=0x123456789abc remote_addr=0x7f00dead0010 compare=0 swap=0xffffffff00000001",
+            ),
             emit_d(&cmp_swap),
         ),
         case(
@@ -567,7 +580,9 @@ fn cases() -> Vec<Case> {
                 "QP 0x12 executed msg_seq < 7 and got RNR NAK for msg_seq 7 (no receive posted).",
             ],
             "Ack ack_psn=100 op_ack_count=2",
-            Some("slot=3 gen=1 ts_echo=0x01020304 ack_delay_ns=2500 rx_packets=103 ce_packets=1 rate_hint_mbps=40000 sack=0,9 op0=0x11:4:Ack:0 op1=0x12:7:RnrNak:7"),
+            Some(
+                "slot=3 gen=1 ts_echo=0x01020304 ack_delay_ns=2500 rx_packets=103 ce_packets=1 rate_hint_mbps=40000 sack=0,9 op0=0x11:4:Ack:0 op1=0x12:7:RnrNak:7",
+            ),
             ack_bytes.clone(),
         ),
         case(
@@ -604,14 +619,18 @@ fn cases() -> Vec<Case> {
         ),
         case(
             "invalid-truncated",
-            vec!["The first 24 bytes of the write-first-segment vector (cut inside the data header)."],
+            vec![
+                "The first 24 bytes of the write-first-segment vector (cut inside the data header).",
+            ],
             "Truncated",
             None,
             write_bytes[..24].to_vec(),
         ),
         case(
             "invalid-truncated-ack",
-            vec!["The ACK vector cut after its first op-ack entry (count still 2), ICRC recomputed."],
+            vec![
+                "The ACK vector cut after its first op-ack entry (count still 2), ICRC recomputed.",
+            ],
             "Truncated",
             None,
             resealed(ack_bytes[..68 + 16].to_vec(), |b| b.extend([0; 4])),
