@@ -45,6 +45,10 @@ pub struct LinkConfig {
     /// queued when the datagram arrives) exceeds this. `None` = never mark.
     /// Default 100 KiB.
     pub ecn_threshold_bytes: Option<u64>,
+    /// Whether the egress (NIC) port marks too. A NIC does not ECN-mark its
+    /// own transmit queue, so the default is false: only the ToR downlink
+    /// (ingress port) marks, as in a real fabric.
+    pub egress_ecn_marking: bool,
     /// Bytes added to every payload for serialization and queue accounting
     /// (e.g. 42 for Ethernet+IPv4+UDP headers). Default 0, so timing is
     /// `payload.len() * 8 / rate`.
@@ -61,6 +65,7 @@ impl Default for LinkConfig {
             egress_buffer_bytes: 1 << 20,
             ingress_buffer_bytes: 1 << 20,
             ecn_threshold_bytes: Some(100 << 10),
+            egress_ecn_marking: false,
             overhead_bytes: 0,
         }
     }

@@ -75,7 +75,7 @@ impl Node for TestNode {
 }
 
 fn ip(i: usize) -> IpAddr {
-    IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1 + i as u8))
+    IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1 + i as u8))
 }
 
 fn addr(i: usize, port: u16) -> SocketAddr {
@@ -187,6 +187,7 @@ fn ecn_marks_above_threshold_only() {
     let _g = SeedGuard::new(3);
     let link = LinkConfig {
         ecn_threshold_bytes: Some(10_000),
+        egress_ecn_marking: true,
         ..big_buffers()
     };
     // Below: 11 packets -> max queue seen on arrival is 10_000, not > 10_000.
@@ -770,7 +771,7 @@ fn bad_source_and_unroutable_are_dropped() {
     let _g = SeedGuard::new(22);
     let mut ns = nodes(2);
     ns[0].send(dgram(1, 1, 1, Ecn::NotEct, vec![1])); // claims node 1's IP
-    ns[0].send(dgram(0, 1, 7, Ecn::NotEct, vec![2])); // nobody has 10.0.0.8
+    ns[0].send(dgram(0, 1, 7, Ecn::NotEct, vec![2])); // nobody has that address
     let mut net = Network::new(NetConfig::seeded(22), ns);
     let dst = Rc::new(RefCell::new(Vec::new()));
     let d2 = Rc::clone(&dst);

@@ -115,6 +115,7 @@ pub(crate) struct Connection {
     inflight_bytes: u64,
     rr_path: usize,
     ack_now: VecDeque<u8>,
+    path_probes: VecDeque<usize>,
     ack_deadline: Option<u64>,
     pub(crate) dirty_qps: VecDeque<u32>,
     pub(crate) qps: Vec<u32>,
@@ -157,6 +158,7 @@ impl Connection {
             inflight_bytes: 0,
             rr_path: 0,
             ack_now: VecDeque::new(),
+            path_probes: VecDeque::new(),
             ack_deadline: None,
             dirty_qps: VecDeque::new(),
             qps: Vec::new(),
@@ -197,7 +199,10 @@ impl Connection {
 
     /// Whether anything waits to be sent.
     pub(crate) fn has_pending_output(&self) -> bool {
-        !self.ack_now.is_empty() || !self.retransmit_queue.is_empty() || !self.send_queue.is_empty()
+        !self.ack_now.is_empty()
+            || !self.path_probes.is_empty()
+            || !self.retransmit_queue.is_empty()
+            || !self.send_queue.is_empty()
     }
 
     // ---------------------------------------------------------------- messages
@@ -268,6 +273,27 @@ impl Connection {
     pub(crate) fn poll_transmit(&mut self, now_ns: u64, shared: &mut Shared, buf: &mut [u8]) -> Option<Transmit> {
         if let Some(slot) = self.ack_now.pop_front() {
             return Some(self.emit_ack(now_ns, shared, slot, buf));
+        }
+        while let Some(p) = self.path_probes.pop_front() {
+            // Tail-loss probe: resend the path's newest outstanding segment on
+            // that same path, past its window, asking for an ACK. If the data
+            // arrived and only the ACK was lost, the ACK covers everything; if
+            // the data was lost, the probe's PSN exposes the gap.
+            let Some(seg) = self.paths[p]
+                .inflight
+                .iter()
+                .rev()
+                .filter(|s| s.state == SentState::Outstanding)
+                .map(|s| s.seg)
+                .find(|s| self.msgs.get(s.msg).is_some_and(|m| m.attempt == s.attempt && !m.rnr_wait))
+            else {
+                continue;
+            };
+            self.stats.data_packets_retransmitted += 1;
+            shared.stats.data_packets_retransmitted += 1;
+            shared.stats.tail_probes += 1;
+            let flags = Flags::RETRANSMIT | Flags::ACK_REQUEST;
+            return Some(self.emit_segment(now_ns, shared, p, seg, flags, buf));
         }
         while let Some(resend) = self.retransmit_queue.front().copied() {
             let Some(msg) = self.msgs.get(resend.seg.msg) else {
@@ -363,7 +389,17 @@ impl Connection {
     ) -> Transmit {
         let msg = self.msgs.get(seg.msg).expect("caller checked the message");
         let (offset, payload_len) = msg.seg_range(seg.seg);
+        let wire_bytes = payload_len + PACKET_OVERHEAD_BYTES;
+        let mss = u64::from(shared.config.mtu_payload_bytes + PACKET_OVERHEAD_BYTES);
+        let mut flags = flags;
+        if self.paths[p].inflight_bytes + u64::from(wire_bytes) + mss > self.cc.path_window(p) {
+            // This packet fills the path's window: ask for an ACK now rather
+            // than after the delayed-ACK timer, or the path would idle.
+            flags = flags | Flags::ACK_REQUEST;
+        }
         let path = &mut self.paths[p];
+        path.trim_front();
+        let psn_floor_delta = path.inflight.front().map_or(0, |f| path.next_psn.wrapping_sub(f.psn)) as u16;
         let repr = DataRepr {
             base: BaseRepr {
                 flags,
@@ -376,6 +412,7 @@ impl Connection {
             dst_qpn: msg.dst_qpn,
             msg_seq: msg.msg_seq,
             solicited: msg.solicited,
+            psn_floor_delta,
             msg_len: msg.len,
             offset,
             op: msg.op,
@@ -386,7 +423,6 @@ impl Connection {
         repr.emit_header(&mut buf[..header_len]);
         msg.source.gather(&shared.regions, u64::from(offset), &mut buf[header_len..header_len + payload_len as usize]);
         wire::seal(&mut buf[..total]);
-        let wire_bytes = payload_len + PACKET_OVERHEAD_BYTES;
         path.inflight.push_back(SentPacket {
             psn: path.next_psn,
             sent_ns: now_ns,
@@ -395,6 +431,7 @@ impl Connection {
             state: SentState::Outstanding,
         });
         path.next_psn = path.next_psn.wrapping_add(1);
+        path.last_sent_ns = now_ns;
         path.inflight_bytes += u64::from(wire_bytes);
         path.stats.packets_sent += 1;
         self.inflight_bytes += u64::from(wire_bytes);
@@ -458,6 +495,7 @@ impl Connection {
             }
             *rx = RxPath::new(psn_base, slot, generation);
         }
+        rx.window.advance_to(repr.psn.wrapping_sub(u32::from(repr.psn_floor_delta)));
         let outcome = rx.window.record(repr.psn);
         if outcome == RxOutcome::OutOfWindow {
             shared.stats.rx_out_of_window += 1;
@@ -513,6 +551,7 @@ impl Connection {
         let mut acked_bytes = 0u64;
         let mut acked_packets = 0u32;
         let mut lost_bytes = 0u64;
+        let mut lost_packets = 0u64;
         let mut newly_acked_segs = Vec::new();
         {
             let path = &mut self.paths[p];
@@ -533,6 +572,7 @@ impl Connection {
                     // this one is lost. Resend it at once on another path.
                     sent.state = SentState::Lost;
                     lost_bytes += u64::from(sent.wire_bytes);
+                    lost_packets += 1;
                     path.stats.packets_lost += 1;
                     self.retransmit_queue.push_back(Resend {
                         seg: sent.seg,
@@ -546,11 +586,8 @@ impl Connection {
             path.stats.packets_acked += u64::from(acked_packets);
         }
         self.inflight_bytes -= acked_bytes + lost_bytes;
-        if lost_bytes > 0 {
-            let lost = lost_bytes / u64::from(PACKET_OVERHEAD_BYTES).max(1);
-            self.stats.data_packets_lost += lost.min(256);
-            shared.stats.data_packets_lost += lost.min(256);
-        }
+        self.stats.data_packets_lost += lost_packets;
+        shared.stats.data_packets_lost += lost_packets;
         for seg in newly_acked_segs {
             self.on_segment_acked(seg);
         }
@@ -573,6 +610,7 @@ impl Connection {
             path.echoed_ce_packets = ack.ce_packets;
             path.stats.ce_marks += u64::from(ce_delta);
         }
+        path.probe_sent = false;
         if acked_bytes > 0 {
             path.consecutive_rtos = 0;
             self.last_progress_ns = now_ns;
@@ -624,6 +662,7 @@ impl Connection {
         };
         for path in &self.paths {
             fold(path.rto_deadline(cfg.rto_min_ns, cfg.rto_max_ns));
+            fold(path.probe_deadline(cfg.ack_delay_ns));
         }
         for &(d, _) in &self.rnr_timers {
             fold(Some(d));
@@ -666,6 +705,9 @@ impl Connection {
         for p in 0..self.paths.len() {
             if self.paths[p].rto_deadline(rto_min, rto_max).is_some_and(|d| d <= now_ns) {
                 self.path_timeout(now_ns, shared, p);
+            } else if self.paths[p].probe_deadline(shared.config.ack_delay_ns).is_some_and(|d| d <= now_ns) {
+                self.paths[p].probe_sent = true;
+                self.path_probes.push_back(p);
             }
         }
         // RNR backoff.
@@ -710,6 +752,7 @@ impl Connection {
             sent.state = SentState::Lost;
             lost += u64::from(sent.wire_bytes);
             path.stats.packets_lost += 1;
+            self.stats.data_packets_lost += 1;
             self.retransmit_queue.push_back(Resend { seg: sent.seg, lost_on: Some(p as u8), probe: false });
         }
         path.inflight.clear();

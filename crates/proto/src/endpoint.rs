@@ -94,6 +94,8 @@ pub struct EndpointStats {
     pub data_packets_lost: u64,
     /// ACKs sent.
     pub ack_packets_sent: u64,
+    /// Tail-loss probes sent (counted in retransmissions too).
+    pub tail_probes: u64,
     /// Path RTOs.
     pub rtos: u64,
     /// Connection retry timeouts.
@@ -182,9 +184,13 @@ impl Shared {
         }
     }
 
-    /// This receiver's share for each active sender, Mbit/s.
+    /// This receiver's share for each active sender, Mbit/s; 0 (no hint)
+    /// while a single sender has the whole link, where ECN alone steers.
     pub(crate) fn rate_hint_mbps(&self) -> u32 {
-        let active = self.senders_this_epoch.max(self.senders_last_epoch).max(1);
+        let active = self.senders_this_epoch.max(self.senders_last_epoch);
+        if active <= 1 {
+            return 0;
+        }
         (self.config.line_rate_bps / u64::from(active) / 1_000_000).min(u64::from(u32::MAX)) as u32
     }
 }
@@ -624,6 +630,11 @@ impl Endpoint {
     /// Per-path counters of the connection to `peer`, by slot.
     pub fn path_stats(&self, peer: SocketAddr) -> Option<Vec<PathStats>> {
         self.conn_by_peer.get(&peer).map(|&c| self.conns[c as usize].path_stats())
+    }
+
+    /// The congestion controller's view of the connection to `peer`.
+    pub fn cc_metrics(&self, peer: SocketAddr) -> Option<crate::cc::CcMetrics> {
+        self.conn_by_peer.get(&peer).map(|&c| self.conns[c as usize].cc.metrics())
     }
 
     /// Current source ports of the connection's paths, by slot.

@@ -63,6 +63,10 @@ pub(crate) struct TxPath {
     pub(crate) inflight_bytes: u64,
     pub(crate) rtt: RttEstimator,
     pub(crate) consecutive_rtos: u32,
+    /// When the path last sent a data packet.
+    pub(crate) last_sent_ns: u64,
+    /// A tail-loss probe went out since the last ACK on this path.
+    pub(crate) probe_sent: bool,
     /// Cumulative receiver counters seen so far (echoes are cumulative so a
     /// lost ACK loses nothing).
     pub(crate) echoed_rx_packets: u32,
@@ -81,6 +85,8 @@ impl TxPath {
             inflight_bytes: 0,
             rtt: RttEstimator::new(rtt_ns),
             consecutive_rtos: 0,
+            last_sent_ns: 0,
+            probe_sent: false,
             echoed_rx_packets: 0,
             echoed_ce_packets: 0,
             stats: PathStats::default(),
@@ -93,6 +99,17 @@ impl TxPath {
         while self.inflight.front().is_some_and(|p| p.state != SentState::Outstanding) {
             self.inflight.pop_front();
         }
+    }
+
+    /// When to send a tail-loss probe: two smoothed RTTs (plus the peer's ACK
+    /// delay) after the last transmission without any ACK, once per silence.
+    /// Far shorter than the RTO, it recovers a lost ACK or a lost tail
+    /// packet on a window-limited path in about one RTT.
+    pub(crate) fn probe_deadline(&self, ack_delay_ns: u64) -> Option<u64> {
+        if self.probe_sent || self.inflight.is_empty() {
+            return None;
+        }
+        Some(self.last_sent_ns + 2 * self.rtt.srtt_ns() + ack_delay_ns)
     }
 
     /// When the oldest outstanding packet times out.

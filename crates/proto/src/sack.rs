@@ -74,6 +74,26 @@ impl SackBitmap {
         RxOutcome::AfterGap
     }
 
+    /// Slide the window up to `floor`: the sender no longer expects any PSN
+    /// below it (each was acknowledged or declared lost and resent under a
+    /// new PSN). Holes below the floor stop pinning the cumulative point.
+    pub fn advance_to(&mut self, floor: u32) {
+        let k = seq::seq_diff(floor, self.ack_psn);
+        if k <= 0 {
+            return;
+        }
+        let k = k as usize;
+        // Bit k-1 stands for `floor` itself.
+        let floor_received = k <= SACK_BITS && self.bit(k - 1);
+        self.shift_right(k);
+        self.ack_psn = floor;
+        if floor_received {
+            let run = self.trailing_ones();
+            self.ack_psn = self.ack_psn.wrapping_add(1 + run as u32);
+            self.shift_right(1 + run);
+        }
+    }
+
     /// Whether any PSN beyond the cumulative point has arrived (there is a hole).
     pub fn has_gap(&self) -> bool {
         self.bits.iter().any(|&w| w != 0)
@@ -173,7 +193,41 @@ mod tests {
         assert_eq!(sack_highest(w.ack_psn(), &bits), Some(200));
     }
 
+    #[test]
+    fn floor_skips_holes_and_keeps_what_arrived() {
+        let mut w = SackBitmap::new(100);
+        w.record(101);
+        w.record(102);
+        w.record(104);
+        assert_eq!(w.ack_psn(), 100);
+        w.advance_to(101); // 100 is abandoned; 101, 102 arrived
+        assert_eq!(w.ack_psn(), 103);
+        assert!(w.contains(104) && !w.contains(105));
+        w.advance_to(90); // an old floor changes nothing
+        assert_eq!(w.ack_psn(), 103);
+        w.advance_to(1000); // far beyond the bitmap
+        assert_eq!(w.ack_psn(), 1000);
+        assert!(!w.has_gap());
+    }
+
     proptest! {
+        /// A floor never acknowledges a PSN at or above it that did not arrive,
+        /// and every PSN that arrived at or above it is still reported.
+        #[test]
+        fn floors_are_sound(start in any::<u32>(), arrivals in proptest::collection::vec(0u32..200, 0..100), floor in 0u32..300) {
+            let mut w = SackBitmap::new(start);
+            let mut seen = BTreeSet::new();
+            for off in arrivals {
+                if w.record(start.wrapping_add(off)) != RxOutcome::OutOfWindow { seen.insert(off); }
+            }
+            w.advance_to(start.wrapping_add(floor));
+            let bits = w.to_wire();
+            for o in floor..floor + 256 {
+                let psn = start.wrapping_add(o);
+                prop_assert_eq!(sack_contains(w.ack_psn(), &bits, psn), seen.contains(&o), "offset {}", o);
+            }
+        }
+
         /// Against a set model: any arrival order, any start near the wrap.
         #[test]
         fn matches_a_set_model(start in any::<u32>(), offsets in proptest::collection::vec(0u32..300, 0..400)) {

@@ -14,7 +14,7 @@ mod field {
     pub(super) const MSG_SEQ: Field = 20..24;
     pub(super) const OPCODE: usize = 24;
     pub(super) const OP_FLAGS: usize = 25;
-    pub(super) const RESERVED: Field = 26..28;
+    pub(super) const PSN_FLOOR_DELTA: Field = 26..28;
     pub(super) const MSG_LEN: Field = 28..32;
     pub(super) const OFFSET: Field = 32..36;
     pub(super) const EXT: usize = 36;
@@ -411,6 +411,12 @@ impl<T: AsRef<[u8]>> DataPacket<T> {
         self.buffer.as_ref()[field::OP_FLAGS]
     }
 
+    /// PSNs below `psn - psn_floor_delta` need no acknowledgement.
+    pub fn psn_floor_delta(&self) -> u16 {
+        let b = &self.buffer.as_ref()[field::PSN_FLOOR_DELTA];
+        u16::from_be_bytes([b[0], b[1]])
+    }
+
     /// Whether the SOLICITED bit of `op_flags` is set.
     pub fn solicited(&self) -> bool {
         self.op_flags() & OP_FLAG_SOLICITED != 0
@@ -491,9 +497,9 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> DataPacket<T> {
         self.buffer.as_mut()[field::OP_FLAGS] = value;
     }
 
-    /// Zero the reserved field after `op_flags`.
-    pub fn clear_reserved(&mut self) {
-        self.buffer.as_mut()[field::RESERVED].fill(0);
+    /// Set the PSN floor delta.
+    pub fn set_psn_floor_delta(&mut self, value: u16) {
+        self.buffer.as_mut()[field::PSN_FLOOR_DELTA].copy_from_slice(&value.to_be_bytes());
     }
 
     /// Set the total message length.
@@ -545,6 +551,12 @@ pub struct DataRepr {
     pub msg_seq: u32,
     /// SOLICITED bit of `op_flags`.
     pub solicited: bool,
+    /// The sender expects no acknowledgement for any PSN of this path below
+    /// `psn - psn_floor_delta`: each was acknowledged or declared lost and
+    /// resent (under a new PSN) elsewhere. A receiver slides its SACK window
+    /// up to that floor, so a lost PSN, which is never sent again, cannot
+    /// pin the window.
+    pub psn_floor_delta: u16,
     /// Total message length in bytes (bytes to read, for a ReadRequest).
     pub msg_len: u32,
     /// Byte offset of this packet's payload within the message.
@@ -575,6 +587,7 @@ impl DataRepr {
             dst_qpn: packet.dst_qpn(),
             msg_seq: packet.msg_seq(),
             solicited: packet.solicited(),
+            psn_floor_delta: packet.psn_floor_delta(),
             msg_len: packet.msg_len(),
             offset: packet.offset(),
             op,
@@ -644,7 +657,7 @@ impl DataRepr {
         packet.set_msg_seq(self.msg_seq);
         packet.set_opcode(self.op.opcode());
         packet.set_op_flags(if self.solicited { OP_FLAG_SOLICITED } else { 0 });
-        packet.clear_reserved();
+        packet.set_psn_floor_delta(self.psn_floor_delta);
         packet.set_msg_len(self.msg_len);
         packet.set_offset(self.offset);
         self.op.emit(packet.ext_mut());

@@ -19,6 +19,7 @@ fn data(op: OpHeader, msg_len: u32, offset: u32, payload_len: u32) -> DataRepr {
         dst_qpn: 5,
         msg_seq: 2,
         solicited: false,
+        psn_floor_delta: 0,
         msg_len,
         offset,
         op,
@@ -411,6 +412,18 @@ fn wrong_ack_length() {
 }
 
 #[test]
+fn psn_floor_delta_round_trips_at_its_offset() {
+    let mut repr = every_opcode()[2];
+    repr.psn_floor_delta = 0x1234;
+    let buf = emit(&repr);
+    assert_eq!(&buf[26..28], &[0x12, 0x34]);
+    let Packet::Data { repr: parsed, .. } = parse(&buf).unwrap() else {
+        panic!("not data");
+    };
+    assert_eq!(parsed.psn_floor_delta, 0x1234);
+}
+
+#[test]
 fn unknown_syndrome_is_malformed() {
     let buf = edited(emit_ack_vec(&ack()), |b| b[68 + 8] = 5);
     assert_eq!(parse(&buf), Err(Error::Malformed("syndrome")));
@@ -422,8 +435,6 @@ fn reserved_bits_are_ignored_on_parse_and_zero_on_emit() {
     let buf = edited(emit(&repr), |b| {
         b[2] |= 0xf0; // reserved flags
         b[25] |= 0xfe; // reserved op_flags
-        b[26] = 0xff; // reserved
-        b[27] = 0xff;
     });
     let Packet::Data { repr: parsed, .. } = parse(&buf).unwrap() else {
         panic!("not data");

@@ -89,6 +89,7 @@ fn data_repr() -> impl Strategy<Value = DataRepr> {
                     dst_qpn,
                     msg_seq,
                     solicited,
+                    psn_floor_delta: (pick >> 16) as u16,
                     msg_len,
                     offset,
                     op,

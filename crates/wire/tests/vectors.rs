@@ -344,6 +344,7 @@ fn data(op: OpHeader, psn: u32, msg_len: u32, offset: u32, payload: &[u8]) -> (D
         dst_qpn: 0x11,
         msg_seq: 3,
         solicited: false,
+        psn_floor_delta: 0,
         msg_len,
         offset,
         op,

@@ -1,0 +1,173 @@
+//! MetaRoCE devices as harness nodes, and helpers to wire QPs between them.
+//!
+//! [`RdmaNode`] drives a [`Context`] (the verbs API over the sans-IO core)
+//! exactly as the UDP datapath does: datagrams in with their source address
+//! and ECN codepoint, datagrams out through `poll_transmit`, one timer.
+
+use crate::{Datagram, Ecn, Network, Node};
+use metaroce_proto::{Ecn as CoreEcn, EndpointConfig, QpCaps};
+use metaroce_verbs::{
+    AccessFlags, CompletionQueue, Context, ProtectionDomain, QpAttr, QpInitAttr, QpState, QpType, QueuePair,
+    WcOpcode, WcStatus, WorkCompletion,
+};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+/// A MetaRoCE device on the harness network.
+#[derive(Debug)]
+pub struct RdmaNode {
+    /// The device.
+    pub ctx: Context,
+    ip: IpAddr,
+    buf: Vec<u8>,
+}
+
+impl RdmaNode {
+    /// A device at `ip` with `config`.
+    ///
+    /// # Panics
+    /// If the config is invalid (test setup error).
+    pub fn new(ip: IpAddr, config: EndpointConfig) -> Self {
+        let ctx = Context::open(config).expect("valid endpoint config");
+        let buf = vec![0; ctx.max_datagram_len()];
+        Self { ctx, ip, buf }
+    }
+
+    /// The address peers use for this device: its IP and device port.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::new(self.ip, self.ctx.device_port())
+    }
+}
+
+/// The loopback-range address of node `i` (in-memory only, never a socket).
+pub fn node_ip(i: usize) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(127, 0, (i >> 8) as u8, (i & 0xff) as u8 + 1))
+}
+
+fn to_core(ecn: Ecn) -> CoreEcn {
+    match ecn {
+        Ecn::NotEct => CoreEcn::NotEct,
+        Ecn::Ect0 => CoreEcn::Ect0,
+        Ecn::Ce => CoreEcn::Ce,
+    }
+}
+
+impl Node for RdmaNode {
+    fn ip(&self) -> IpAddr {
+        self.ip
+    }
+
+    fn handle_datagram(&mut self, now_ns: u64, datagram: Datagram) {
+        self.ctx.handle_datagram(now_ns, datagram.src, to_core(datagram.ecn), &datagram.payload);
+    }
+
+    fn poll_transmit(&mut self, now_ns: u64) -> Option<Datagram> {
+        let t = self.ctx.poll_transmit(now_ns, &mut self.buf)?;
+        let ecn = match t.ecn {
+            CoreEcn::NotEct => Ecn::NotEct,
+            CoreEcn::Ect0 => Ecn::Ect0,
+            CoreEcn::Ce => Ecn::Ce,
+        };
+        Some(Datagram {
+            src: SocketAddr::new(self.ip, t.src_port),
+            dst: t.dst,
+            ecn,
+            payload: self.buf[..t.len].to_vec(),
+        })
+    }
+
+    fn poll_timeout(&self) -> Option<u64> {
+        self.ctx.poll_timeout()
+    }
+
+    fn handle_timeout(&mut self, now_ns: u64) {
+        self.ctx.handle_timeout(now_ns);
+    }
+}
+
+/// One end of a connected RC QP.
+#[derive(Debug, Clone, Copy)]
+pub struct QpEnd {
+    /// Node index.
+    pub node: usize,
+    /// Its protection domain.
+    pub pd: ProtectionDomain,
+    /// The QP.
+    pub qp: QueuePair,
+    /// Its CQ (send and receive).
+    pub cq: CompletionQueue,
+}
+
+/// Create an RC QP on node `a` and one on node `b`, each accepting `access`
+/// remote operations, and walk both to RTS (the out-of-band exchange of QP
+/// numbers and addresses perftest does over TCP happens here in memory).
+pub fn connect_qps(net: &mut Network<RdmaNode>, a: usize, b: usize, access: AccessFlags) -> (QpEnd, QpEnd) {
+    let caps = QpCaps { max_send_wr: 4096, max_recv_wr: 4096 };
+    let mut make = |n: usize| {
+        let ctx = &mut net.nodes[n].ctx;
+        let pd = ctx.alloc_pd();
+        let cq = ctx.create_cq(1 << 16).expect("cq");
+        let init = QpInitAttr { send_cq: cq, recv_cq: cq, cap: caps, qp_type: QpType::Rc, sq_sig_all: false };
+        let qp = ctx.create_qp(pd, &init).expect("qp");
+        QpEnd { node: n, pd, qp, cq }
+    };
+    let ea = make(a);
+    let eb = make(b);
+    for (me, peer) in [(ea, eb), (eb, ea)] {
+        let peer_addr = net.nodes[peer.node].addr();
+        let mtu = net.nodes[me.node].ctx.endpoint().config().mtu_payload_bytes;
+        let ctx = &mut net.nodes[me.node].ctx;
+        let to = |s| QpAttr { qp_state: Some(s), ..QpAttr::default() };
+        ctx.modify_qp(me.qp, &QpAttr { qp_access_flags: Some(access), port_num: Some(1), ..to(QpState::Init) })
+            .expect("init");
+        ctx.modify_qp(
+            me.qp,
+            &QpAttr {
+                dest_addr: Some(peer_addr),
+                dest_qp_num: Some(peer.qp.qp_num()),
+                path_mtu: Some(mtu),
+                ..to(QpState::Rtr)
+            },
+        )
+        .expect("rtr");
+        ctx.modify_qp(me.qp, &QpAttr { timeout: Some(14), retry_cnt: Some(7), rnr_retry: Some(7), ..to(QpState::Rts) })
+            .expect("rts");
+    }
+    (ea, eb)
+}
+
+/// Drain every completion of `cq`.
+pub fn poll_all(ctx: &mut Context, cq: CompletionQueue) -> Vec<WorkCompletion> {
+    let mut out = Vec::new();
+    let mut wc = [empty_wc(); 64];
+    loop {
+        let n = ctx.poll_cq(cq, &mut wc).expect("CQ overrun");
+        out.extend_from_slice(&wc[..n]);
+        if n < wc.len() {
+            return out;
+        }
+    }
+}
+
+/// A zeroed completion, for sizing poll arrays.
+pub fn empty_wc() -> WorkCompletion {
+    WorkCompletion {
+        wr_id: 0,
+        status: WcStatus::Success,
+        opcode: WcOpcode::Send,
+        byte_len: 0,
+        imm_data: None,
+        qp_num: 0,
+        src_qp: 0,
+    }
+}
+
+/// Build `n` devices with `config` (each seeded differently from `seed`).
+pub fn devices(n: usize, config: &EndpointConfig, seed: u64) -> Vec<RdmaNode> {
+    (0..n)
+        .map(|i| {
+            let mut c = config.clone();
+            c.seed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(i as u64);
+            RdmaNode::new(node_ip(i), c)
+        })
+        .collect()
+}
