@@ -114,6 +114,7 @@ pub(crate) struct Connection {
     pub(crate) retransmit_queue: VecDeque<Resend>,
     inflight_bytes: u64,
     rr_path: usize,
+    ack_rr: usize,
     ack_now: VecDeque<u8>,
     path_probes: VecDeque<usize>,
     ack_deadline: Option<u64>,
@@ -157,6 +158,7 @@ impl Connection {
             retransmit_queue: VecDeque::new(),
             inflight_bytes: 0,
             rr_path: 0,
+            ack_rr: 0,
             ack_now: VecDeque::new(),
             path_probes: VecDeque::new(),
             ack_deadline: None,
@@ -473,7 +475,11 @@ impl Connection {
         let len = wire::emit_ack(&ack, buf);
         self.stats.acks_sent += 1;
         shared.stats.ack_packets_sent += 1;
-        let src_port = self.paths[slot as usize % self.paths.len()].src_port;
+        // ACKs are sprayed over our own paths, round robin: one bad reverse
+        // route then costs each data path only a fraction of its ACKs, which
+        // the next (cumulative) ACK makes good.
+        self.ack_rr = (self.ack_rr + 1) % self.paths.len();
+        let src_port = self.paths[self.ack_rr].src_port;
         Transmit { dst: self.peer, src_port, ecn: Ecn::NotEct, len }
     }
 
