@@ -101,17 +101,28 @@ pub struct QpEnd {
 /// remote operations, and walk both to RTS (the out-of-band exchange of QP
 /// numbers and addresses perftest does over TCP happens here in memory).
 pub fn connect_qps(net: &mut Network<RdmaNode>, a: usize, b: usize, access: AccessFlags) -> (QpEnd, QpEnd) {
+    connect_qps_in(net, (a, None), (b, None), access)
+}
+
+/// [`connect_qps`] with a chosen protection domain at either end (`None`: a
+/// new one), so several QPs can reach the same memory region.
+pub fn connect_qps_in(
+    net: &mut Network<RdmaNode>,
+    (a, pd_a): (usize, Option<ProtectionDomain>),
+    (b, pd_b): (usize, Option<ProtectionDomain>),
+    access: AccessFlags,
+) -> (QpEnd, QpEnd) {
     let caps = QpCaps { max_send_wr: 4096, max_recv_wr: 4096 };
-    let mut make = |n: usize| {
+    let mut make = |n: usize, pd: Option<ProtectionDomain>| {
         let ctx = &mut net.nodes[n].ctx;
-        let pd = ctx.alloc_pd();
+        let pd = pd.unwrap_or_else(|| ctx.alloc_pd());
         let cq = ctx.create_cq(1 << 16).expect("cq");
         let init = QpInitAttr { send_cq: cq, recv_cq: cq, cap: caps, qp_type: QpType::Rc, sq_sig_all: false };
         let qp = ctx.create_qp(pd, &init).expect("qp");
         QpEnd { node: n, pd, qp, cq }
     };
-    let ea = make(a);
-    let eb = make(b);
+    let ea = make(a, pd_a);
+    let eb = make(b, pd_b);
     for (me, peer) in [(ea, eb), (eb, ea)] {
         let peer_addr = net.nodes[peer.node].addr();
         let mtu = net.nodes[me.node].ctx.endpoint().config().mtu_payload_bytes;

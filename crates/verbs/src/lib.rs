@@ -497,11 +497,13 @@ impl Context {
     }
 }
 
-/// A QP's access flags may only name remote operations.
+/// A QP's access flags name the remote operations it accepts; LOCAL_WRITE
+/// is accepted and ignored, as ibverbs does, since applications often pass
+/// the same flags as for their MRs.
 fn check_qp_access(access: AccessFlags) -> Result<(), VerbsError> {
-    let remote = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
-    if access.0 & !remote.0 != 0 {
-        return Err(VerbsError::BadAttribute { attr: "qp_access_flags", reason: "only REMOTE_* flags apply to a QP" });
+    let known = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
+    if access.0 & !known.0 != 0 {
+        return Err(VerbsError::BadAttribute { attr: "qp_access_flags", reason: "unknown access flag bits" });
     }
     Ok(())
 }
