@@ -312,7 +312,7 @@ impl Connection {
             self.retransmit_queue.pop_front();
             let mut flags = Flags::RETRANSMIT;
             if resend.probe {
-                flags = flags | Flags::ACK_REQUEST;
+                flags = flags | Flags::ACK_REQUEST | Flags::COMPLETION_PROBE;
             }
             self.stats.data_packets_retransmitted += 1;
             shared.stats.data_packets_retransmitted += 1;

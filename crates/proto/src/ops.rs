@@ -19,7 +19,7 @@ use crate::message::{MsgKind, Source, TxMessage};
 use crate::qp::{Qp, QpRunState, RX_WINDOW_MAX, RxMessage, SqState};
 use crate::range_set::RangeSet;
 use crate::work::{WcOpcode, WcStatus, WorkCompletion, WorkQueue};
-use metaroce_wire::{DataRepr, OpAck, OpHeader, Opcode, Syndrome, seq};
+use metaroce_wire::{DataRepr, Flags, OpAck, OpHeader, Opcode, Syndrome, seq};
 
 /// The QP a packet for local `qpn` on connection `conn` belongs to.
 fn qp_for(shared: &mut Shared, qpn: u32, conn: u32) -> Option<&mut Qp> {
@@ -224,6 +224,14 @@ fn on_request(conn: &mut Connection, shared: &mut Shared, now_ns: u64, repr: &Da
         false
     };
     if !done {
+        if repr.base.flags.contains(Flags::COMPLETION_PROBE) {
+            // The requester thinks the whole message arrived; we lack part
+            // of it (payload dropped earlier for want of a receive). Have
+            // it resend the whole message.
+            qp.rx_rnr = Some(repr.msg_seq);
+            mark_dirty(conn, qp);
+            return true;
+        }
         return false;
     }
     entry.done = true;

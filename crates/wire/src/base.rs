@@ -31,8 +31,13 @@ impl Flags {
     /// This packet resends a segment that was already sent once. Receivers use
     /// it to keep retransmissions out of their congestion and RTT statistics.
     pub const RETRANSMIT: Self = Self(0x02);
-    /// Every flag this version defines.
-    pub const KNOWN: Self = Self(0x03);
+    /// The sender believes every segment of this message was delivered but
+    /// has had no completion for it: a receiver missing part of the message
+    /// (it dropped payload for want of a posted receive) answers with an RNR
+    /// NAK so the sender resends the whole message.
+    pub const COMPLETION_PROBE: Self = Self(0x04);
+    /// Every defined flag bit.
+    pub const KNOWN: Self = Self(0x07);
 
     /// No flag set.
     pub const fn empty() -> Self {

@@ -1,0 +1,45 @@
+//! Randomized fault simulation over many seeds. Each failing seed is printed
+//! with the command that reproduces it.
+
+use metaroce_harness::chaos::run_seed;
+use metaroce_harness::seed_from_env_or;
+
+fn run_range(seeds: std::ops::Range<u64>) {
+    let mut failures = Vec::new();
+    let mut ops = 0;
+    for seed in seeds.clone() {
+        match std::panic::catch_unwind(|| run_seed(seed)) {
+            Ok(Ok(report)) => ops += report.ops,
+            Ok(Err(f)) => failures.push(f.to_string()),
+            Err(_) => failures.push(format!("seed {seed} panicked (rerun: METAROCE_SEED={seed})")),
+        }
+    }
+    eprintln!("seeds {seeds:?}: {ops} operations, {} failures", failures.len());
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn chaos_seeds_0_to_250() {
+    run_range(0..250);
+}
+
+#[test]
+fn chaos_seeds_250_to_500() {
+    run_range(250..500);
+}
+
+/// One seed from METAROCE_SEED (default 0), for reproducing a failure.
+#[test]
+fn chaos_one_seed_from_env() {
+    let seed = seed_from_env_or(0);
+    if let Err(f) = run_seed(seed) {
+        panic!("{f}");
+    }
+}
+
+/// The long run: `cargo test --release -p metaroce-harness --test chaos -- --ignored`.
+#[test]
+#[ignore = "long: 20,000 seeds"]
+fn chaos_many_seeds() {
+    run_range(500..20_500);
+}
