@@ -55,6 +55,7 @@ pub mod chaos;
 mod config;
 mod network;
 pub mod rdma;
+pub mod scenario;
 mod seed;
 
 pub use config::{FaultConfig, FaultScope, LinkConfig, NetConfig, RouteSelect};
