@@ -19,7 +19,11 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 #[derive(Parser, Debug)]
-#[command(name = "metaroce", version, about = "MetaRoCE: RDMA over lossy, multipath Ethernet")]
+#[command(
+    name = "metaroce",
+    version,
+    about = "MetaRoCE: RDMA over lossy, multipath Ethernet"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -56,7 +60,13 @@ struct HarnessArgs {
 
 impl Default for HarnessArgs {
     fn default() -> Self {
-        Self { size: 64 << 20, loss: vec![0.0, 0.01, 0.05, 0.1], paths: 16, gbps: 100, seed: 1 }
+        Self {
+            size: 64 << 20,
+            loss: vec![0.0, 0.01, 0.05, 0.1],
+            paths: 16,
+            gbps: 100,
+            seed: 1,
+        }
     }
 }
 
@@ -77,8 +87,12 @@ fn parse_size(s: &str) -> Result<u64, String> {
         Some('G' | 'g') => (&s[..s.len() - 1], 1 << 30),
         _ => (s, 1),
     };
-    let n: u64 = digits.parse().map_err(|_| format!("'{s}' is not a size (e.g. 4096, 64K, 1M)"))?;
-    let bytes = n.checked_mul(mult).ok_or_else(|| format!("size '{s}' is too large"))?;
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("'{s}' is not a size (e.g. 4096, 64K, 1M)"))?;
+    let bytes = n
+        .checked_mul(mult)
+        .ok_or_else(|| format!("size '{s}' is too large"))?;
     if bytes == 0 || bytes > (1 << 31) {
         return Err(format!("size '{s}' must be 1 B ..= 2 GiB"));
     }
@@ -87,7 +101,10 @@ fn parse_size(s: &str) -> Result<u64, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = match cli.command.unwrap_or(Command::Harness(HarnessArgs::default())) {
+    let result = match cli
+        .command
+        .unwrap_or(Command::Harness(HarnessArgs::default()))
+    {
         Command::Harness(args) => harness(&args),
         Command::Chaos(args) => chaos_run(&args),
         Command::Memory => memory(),
@@ -116,7 +133,10 @@ fn harness(args: &HarnessArgs) -> Result<ExitCode, String> {
         "size {} B, {} paths, {} Gbit/s links, 2 us one-way delay, 3 us route jitter, seed {}",
         args.size, args.paths, args.gbps, args.seed
     );
-    println!("{:>6} {:>12} {:>14} {:>10} {:>10} {:>10} {:>9} {:>8}", "loss", "time[us]", "goodput[Gb/s]", "of 0%", "lost", "resent", "resent/l", "verified");
+    println!(
+        "{:>6} {:>12} {:>14} {:>10} {:>10} {:>10} {:>9} {:>8}",
+        "loss", "time[us]", "goodput[Gb/s]", "of 0%", "lost", "resent", "resent/l", "verified"
+    );
     let mut base = None;
     for &loss in &args.loss {
         let wall = Instant::now();
@@ -131,7 +151,11 @@ fn harness(args: &HarnessArgs) -> Result<ExitCode, String> {
         let r = one_write(&s)?;
         let gbps = r.goodput_bps / 1e9;
         let base_gbps = *base.get_or_insert(if loss == 0.0 { gbps } else { f64::NAN });
-        let ratio = if r.data_lost > 0 { format!("{:.2}", r.resent as f64 / r.data_lost as f64) } else { "-".into() };
+        let ratio = if r.data_lost > 0 {
+            format!("{:.2}", r.resent as f64 / r.data_lost as f64)
+        } else {
+            "-".into()
+        };
         println!(
             "{:>5.1}% {:>12.1} {:>14.2} {:>9.1}% {:>10} {:>10} {:>9} {:>8}",
             loss * 100.0,
@@ -145,7 +169,10 @@ fn harness(args: &HarnessArgs) -> Result<ExitCode, String> {
         );
         eprintln!("  (wall {:.2} s)", wall.elapsed().as_secs_f64());
         if !r.verified {
-            return Err(format!("target bytes differ at loss {loss} (seed {})", args.seed));
+            return Err(format!(
+                "target bytes differ at loss {loss} (seed {})",
+                args.seed
+            ));
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -168,7 +195,9 @@ fn chaos_run(args: &ChaosArgs) -> Result<ExitCode, String> {
             }
             Err(_) => {
                 failures += 1;
-                println!("FAIL seed {seed} panicked (rerun: metaroce chaos --start {seed} --seeds 1)");
+                println!(
+                    "FAIL seed {seed} panicked (rerun: metaroce chaos --start {seed} --seeds 1)"
+                );
             }
         }
     }
@@ -181,7 +210,11 @@ fn chaos_run(args: &ChaosArgs) -> Result<ExitCode, String> {
         failures,
         wall.elapsed().as_secs_f64()
     );
-    Ok(if failures == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if failures == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 fn memory() -> Result<ExitCode, String> {
@@ -189,9 +222,15 @@ fn memory() -> Result<ExitCode, String> {
     let mut net = Network::new(NetConfig::seeded(1), devices(2, &cfg, 1));
     let (a, _) = connect_qps(&mut net, 0, 1, AccessFlags(0xf));
     let peer = net.nodes[1].addr();
-    let conn = net.nodes[0].ctx.connection_memory_bytes(peer).ok_or("no connection")?;
+    let conn = net.nodes[0]
+        .ctx
+        .connection_memory_bytes(peer)
+        .ok_or("no connection")?;
     let qp = net.nodes[0].ctx.qp_memory_bytes(a.qp).ok_or("no QP")?;
-    println!("idle connection ({} paths): {conn} bytes", cfg.paths_per_connection);
+    println!(
+        "idle connection ({} paths): {conn} bytes",
+        cfg.paths_per_connection
+    );
     println!("idle QP: {qp} bytes");
     Ok(ExitCode::SUCCESS)
 }

@@ -21,7 +21,9 @@
 use crate::rdma::{QpEnd, RdmaNode, connect_qps, devices, poll_all};
 use crate::{Action, FaultConfig, LinkConfig, NetConfig, Network, RunOutcome};
 use metaroce_proto::EndpointConfig;
-use metaroce_verbs::{AccessFlags, MemoryRegion, RecvWr, SendWr, WcOpcode, WcStatus, WorkCompletion, WrOp};
+use metaroce_verbs::{
+    AccessFlags, MemoryRegion, RecvWr, SendWr, WcOpcode, WcStatus, WorkCompletion, WrOp,
+};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
 
@@ -65,18 +67,43 @@ pub struct ChaosFailure {
 
 impl core::fmt::Display for ChaosFailure {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(f, "seed {} failed: {} (rerun: METAROCE_SEED={})", self.seed, self.what, self.seed)
+        write!(
+            f,
+            "seed {} failed: {} (rerun: METAROCE_SEED={})",
+            self.seed, self.what, self.seed
+        )
     }
 }
 
 /// One planned operation and what it must leave behind.
 #[derive(Debug, Clone)]
 enum Planned {
-    Write { src_off: u64, dst_off: u64, len: u32, imm: Option<u32> },
-    Send { src_off: u64, recv_off: u64, len: u32, imm: Option<u32> },
-    Read { remote_off: u64, local_off: u64, len: u32 },
-    FetchAdd { add: u64, sink_off: u64 },
-    CmpSwap { word_off: u64, swap: u64, sink_off: u64 },
+    Write {
+        src_off: u64,
+        dst_off: u64,
+        len: u32,
+        imm: Option<u32>,
+    },
+    Send {
+        src_off: u64,
+        recv_off: u64,
+        len: u32,
+        imm: Option<u32>,
+    },
+    Read {
+        remote_off: u64,
+        local_off: u64,
+        len: u32,
+    },
+    FetchAdd {
+        add: u64,
+        sink_off: u64,
+    },
+    CmpSwap {
+        word_off: u64,
+        swap: u64,
+        sink_off: u64,
+    },
 }
 
 /// Per directed QP: the requester end, the responder end and their memory.
@@ -130,21 +157,31 @@ pub fn run_seed(seed: u64) -> Result<ChaosReport, ChaosFailure> {
     };
     let faults = FaultConfig {
         loss: uniform(&mut rng, 0.08),
-        burst_enter: if chance(&mut rng, 0.3) { uniform(&mut rng, 0.01) } else { 0.0 },
+        burst_enter: if chance(&mut rng, 0.3) {
+            uniform(&mut rng, 0.01)
+        } else {
+            0.0
+        },
         duplicate: uniform(&mut rng, 0.05),
         corrupt: uniform(&mut rng, 0.02),
         reorder: uniform(&mut rng, 0.02),
         ..FaultConfig::default()
     };
     let loss = faults.loss;
-    let net_cfg = NetConfig::seeded(seed).with_link(link).with_faults(faults).with_max_events(20_000_000);
+    let net_cfg = NetConfig::seeded(seed)
+        .with_link(link)
+        .with_faults(faults)
+        .with_max_events(20_000_000);
     let mut net = Network::new(net_cfg, devices(nodes, &cfg, seed));
     // Route flaps: a few routes go dark for a while and come back.
     for _ in 0..pick(&mut rng, 3) {
         let route = pick(&mut rng, 16) as usize;
         let start = pick(&mut rng, 2_000_000);
         net.at(start, Action::Blackhole { route, on: true });
-        net.at(start + 50_000 + pick(&mut rng, 1_000_000), Action::Blackhole { route, on: false });
+        net.at(
+            start + 50_000 + pick(&mut rng, 1_000_000),
+            Action::Blackhole { route, on: false },
+        );
     }
 
     // Streams: random directed pairs, each its own QP pair.
@@ -154,8 +191,14 @@ pub fn run_seed(seed: u64) -> Result<ChaosReport, ChaosFailure> {
         let a = pick(&mut rng, nodes as u64) as usize;
         let b = (a + 1 + pick(&mut rng, nodes as u64 - 1) as usize) % nodes;
         let (req, resp) = connect_qps(&mut net, a, b, access);
-        let src = net.nodes[a].ctx.reg_mr(req.pd, SRC_BYTES, AccessFlags::LOCAL_WRITE).map_err(|e| fail(e.to_string()))?;
-        let dst = net.nodes[b].ctx.reg_mr(resp.pd, 4 * SRC_BYTES, access).map_err(|e| fail(e.to_string()))?;
+        let src = net.nodes[a]
+            .ctx
+            .reg_mr(req.pd, SRC_BYTES, AccessFlags::LOCAL_WRITE)
+            .map_err(|e| fail(e.to_string()))?;
+        let dst = net.nodes[b]
+            .ctx
+            .reg_mr(resp.pd, 4 * SRC_BYTES, access)
+            .map_err(|e| fail(e.to_string()))?;
         let mut x = rng.next_u64() | 1;
         for byte in net.nodes[a].ctx.mr_bytes_mut(&src) {
             x ^= x << 13;
@@ -164,7 +207,10 @@ pub fn run_seed(seed: u64) -> Result<ChaosReport, ChaosFailure> {
             *byte = x as u8;
         }
         // The READ source half of dst gets its own pattern.
-        for (i, byte) in net.nodes[b].ctx.mr_bytes_mut(&dst)[(2 * SRC_BYTES) as usize..].iter_mut().enumerate() {
+        for (i, byte) in net.nodes[b].ctx.mr_bytes_mut(&dst)[(2 * SRC_BYTES) as usize..]
+            .iter_mut()
+            .enumerate()
+        {
             *byte = (i as u64).wrapping_mul(x | 1).rotate_left(17) as u8;
         }
         streams.push(Stream {
@@ -191,71 +237,144 @@ pub fn run_seed(seed: u64) -> Result<ChaosReport, ChaosFailure> {
         let mut recvs = Vec::new();
         for i in 0..n {
             let big = chance(&mut rng, 0.1);
-            let len = if big { pick(&mut rng, 256 << 10) } else { pick(&mut rng, 16 << 10) } as u32;
+            let len = if big {
+                pick(&mut rng, 256 << 10)
+            } else {
+                pick(&mut rng, 16 << 10)
+            } as u32;
             let src_off = pick(&mut rng, SRC_BYTES / 2 - u64::from(len));
             let imm = chance(&mut rng, 0.5).then(|| rng.next_u64() as u32);
             let kind = pick(&mut rng, 6);
             let planned = match kind {
                 0 | 1 if dst_cursor + u64::from(len) < 2 * SRC_BYTES => {
-                    let p = Planned::Write { src_off, dst_off: dst_cursor, len, imm: imm.filter(|_| kind == 1) };
+                    let p = Planned::Write {
+                        src_off,
+                        dst_off: dst_cursor,
+                        len,
+                        imm: imm.filter(|_| kind == 1),
+                    };
                     dst_cursor += u64::from(len);
                     p
                 }
                 2 if dst_cursor + u64::from(len) < 2 * SRC_BYTES => {
-                    let p = Planned::Send { src_off, recv_off: dst_cursor, len, imm };
+                    let p = Planned::Send {
+                        src_off,
+                        recv_off: dst_cursor,
+                        len,
+                        imm,
+                    };
                     dst_cursor += u64::from(len);
                     p
                 }
                 3 if sink_cursor + u64::from(len) < SRC_BYTES => {
-                    let p = Planned::Read { remote_off: 2 * SRC_BYTES + pick(&mut rng, SRC_BYTES - u64::from(len)), local_off: sink_cursor, len };
+                    let p = Planned::Read {
+                        remote_off: 2 * SRC_BYTES + pick(&mut rng, SRC_BYTES - u64::from(len)),
+                        local_off: sink_cursor,
+                        len,
+                    };
                     sink_cursor += u64::from(len);
                     p
                 }
                 4 if sink_cursor + 8 < SRC_BYTES => {
-                    let p = Planned::FetchAdd { add: 1 + pick(&mut rng, 1000), sink_off: sink_cursor };
+                    let p = Planned::FetchAdd {
+                        add: 1 + pick(&mut rng, 1000),
+                        sink_off: sink_cursor,
+                    };
                     sink_cursor += 8;
                     p
                 }
                 5 if sink_cursor + 8 < SRC_BYTES && cas_words < 500 => {
-                    let p = Planned::CmpSwap { word_off: CAS_BASE + 8 * cas_words, swap: rng.next_u64() | 1, sink_off: sink_cursor };
+                    let p = Planned::CmpSwap {
+                        word_off: CAS_BASE + 8 * cas_words,
+                        swap: rng.next_u64() | 1,
+                        sink_off: sink_cursor,
+                    };
                     cas_words += 1;
                     sink_cursor += 8;
                     p
                 }
                 // Out of room for the chosen kind: a zero-length WRITE (an edge case too).
-                _ => Planned::Write { src_off: 0, dst_off: DATA_BASE, len: 0, imm: None },
+                _ => Planned::Write {
+                    src_off: 0,
+                    dst_off: DATA_BASE,
+                    len: 0,
+                    imm: None,
+                },
             };
             let (src, dst) = (&s.src, &s.dst);
             let wr = match &planned {
-                Planned::Write { src_off, dst_off, len, imm } => {
+                Planned::Write {
+                    src_off,
+                    dst_off,
+                    len,
+                    imm,
+                } => {
                     let remote_addr = dst.addr + dst_off;
                     let op = match imm {
-                        Some(imm) => WrOp::WriteImm { remote_addr, rkey: dst.rkey, imm: *imm },
-                        None => WrOp::Write { remote_addr, rkey: dst.rkey },
+                        Some(imm) => WrOp::WriteImm {
+                            remote_addr,
+                            rkey: dst.rkey,
+                            imm: *imm,
+                        },
+                        None => WrOp::Write {
+                            remote_addr,
+                            rkey: dst.rkey,
+                        },
                     };
                     if imm.is_some() {
-                        recvs.push(RecvWr { wr_id: i as u64, sg_list: vec![] });
+                        recvs.push(RecvWr {
+                            wr_id: i as u64,
+                            sg_list: vec![],
+                        });
                     }
                     SendWr::new(i as u64, op, vec![src.sge(*src_off, *len)])
                 }
-                Planned::Send { src_off, recv_off, len, imm } => {
-                    recvs.push(RecvWr { wr_id: i as u64, sg_list: vec![dst.sge(*recv_off, *len)] });
+                Planned::Send {
+                    src_off,
+                    recv_off,
+                    len,
+                    imm,
+                } => {
+                    recvs.push(RecvWr {
+                        wr_id: i as u64,
+                        sg_list: vec![dst.sge(*recv_off, *len)],
+                    });
                     let op = imm.map_or(WrOp::Send, |imm| WrOp::SendImm { imm });
                     SendWr::new(i as u64, op, vec![src.sge(*src_off, *len)])
                 }
-                Planned::Read { remote_off, local_off, len } => SendWr::new(
+                Planned::Read {
+                    remote_off,
+                    local_off,
+                    len,
+                } => SendWr::new(
                     i as u64,
-                    WrOp::Read { remote_addr: dst.addr + remote_off, rkey: dst.rkey },
+                    WrOp::Read {
+                        remote_addr: dst.addr + remote_off,
+                        rkey: dst.rkey,
+                    },
                     vec![src.sge(*local_off, *len)],
                 ),
                 Planned::FetchAdd { add, sink_off } => SendWr::new(
                     i as u64,
-                    WrOp::FetchAdd { remote_addr: dst.addr + COUNTER_OFF, rkey: dst.rkey, add: *add },
+                    WrOp::FetchAdd {
+                        remote_addr: dst.addr + COUNTER_OFF,
+                        rkey: dst.rkey,
+                        add: *add,
+                    },
                     vec![src.sge(*sink_off, 8)],
                 ),
-                Planned::CmpSwap { word_off, swap, sink_off } => SendWr::new(
+                Planned::CmpSwap {
+                    word_off,
+                    swap,
+                    sink_off,
+                } => SendWr::new(
                     i as u64,
-                    WrOp::CmpSwap { remote_addr: dst.addr + word_off, rkey: dst.rkey, compare: 0, swap: *swap },
+                    WrOp::CmpSwap {
+                        remote_addr: dst.addr + word_off,
+                        rkey: dst.rkey,
+                        compare: 0,
+                        swap: *swap,
+                    },
                     vec![src.sge(*sink_off, 8)],
                 ),
             };
@@ -266,13 +385,22 @@ pub fn run_seed(seed: u64) -> Result<ChaosReport, ChaosFailure> {
         // Post receives late for some streams, so RNR happens too.
         let late_recvs = chance(&mut rng, 0.3);
         if !late_recvs {
-            net.nodes[s.resp.node].ctx.post_recv(s.resp.qp, &recvs).map_err(|e| fail(format!("post_recv: {e:?}")))?;
+            net.nodes[s.resp.node]
+                .ctx
+                .post_recv(s.resp.qp, &recvs)
+                .map_err(|e| fail(format!("post_recv: {e:?}")))?;
         }
         s.recvs = recvs.len();
-        net.nodes[s.req.node].ctx.post_send(0, s.req.qp, &wrs).map_err(|e| fail(format!("post_send: {e:?}")))?;
+        net.nodes[s.req.node]
+            .ctx
+            .post_send(0, s.req.qp, &wrs)
+            .map_err(|e| fail(format!("post_send: {e:?}")))?;
         if late_recvs {
             net.run_for(20_000 + pick(&mut rng, 100_000));
-            net.nodes[s.resp.node].ctx.post_recv(s.resp.qp, &recvs).map_err(|e| fail(format!("post_recv: {e:?}")))?;
+            net.nodes[s.resp.node]
+                .ctx
+                .post_recv(s.resp.qp, &recvs)
+                .map_err(|e| fail(format!("post_recv: {e:?}")))?;
         }
         total_ops += n;
     }
@@ -282,22 +410,44 @@ pub fn run_seed(seed: u64) -> Result<ChaosReport, ChaosFailure> {
     let outcome = net.run_until(deadline, |nodes| {
         let mut all = true;
         for s in streams.iter_mut() {
-            s.done_send.extend(poll_all(&mut nodes[s.req.node].ctx, s.req.cq));
-            s.done_recv.extend(poll_all(&mut nodes[s.resp.node].ctx, s.resp.cq));
+            s.done_send
+                .extend(poll_all(&mut nodes[s.req.node].ctx, s.req.cq));
+            s.done_recv
+                .extend(poll_all(&mut nodes[s.resp.node].ctx, s.resp.cq));
             all &= s.done_send.len() >= s.plan.len() && s.done_recv.len() >= s.recvs;
         }
         all
     });
     if std::env::var_os("METAROCE_CHAOS_DEBUG").is_some() {
         for (k, s) in streams.iter().enumerate() {
-            eprintln!("stream {k}: {}->{} plan {:?}", s.req.node, s.resp.node, s.plan);
-            eprintln!("  sends {:?}", s.done_send.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>());
-            eprintln!("  recvs {:?}", s.done_recv.iter().map(|w| (w.wr_id, w.status, w.opcode)).collect::<Vec<_>>());
+            eprintln!(
+                "stream {k}: {}->{} plan {:?}",
+                s.req.node, s.resp.node, s.plan
+            );
+            eprintln!(
+                "  sends {:?}",
+                s.done_send
+                    .iter()
+                    .map(|w| (w.wr_id, w.status))
+                    .collect::<Vec<_>>()
+            );
+            eprintln!(
+                "  recvs {:?}",
+                s.done_recv
+                    .iter()
+                    .map(|w| (w.wr_id, w.status, w.opcode))
+                    .collect::<Vec<_>>()
+            );
         }
     }
     if !matches!(outcome, RunOutcome::Done { .. }) {
-        let got: Vec<_> = streams.iter().map(|s| (s.done_send.len(), s.plan.len(), s.done_recv.len(), s.recvs)).collect();
-        return Err(fail(format!("run ended {outcome:?} before all completions (done/posted per stream {got:?})")));
+        let got: Vec<_> = streams
+            .iter()
+            .map(|s| (s.done_send.len(), s.plan.len(), s.done_recv.len(), s.recvs))
+            .collect();
+        return Err(fail(format!(
+            "run ended {outcome:?} before all completions (done/posted per stream {got:?})"
+        )));
     }
     let sim_ns = net.now_ns();
     // Let trailing ACKs land, then everything must be back to zero.
@@ -311,7 +461,9 @@ pub fn run_seed(seed: u64) -> Result<ChaosReport, ChaosFailure> {
             if let Some(n) = node.ctx.endpoint().outstanding_messages(peer.addr())
                 && n != 0
             {
-                return Err(fail(format!("node {i} still holds {n} messages toward node {j}")));
+                return Err(fail(format!(
+                    "node {i} still holds {n} messages toward node {j}"
+                )));
             }
         }
     }
@@ -327,7 +479,11 @@ pub fn run_seed(seed: u64) -> Result<ChaosReport, ChaosFailure> {
         dropped: stats.dropped_total(),
         duplicated: stats.duplicated,
         corrupted: stats.corrupted,
-        retransmitted: net.nodes.iter().map(|n| n.ctx.stats().data_packets_retransmitted).sum(),
+        retransmitted: net
+            .nodes
+            .iter()
+            .map(|n| n.ctx.stats().data_packets_retransmitted)
+            .sum(),
         malformed: net.nodes.iter().map(|n| n.ctx.stats().rx_malformed).sum(),
     })
 }
@@ -336,7 +492,11 @@ fn check_stream(net: &Network<RdmaNode>, k: usize, s: &Stream) -> Result<(), Str
     let req = &net.nodes[s.req.node].ctx;
     let resp = &net.nodes[s.resp.node].ctx;
     if s.done_send.len() != s.plan.len() {
-        return Err(format!("stream {k}: {} send completions for {} requests", s.done_send.len(), s.plan.len()));
+        return Err(format!(
+            "stream {k}: {} send completions for {} requests",
+            s.done_send.len(),
+            s.plan.len()
+        ));
     }
     for (i, wc) in s.done_send.iter().enumerate() {
         if wc.wr_id != i as u64 || wc.status != WcStatus::Success {
@@ -344,7 +504,11 @@ fn check_stream(net: &Network<RdmaNode>, k: usize, s: &Stream) -> Result<(), Str
         }
     }
     if s.done_recv.len() != s.recvs {
-        return Err(format!("stream {k}: {} receive completions for {} receives", s.done_recv.len(), s.recvs));
+        return Err(format!(
+            "stream {k}: {} receive completions for {} receives",
+            s.done_recv.len(),
+            s.recvs
+        ));
     }
     let src = req.mr_bytes(&s.src);
     let dst = resp.mr_bytes(&s.dst);
@@ -353,20 +517,36 @@ fn check_stream(net: &Network<RdmaNode>, k: usize, s: &Stream) -> Result<(), Str
     for (i, op) in s.plan.iter().enumerate() {
         let bad = |what: &str| format!("stream {k} op {i} {op:?}: {what}");
         match *op {
-            Planned::Write { src_off, dst_off, len, imm } => {
+            Planned::Write {
+                src_off,
+                dst_off,
+                len,
+                imm,
+            } => {
                 let (a, b) = (src_off as usize, dst_off as usize);
                 if src[a..a + len as usize] != dst[b..b + len as usize] {
                     return Err(bad("target bytes differ"));
                 }
                 if let Some(imm) = imm {
                     let r = recvs.next().ok_or_else(|| bad("no receive completion"))?;
-                    let want = (i as u64, WcStatus::Success, WcOpcode::RecvRdmaWithImm, len, Some(imm));
+                    let want = (
+                        i as u64,
+                        WcStatus::Success,
+                        WcOpcode::RecvRdmaWithImm,
+                        len,
+                        Some(imm),
+                    );
                     if (r.wr_id, r.status, r.opcode, r.byte_len, r.imm_data) != want {
                         return Err(bad(&format!("receive completion {r:?}")));
                     }
                 }
             }
-            Planned::Send { src_off, recv_off, len, imm } => {
+            Planned::Send {
+                src_off,
+                recv_off,
+                len,
+                imm,
+            } => {
                 let (a, b) = (src_off as usize, recv_off as usize);
                 if src[a..a + len as usize] != dst[b..b + len as usize] {
                     return Err(bad("received bytes differ"));
@@ -377,21 +557,43 @@ fn check_stream(net: &Network<RdmaNode>, k: usize, s: &Stream) -> Result<(), Str
                     return Err(bad(&format!("receive completion {r:?}")));
                 }
             }
-            Planned::Read { remote_off, local_off, len } => {
+            Planned::Read {
+                remote_off,
+                local_off,
+                len,
+            } => {
                 let (a, b) = (local_off as usize, remote_off as usize);
                 if src[a..a + len as usize] != dst[b..b + len as usize] {
                     return Err(bad("read bytes differ"));
                 }
             }
             Planned::FetchAdd { add, sink_off } => {
-                let orig = u64::from_le_bytes(src[sink_off as usize..sink_off as usize + 8].try_into().expect("8 bytes"));
+                let orig = u64::from_le_bytes(
+                    src[sink_off as usize..sink_off as usize + 8]
+                        .try_into()
+                        .expect("8 bytes"),
+                );
                 chain.push((orig, add));
             }
-            Planned::CmpSwap { word_off, swap, sink_off } => {
-                let orig = u64::from_le_bytes(src[sink_off as usize..sink_off as usize + 8].try_into().expect("8 bytes"));
-                let now = u64::from_le_bytes(dst[word_off as usize..word_off as usize + 8].try_into().expect("8 bytes"));
+            Planned::CmpSwap {
+                word_off,
+                swap,
+                sink_off,
+            } => {
+                let orig = u64::from_le_bytes(
+                    src[sink_off as usize..sink_off as usize + 8]
+                        .try_into()
+                        .expect("8 bytes"),
+                );
+                let now = u64::from_le_bytes(
+                    dst[word_off as usize..word_off as usize + 8]
+                        .try_into()
+                        .expect("8 bytes"),
+                );
                 if orig != 0 || now != swap {
-                    return Err(bad(&format!("compare-and-swap returned {orig}, word now {now}")));
+                    return Err(bad(&format!(
+                        "compare-and-swap returned {orig}, word now {now}"
+                    )));
                 }
             }
         }
@@ -401,7 +603,9 @@ fn check_stream(net: &Network<RdmaNode>, k: usize, s: &Stream) -> Result<(), Str
     let mut expect = 0u64;
     for (orig, add) in &chain {
         if *orig != expect {
-            return Err(format!("stream {k}: fetch-add chain broken: expected original {expect}, got {orig}"));
+            return Err(format!(
+                "stream {k}: fetch-add chain broken: expected original {expect}, got {orig}"
+            ));
         }
         expect += add;
     }

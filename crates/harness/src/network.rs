@@ -718,8 +718,10 @@ impl<N: Node> Network<N> {
         let link = self.config.node_link(src);
         let bytes = p.dgram.payload.len() as u64 + link.overhead_bytes;
         let ser = link.serialization_ns(p.dgram.payload.len());
-        let (buffer, threshold) =
-            (link.egress_buffer_bytes, link.ecn_threshold_bytes.filter(|_| link.egress_ecn_marking));
+        let (buffer, threshold) = (
+            link.egress_buffer_bytes,
+            link.ecn_threshold_bytes.filter(|_| link.egress_ecn_marking),
+        );
         let port = &mut self.egress[src];
         let occ = port.occupancy(self.now);
         if occ + bytes > buffer {

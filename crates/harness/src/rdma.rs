@@ -7,8 +7,8 @@
 use crate::{Datagram, Ecn, Network, Node};
 use metaroce_proto::{Ecn as CoreEcn, EndpointConfig, QpCaps};
 use metaroce_verbs::{
-    AccessFlags, CompletionQueue, Context, ProtectionDomain, QpAttr, QpInitAttr, QpState, QpType, QueuePair,
-    WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags, CompletionQueue, Context, ProtectionDomain, QpAttr, QpInitAttr, QpState, QpType,
+    QueuePair, WcOpcode, WcStatus, WorkCompletion,
 };
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
@@ -57,7 +57,12 @@ impl Node for RdmaNode {
     }
 
     fn handle_datagram(&mut self, now_ns: u64, datagram: Datagram) {
-        self.ctx.handle_datagram(now_ns, datagram.src, to_core(datagram.ecn), &datagram.payload);
+        self.ctx.handle_datagram(
+            now_ns,
+            datagram.src,
+            to_core(datagram.ecn),
+            &datagram.payload,
+        );
     }
 
     fn poll_transmit(&mut self, now_ns: u64) -> Option<Datagram> {
@@ -100,7 +105,12 @@ pub struct QpEnd {
 /// Create an RC QP on node `a` and one on node `b`, each accepting `access`
 /// remote operations, and walk both to RTS (the out-of-band exchange of QP
 /// numbers and addresses perftest does over TCP happens here in memory).
-pub fn connect_qps(net: &mut Network<RdmaNode>, a: usize, b: usize, access: AccessFlags) -> (QpEnd, QpEnd) {
+pub fn connect_qps(
+    net: &mut Network<RdmaNode>,
+    a: usize,
+    b: usize,
+    access: AccessFlags,
+) -> (QpEnd, QpEnd) {
     connect_qps_in(net, (a, None), (b, None), access)
 }
 
@@ -112,14 +122,28 @@ pub fn connect_qps_in(
     (b, pd_b): (usize, Option<ProtectionDomain>),
     access: AccessFlags,
 ) -> (QpEnd, QpEnd) {
-    let caps = QpCaps { max_send_wr: 4096, max_recv_wr: 4096 };
+    let caps = QpCaps {
+        max_send_wr: 4096,
+        max_recv_wr: 4096,
+    };
     let mut make = |n: usize, pd: Option<ProtectionDomain>| {
         let ctx = &mut net.nodes[n].ctx;
         let pd = pd.unwrap_or_else(|| ctx.alloc_pd());
         let cq = ctx.create_cq(1 << 16).expect("cq");
-        let init = QpInitAttr { send_cq: cq, recv_cq: cq, cap: caps, qp_type: QpType::Rc, sq_sig_all: false };
+        let init = QpInitAttr {
+            send_cq: cq,
+            recv_cq: cq,
+            cap: caps,
+            qp_type: QpType::Rc,
+            sq_sig_all: false,
+        };
         let qp = ctx.create_qp(pd, &init).expect("qp");
-        QpEnd { node: n, pd, qp, cq }
+        QpEnd {
+            node: n,
+            pd,
+            qp,
+            cq,
+        }
     };
     let ea = make(a, pd_a);
     let eb = make(b, pd_b);
@@ -127,9 +151,19 @@ pub fn connect_qps_in(
         let peer_addr = net.nodes[peer.node].addr();
         let mtu = net.nodes[me.node].ctx.endpoint().config().mtu_payload_bytes;
         let ctx = &mut net.nodes[me.node].ctx;
-        let to = |s| QpAttr { qp_state: Some(s), ..QpAttr::default() };
-        ctx.modify_qp(me.qp, &QpAttr { qp_access_flags: Some(access), port_num: Some(1), ..to(QpState::Init) })
-            .expect("init");
+        let to = |s| QpAttr {
+            qp_state: Some(s),
+            ..QpAttr::default()
+        };
+        ctx.modify_qp(
+            me.qp,
+            &QpAttr {
+                qp_access_flags: Some(access),
+                port_num: Some(1),
+                ..to(QpState::Init)
+            },
+        )
+        .expect("init");
         ctx.modify_qp(
             me.qp,
             &QpAttr {
@@ -140,8 +174,16 @@ pub fn connect_qps_in(
             },
         )
         .expect("rtr");
-        ctx.modify_qp(me.qp, &QpAttr { timeout: Some(14), retry_cnt: Some(7), rnr_retry: Some(7), ..to(QpState::Rts) })
-            .expect("rts");
+        ctx.modify_qp(
+            me.qp,
+            &QpAttr {
+                timeout: Some(14),
+                retry_cnt: Some(7),
+                rnr_retry: Some(7),
+                ..to(QpState::Rts)
+            },
+        )
+        .expect("rts");
     }
     (ea, eb)
 }
@@ -177,7 +219,9 @@ pub fn devices(n: usize, config: &EndpointConfig, seed: u64) -> Vec<RdmaNode> {
     (0..n)
         .map(|i| {
             let mut c = config.clone();
-            c.seed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(i as u64);
+            c.seed = seed
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                .wrapping_add(i as u64);
             RdmaNode::new(node_ip(i), c)
         })
         .collect()

@@ -60,18 +60,43 @@ pub struct WriteReport {
 /// Post one WRITE of `size_bytes` between two devices over the harness
 /// network and run it to completion; the target bytes are verified.
 pub fn one_write(s: &WriteScenario) -> Result<WriteReport, String> {
-    let cfg = EndpointConfig { paths_per_connection: s.paths, line_rate_bps: s.rate_bps, ..EndpointConfig::default() };
+    let cfg = EndpointConfig {
+        paths_per_connection: s.paths,
+        line_rate_bps: s.rate_bps,
+        ..EndpointConfig::default()
+    };
     cfg.validate().map_err(|e| e.to_string())?;
-    let link = LinkConfig { rate_bps: s.rate_bps, delay_ns: s.delay_ns, jitter_ns: s.jitter_ns, ..LinkConfig::default() };
-    let faults = FaultConfig { loss: s.loss, ..FaultConfig::default() };
-    let mut net = Network::new(NetConfig::seeded(s.seed).with_link(link).with_faults(faults), devices(2, &cfg, s.seed));
+    let link = LinkConfig {
+        rate_bps: s.rate_bps,
+        delay_ns: s.delay_ns,
+        jitter_ns: s.jitter_ns,
+        ..LinkConfig::default()
+    };
+    let faults = FaultConfig {
+        loss: s.loss,
+        ..FaultConfig::default()
+    };
+    let mut net = Network::new(
+        NetConfig::seeded(s.seed)
+            .with_link(link)
+            .with_faults(faults),
+        devices(2, &cfg, s.seed),
+    );
     let access = AccessFlags(0xf);
     let (a, b) = connect_qps(&mut net, 0, 1, access);
-    let src = net.nodes[0].ctx.reg_mr(a.pd, s.size_bytes, AccessFlags::LOCAL_WRITE).map_err(|e| e.to_string())?;
-    let dst = net.nodes[1].ctx.reg_mr(b.pd, s.size_bytes, access).map_err(|e| e.to_string())?;
+    let src = net.nodes[0]
+        .ctx
+        .reg_mr(a.pd, s.size_bytes, AccessFlags::LOCAL_WRITE)
+        .map_err(|e| e.to_string())?;
+    let dst = net.nodes[1]
+        .ctx
+        .reg_mr(b.pd, s.size_bytes, access)
+        .map_err(|e| e.to_string())?;
     let mut x = s.seed | 1;
     for byte in net.nodes[0].ctx.mr_bytes_mut(&src) {
-        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         *byte = (x >> 56) as u8;
     }
     let lost = Rc::new(Cell::new(0u64));
@@ -82,8 +107,18 @@ pub fn one_write(s: &WriteScenario) -> Result<WriteReport, String> {
         }
     }));
     let len = u32::try_from(s.size_bytes).map_err(|_| "size must be below 4 GiB".to_string())?;
-    let wr = SendWr::new(1, WrOp::Write { remote_addr: dst.addr, rkey: dst.rkey }, vec![src.sge(0, len)]);
-    net.nodes[0].ctx.post_send(0, a.qp, &[wr]).map_err(|(_, e)| e.to_string())?;
+    let wr = SendWr::new(
+        1,
+        WrOp::Write {
+            remote_addr: dst.addr,
+            rkey: dst.rkey,
+        },
+        vec![src.sge(0, len)],
+    );
+    net.nodes[0]
+        .ctx
+        .post_send(0, a.qp, &[wr])
+        .map_err(|(_, e)| e.to_string())?;
     let mut status = None;
     let out = net.run_until(u64::MAX / 2, |n| {
         if let Some(wc) = poll_all(&mut n[0].ctx, a.cq).first() {

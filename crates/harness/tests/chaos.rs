@@ -11,10 +11,15 @@ fn run_range(seeds: std::ops::Range<u64>) {
         match std::panic::catch_unwind(|| run_seed(seed)) {
             Ok(Ok(report)) => ops += report.ops,
             Ok(Err(f)) => failures.push(f.to_string()),
-            Err(_) => failures.push(format!("seed {seed} panicked (rerun: METAROCE_SEED={seed})")),
+            Err(_) => failures.push(format!(
+                "seed {seed} panicked (rerun: METAROCE_SEED={seed})"
+            )),
         }
     }
-    eprintln!("seeds {seeds:?}: {ops} operations, {} failures", failures.len());
+    eprintln!(
+        "seeds {seeds:?}: {ops} operations, {} failures",
+        failures.len()
+    );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 

@@ -35,35 +35,68 @@ fn fill(ctx: &mut Context, mr: &MemoryRegion, seed: u64) {
     }
 }
 
-fn run_until_completions(p: &mut Pair, node: usize, cq: CompletionQueue, n: usize, limit_ns: u64) -> Vec<WorkCompletion> {
+fn run_until_completions(
+    p: &mut Pair,
+    node: usize,
+    cq: CompletionQueue,
+    n: usize,
+    limit_ns: u64,
+) -> Vec<WorkCompletion> {
     let mut got = Vec::new();
     let deadline = p.net.now_ns() + limit_ns;
     let out = p.net.run_until(deadline, |nodes| {
         got.extend(poll_all(&mut nodes[node].ctx, cq));
         got.len() >= n
     });
-    assert!(matches!(out, RunOutcome::Done { .. }), "run ended {out:?} with {} of {n} completions", got.len());
+    assert!(
+        matches!(out, RunOutcome::Done { .. }),
+        "run ended {out:?} with {} of {n} completions",
+        got.len()
+    );
     got
 }
 
 fn lossy(loss: f64) -> FaultConfig {
-    FaultConfig { loss, duplicate: 0.02, reorder: 0.01, ..FaultConfig::default() }
+    FaultConfig {
+        loss,
+        duplicate: 0.02,
+        reorder: 0.01,
+        ..FaultConfig::default()
+    }
 }
 
 fn jittery() -> NetConfig {
     // Routes differ in delay over time, so sprayed packets arrive out of
     // order across paths (each route stays FIFO, as an ECMP route does).
-    NetConfig::default().with_link(LinkConfig { jitter_ns: 3_000, jitter_period_ns: 20_000, ..LinkConfig::default() })
+    NetConfig::default().with_link(LinkConfig {
+        jitter_ns: 3_000,
+        jitter_period_ns: 20_000,
+        ..LinkConfig::default()
+    })
 }
 
 #[test]
 fn write_64mib_with_loss_reordering_and_duplication() {
     let guard = SeedGuard::from_env_or(11);
     let seed = guard.seed();
-    let mut p = pair(seed, &EndpointConfig::default(), jittery().with_faults(lossy(0.05)));
+    let mut p = pair(
+        seed,
+        &EndpointConfig::default(),
+        jittery().with_faults(lossy(0.05)),
+    );
     let len: u64 = 64 << 20;
-    let src = p.net.nodes[0].ctx.reg_mr(p.a.pd, len, AccessFlags::LOCAL_WRITE).unwrap();
-    let dst = p.net.nodes[1].ctx.reg_mr(p.b.pd, len, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE).unwrap();
+    let src = p.net.nodes[0]
+        .ctx
+        .reg_mr(p.a.pd, len, AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    let dst = p.net.nodes[1]
+        .ctx
+        .reg_mr(
+            p.b.pd,
+            len,
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        )
+        .unwrap();
     fill(&mut p.net.nodes[0].ctx, &src, seed);
     let lost = Rc::new(Cell::new(0u64));
     let l = lost.clone();
@@ -72,13 +105,23 @@ fn write_64mib_with_loss_reordering_and_duplication() {
             l.set(l.get() + 1);
         }
     }));
-    let wr = SendWr::new(1, WrOp::Write { remote_addr: dst.addr, rkey: dst.rkey }, vec![src.sge(0, len as u32)]);
+    let wr = SendWr::new(
+        1,
+        WrOp::Write {
+            remote_addr: dst.addr,
+            rkey: dst.rkey,
+        },
+        vec![src.sge(0, len as u32)],
+    );
     p.net.nodes[0].ctx.post_send(0, p.a.qp, &[wr]).unwrap();
     let cq = p.a.cq;
     let wc = run_until_completions(&mut p, 0, cq, 1, 10_000_000_000);
     assert_eq!(wc[0].status, WcStatus::Success);
     assert_eq!(wc[0].byte_len, len as u32);
-    assert!(p.net.nodes[0].ctx.mr_bytes(&src) == p.net.nodes[1].ctx.mr_bytes(&dst), "bytes differ");
+    assert!(
+        p.net.nodes[0].ctx.mr_bytes(&src) == p.net.nodes[1].ctx.mr_bytes(&dst),
+        "bytes differ"
+    );
     let stats = *p.net.nodes[0].ctx.stats();
     let lost = lost.get();
     let resent = stats.data_packets_retransmitted;
@@ -90,12 +133,35 @@ fn write_64mib_with_loss_reordering_and_duplication() {
         p.net.nodes[1].ctx.stats().rx_duplicates
     );
     assert!(lost > 500, "the fault injector must have dropped packets");
-    assert!(resent as f64 <= 1.3 * lost as f64, "resent {resent} vs lost {lost}: not selective");
-    assert_eq!(p.net.nodes[0].ctx.endpoint().outstanding_messages(p.net.nodes[1].addr()), Some(0));
+    assert!(
+        resent as f64 <= 1.3 * lost as f64,
+        "resent {resent} vs lost {lost}: not selective"
+    );
+    assert_eq!(
+        p.net.nodes[0]
+            .ctx
+            .endpoint()
+            .outstanding_messages(p.net.nodes[1].addr()),
+        Some(0)
+    );
 }
 
-fn write_wr(wr_id: u64, src: &MemoryRegion, off: u64, len: u32, dst: &MemoryRegion, dst_off: u64) -> SendWr {
-    SendWr::new(wr_id, WrOp::Write { remote_addr: dst.addr + dst_off, rkey: dst.rkey }, vec![src.sge(off, len)])
+fn write_wr(
+    wr_id: u64,
+    src: &MemoryRegion,
+    off: u64,
+    len: u32,
+    dst: &MemoryRegion,
+    dst_off: u64,
+) -> SendWr {
+    SendWr::new(
+        wr_id,
+        WrOp::Write {
+            remote_addr: dst.addr + dst_off,
+            rkey: dst.rkey,
+        },
+        vec![src.sge(off, len)],
+    )
 }
 
 #[test]
@@ -104,8 +170,18 @@ fn one_blackholed_path_is_abandoned_and_the_transfer_completes() {
     let seed = guard.seed();
     let mut p = pair(seed, &EndpointConfig::default(), jittery());
     let len: u64 = 32 << 20;
-    let src = p.net.nodes[0].ctx.reg_mr(p.a.pd, len, AccessFlags::LOCAL_WRITE).unwrap();
-    let dst = p.net.nodes[1].ctx.reg_mr(p.b.pd, len, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE).unwrap();
+    let src = p.net.nodes[0]
+        .ctx
+        .reg_mr(p.a.pd, len, AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    let dst = p.net.nodes[1]
+        .ctx
+        .reg_mr(
+            p.b.pd,
+            len,
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        )
+        .unwrap();
     fill(&mut p.net.nodes[0].ctx, &src, seed);
     // Path slot 5's port maps to route (port % 16); blackhole that route 200 us in.
     let peer = p.net.nodes[1].addr();
@@ -118,21 +194,34 @@ fn one_blackholed_path_is_abandoned_and_the_transfer_completes() {
     let (l, h) = (late.clone(), into_hole.clone());
     let settle_ns = t_hole + 300_000;
     p.net.set_tap(Box::new(move |e: &TapEvent<'_>| {
-        if matches!(e.fate, Fate::Sent) && is_data(e.payload) && e.src_node == 0 && e.now_ns > settle_ns {
+        if matches!(e.fate, Fate::Sent)
+            && is_data(e.payload)
+            && e.src_node == 0
+            && e.now_ns > settle_ns
+        {
             if e.route == route {
                 h.set(h.get() + 1);
             }
             // data on the old path's port after it settled
-            if e.payload.len() > 8 && u16::from_be_bytes([e.payload[4], e.payload[5]]) == 0 && e.payload[3] == 5 {
+            if e.payload.len() > 8
+                && u16::from_be_bytes([e.payload[4], e.payload[5]]) == 0
+                && e.payload[3] == 5
+            {
                 l.set(l.get() + 1);
             }
         }
     }));
-    p.net.nodes[0].ctx.post_send(0, p.a.qp, &[write_wr(1, &src, 0, len as u32, &dst, 0)]).unwrap();
+    p.net.nodes[0]
+        .ctx
+        .post_send(0, p.a.qp, &[write_wr(1, &src, 0, len as u32, &dst, 0)])
+        .unwrap();
     let cq = p.a.cq;
     let wc = run_until_completions(&mut p, 0, cq, 1, 10_000_000_000);
     assert_eq!(wc[0].status, WcStatus::Success);
-    assert!(p.net.nodes[0].ctx.mr_bytes(&src) == p.net.nodes[1].ctx.mr_bytes(&dst), "bytes differ");
+    assert!(
+        p.net.nodes[0].ctx.mr_bytes(&src) == p.net.nodes[1].ctx.mr_bytes(&dst),
+        "bytes differ"
+    );
     let stats = p.net.nodes[0].ctx.stats();
     eprintln!(
         "blackhole: done at {} us, {} data packets into the hole after settling, {} on the retired path, {} paths replaced, {} dropped in the hole",
@@ -142,13 +231,27 @@ fn one_blackholed_path_is_abandoned_and_the_transfer_completes() {
         stats.paths_replaced,
         p.net.stats().dropped_blackhole
     );
-    assert!(stats.paths_replaced >= 1, "the blackholed path must be retired");
-    assert_eq!(late.get(), 0, "the retired path (slot 5, generation 0) still carried data");
-    assert_ne!(p.net.nodes[0].ctx.endpoint().path_ports(peer).unwrap()[5] as usize % 16, route);
+    assert!(
+        stats.paths_replaced >= 1,
+        "the blackholed path must be retired"
+    );
+    assert_eq!(
+        late.get(),
+        0,
+        "the retired path (slot 5, generation 0) still carried data"
+    );
+    assert_ne!(
+        p.net.nodes[0].ctx.endpoint().path_ports(peer).unwrap()[5] as usize % 16,
+        route
+    );
 }
 
 fn faulty(seed: u64) -> Pair {
-    pair(seed, &EndpointConfig::default(), jittery().with_faults(lossy(0.05)))
+    pair(
+        seed,
+        &EndpointConfig::default(),
+        jittery().with_faults(lossy(0.05)),
+    )
 }
 
 fn mr(p: &mut Pair, node: usize, len: u64, access: AccessFlags) -> MemoryRegion {
@@ -169,13 +272,22 @@ fn read_under_faults_places_the_responders_bytes() {
     let wrs: Vec<SendWr> = (0..8u64)
         .map(|i| {
             let chunk = len / 8;
-            SendWr::new(i, WrOp::Read { remote_addr: remote.addr + i * chunk, rkey: remote.rkey }, vec![local.sge(i * chunk, chunk as u32)])
+            SendWr::new(
+                i,
+                WrOp::Read {
+                    remote_addr: remote.addr + i * chunk,
+                    rkey: remote.rkey,
+                },
+                vec![local.sge(i * chunk, chunk as u32)],
+            )
         })
         .collect();
     p.net.nodes[0].ctx.post_send(0, p.a.qp, &wrs).unwrap();
     let cq = p.a.cq;
     let wc = run_until_completions(&mut p, 0, cq, 8, 10_000_000_000);
-    assert!(wc.iter().enumerate().all(|(i, w)| w.wr_id == i as u64 && w.status == WcStatus::Success && w.opcode == WcOpcode::RdmaRead));
+    assert!(wc.iter().enumerate().all(|(i, w)| w.wr_id == i as u64
+        && w.status == WcStatus::Success
+        && w.opcode == WcOpcode::RdmaRead));
     assert!(p.net.nodes[0].ctx.mr_bytes(&local) == p.net.nodes[1].ctx.mr_bytes(&remote));
 }
 
@@ -188,7 +300,12 @@ fn send_recv_and_write_with_imm_under_faults_complete_in_order() {
     let src = mr(&mut p, 0, n * size, AccessFlags::LOCAL_WRITE);
     let dst = mr(&mut p, 1, n * size, RW);
     fill(&mut p.net.nodes[0].ctx, &src, guard.seed());
-    let recvs: Vec<RecvWr> = (0..n).map(|i| RecvWr { wr_id: 1000 + i, sg_list: vec![dst.sge(i * size, size as u32)] }).collect();
+    let recvs: Vec<RecvWr> = (0..n)
+        .map(|i| RecvWr {
+            wr_id: 1000 + i,
+            sg_list: vec![dst.sge(i * size, size as u32)],
+        })
+        .collect();
     p.net.nodes[1].ctx.post_recv(p.b.qp, &recvs).unwrap();
     let wrs: Vec<SendWr> = (0..n)
         .map(|i| {
@@ -196,7 +313,15 @@ fn send_recv_and_write_with_imm_under_faults_complete_in_order() {
             match i % 3 {
                 0 => SendWr::new(i, WrOp::Send, sge),
                 1 => SendWr::new(i, WrOp::SendImm { imm: i as u32 }, sge),
-                _ => SendWr::new(i, WrOp::WriteImm { remote_addr: dst.addr + i * size, rkey: dst.rkey, imm: i as u32 }, sge),
+                _ => SendWr::new(
+                    i,
+                    WrOp::WriteImm {
+                        remote_addr: dst.addr + i * size,
+                        rkey: dst.rkey,
+                        imm: i as u32,
+                    },
+                    sge,
+                ),
             }
         })
         .collect();
@@ -206,7 +331,10 @@ fn send_recv_and_write_with_imm_under_faults_complete_in_order() {
     let received = run_until_completions(&mut p, 1, cqb, n as usize, 10_000_000_000);
     for (i, (s, r)) in sent.iter().zip(&received).enumerate() {
         assert_eq!((s.wr_id, s.status), (i as u64, WcStatus::Success));
-        assert_eq!((r.wr_id, r.status, r.byte_len), (1000 + i as u64, WcStatus::Success, size as u32));
+        assert_eq!(
+            (r.wr_id, r.status, r.byte_len),
+            (1000 + i as u64, WcStatus::Success, size as u32)
+        );
         let (opcode, imm) = match i % 3 {
             0 => (WcOpcode::Recv, None),
             1 => (WcOpcode::Recv, Some(i as u32)),
@@ -221,8 +349,16 @@ fn send_recv_and_write_with_imm_under_faults_complete_in_order() {
 fn atomics_from_two_requesters_apply_exactly_once() {
     let guard = SeedGuard::from_env_or(15);
     let seed = guard.seed();
-    let faults = FaultConfig { loss: 0.05, duplicate: 0.05, reorder: 0.01, ..FaultConfig::default() };
-    let mut net = Network::new(jittery().with_faults(faults).with_seed(seed), devices(3, &EndpointConfig::default(), seed));
+    let faults = FaultConfig {
+        loss: 0.05,
+        duplicate: 0.05,
+        reorder: 0.01,
+        ..FaultConfig::default()
+    };
+    let mut net = Network::new(
+        jittery().with_faults(faults).with_seed(seed),
+        devices(3, &EndpointConfig::default(), seed),
+    );
     // Nodes 0 and 1 both hammer node 2's counter.
     let (a0, t0) = connect_qps(&mut net, 0, 2, RW);
     let (a1, _) = connect_qps_in(&mut net, (1, None), (2, Some(t0.pd)), RW);
@@ -230,9 +366,22 @@ fn atomics_from_two_requesters_apply_exactly_once() {
     let per = 300u64;
     let mut results = Vec::new();
     for (node, end, tgt) in [(0usize, a0, target), (1, a1, target)] {
-        let sink = net.nodes[node].ctx.reg_mr(end.pd, per * 8, AccessFlags::LOCAL_WRITE).unwrap();
+        let sink = net.nodes[node]
+            .ctx
+            .reg_mr(end.pd, per * 8, AccessFlags::LOCAL_WRITE)
+            .unwrap();
         let wrs: Vec<SendWr> = (0..per)
-            .map(|i| SendWr::new(i, WrOp::FetchAdd { remote_addr: tgt.addr, rkey: tgt.rkey, add: 1 }, vec![sink.sge(i * 8, 8)]))
+            .map(|i| {
+                SendWr::new(
+                    i,
+                    WrOp::FetchAdd {
+                        remote_addr: tgt.addr,
+                        rkey: tgt.rkey,
+                        add: 1,
+                    },
+                    vec![sink.sge(i * 8, 8)],
+                )
+            })
             .collect();
         net.nodes[node].ctx.post_send(0, end.qp, &wrs).unwrap();
         results.push((node, end, sink));
@@ -240,8 +389,20 @@ fn atomics_from_two_requesters_apply_exactly_once() {
     // One compare-and-swap per requester on the second word: exactly one wins.
     let mut cas = Vec::new();
     for (node, end, tgt) in [(0usize, a0, target), (1, a1, target)] {
-        let sink = net.nodes[node].ctx.reg_mr(end.pd, 8, AccessFlags::LOCAL_WRITE).unwrap();
-        let wr = SendWr::new(per, WrOp::CmpSwap { remote_addr: tgt.addr + 8, rkey: tgt.rkey, compare: 0, swap: 7 + node as u64 }, vec![sink.sge(0, 8)]);
+        let sink = net.nodes[node]
+            .ctx
+            .reg_mr(end.pd, 8, AccessFlags::LOCAL_WRITE)
+            .unwrap();
+        let wr = SendWr::new(
+            per,
+            WrOp::CmpSwap {
+                remote_addr: tgt.addr + 8,
+                rkey: tgt.rkey,
+                compare: 0,
+                swap: 7 + node as u64,
+            },
+            vec![sink.sge(0, 8)],
+        );
         net.nodes[node].ctx.post_send(0, end.qp, &[wr]).unwrap();
         cas.push((node, sink));
     }
@@ -262,19 +423,32 @@ fn atomics_from_two_requesters_apply_exactly_once() {
     let mut seen: Vec<u64> = results
         .iter()
         .flat_map(|(node, _, sink)| {
-            net.nodes[*node].ctx.mr_bytes(sink).chunks(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect::<Vec<_>>()
+            net.nodes[*node]
+                .ctx
+                .mr_bytes(sink)
+                .chunks(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+                .collect::<Vec<_>>()
         })
         .collect();
     seen.sort_unstable();
     assert_eq!(seen, (0..2 * per).collect::<Vec<_>>());
     // Exactly one compare-and-swap won, and the word holds its value.
-    let origs: Vec<u64> =
-        cas.iter().map(|(node, sink)| u64::from_le_bytes(net.nodes[*node].ctx.mr_bytes(sink).try_into().unwrap())).collect();
+    let origs: Vec<u64> = cas
+        .iter()
+        .map(|(node, sink)| {
+            u64::from_le_bytes(net.nodes[*node].ctx.mr_bytes(sink).try_into().unwrap())
+        })
+        .collect();
     let now = u64::from_le_bytes(net.nodes[2].ctx.mr_bytes(&target)[8..].try_into().unwrap());
     let winners: Vec<usize> = (0..2).filter(|&k| origs[k] == 0).collect();
     assert_eq!(winners.len(), 1, "originals {origs:?}");
     assert_eq!(now, 7 + winners[0] as u64);
-    assert_eq!(origs[1 - winners[0]], now, "the loser saw the winner's value");
+    assert_eq!(
+        origs[1 - winners[0]],
+        now,
+        "the loser saw the winner's value"
+    );
 }
 
 #[test]
@@ -285,28 +459,52 @@ fn peer_gone_ends_in_retry_exceeded_then_flushes() {
     let src = mr(&mut p, 0, 1 << 20, AccessFlags::LOCAL_WRITE);
     let dst = mr(&mut p, 1, 1 << 20, RW);
     // Warm up, then the peer vanishes for good.
-    p.net.nodes[0].ctx.post_send(0, p.a.qp, &[write_wr(1, &src, 0, 4096, &dst, 0)]).unwrap();
+    p.net.nodes[0]
+        .ctx
+        .post_send(0, p.a.qp, &[write_wr(1, &src, 0, 4096, &dst, 0)])
+        .unwrap();
     let cq = p.a.cq;
     run_until_completions(&mut p, 0, cq, 1, 1_000_000_000);
     p.net.set_link_down(1, true);
     let t0 = p.net.now_ns();
-    let wrs: Vec<SendWr> = (2..6).map(|i| write_wr(i, &src, 0, 1 << 18, &dst, 0)).collect();
+    let wrs: Vec<SendWr> = (2..6)
+        .map(|i| write_wr(i, &src, 0, 1 << 18, &dst, 0))
+        .collect();
     p.net.nodes[0].ctx.post_send(t0, p.a.qp, &wrs).unwrap();
     let wc = run_until_completions(&mut p, 0, cq, 4, 10_000_000_000);
     let elapsed = p.net.now_ns() - t0;
     assert_eq!((wc[0].wr_id, wc[0].status), (2, WcStatus::RetryExcErr));
-    assert!(wc[1..].iter().all(|w| w.status == WcStatus::WrFlushErr), "{wc:?}");
+    assert!(
+        wc[1..].iter().all(|w| w.status == WcStatus::WrFlushErr),
+        "{wc:?}"
+    );
     assert_eq!(p.net.nodes[0].ctx.qp_state(p.a.qp), Some(QpState::Err));
     // The budget: retry_cnt + 1 backed-off connection timeouts of at most rto_max each.
-    let budget: u64 = (0..=cfg.retry_cnt as u32).map(|k| (cfg.rto_min_ns << k).min(cfg.rto_max_ns)).sum::<u64>() * 2;
-    eprintln!("peer gone: RetryExcErr after {} us (budget {} us)", elapsed / 1000, budget / 1000);
+    let budget: u64 = (0..=cfg.retry_cnt as u32)
+        .map(|k| (cfg.rto_min_ns << k).min(cfg.rto_max_ns))
+        .sum::<u64>()
+        * 2;
+    eprintln!(
+        "peer gone: RetryExcErr after {} us (budget {} us)",
+        elapsed / 1000,
+        budget / 1000
+    );
     assert!(elapsed <= budget, "took {elapsed} ns, budget {budget} ns");
     // Later work flushes at once and nothing is left behind.
     let now = p.net.now_ns();
-    p.net.nodes[0].ctx.post_send(now, p.a.qp, &[write_wr(9, &src, 0, 8, &dst, 0)]).unwrap();
+    p.net.nodes[0]
+        .ctx
+        .post_send(now, p.a.qp, &[write_wr(9, &src, 0, 8, &dst, 0)])
+        .unwrap();
     let wc = poll_all(&mut p.net.nodes[0].ctx, cq);
     assert_eq!((wc[0].wr_id, wc[0].status), (9, WcStatus::WrFlushErr));
-    assert_eq!(p.net.nodes[0].ctx.endpoint().outstanding_messages(p.net.nodes[1].addr()), Some(0));
+    assert_eq!(
+        p.net.nodes[0]
+            .ctx
+            .endpoint()
+            .outstanding_messages(p.net.nodes[1].addr()),
+        Some(0)
+    );
 }
 
 /// Every remote access the responder must refuse: bad rkey, out of bounds,
@@ -315,16 +513,110 @@ fn peer_gone_ends_in_retry_exceeded_then_flushes() {
 #[test]
 fn bad_remote_accesses_fail_and_touch_nothing() {
     let guard = SeedGuard::from_env_or(17);
-    type Case = (&'static str, fn(&MemoryRegion, &MemoryRegion, &MemoryRegion) -> SendWr, WcStatus);
+    type Case = (
+        &'static str,
+        fn(&MemoryRegion, &MemoryRegion, &MemoryRegion) -> SendWr,
+        WcStatus,
+    );
     let cases: [Case; 8] = [
-        ("write past the end", |s, _, t| write_wr(1, s, 0, 64, t, t.length - 32), WcStatus::RemAccessErr),
-        ("write before the start", |s, _, t| SendWr::new(1, WrOp::Write { remote_addr: t.addr - 8, rkey: t.rkey }, vec![s.sge(0, 16)]), WcStatus::RemAccessErr),
-        ("write with a guessed rkey", |s, _, t| SendWr::new(1, WrOp::Write { remote_addr: t.addr, rkey: t.rkey ^ 0x5a5a }, vec![s.sge(0, 16)]), WcStatus::RemAccessErr),
-        ("write to a read-only region", |s, ro, _| write_wr(1, s, 0, 16, ro, 0), WcStatus::RemAccessErr),
-        ("read past the end", |s, _, t| SendWr::new(1, WrOp::Read { remote_addr: t.addr + t.length - 8, rkey: t.rkey }, vec![s.sge(0, 16)]), WcStatus::RemAccessErr),
-        ("atomic on a read-only region", |s, ro, _| SendWr::new(1, WrOp::FetchAdd { remote_addr: ro.addr, rkey: ro.rkey, add: 1 }, vec![s.sge(0, 8)]), WcStatus::RemAccessErr),
-        ("atomic past the end", |s, _, t| SendWr::new(1, WrOp::CmpSwap { remote_addr: t.addr + t.length, rkey: t.rkey, compare: 0, swap: 1 }, vec![s.sge(0, 8)]), WcStatus::RemAccessErr),
-        ("misaligned atomic", |s, _, t| SendWr::new(1, WrOp::FetchAdd { remote_addr: t.addr + 4, rkey: t.rkey, add: 1 }, vec![s.sge(0, 8)]), WcStatus::RemInvReqErr),
+        (
+            "write past the end",
+            |s, _, t| write_wr(1, s, 0, 64, t, t.length - 32),
+            WcStatus::RemAccessErr,
+        ),
+        (
+            "write before the start",
+            |s, _, t| {
+                SendWr::new(
+                    1,
+                    WrOp::Write {
+                        remote_addr: t.addr - 8,
+                        rkey: t.rkey,
+                    },
+                    vec![s.sge(0, 16)],
+                )
+            },
+            WcStatus::RemAccessErr,
+        ),
+        (
+            "write with a guessed rkey",
+            |s, _, t| {
+                SendWr::new(
+                    1,
+                    WrOp::Write {
+                        remote_addr: t.addr,
+                        rkey: t.rkey ^ 0x5a5a,
+                    },
+                    vec![s.sge(0, 16)],
+                )
+            },
+            WcStatus::RemAccessErr,
+        ),
+        (
+            "write to a read-only region",
+            |s, ro, _| write_wr(1, s, 0, 16, ro, 0),
+            WcStatus::RemAccessErr,
+        ),
+        (
+            "read past the end",
+            |s, _, t| {
+                SendWr::new(
+                    1,
+                    WrOp::Read {
+                        remote_addr: t.addr + t.length - 8,
+                        rkey: t.rkey,
+                    },
+                    vec![s.sge(0, 16)],
+                )
+            },
+            WcStatus::RemAccessErr,
+        ),
+        (
+            "atomic on a read-only region",
+            |s, ro, _| {
+                SendWr::new(
+                    1,
+                    WrOp::FetchAdd {
+                        remote_addr: ro.addr,
+                        rkey: ro.rkey,
+                        add: 1,
+                    },
+                    vec![s.sge(0, 8)],
+                )
+            },
+            WcStatus::RemAccessErr,
+        ),
+        (
+            "atomic past the end",
+            |s, _, t| {
+                SendWr::new(
+                    1,
+                    WrOp::CmpSwap {
+                        remote_addr: t.addr + t.length,
+                        rkey: t.rkey,
+                        compare: 0,
+                        swap: 1,
+                    },
+                    vec![s.sge(0, 8)],
+                )
+            },
+            WcStatus::RemAccessErr,
+        ),
+        (
+            "misaligned atomic",
+            |s, _, t| {
+                SendWr::new(
+                    1,
+                    WrOp::FetchAdd {
+                        remote_addr: t.addr + 4,
+                        rkey: t.rkey,
+                        add: 1,
+                    },
+                    vec![s.sge(0, 8)],
+                )
+            },
+            WcStatus::RemInvReqErr,
+        ),
     ];
     for (name, make, expect) in cases {
         let mut p = faulty(guard.seed());
@@ -334,17 +626,34 @@ fn bad_remote_accesses_fail_and_touch_nothing() {
         let read_only = mr(&mut p, 1, 4096, AccessFlags::REMOTE_READ);
         fill(&mut p.net.nodes[1].ctx, &target, 2);
         fill(&mut p.net.nodes[1].ctx, &read_only, 3);
-        let before = (p.net.nodes[1].ctx.mr_bytes(&target).to_vec(), p.net.nodes[1].ctx.mr_bytes(&read_only).to_vec());
+        let before = (
+            p.net.nodes[1].ctx.mr_bytes(&target).to_vec(),
+            p.net.nodes[1].ctx.mr_bytes(&read_only).to_vec(),
+        );
         let wr = make(&src, &read_only, &target);
         let follow = write_wr(2, &src, 0, 8, &target, 0);
-        p.net.nodes[0].ctx.post_send(0, p.a.qp, &[wr, follow]).unwrap();
+        p.net.nodes[0]
+            .ctx
+            .post_send(0, p.a.qp, &[wr, follow])
+            .unwrap();
         let cq = p.a.cq;
         let wc = run_until_completions(&mut p, 0, cq, 2, 1_000_000_000);
         assert_eq!((wc[0].wr_id, wc[0].status), (1, expect), "{name}");
-        assert_eq!((wc[1].wr_id, wc[1].status), (2, WcStatus::WrFlushErr), "{name}: later work flushes");
-        let after = (p.net.nodes[1].ctx.mr_bytes(&target).to_vec(), p.net.nodes[1].ctx.mr_bytes(&read_only).to_vec());
+        assert_eq!(
+            (wc[1].wr_id, wc[1].status),
+            (2, WcStatus::WrFlushErr),
+            "{name}: later work flushes"
+        );
+        let after = (
+            p.net.nodes[1].ctx.mr_bytes(&target).to_vec(),
+            p.net.nodes[1].ctx.mr_bytes(&read_only).to_vec(),
+        );
         assert!(before == after, "{name}: target memory changed");
-        assert_eq!(p.net.nodes[0].ctx.qp_state(p.a.qp), Some(QpState::Err), "{name}");
+        assert_eq!(
+            p.net.nodes[0].ctx.qp_state(p.a.qp),
+            Some(QpState::Err),
+            "{name}"
+        );
     }
 }
 
@@ -358,14 +667,28 @@ fn bad_local_key_is_a_local_protection_error() {
     bad.lkey ^= 1;
     let wrs = [
         write_wr(1, &src, 0, 64, &dst, 0),
-        SendWr::new(2, WrOp::Write { remote_addr: dst.addr, rkey: dst.rkey }, vec![bad]),
+        SendWr::new(
+            2,
+            WrOp::Write {
+                remote_addr: dst.addr,
+                rkey: dst.rkey,
+            },
+            vec![bad],
+        ),
         write_wr(3, &src, 0, 64, &dst, 0),
     ];
     p.net.nodes[0].ctx.post_send(0, p.a.qp, &wrs).unwrap();
     let cq = p.a.cq;
     let wc = run_until_completions(&mut p, 0, cq, 3, 1_000_000_000);
     let got: Vec<_> = wc.iter().map(|w| (w.wr_id, w.status)).collect();
-    assert_eq!(got, [(1, WcStatus::Success), (2, WcStatus::LocProtErr), (3, WcStatus::WrFlushErr)]);
+    assert_eq!(
+        got,
+        [
+            (1, WcStatus::Success),
+            (2, WcStatus::LocProtErr),
+            (3, WcStatus::WrFlushErr)
+        ]
+    );
 }
 
 #[test]
@@ -376,37 +699,83 @@ fn send_waits_for_a_receive_and_a_short_receive_is_a_length_error() {
     let dst = mr(&mut p, 1, 1 << 16, RW);
     fill(&mut p.net.nodes[0].ctx, &src, 4);
     // No receive posted yet: the SEND is refused (RNR) and retried.
-    p.net.nodes[0].ctx.post_send(0, p.a.qp, &[SendWr::new(1, WrOp::Send, vec![src.sge(0, 30_000)])]).unwrap();
+    p.net.nodes[0]
+        .ctx
+        .post_send(
+            0,
+            p.a.qp,
+            &[SendWr::new(1, WrOp::Send, vec![src.sge(0, 30_000)])],
+        )
+        .unwrap();
     p.net.run_for(300_000);
     assert!(poll_all(&mut p.net.nodes[0].ctx, p.a.cq).is_empty());
     assert!(p.net.nodes[1].ctx.stats().rnr_naks_sent > 0);
-    p.net.nodes[1].ctx.post_recv(p.b.qp, &[RecvWr { wr_id: 10, sg_list: vec![dst.sge(0, 30_000)] }]).unwrap();
+    p.net.nodes[1]
+        .ctx
+        .post_recv(
+            p.b.qp,
+            &[RecvWr {
+                wr_id: 10,
+                sg_list: vec![dst.sge(0, 30_000)],
+            }],
+        )
+        .unwrap();
     let cqa = p.a.cq;
     let wc = run_until_completions(&mut p, 0, cqa, 1, 1_000_000_000);
     assert_eq!(wc[0].status, WcStatus::Success);
-    assert_eq!(p.net.nodes[0].ctx.mr_bytes(&src)[..30_000], p.net.nodes[1].ctx.mr_bytes(&dst)[..30_000]);
+    assert_eq!(
+        p.net.nodes[0].ctx.mr_bytes(&src)[..30_000],
+        p.net.nodes[1].ctx.mr_bytes(&dst)[..30_000]
+    );
     // A receive that is too small: LocLenErr at the receiver, RemInvReqErr at the sender.
-    p.net.nodes[1].ctx.post_recv(p.b.qp, &[RecvWr { wr_id: 11, sg_list: vec![dst.sge(40_000, 100)] }]).unwrap();
+    p.net.nodes[1]
+        .ctx
+        .post_recv(
+            p.b.qp,
+            &[RecvWr {
+                wr_id: 11,
+                sg_list: vec![dst.sge(40_000, 100)],
+            }],
+        )
+        .unwrap();
     let now = p.net.now_ns();
-    p.net.nodes[0].ctx.post_send(now, p.a.qp, &[SendWr::new(2, WrOp::Send, vec![src.sge(0, 200)])]).unwrap();
+    p.net.nodes[0]
+        .ctx
+        .post_send(
+            now,
+            p.a.qp,
+            &[SendWr::new(2, WrOp::Send, vec![src.sge(0, 200)])],
+        )
+        .unwrap();
     let wc = run_until_completions(&mut p, 0, cqa, 1, 1_000_000_000);
     assert_eq!((wc[0].wr_id, wc[0].status), (2, WcStatus::RemInvReqErr));
     let cqb = p.b.cq;
     let rc = run_until_completions(&mut p, 1, cqb, 2, 1_000_000_000);
     assert_eq!((rc[1].wr_id, rc[1].status), (11, WcStatus::LocLenErr));
-    assert!(p.net.nodes[1].ctx.mr_bytes(&dst)[40_000..40_100].iter().all(|&b| b == 0), "nothing placed");
+    assert!(
+        p.net.nodes[1].ctx.mr_bytes(&dst)[40_000..40_100]
+            .iter()
+            .all(|&b| b == 0),
+        "nothing placed"
+    );
 }
 
 #[test]
 fn psns_wrap_around_mid_transfer() {
     let guard = SeedGuard::from_env_or(20);
-    let cfg = EndpointConfig { psn_base: u32::MAX - 40, ..EndpointConfig::default() };
+    let cfg = EndpointConfig {
+        psn_base: u32::MAX - 40,
+        ..EndpointConfig::default()
+    };
     let mut p = pair(guard.seed(), &cfg, jittery().with_faults(lossy(0.05)));
     let len = 16 << 20;
     let src = mr(&mut p, 0, len, AccessFlags::LOCAL_WRITE);
     let dst = mr(&mut p, 1, len, RW);
     fill(&mut p.net.nodes[0].ctx, &src, 5);
-    p.net.nodes[0].ctx.post_send(0, p.a.qp, &[write_wr(1, &src, 0, len as u32, &dst, 0)]).unwrap();
+    p.net.nodes[0]
+        .ctx
+        .post_send(0, p.a.qp, &[write_wr(1, &src, 0, len as u32, &dst, 0)])
+        .unwrap();
     let cq = p.a.cq;
     let wc = run_until_completions(&mut p, 0, cq, 1, 10_000_000_000);
     assert_eq!(wc[0].status, WcStatus::Success);

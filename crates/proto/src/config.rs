@@ -128,7 +128,10 @@ impl EndpointConfig {
             return bad("line_rate_bps", "must be at least 1 Mbit/s");
         }
         if self.base_rtt_ns == 0 || self.rto_min_ns == 0 || self.rto_max_ns < self.rto_min_ns {
-            return bad("rto_min_ns", "base_rtt_ns, rto_min_ns must be > 0 and rto_max_ns >= rto_min_ns");
+            return bad(
+                "rto_min_ns",
+                "base_rtt_ns, rto_min_ns must be > 0 and rto_max_ns >= rto_min_ns",
+            );
         }
         if self.retry_cnt > 7 || self.rnr_retry > 7 {
             return bad("retry_cnt", "retry_cnt and rnr_retry must be 0..=7");
@@ -143,7 +146,10 @@ impl EndpointConfig {
             return bad("max_queue_pairs", "must be 1..=2^16");
         }
         if self.max_send_wr == 0 || self.max_recv_wr == 0 || self.max_connections == 0 {
-            return bad("max_send_wr", "queue and connection limits must be at least 1");
+            return bad(
+                "max_send_wr",
+                "queue and connection limits must be at least 1",
+            );
         }
         if self.path_retire_after_rtos == 0 {
             return bad("path_retire_after_rtos", "must be at least 1");

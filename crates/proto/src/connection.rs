@@ -134,7 +134,15 @@ impl Connection {
         let cfg = &shared.config;
         let n = cfg.paths_per_connection;
         let paths = (0..n)
-            .map(|slot| TxPath::new(slot as u8, 0, cfg.device_port + 1 + slot as u16, cfg.psn_base, cfg.base_rtt_ns))
+            .map(|slot| {
+                TxPath::new(
+                    slot as u8,
+                    0,
+                    cfg.device_port + 1 + slot as u16,
+                    cfg.psn_base,
+                    cfg.base_rtt_ns,
+                )
+            })
             .collect();
         let mss = u64::from(cfg.mtu_payload_bytes + PACKET_OVERHEAD_BYTES);
         let cc = new_controller(
@@ -272,7 +280,12 @@ impl Connection {
     // ------------------------------------------------------------ transmission
 
     /// Emit the next packet of this connection into `buf`, if any may go now.
-    pub(crate) fn poll_transmit(&mut self, now_ns: u64, shared: &mut Shared, buf: &mut [u8]) -> Option<Transmit> {
+    pub(crate) fn poll_transmit(
+        &mut self,
+        now_ns: u64,
+        shared: &mut Shared,
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
         if let Some(slot) = self.ack_now.pop_front() {
             return Some(self.emit_ack(now_ns, shared, slot, buf));
         }
@@ -287,7 +300,11 @@ impl Connection {
                 .rev()
                 .filter(|s| s.state == SentState::Outstanding)
                 .map(|s| s.seg)
-                .find(|s| self.msgs.get(s.msg).is_some_and(|m| m.attempt == s.attempt && !m.rnr_wait))
+                .find(|s| {
+                    self.msgs
+                        .get(s.msg)
+                        .is_some_and(|m| m.attempt == s.attempt && !m.rnr_wait)
+                })
             else {
                 continue;
             };
@@ -312,7 +329,7 @@ impl Connection {
             self.retransmit_queue.pop_front();
             let mut flags = Flags::RETRANSMIT;
             if resend.probe {
-                flags = flags | Flags::ACK_REQUEST | Flags::COMPLETION_PROBE;
+                flags |= Flags::ACK_REQUEST | Flags::COMPLETION_PROBE;
             }
             self.stats.data_packets_retransmitted += 1;
             shared.stats.data_packets_retransmitted += 1;
@@ -326,7 +343,11 @@ impl Connection {
                 }
                 continue;
             };
-            let seg = SegRef { msg: r, seg: msg.next_unsent, attempt: msg.attempt };
+            let seg = SegRef {
+                msg: r,
+                seg: msg.next_unsent,
+                attempt: msg.attempt,
+            };
             let last = seg.seg + 1 == msg.segs;
             let bytes = self.wire_bytes(seg);
             let path = self.choose_path(bytes, None)?;
@@ -338,9 +359,14 @@ impl Connection {
             }
             // The last segment asks for an immediate ACK: completion latency
             // must not wait for the delayed-ACK timer.
-            let flags = if last { Flags::ACK_REQUEST } else { Flags::default() };
+            let flags = if last {
+                Flags::ACK_REQUEST
+            } else {
+                Flags::default()
+            };
             self.stats.data_packets_sent += 1;
-            self.stats.payload_bytes_sent += u64::from(self.msgs.get(r).map_or(0, |m| m.seg_range(seg.seg).1));
+            self.stats.payload_bytes_sent +=
+                u64::from(self.msgs.get(r).map_or(0, |m| m.seg_range(seg.seg).1));
             return Some(self.emit_segment(now_ns, shared, path, seg, flags, buf));
         }
         None
@@ -369,8 +395,8 @@ impl Connection {
                     .inflight
                     .front()
                     .is_none_or(|f| path.next_psn.wrapping_sub(f.psn) < PATH_PSN_WINDOW);
-                let window_room =
-                    path.inflight_bytes == 0 || path.inflight_bytes + bytes <= self.cc.path_window(p);
+                let window_room = path.inflight_bytes == 0
+                    || path.inflight_bytes + bytes <= self.cc.path_window(p);
                 if psn_room && window_room {
                     self.rr_path = (p + 1) % n;
                     return Some(p);
@@ -397,11 +423,14 @@ impl Connection {
         if self.paths[p].inflight_bytes + u64::from(wire_bytes) + mss > self.cc.path_window(p) {
             // This packet fills the path's window: ask for an ACK now rather
             // than after the delayed-ACK timer, or the path would idle.
-            flags = flags | Flags::ACK_REQUEST;
+            flags |= Flags::ACK_REQUEST;
         }
         let path = &mut self.paths[p];
         path.trim_front();
-        let psn_floor_delta = path.inflight.front().map_or(0, |f| path.next_psn.wrapping_sub(f.psn)) as u16;
+        let psn_floor_delta = path
+            .inflight
+            .front()
+            .map_or(0, |f| path.next_psn.wrapping_sub(f.psn)) as u16;
         let repr = DataRepr {
             base: BaseRepr {
                 flags,
@@ -423,7 +452,11 @@ impl Connection {
         let header_len = repr.header_len();
         let total = header_len + payload_len as usize + ICRC_LEN;
         repr.emit_header(&mut buf[..header_len]);
-        msg.source.gather(&shared.regions, u64::from(offset), &mut buf[header_len..header_len + payload_len as usize]);
+        msg.source.gather(
+            &shared.regions,
+            u64::from(offset),
+            &mut buf[header_len..header_len + payload_len as usize],
+        );
         wire::seal(&mut buf[..total]);
         path.inflight.push_back(SentPacket {
             psn: path.next_psn,
@@ -438,12 +471,19 @@ impl Connection {
         path.stats.packets_sent += 1;
         self.inflight_bytes += u64::from(wire_bytes);
         shared.stats.data_packets_sent += 1;
-        Transmit { dst: self.peer, src_port: path.src_port, ecn: Ecn::Ect0, len: total }
+        Transmit {
+            dst: self.peer,
+            src_port: path.src_port,
+            ecn: Ecn::Ect0,
+            len: total,
+        }
     }
 
     fn emit_ack(&mut self, now_ns: u64, shared: &mut Shared, slot: u8, buf: &mut [u8]) -> Transmit {
         let rate_hint_mbps = shared.rate_hint_mbps();
-        let rx = self.rx_paths[slot as usize].as_mut().expect("ACKs are queued for known paths");
+        let rx = self.rx_paths[slot as usize]
+            .as_mut()
+            .expect("ACKs are queued for known paths");
         rx.ack_queued = false;
         rx.ack_deadline = None;
         rx.unacked = 0;
@@ -456,7 +496,9 @@ impl Connection {
         ack.ack_psn = rx.window.ack_psn();
         ack.sack = rx.window.to_wire();
         ack.ts_echo = rx.last_ts;
-        ack.ack_delay_ns = now_ns.saturating_sub(rx.last_rx_ns).min(u64::from(u32::MAX)) as u32;
+        ack.ack_delay_ns = now_ns
+            .saturating_sub(rx.last_rx_ns)
+            .min(u64::from(u32::MAX)) as u32;
         ack.rx_packets = rx.rx_packets;
         ack.ce_packets = rx.ce_packets;
         ack.rate_hint_mbps = rate_hint_mbps;
@@ -480,20 +522,33 @@ impl Connection {
         // the next (cumulative) ACK makes good.
         self.ack_rr = (self.ack_rr + 1) % self.paths.len();
         let src_port = self.paths[self.ack_rr].src_port;
-        Transmit { dst: self.peer, src_port, ecn: Ecn::NotEct, len }
+        Transmit {
+            dst: self.peer,
+            src_port,
+            ecn: Ecn::NotEct,
+            len,
+        }
     }
 
     // ------------------------------------------------------------------ receive
 
     /// A data packet from the peer.
-    pub(crate) fn on_data(&mut self, now_ns: u64, shared: &mut Shared, ecn: Ecn, repr: &DataRepr, payload: &[u8]) {
+    pub(crate) fn on_data(
+        &mut self,
+        now_ns: u64,
+        shared: &mut Shared,
+        ecn: Ecn,
+        repr: &DataRepr,
+        payload: &[u8],
+    ) {
         let slot = repr.base.path_slot;
         let generation = repr.base.path_gen;
         if self.rx_paths.len() <= slot as usize {
             self.rx_paths.resize_with(slot as usize + 1, || None);
         }
         let psn_base = shared.config.psn_base;
-        let rx = self.rx_paths[slot as usize].get_or_insert_with(|| RxPath::new(psn_base, slot, generation));
+        let rx = self.rx_paths[slot as usize]
+            .get_or_insert_with(|| RxPath::new(psn_base, slot, generation));
         if rx.generation != generation {
             if (generation.wrapping_sub(rx.generation) as i16) < 0 {
                 shared.stats.rx_stale_path += 1;
@@ -501,7 +556,8 @@ impl Connection {
             }
             *rx = RxPath::new(psn_base, slot, generation);
         }
-        rx.window.advance_to(repr.psn.wrapping_sub(u32::from(repr.psn_floor_delta)));
+        rx.window
+            .advance_to(repr.psn.wrapping_sub(u32::from(repr.psn_floor_delta)));
         let outcome = rx.window.record(repr.psn);
         if outcome == RxOutcome::OutOfWindow {
             shared.stats.rx_out_of_window += 1;
@@ -524,7 +580,9 @@ impl Connection {
         // responder repeat its op-ack; placement itself is idempotent.
         let op_event = ops::on_data(self, shared, now_ns, repr, payload);
 
-        let rx = self.rx_paths[slot as usize].as_mut().expect("created above");
+        let rx = self.rx_paths[slot as usize]
+            .as_mut()
+            .expect("created above");
         let immediate = outcome != RxOutcome::InOrder
             || repr.base.flags.contains(Flags::ACK_REQUEST)
             || op_event
@@ -601,7 +659,8 @@ impl Connection {
         // RTT from the echoed timestamp, less the time the receiver held it.
         let path = &mut self.paths[p];
         let echo_age = (now_ns as u32).wrapping_sub(ack.ts_echo);
-        let rtt_sample = (echo_age < (1 << 31)).then(|| u64::from(echo_age.saturating_sub(ack.ack_delay_ns)).max(1));
+        let rtt_sample = (echo_age < (1 << 31))
+            .then(|| u64::from(echo_age.saturating_sub(ack.ack_delay_ns)).max(1));
         if let Some(rtt) = rtt_sample
             && acked_packets > 0
         {
@@ -639,12 +698,18 @@ impl Connection {
             self.cc.on_loss(p, lost_bytes, now_ns);
         }
         if ack.rate_hint_mbps > 0 {
-            self.cc.on_rate_hint(u64::from(ack.rate_hint_mbps) * 1_000_000, self.conn_rtt.srtt_ns(), now_ns);
+            self.cc.on_rate_hint(
+                u64::from(ack.rate_hint_mbps) * 1_000_000,
+                self.conn_rtt.srtt_ns(),
+                now_ns,
+            );
         }
     }
 
     fn on_segment_acked(&mut self, seg: SegRef) {
-        let Some(msg) = self.msgs.get_mut(seg.msg) else { return };
+        let Some(msg) = self.msgs.get_mut(seg.msg) else {
+            return;
+        };
         if msg.attempt != seg.attempt || !msg.ack(seg.seg) {
             return;
         }
@@ -709,9 +774,15 @@ impl Connection {
         // Path retransmission timeouts.
         let (rto_min, rto_max) = (shared.config.rto_min_ns, shared.config.rto_max_ns);
         for p in 0..self.paths.len() {
-            if self.paths[p].rto_deadline(rto_min, rto_max).is_some_and(|d| d <= now_ns) {
+            if self.paths[p]
+                .rto_deadline(rto_min, rto_max)
+                .is_some_and(|d| d <= now_ns)
+            {
                 self.path_timeout(now_ns, shared, p);
-            } else if self.paths[p].probe_deadline(shared.config.ack_delay_ns).is_some_and(|d| d <= now_ns) {
+            } else if self.paths[p]
+                .probe_deadline(shared.config.ack_delay_ns)
+                .is_some_and(|d| d <= now_ns)
+            {
                 self.paths[p].probe_sent = true;
                 self.path_probes.push_back(p);
             }
@@ -754,12 +825,20 @@ impl Connection {
     fn mark_path_lost(&mut self, p: usize) -> u64 {
         let path = &mut self.paths[p];
         let mut lost = 0;
-        for sent in path.inflight.iter_mut().filter(|s| s.state == SentState::Outstanding) {
+        for sent in path
+            .inflight
+            .iter_mut()
+            .filter(|s| s.state == SentState::Outstanding)
+        {
             sent.state = SentState::Lost;
             lost += u64::from(sent.wire_bytes);
             path.stats.packets_lost += 1;
             self.stats.data_packets_lost += 1;
-            self.retransmit_queue.push_back(Resend { seg: sent.seg, lost_on: Some(p as u8), probe: false });
+            self.retransmit_queue.push_back(Resend {
+                seg: sent.seg,
+                lost_on: Some(p as u8),
+                probe: false,
+            });
         }
         path.inflight.clear();
         path.inflight_bytes = 0;
@@ -774,8 +853,10 @@ impl Connection {
         let cfg = &shared.config;
         let in_use: Vec<u16> = self.paths.iter().map(|x| x.src_port).collect();
         let span = cfg.path_port_span;
-        let free: Vec<u16> =
-            (1..=span).map(|k| cfg.device_port + k).filter(|port| !in_use.contains(port)).collect();
+        let free: Vec<u16> = (1..=span)
+            .map(|k| cfg.device_port + k)
+            .filter(|port| !in_use.contains(port))
+            .collect();
         let old = &self.paths[p];
         let port = if free.is_empty() {
             old.src_port
@@ -785,7 +866,13 @@ impl Connection {
         let mut stats = old.stats;
         stats.replacements += 1;
         let generation = old.generation.wrapping_add(1);
-        let mut fresh = TxPath::new(old.slot, generation, port, cfg.psn_base, self.conn_rtt.srtt_ns());
+        let mut fresh = TxPath::new(
+            old.slot,
+            generation,
+            port,
+            cfg.psn_base,
+            self.conn_rtt.srtt_ns(),
+        );
         fresh.stats = stats;
         self.paths[p] = fresh;
         self.cc.on_path_replaced(p, now_ns);
@@ -806,10 +893,21 @@ impl Connection {
         // (a lost op-ack or response), resend its last segment asking for an
         // immediate ACK; the responder repeats its op-ack for duplicates.
         self.last_progress_ns = now_ns;
-        for r in self.msgs.refs_where(|m| m.kind == MsgKind::Request && m.fully_acked() && !m.rnr_wait) {
+        for r in self
+            .msgs
+            .refs_where(|m| m.kind == MsgKind::Request && m.fully_acked() && !m.rnr_wait)
+        {
             let msg = self.msgs.get(r).expect("listed above");
-            let seg = SegRef { msg: r, seg: msg.segs - 1, attempt: msg.attempt };
-            self.retransmit_queue.push_back(Resend { seg, lost_on: None, probe: true });
+            let seg = SegRef {
+                msg: r,
+                seg: msg.segs - 1,
+                attempt: msg.attempt,
+            };
+            self.retransmit_queue.push_back(Resend {
+                seg,
+                lost_on: None,
+                probe: true,
+            });
         }
     }
 }

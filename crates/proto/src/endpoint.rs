@@ -174,7 +174,11 @@ impl Shared {
     pub(crate) fn note_sender(&mut self, conn_epoch: &mut u64, now_ns: u64) {
         let epoch = now_ns / self.config.rate_hint_epoch_ns.max(1);
         if epoch != self.hint_epoch {
-            self.senders_last_epoch = if epoch == self.hint_epoch + 1 { self.senders_this_epoch } else { 0 };
+            self.senders_last_epoch = if epoch == self.hint_epoch + 1 {
+                self.senders_this_epoch
+            } else {
+                0
+            };
             self.senders_this_epoch = 0;
             self.hint_epoch = epoch;
         }
@@ -254,8 +258,15 @@ impl Endpoint {
     }
 
     /// Register a region of `length` zeroed bytes owned by the endpoint.
-    pub fn register_memory(&mut self, pd: u32, length: u64, access: AccessFlags) -> Result<MrInfo, MemoryError> {
-        self.shared.regions.register(pd, length, access, false, &mut self.shared.rng)
+    pub fn register_memory(
+        &mut self,
+        pd: u32,
+        length: u64,
+        access: AccessFlags,
+    ) -> Result<MrInfo, MemoryError> {
+        self.shared
+            .regions
+            .register(pd, length, access, false, &mut self.shared.rng)
     }
 
     /// Register a region that has a length but no bytes (the simulator's
@@ -266,7 +277,9 @@ impl Endpoint {
         length: u64,
         access: AccessFlags,
     ) -> Result<MrInfo, MemoryError> {
-        self.shared.regions.register(pd, length, access, true, &mut self.shared.rng)
+        self.shared
+            .regions
+            .register(pd, length, access, true, &mut self.shared.rng)
     }
 
     /// Deregister a region; its keys stop working at once.
@@ -293,7 +306,12 @@ impl Endpoint {
 
     /// Create a QP in protection domain `pd` that accepts the remote
     /// operations in `remote_access` (ibverbs `qp_access_flags`).
-    pub fn create_qp(&mut self, pd: u32, caps: QpCaps, remote_access: AccessFlags) -> Result<QpHandle, QpError> {
+    pub fn create_qp(
+        &mut self,
+        pd: u32,
+        caps: QpCaps,
+        remote_access: AccessFlags,
+    ) -> Result<QpHandle, QpError> {
         let cfg = &self.shared.config;
         if caps.max_send_wr == 0
             || caps.max_recv_wr == 0
@@ -322,7 +340,12 @@ impl Endpoint {
     /// Bind a QP to the peer device at `remote` (its IP and device port) and
     /// its QP `remote_qpn`: the ibverbs INIT→RTR step. The connection to that
     /// peer is created on first use and shared by every QP toward it.
-    pub fn connect_qp(&mut self, qp: QpHandle, remote: SocketAddr, remote_qpn: u32) -> Result<(), QpError> {
+    pub fn connect_qp(
+        &mut self,
+        qp: QpHandle,
+        remote: SocketAddr,
+        remote_qpn: u32,
+    ) -> Result<(), QpError> {
         let qpn = qp.qpn();
         let known = self.qp(qp).ok_or(QpError::UnknownQp(qpn))?;
         if known.conn.is_some() {
@@ -350,7 +373,11 @@ impl Endpoint {
     }
 
     /// Set the remote operations a QP accepts (ibverbs `qp_access_flags`).
-    pub fn set_qp_remote_access(&mut self, qp: QpHandle, access: AccessFlags) -> Result<(), QpError> {
+    pub fn set_qp_remote_access(
+        &mut self,
+        qp: QpHandle,
+        access: AccessFlags,
+    ) -> Result<(), QpError> {
         let q = self.qp_mut(qp).ok_or(QpError::UnknownQp(qp.qpn()))?;
         q.remote_access = access;
         Ok(())
@@ -386,11 +413,19 @@ impl Endpoint {
     }
 
     fn qp(&self, qp: QpHandle) -> Option<&Qp> {
-        self.shared.qps.get(qp.index())?.as_ref().filter(|q| q.handle == qp)
+        self.shared
+            .qps
+            .get(qp.index())?
+            .as_ref()
+            .filter(|q| q.handle == qp)
     }
 
     fn qp_mut(&mut self, qp: QpHandle) -> Option<&mut Qp> {
-        self.shared.qps.get_mut(qp.index())?.as_mut().filter(|q| q.handle == qp)
+        self.shared
+            .qps
+            .get_mut(qp.index())?
+            .as_mut()
+            .filter(|q| q.handle == qp)
     }
 
     // ------------------------------------------------------------- posting
@@ -425,11 +460,18 @@ impl Endpoint {
         if wr.op.is_atomic() && len != 8 {
             return Err(PostError::Invalid("atomic needs one 8-byte local buffer"));
         }
-        let (pd, flushing) = (q.pd, q.state == QpRunState::Error || q.sq.back().is_some_and(sq_failed));
+        let (pd, flushing) = (
+            q.pd,
+            q.state == QpRunState::Error || q.sq.back().is_some_and(sq_failed),
+        );
 
         // Local checks: a bad lkey is a completion with LocProtErr, in order.
         let needs_local_write = matches!(wr.op, WrOp::Read { .. }) || wr.op.is_atomic();
-        let need = if needs_local_write { AccessFlags::LOCAL_WRITE } else { AccessFlags::NONE };
+        let need = if needs_local_write {
+            AccessFlags::LOCAL_WRITE
+        } else {
+            AccessFlags::NONE
+        };
         let spans = self.check_sges(pd, &wr.sg_list, need);
         let state = match (&spans, flushing) {
             (_, true) => SqState::Done(WcStatus::WrFlushErr),
@@ -460,17 +502,69 @@ impl Endpoint {
                 r
             };
             let (op, payload_len, msg_len) = match wr.op {
-                WrOp::Write { remote_addr, rkey } => (OpHeader::Write { rkey, remote_addr }, len, len),
-                WrOp::WriteImm { remote_addr, rkey, imm } => {
-                    (OpHeader::WriteImm { rkey, remote_addr, recv_index: recv_index(), imm }, len, len)
+                WrOp::Write { remote_addr, rkey } => {
+                    (OpHeader::Write { rkey, remote_addr }, len, len)
                 }
-                WrOp::Send => (OpHeader::Send { recv_index: recv_index() }, len, len),
-                WrOp::SendImm { imm } => (OpHeader::SendImm { recv_index: recv_index(), imm }, len, len),
-                WrOp::Read { remote_addr, rkey } => (OpHeader::ReadRequest { rkey, remote_addr }, 0, len),
-                WrOp::FetchAdd { remote_addr, rkey, add } => (OpHeader::FetchAdd { rkey, remote_addr, add }, 0, 8),
-                WrOp::CmpSwap { remote_addr, rkey, compare, swap } => {
-                    (OpHeader::CmpSwap { rkey, remote_addr, compare, swap }, 0, 8)
+                WrOp::WriteImm {
+                    remote_addr,
+                    rkey,
+                    imm,
+                } => (
+                    OpHeader::WriteImm {
+                        rkey,
+                        remote_addr,
+                        recv_index: recv_index(),
+                        imm,
+                    },
+                    len,
+                    len,
+                ),
+                WrOp::Send => (
+                    OpHeader::Send {
+                        recv_index: recv_index(),
+                    },
+                    len,
+                    len,
+                ),
+                WrOp::SendImm { imm } => (
+                    OpHeader::SendImm {
+                        recv_index: recv_index(),
+                        imm,
+                    },
+                    len,
+                    len,
+                ),
+                WrOp::Read { remote_addr, rkey } => {
+                    (OpHeader::ReadRequest { rkey, remote_addr }, 0, len)
                 }
+                WrOp::FetchAdd {
+                    remote_addr,
+                    rkey,
+                    add,
+                } => (
+                    OpHeader::FetchAdd {
+                        rkey,
+                        remote_addr,
+                        add,
+                    },
+                    0,
+                    8,
+                ),
+                WrOp::CmpSwap {
+                    remote_addr,
+                    rkey,
+                    compare,
+                    swap,
+                } => (
+                    OpHeader::CmpSwap {
+                        rkey,
+                        remote_addr,
+                        compare,
+                        swap,
+                    },
+                    0,
+                    8,
+                ),
             };
             let source = match (payload_len, wr.inline_data) {
                 (0, _) => Source::Empty,
@@ -500,16 +594,34 @@ impl Endpoint {
         q.sq.push_back(entry);
         if state != SqState::Active {
             match conn {
-                Some(c) => ops::release_completions(&mut self.conns[c as usize], &mut self.shared, qp.index()),
+                Some(c) => ops::release_completions(
+                    &mut self.conns[c as usize],
+                    &mut self.shared,
+                    qp.index(),
+                ),
                 None => ops::flush_qp(&mut self.shared, qp.index()),
             }
         }
         Ok(())
     }
 
-    fn check_sges(&self, pd: u32, sges: &[Sge], need: AccessFlags) -> Result<Vec<Span>, MemoryError> {
+    fn check_sges(
+        &self,
+        pd: u32,
+        sges: &[Sge],
+        need: AccessFlags,
+    ) -> Result<Vec<Span>, MemoryError> {
         sges.iter()
-            .map(|s| self.shared.regions.check(KeyKind::Local, s.lkey, pd, s.addr, u64::from(s.length), need))
+            .map(|s| {
+                self.shared.regions.check(
+                    KeyKind::Local,
+                    s.lkey,
+                    pd,
+                    s.addr,
+                    u64::from(s.length),
+                    need,
+                )
+            })
             .collect()
     }
 
@@ -520,7 +632,9 @@ impl Endpoint {
         if q.rq.len() as u32 >= q.caps.max_recv_wr {
             return Err(PostError::QueueFull(q.caps.max_recv_wr));
         }
-        let spans = self.check_sges(q.pd, &wr.sg_list, AccessFlags::LOCAL_WRITE).map_err(PostError::BadBuffer)?;
+        let spans = self
+            .check_sges(q.pd, &wr.sg_list, AccessFlags::LOCAL_WRITE)
+            .map_err(PostError::BadBuffer)?;
         let capacity = spans.iter().map(|s| s.len).sum();
         let q = self.qp_mut(qp).expect("checked above");
         if q.state == QpRunState::Error {
@@ -533,10 +647,18 @@ impl Endpoint {
                 qp_num: qpn,
                 src_qp: q.remote_qpn,
             };
-            self.shared.completions.push_back(Completion { qp, queue: WorkQueue::Recv, wc });
+            self.shared.completions.push_back(Completion {
+                qp,
+                queue: WorkQueue::Recv,
+                wc,
+            });
             return Ok(());
         }
-        q.rq.push_back(crate::qp::RqEntry { wr_id: wr.wr_id, spans, capacity });
+        q.rq.push_back(crate::qp::RqEntry {
+            wr_id: wr.wr_id,
+            spans,
+            capacity,
+        });
         Ok(())
     }
 
@@ -547,12 +669,9 @@ impl Endpoint {
     /// counted and dropped; nothing here can panic on remote input.
     pub fn handle_datagram(&mut self, now_ns: u64, src: SocketAddr, ecn: Ecn, data: &[u8]) {
         self.shared.stats.rx_datagrams += 1;
-        let packet = match wire::parse(data) {
-            Ok(p) => p,
-            Err(_) => {
-                self.shared.stats.rx_malformed += 1;
-                return;
-            }
+        let Ok(packet) = wire::parse(data) else {
+            self.shared.stats.rx_malformed += 1;
+            return;
         };
         let base = match &packet {
             wire::Packet::Data { repr, .. } => repr.base,
@@ -565,7 +684,9 @@ impl Endpoint {
         };
         let conn = &mut self.conns[c as usize];
         match packet {
-            wire::Packet::Data { repr, payload } => conn.on_data(now_ns, &mut self.shared, ecn, &repr, payload),
+            wire::Packet::Data { repr, payload } => {
+                conn.on_data(now_ns, &mut self.shared, ecn, &repr, payload)
+            }
             wire::Packet::Ack(ack) => conn.on_ack(now_ns, &mut self.shared, &ack),
         }
         self.mark_ready(c);
@@ -582,7 +703,10 @@ impl Endpoint {
     /// Write the next datagram to send into `buf` (at least
     /// [`max_datagram_len`](Self::max_datagram_len) bytes). Call until `None`.
     pub fn poll_transmit(&mut self, now_ns: u64, buf: &mut [u8]) -> Option<Transmit> {
-        assert!(buf.len() >= self.max_datagram_len(), "transmit buffer smaller than max_datagram_len");
+        assert!(
+            buf.len() >= self.max_datagram_len(),
+            "transmit buffer smaller than max_datagram_len"
+        );
         while let Some(c) = self.ready.pop_front() {
             let conn = &mut self.conns[c as usize];
             conn.in_ready = false;
@@ -597,13 +721,19 @@ impl Endpoint {
 
     /// The earliest time [`handle_timeout`](Self::handle_timeout) must be called.
     pub fn poll_timeout(&self) -> Option<u64> {
-        self.conns.iter().filter_map(|c| c.next_timeout(&self.shared)).min()
+        self.conns
+            .iter()
+            .filter_map(|c| c.next_timeout(&self.shared))
+            .min()
     }
 
     /// Fire every timer due at `now_ns`. Extra calls are harmless.
     pub fn handle_timeout(&mut self, now_ns: u64) {
         for c in 0..self.conns.len() {
-            if self.conns[c].next_timeout(&self.shared).is_some_and(|t| t <= now_ns) {
+            if self.conns[c]
+                .next_timeout(&self.shared)
+                .is_some_and(|t| t <= now_ns)
+            {
                 self.conns[c].on_timeout(now_ns, &mut self.shared);
                 self.mark_ready(c as u32);
             }
@@ -624,27 +754,41 @@ impl Endpoint {
 
     /// Counters of the connection to `peer`.
     pub fn connection_stats(&self, peer: SocketAddr) -> Option<ConnectionStats> {
-        self.conn_by_peer.get(&peer).map(|&c| self.conns[c as usize].stats)
+        self.conn_by_peer
+            .get(&peer)
+            .map(|&c| self.conns[c as usize].stats)
     }
 
     /// Per-path counters of the connection to `peer`, by slot.
     pub fn path_stats(&self, peer: SocketAddr) -> Option<Vec<PathStats>> {
-        self.conn_by_peer.get(&peer).map(|&c| self.conns[c as usize].path_stats())
+        self.conn_by_peer
+            .get(&peer)
+            .map(|&c| self.conns[c as usize].path_stats())
     }
 
     /// The congestion controller's view of the connection to `peer`.
     pub fn cc_metrics(&self, peer: SocketAddr) -> Option<crate::cc::CcMetrics> {
-        self.conn_by_peer.get(&peer).map(|&c| self.conns[c as usize].cc.metrics())
+        self.conn_by_peer
+            .get(&peer)
+            .map(|&c| self.conns[c as usize].cc.metrics())
     }
 
     /// Current source ports of the connection's paths, by slot.
     pub fn path_ports(&self, peer: SocketAddr) -> Option<Vec<u16>> {
-        self.conn_by_peer.get(&peer).map(|&c| self.conns[c as usize].paths.iter().map(|p| p.src_port).collect())
+        self.conn_by_peer.get(&peer).map(|&c| {
+            self.conns[c as usize]
+                .paths
+                .iter()
+                .map(|p| p.src_port)
+                .collect()
+        })
     }
 
     /// Bytes the connection to `peer` holds (paths, queues, controller).
     pub fn connection_memory_bytes(&self, peer: SocketAddr) -> Option<usize> {
-        self.conn_by_peer.get(&peer).map(|&c| self.conns[c as usize].memory_bytes())
+        self.conn_by_peer
+            .get(&peer)
+            .map(|&c| self.conns[c as usize].memory_bytes())
     }
 
     /// Bytes a QP holds.
@@ -660,7 +804,9 @@ impl Endpoint {
     /// Messages (requests awaiting completion, responses awaiting ACK) held
     /// toward `peer`; zero when the connection is idle.
     pub fn outstanding_messages(&self, peer: SocketAddr) -> Option<usize> {
-        self.conn_by_peer.get(&peer).map(|&c| self.conns[c as usize].msgs.live())
+        self.conn_by_peer
+            .get(&peer)
+            .map(|&c| self.conns[c as usize].msgs.live())
     }
 }
 

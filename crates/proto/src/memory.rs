@@ -46,7 +46,8 @@ impl AccessFlags {
         if self.0 & !Self::ALL != 0 {
             return Err(MemoryError::UnknownAccessFlags(self.0));
         }
-        let remote_mutation = self.contains(Self::REMOTE_WRITE) || self.contains(Self::REMOTE_ATOMIC);
+        let remote_mutation =
+            self.contains(Self::REMOTE_WRITE) || self.contains(Self::REMOTE_ATOMIC);
         if remote_mutation && !self.contains(Self::LOCAL_WRITE) {
             return Err(MemoryError::RemoteWriteNeedsLocalWrite);
         }
@@ -171,7 +172,11 @@ pub(crate) enum KeyKind {
 
 impl RegionTable {
     pub(crate) fn new(limit: u32) -> Self {
-        Self { next_iova: IOVA_BASE, limit, ..Self::default() }
+        Self {
+            next_iova: IOVA_BASE,
+            limit,
+            ..Self::default()
+        }
     }
 
     pub(crate) fn live(&self) -> u32 {
@@ -200,7 +205,9 @@ impl RegionTable {
                 (self.regions.len() - 1) as u32
             }
         };
-        let key = |rng: &mut dyn FnMut() -> u64| (u64::from(index) << KEY_INDEX_SHIFT) | (rng() & KEY_RANDOM_MASK);
+        let key = |rng: &mut dyn FnMut() -> u64| {
+            (u64::from(index) << KEY_INDEX_SHIFT) | (rng() & KEY_RANDOM_MASK)
+        };
         let mut next = || rng.next_u64();
         let lkey = key(&mut next);
         let mut rkey = key(&mut next);
@@ -209,15 +216,37 @@ impl RegionTable {
         }
         let iova = self.next_iova;
         self.next_iova = iova + length.div_ceil(IOVA_ALIGN) * IOVA_ALIGN + IOVA_ALIGN;
-        let backing = if virtual_backing { Backing::Virtual } else { Backing::Bytes(vec![0; length as usize]) };
-        self.regions[index as usize] = Some(Region { pd, iova, len: length, access, lkey, rkey, backing });
+        let backing = if virtual_backing {
+            Backing::Virtual
+        } else {
+            Backing::Bytes(vec![0; length as usize])
+        };
+        self.regions[index as usize] = Some(Region {
+            pd,
+            iova,
+            len: length,
+            access,
+            lkey,
+            rkey,
+            backing,
+        });
         self.live += 1;
         self.bytes_registered += length;
-        Ok(MrInfo { handle: MrHandle { index, lkey }, lkey, rkey, addr: iova, length, access })
+        Ok(MrInfo {
+            handle: MrHandle { index, lkey },
+            lkey,
+            rkey,
+            addr: iova,
+            length,
+            access,
+        })
     }
 
     pub(crate) fn deregister(&mut self, handle: MrHandle) -> Result<(), MemoryError> {
-        let slot = self.regions.get_mut(handle.index as usize).ok_or(MemoryError::UnknownKey(handle.lkey))?;
+        let slot = self
+            .regions
+            .get_mut(handle.index as usize)
+            .ok_or(MemoryError::UnknownKey(handle.lkey))?;
         match slot {
             Some(r) if r.lkey == handle.lkey => {
                 self.bytes_registered -= r.len;
@@ -231,7 +260,10 @@ impl RegionTable {
     }
 
     fn region(&self, handle: MrHandle) -> Option<&Region> {
-        self.regions.get(handle.index as usize)?.as_ref().filter(|r| r.lkey == handle.lkey)
+        self.regions
+            .get(handle.index as usize)?
+            .as_ref()
+            .filter(|r| r.lkey == handle.lkey)
     }
 
     pub(crate) fn bytes(&self, handle: MrHandle) -> Option<&[u8]> {
@@ -242,7 +274,11 @@ impl RegionTable {
     }
 
     pub(crate) fn bytes_mut(&mut self, handle: MrHandle) -> Option<&mut [u8]> {
-        let r = self.regions.get_mut(handle.index as usize)?.as_mut().filter(|r| r.lkey == handle.lkey)?;
+        let r = self
+            .regions
+            .get_mut(handle.index as usize)?
+            .as_mut()
+            .filter(|r| r.lkey == handle.lkey)?;
         match &mut r.backing {
             Backing::Bytes(b) => Some(b),
             Backing::Virtual => None,
@@ -260,7 +296,11 @@ impl RegionTable {
         needed: AccessFlags,
     ) -> Result<Span, MemoryError> {
         let index = (key >> KEY_INDEX_SHIFT) as usize;
-        let region = self.regions.get(index).and_then(Option::as_ref).ok_or(MemoryError::UnknownKey(key))?;
+        let region = self
+            .regions
+            .get(index)
+            .and_then(Option::as_ref)
+            .ok_or(MemoryError::UnknownKey(key))?;
         let expected = match kind {
             KeyKind::Local => region.lkey,
             KeyKind::Remote => region.rkey,
@@ -274,20 +314,32 @@ impl RegionTable {
         if !region.access.contains(needed) {
             return Err(MemoryError::NoPermission);
         }
-        let offset = addr.checked_sub(region.iova).ok_or(MemoryError::OutOfBounds { addr, len })?;
-        let end = offset.checked_add(len).ok_or(MemoryError::OutOfBounds { addr, len })?;
+        let offset = addr
+            .checked_sub(region.iova)
+            .ok_or(MemoryError::OutOfBounds { addr, len })?;
+        let end = offset
+            .checked_add(len)
+            .ok_or(MemoryError::OutOfBounds { addr, len })?;
         if end > region.len {
             return Err(MemoryError::OutOfBounds { addr, len });
         }
-        Ok(Span { region: index as u32, offset, len })
+        Ok(Span {
+            region: index as u32,
+            offset,
+            len,
+        })
     }
 
     /// Copy `data` into the region at `span.offset + at`. The span was checked
     /// when it was resolved; a region deregistered since then (a caller bug
     /// ibverbs leaves undefined) makes this a no-op returning false.
     pub(crate) fn write(&mut self, span: Span, at: u64, data: &[u8]) -> bool {
-        let Some(Some(region)) = self.regions.get_mut(span.region as usize) else { return false };
-        let Some(end) = at.checked_add(data.len() as u64).filter(|&e| e <= span.len) else { return false };
+        let Some(Some(region)) = self.regions.get_mut(span.region as usize) else {
+            return false;
+        };
+        let Some(end) = at.checked_add(data.len() as u64).filter(|&e| e <= span.len) else {
+            return false;
+        };
         let start = span.offset + at;
         if start + (end - at) > region.len {
             return false;
@@ -301,11 +353,15 @@ impl RegionTable {
     /// Copy from the region at `span.offset + at` into `out` (zeros for virtual
     /// regions or a region gone since the check).
     pub(crate) fn read(&self, span: Span, at: u64, out: &mut [u8]) {
-        let ok = at.checked_add(out.len() as u64).is_some_and(|e| e <= span.len);
+        let ok = at
+            .checked_add(out.len() as u64)
+            .is_some_and(|e| e <= span.len);
         match self.regions.get(span.region as usize) {
-            Some(Some(Region { backing: Backing::Bytes(b), len, .. }))
-                if ok && span.offset + at + out.len() as u64 <= *len =>
-            {
+            Some(Some(Region {
+                backing: Backing::Bytes(b),
+                len,
+                ..
+            })) if ok && span.offset + at + out.len() as u64 <= *len => {
                 let start = (span.offset + at) as usize;
                 out.copy_from_slice(&b[start..start + out.len()]);
             }
@@ -398,11 +454,16 @@ mod tests {
     #[test]
     fn remote_write_needs_local_write() {
         let (mut t, mut rng) = table();
-        let err = t.register(0, 64, AccessFlags::REMOTE_WRITE, false, &mut rng).unwrap_err();
+        let err = t
+            .register(0, 64, AccessFlags::REMOTE_WRITE, false, &mut rng)
+            .unwrap_err();
         assert_eq!(err, MemoryError::RemoteWriteNeedsLocalWrite);
-        let err = t.register(0, 64, AccessFlags::REMOTE_ATOMIC, false, &mut rng).unwrap_err();
+        let err = t
+            .register(0, 64, AccessFlags::REMOTE_ATOMIC, false, &mut rng)
+            .unwrap_err();
         assert_eq!(err, MemoryError::RemoteWriteNeedsLocalWrite);
-        t.register(0, 64, AccessFlags::REMOTE_READ, false, &mut rng).unwrap();
+        t.register(0, 64, AccessFlags::REMOTE_READ, false, &mut rng)
+            .unwrap();
     }
 
     #[test]
@@ -410,30 +471,79 @@ mod tests {
         let (mut t, mut rng) = table();
         let rw = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
         let mr = t.register(7, 100, rw, false, &mut rng).unwrap();
-        let ok = t.check(KeyKind::Remote, mr.rkey, 7, mr.addr + 10, 90, AccessFlags::REMOTE_WRITE).unwrap();
+        let ok = t
+            .check(
+                KeyKind::Remote,
+                mr.rkey,
+                7,
+                mr.addr + 10,
+                90,
+                AccessFlags::REMOTE_WRITE,
+            )
+            .unwrap();
         assert_eq!((ok.offset, ok.len), (10, 90));
-        let e = |addr, len, key, pd, need| t.check(KeyKind::Remote, key, pd, addr, len, need).unwrap_err();
-        assert!(matches!(e(mr.addr + 10, 91, mr.rkey, 7, AccessFlags::REMOTE_WRITE), MemoryError::OutOfBounds { .. }));
-        assert!(matches!(e(mr.addr - 1, 1, mr.rkey, 7, AccessFlags::REMOTE_WRITE), MemoryError::OutOfBounds { .. }));
-        assert!(matches!(e(u64::MAX, 2, mr.rkey, 7, AccessFlags::REMOTE_WRITE), MemoryError::OutOfBounds { .. }));
-        assert_eq!(e(mr.addr, 8, mr.rkey, 7, AccessFlags::REMOTE_READ), MemoryError::NoPermission);
-        assert_eq!(e(mr.addr, 8, mr.rkey, 8, AccessFlags::REMOTE_WRITE), MemoryError::WrongDomain);
-        assert!(matches!(e(mr.addr, 8, mr.rkey ^ 0x10, 7, AccessFlags::REMOTE_WRITE), MemoryError::UnknownKey(_)));
+        let e = |addr, len, key, pd, need| {
+            t.check(KeyKind::Remote, key, pd, addr, len, need)
+                .unwrap_err()
+        };
+        assert!(matches!(
+            e(mr.addr + 10, 91, mr.rkey, 7, AccessFlags::REMOTE_WRITE),
+            MemoryError::OutOfBounds { .. }
+        ));
+        assert!(matches!(
+            e(mr.addr - 1, 1, mr.rkey, 7, AccessFlags::REMOTE_WRITE),
+            MemoryError::OutOfBounds { .. }
+        ));
+        assert!(matches!(
+            e(u64::MAX, 2, mr.rkey, 7, AccessFlags::REMOTE_WRITE),
+            MemoryError::OutOfBounds { .. }
+        ));
+        assert_eq!(
+            e(mr.addr, 8, mr.rkey, 7, AccessFlags::REMOTE_READ),
+            MemoryError::NoPermission
+        );
+        assert_eq!(
+            e(mr.addr, 8, mr.rkey, 8, AccessFlags::REMOTE_WRITE),
+            MemoryError::WrongDomain
+        );
+        assert!(matches!(
+            e(mr.addr, 8, mr.rkey ^ 0x10, 7, AccessFlags::REMOTE_WRITE),
+            MemoryError::UnknownKey(_)
+        ));
         // the lkey is not an rkey
-        assert!(matches!(e(mr.addr, 8, mr.lkey, 7, AccessFlags::REMOTE_WRITE), MemoryError::UnknownKey(_)));
+        assert!(matches!(
+            e(mr.addr, 8, mr.lkey, 7, AccessFlags::REMOTE_WRITE),
+            MemoryError::UnknownKey(_)
+        ));
     }
 
     #[test]
     fn deregistered_keys_stop_working_and_iovas_do_not_overlap() {
         let (mut t, mut rng) = table();
-        let a = t.register(0, 5000, AccessFlags::REMOTE_READ, false, &mut rng).unwrap();
-        let b = t.register(0, 10, AccessFlags::REMOTE_READ, false, &mut rng).unwrap();
+        let a = t
+            .register(0, 5000, AccessFlags::REMOTE_READ, false, &mut rng)
+            .unwrap();
+        let b = t
+            .register(0, 10, AccessFlags::REMOTE_READ, false, &mut rng)
+            .unwrap();
         assert!(b.addr >= a.addr + a.length + IOVA_ALIGN);
         t.deregister(a.handle).unwrap();
-        assert!(t.check(KeyKind::Remote, a.rkey, 0, a.addr, 1, AccessFlags::REMOTE_READ).is_err());
+        assert!(
+            t.check(
+                KeyKind::Remote,
+                a.rkey,
+                0,
+                a.addr,
+                1,
+                AccessFlags::REMOTE_READ
+            )
+            .is_err()
+        );
         assert!(t.deregister(a.handle).is_err());
         // the reused slot gets new keys
-        let c = t.register(0, 10, AccessFlags::REMOTE_READ, false, &mut rng).unwrap();
+        let c = t
+            .register(0, 10, AccessFlags::REMOTE_READ, false, &mut rng)
+            .unwrap();
         assert_ne!(c.rkey, a.rkey);
     }
 
@@ -442,10 +552,37 @@ mod tests {
         let (mut t, mut rng) = table();
         let acc = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_ATOMIC;
         let mr = t.register(0, 16, acc, false, &mut rng).unwrap();
-        let span = t.check(KeyKind::Remote, mr.rkey, 0, mr.addr + 8, 8, AccessFlags::REMOTE_ATOMIC).unwrap();
+        let span = t
+            .check(
+                KeyKind::Remote,
+                mr.rkey,
+                0,
+                mr.addr + 8,
+                8,
+                AccessFlags::REMOTE_ATOMIC,
+            )
+            .unwrap();
         assert_eq!(t.atomic(span, AtomicOp::FetchAdd { add: 5 }), 0);
-        assert_eq!(t.atomic(span, AtomicOp::CmpSwap { compare: 4, swap: 9 }), 5);
-        assert_eq!(t.atomic(span, AtomicOp::CmpSwap { compare: 5, swap: 9 }), 5);
+        assert_eq!(
+            t.atomic(
+                span,
+                AtomicOp::CmpSwap {
+                    compare: 4,
+                    swap: 9
+                }
+            ),
+            5
+        );
+        assert_eq!(
+            t.atomic(
+                span,
+                AtomicOp::CmpSwap {
+                    compare: 5,
+                    swap: 9
+                }
+            ),
+            5
+        );
         assert_eq!(&t.bytes(mr.handle).unwrap()[8..], &9u64.to_le_bytes());
     }
 
@@ -455,6 +592,10 @@ mod tests {
         let mut rng = ChaCha20Rng::seed_from_u64(3);
         t.register(0, 1, AccessFlags::NONE, true, &mut rng).unwrap();
         t.register(0, 1, AccessFlags::NONE, true, &mut rng).unwrap();
-        assert_eq!(t.register(0, 1, AccessFlags::NONE, true, &mut rng).unwrap_err(), MemoryError::TooManyRegions(2));
+        assert_eq!(
+            t.register(0, 1, AccessFlags::NONE, true, &mut rng)
+                .unwrap_err(),
+            MemoryError::TooManyRegions(2)
+        );
     }
 }

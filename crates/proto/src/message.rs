@@ -131,7 +131,10 @@ impl TxMessage {
     /// Byte range of segment `seg`.
     pub(crate) fn seg_range(&self, seg: u32) -> (u32, u32) {
         let start = seg * self.seg_bytes;
-        (start, (start + self.seg_bytes).min(self.payload_len) - start)
+        (
+            start,
+            (start + self.seg_bytes).min(self.payload_len) - start,
+        )
     }
 
     pub(crate) fn is_acked(&self, seg: u32) -> bool {
@@ -182,10 +185,16 @@ impl MessageSlab {
         if let Some(slot) = self.free.pop() {
             let entry = &mut self.slots[slot as usize];
             entry.1 = Some(msg);
-            return MsgRef { slot, generation: entry.0 };
+            return MsgRef {
+                slot,
+                generation: entry.0,
+            };
         }
         self.slots.push((0, Some(msg)));
-        MsgRef { slot: (self.slots.len() - 1) as u32, generation: 0 }
+        MsgRef {
+            slot: (self.slots.len() - 1) as u32,
+            generation: 0,
+        }
     }
 
     pub(crate) fn get(&self, r: MsgRef) -> Option<&TxMessage> {
@@ -220,8 +229,15 @@ impl MessageSlab {
 
     /// Bytes held by the slab and its messages' acknowledgement bitmaps.
     pub(crate) fn memory_bytes(&self) -> usize {
-        let per_msg: usize = self.slots.iter().filter_map(|(_, m)| m.as_ref()).map(|m| m.acked.capacity() * 8).sum();
-        self.slots.capacity() * size_of::<(u32, Option<TxMessage>)>() + self.free.capacity() * 4 + per_msg
+        let per_msg: usize = self
+            .slots
+            .iter()
+            .filter_map(|(_, m)| m.as_ref())
+            .map(|m| m.acked.capacity() * 8)
+            .sum();
+        self.slots.capacity() * size_of::<(u32, Option<TxMessage>)>()
+            + self.free.capacity() * 4
+            + per_msg
     }
 
     /// References of every live message satisfying `pred`.
@@ -229,7 +245,12 @@ impl MessageSlab {
         self.slots
             .iter()
             .enumerate()
-            .filter_map(|(i, (generation, m))| m.as_ref().filter(|m| pred(m)).map(|_| MsgRef { slot: i as u32, generation: *generation }))
+            .filter_map(|(i, (generation, m))| {
+                m.as_ref().filter(|m| pred(m)).map(|_| MsgRef {
+                    slot: i as u32,
+                    generation: *generation,
+                })
+            })
             .collect()
     }
 }
@@ -239,7 +260,18 @@ mod tests {
     use super::*;
 
     fn msg(len: u32) -> TxMessage {
-        TxMessage::new(MsgKind::Request, 0, 1, 0, OpHeader::ReadResponse, len, len, false, Source::Empty, 100)
+        TxMessage::new(
+            MsgKind::Request,
+            0,
+            1,
+            0,
+            OpHeader::ReadResponse,
+            len,
+            len,
+            false,
+            Source::Empty,
+            100,
+        )
     }
 
     #[test]

@@ -45,14 +45,22 @@ pub(crate) fn on_data(
     payload: &[u8],
 ) -> bool {
     match repr.op {
-        OpHeader::ReadResponse | OpHeader::AtomicResponse { .. } => on_response(conn, shared, now_ns, repr, payload),
+        OpHeader::ReadResponse | OpHeader::AtomicResponse { .. } => {
+            on_response(conn, shared, now_ns, repr, payload)
+        }
         _ => on_request(conn, shared, now_ns, repr, payload),
     }
 }
 
 // ------------------------------------------------------------------ responder
 
-fn on_request(conn: &mut Connection, shared: &mut Shared, now_ns: u64, repr: &DataRepr, payload: &[u8]) -> bool {
+fn on_request(
+    conn: &mut Connection,
+    shared: &mut Shared,
+    now_ns: u64,
+    repr: &DataRepr,
+    payload: &[u8],
+) -> bool {
     let conn_index = conn.index;
     let Some(qp) = qp_for(shared, repr.dst_qpn, conn_index) else {
         shared.stats.rx_unknown_qp += 1;
@@ -71,7 +79,11 @@ fn on_request(conn: &mut Connection, shared: &mut Shared, now_ns: u64, repr: &Da
         shared.stats.rx_duplicate_ops += 1;
         return true;
     }
-    if ahead >= RX_WINDOW_MAX || qp.rx_fatal.is_some_and(|(_, m)| seq::seq_lt(m, repr.msg_seq)) {
+    if ahead >= RX_WINDOW_MAX
+        || qp
+            .rx_fatal
+            .is_some_and(|(_, m)| seq::seq_lt(m, repr.msg_seq))
+    {
         shared.stats.rx_dropped_ops += 1;
         return false;
     }
@@ -124,14 +136,25 @@ fn on_request(conn: &mut Connection, shared: &mut Shared, now_ns: u64, repr: &Da
         if !remote_access.contains(need) {
             return Err(MemoryError::NoPermission);
         }
-        shared.regions.check(KeyKind::Remote, rkey, pd, addr, len, need)
+        shared
+            .regions
+            .check(KeyKind::Remote, rkey, pd, addr, len, need)
     };
     let mut fatal: Option<Syndrome> = None;
     let mut response: Option<TxMessage> = None;
     let mut arrived_bytes = None;
     match repr.op {
-        OpHeader::Write { rkey, remote_addr } | OpHeader::WriteImm { rkey, remote_addr, .. } => {
-            match remote_check(shared, rkey, remote_addr, msg_len, AccessFlags::REMOTE_WRITE) {
+        OpHeader::Write { rkey, remote_addr }
+        | OpHeader::WriteImm {
+            rkey, remote_addr, ..
+        } => {
+            match remote_check(
+                shared,
+                rkey,
+                remote_addr,
+                msg_len,
+                AccessFlags::REMOTE_WRITE,
+            ) {
                 Ok(span) => {
                     shared.regions.write(span, u64::from(repr.offset), payload);
                     arrived_bytes = Some(payload.len());
@@ -144,8 +167,11 @@ fn on_request(conn: &mut Connection, shared: &mut Shared, now_ns: u64, repr: &Da
         }
         OpHeader::Send { .. } | OpHeader::SendImm { .. } => {
             let qp = qp_mut(shared, qp_index);
-            let slot = recv_index.expect("sends carry one").wrapping_sub(qp.rq_base) as usize;
-            let (capacity, spans): (u64, Vec<Span>) = (qp.rq[slot].capacity, qp.rq[slot].spans.clone());
+            let slot = recv_index
+                .expect("sends carry one")
+                .wrapping_sub(qp.rq_base) as usize;
+            let (capacity, spans): (u64, Vec<Span>) =
+                (qp.rq[slot].capacity, qp.rq[slot].spans.clone());
             if msg_len > capacity {
                 fatal = Some(Syndrome::RemInvReqErr);
                 entry_of(qp, ahead).recv_status = WcStatus::LocLenErr;
@@ -153,7 +179,9 @@ fn on_request(conn: &mut Connection, shared: &mut Shared, now_ns: u64, repr: &Da
                 if let OpHeader::SendImm { imm, .. } = repr.op {
                     entry_of(qp, ahead).imm = Some(imm);
                 }
-                shared.regions.scatter(&spans, u64::from(repr.offset), payload);
+                shared
+                    .regions
+                    .scatter(&spans, u64::from(repr.offset), payload);
                 arrived_bytes = Some(payload.len());
             }
         }
@@ -177,7 +205,12 @@ fn on_request(conn: &mut Connection, shared: &mut Shared, now_ns: u64, repr: &Da
                 Err(_) => fatal = Some(Syndrome::RemAccessErr),
             }
         }
-        OpHeader::FetchAdd { rkey, remote_addr, .. } | OpHeader::CmpSwap { rkey, remote_addr, .. } => {
+        OpHeader::FetchAdd {
+            rkey, remote_addr, ..
+        }
+        | OpHeader::CmpSwap {
+            rkey, remote_addr, ..
+        } => {
             let op = match repr.op {
                 OpHeader::FetchAdd { add, .. } => AtomicOp::FetchAdd { add },
                 OpHeader::CmpSwap { compare, swap, .. } => AtomicOp::CmpSwap { compare, swap },
@@ -209,7 +242,9 @@ fn on_request(conn: &mut Connection, shared: &mut Shared, now_ns: u64, repr: &Da
                 }
             }
         }
-        OpHeader::ReadResponse | OpHeader::AtomicResponse { .. } => unreachable!("routed to on_response"),
+        OpHeader::ReadResponse | OpHeader::AtomicResponse { .. } => {
+            unreachable!("routed to on_response")
+        }
     }
 
     let qp = qp_mut(shared, qp_index);
@@ -247,7 +282,9 @@ fn on_request(conn: &mut Connection, shared: &mut Shared, now_ns: u64, repr: &Da
 }
 
 fn qp_mut(shared: &mut Shared, index: usize) -> &mut Qp {
-    shared.qps[index].as_mut().expect("QP looked up by the caller")
+    shared.qps[index]
+        .as_mut()
+        .expect("QP looked up by the caller")
 }
 
 fn entry_of(qp: &mut Qp, ahead: usize) -> &mut RxMessage {
@@ -258,8 +295,7 @@ fn entry_of(qp: &mut Qp, ahead: usize) -> &mut RxMessage {
 /// order, releasing receive completions as it goes.
 fn advance_msn(conn: &mut Connection, shared: &mut Shared, qp_index: usize) {
     let qp = shared.qps[qp_index].as_mut().expect("live QP");
-    loop {
-        let Some(Some(front)) = qp.rx_window.front() else { break };
+    while let Some(Some(front)) = qp.rx_window.front() {
         if !front.done {
             break;
         }
@@ -272,7 +308,11 @@ fn advance_msn(conn: &mut Connection, shared: &mut Shared, qp_index: usize) {
                 if let Some(recv) = qp.rq.pop_front() {
                     qp.rq_base = qp.rq_base.wrapping_add(1);
                     let wc = recv_wc(qp, recv.wr_id, status, opcode, 0, None);
-                    shared.completions.push_back(Completion { qp: qp.handle, queue: WorkQueue::Recv, wc });
+                    shared.completions.push_back(Completion {
+                        qp: qp.handle,
+                        queue: WorkQueue::Recv,
+                        wc,
+                    });
                 }
             }
             mark_dirty(conn, qp);
@@ -284,18 +324,40 @@ fn advance_msn(conn: &mut Connection, shared: &mut Shared, qp_index: usize) {
         if msg.consumes_recv {
             let recv = qp.rq.pop_front().expect("matched at first packet");
             qp.rq_base = qp.rq_base.wrapping_add(1);
-            let wc = recv_wc(qp, recv.wr_id, WcStatus::Success, recv_opcode(msg.opcode), msg.len, msg.imm);
-            shared.completions.push_back(Completion { qp: qp.handle, queue: WorkQueue::Recv, wc });
+            let wc = recv_wc(
+                qp,
+                recv.wr_id,
+                WcStatus::Success,
+                recv_opcode(msg.opcode),
+                msg.len,
+                msg.imm,
+            );
+            shared.completions.push_back(Completion {
+                qp: qp.handle,
+                queue: WorkQueue::Recv,
+                wc,
+            });
         }
     }
     mark_dirty(conn, qp);
 }
 
 fn recv_opcode(op: Opcode) -> WcOpcode {
-    if op == Opcode::WriteImm { WcOpcode::RecvRdmaWithImm } else { WcOpcode::Recv }
+    if op == Opcode::WriteImm {
+        WcOpcode::RecvRdmaWithImm
+    } else {
+        WcOpcode::Recv
+    }
 }
 
-fn recv_wc(qp: &Qp, wr_id: u64, status: WcStatus, opcode: WcOpcode, byte_len: u32, imm: Option<u32>) -> WorkCompletion {
+fn recv_wc(
+    qp: &Qp,
+    wr_id: u64,
+    status: WcStatus,
+    opcode: WcOpcode,
+    byte_len: u32,
+    imm: Option<u32>,
+) -> WorkCompletion {
     WorkCompletion {
         wr_id,
         status,
@@ -309,7 +371,13 @@ fn recv_wc(qp: &Qp, wr_id: u64, status: WcStatus, opcode: WcOpcode, byte_len: u3
 
 // ------------------------------------------------------------------ requester
 
-fn on_response(conn: &mut Connection, shared: &mut Shared, now_ns: u64, repr: &DataRepr, payload: &[u8]) -> bool {
+fn on_response(
+    conn: &mut Connection,
+    shared: &mut Shared,
+    now_ns: u64,
+    repr: &DataRepr,
+    payload: &[u8],
+) -> bool {
     let conn_index = conn.index;
     let Some(qp) = qp_for(shared, repr.dst_qpn, conn_index) else {
         shared.stats.rx_unknown_qp += 1;
@@ -319,7 +387,10 @@ fn on_response(conn: &mut Connection, shared: &mut Shared, now_ns: u64, repr: &D
     if qp.state == QpRunState::Error {
         return false;
     }
-    let Some(entry) = qp.sq_entry_mut(repr.msg_seq).filter(|e| e.state == SqState::Active) else {
+    let Some(entry) = qp
+        .sq_entry_mut(repr.msg_seq)
+        .filter(|e| e.state == SqState::Active)
+    else {
         // Already complete: a duplicate of a response.
         shared.stats.rx_duplicate_ops += 1;
         return false;
@@ -332,18 +403,24 @@ fn on_response(conn: &mut Connection, shared: &mut Shared, now_ns: u64, repr: &D
             shared.regions.scatter(&sink, off, payload);
             Some(payload.len() as u64)
         }
-        OpHeader::AtomicResponse { original } if matches!(opcode, WcOpcode::FetchAdd | WcOpcode::CompSwap) => {
+        OpHeader::AtomicResponse { original }
+            if matches!(opcode, WcOpcode::FetchAdd | WcOpcode::CompSwap) =>
+        {
             shared.regions.scatter(&sink, 0, &original.to_le_bytes());
             None
         }
         _ => {
-            let entry = qp_mut(shared, qp_index).sq_entry_mut(repr.msg_seq).expect("found above");
+            let entry = qp_mut(shared, qp_index)
+                .sq_entry_mut(repr.msg_seq)
+                .expect("found above");
             entry.sink = sink;
             shared.stats.rx_dropped_ops += 1;
             return false;
         }
     };
-    let entry = qp_mut(shared, qp_index).sq_entry_mut(repr.msg_seq).expect("found above");
+    let entry = qp_mut(shared, qp_index)
+        .sq_entry_mut(repr.msg_seq)
+        .expect("found above");
     entry.sink = sink;
     let complete = match placed {
         Some(n) => {
@@ -355,7 +432,9 @@ fn on_response(conn: &mut Connection, shared: &mut Shared, now_ns: u64, repr: &D
     conn.last_progress_ns = now_ns;
     conn.timeouts = 0;
     if complete {
-        let entry = qp_mut(shared, qp_index).sq_entry_mut(repr.msg_seq).expect("found above");
+        let entry = qp_mut(shared, qp_index)
+            .sq_entry_mut(repr.msg_seq)
+            .expect("found above");
         entry.state = SqState::Done(WcStatus::Success);
         release_completions(conn, shared, qp_index);
     }
@@ -382,7 +461,9 @@ pub(crate) fn on_op_ack(conn: &mut Connection, shared: &mut Shared, now_ns: u64,
         if !seq::seq_lt(entry.msg_seq, ack.msn) {
             break;
         }
-        if entry.state == SqState::Active && matches!(entry.opcode, WcOpcode::RdmaWrite | WcOpcode::Send) {
+        if entry.state == SqState::Active
+            && matches!(entry.opcode, WcOpcode::RdmaWrite | WcOpcode::Send)
+        {
             entry.state = SqState::Done(WcStatus::Success);
             progressed = true;
         }
@@ -390,9 +471,14 @@ pub(crate) fn on_op_ack(conn: &mut Connection, shared: &mut Shared, now_ns: u64,
     match ack.syndrome {
         Syndrome::Ack => {}
         Syndrome::RnrNak => {
-            if let Some(entry) = qp.sq_entry_mut(ack.nak_msg_seq).filter(|e| e.state == SqState::Active) {
+            if let Some(entry) = qp
+                .sq_entry_mut(ack.nak_msg_seq)
+                .filter(|e| e.state == SqState::Active)
+            {
                 let msg_ref = entry.msg;
-                let waiting = msg_ref.and_then(|r| conn.msgs.get(r)).is_none_or(|m| m.rnr_wait);
+                let waiting = msg_ref
+                    .and_then(|r| conn.msgs.get(r))
+                    .is_none_or(|m| m.rnr_wait);
                 if !waiting {
                     conn.stats.rnr_naks += 1;
                     progressed = true;
@@ -415,7 +501,10 @@ pub(crate) fn on_op_ack(conn: &mut Connection, shared: &mut Shared, now_ns: u64,
                 Syndrome::RemInvReqErr => WcStatus::RemInvReqErr,
                 _ => WcStatus::RemOpErr,
             };
-            if let Some(entry) = qp.sq_entry_mut(ack.nak_msg_seq).filter(|e| e.state == SqState::Active) {
+            if let Some(entry) = qp
+                .sq_entry_mut(ack.nak_msg_seq)
+                .filter(|e| e.state == SqState::Active)
+            {
                 entry.state = SqState::Done(status);
                 progressed = true;
                 // Nothing after a failed request may execute: stop sending
@@ -442,7 +531,9 @@ pub(crate) fn on_op_ack(conn: &mut Connection, shared: &mut Shared, now_ns: u64,
 pub(crate) fn release_completions(conn: &mut Connection, shared: &mut Shared, qp_index: usize) {
     let qp = shared.qps[qp_index].as_mut().expect("live QP");
     while let Some(front) = qp.sq.front() {
-        let SqState::Done(status) = front.state else { break };
+        let SqState::Done(status) = front.state else {
+            break;
+        };
         let entry = qp.sq.pop_front().expect("front exists");
         if let Some(r) = entry.msg {
             conn.free_msg(r);
@@ -452,12 +543,20 @@ pub(crate) fn release_completions(conn: &mut Connection, shared: &mut Shared, qp
                 wr_id: entry.wr_id,
                 status,
                 opcode: entry.opcode,
-                byte_len: if status == WcStatus::Success { entry.len } else { 0 },
+                byte_len: if status == WcStatus::Success {
+                    entry.len
+                } else {
+                    0
+                },
                 imm_data: None,
                 qp_num: qp.handle.qpn(),
                 src_qp: qp.remote_qpn,
             };
-            shared.completions.push_back(Completion { qp: qp.handle, queue: WorkQueue::Send, wc });
+            shared.completions.push_back(Completion {
+                qp: qp.handle,
+                queue: WorkQueue::Send,
+                wc,
+            });
         }
         if status != WcStatus::Success {
             enter_error(conn, shared, qp_index);
@@ -487,12 +586,27 @@ pub(crate) fn flush_qp(shared: &mut Shared, qp_index: usize) {
             qp_num: qp.handle.qpn(),
             src_qp: qp.remote_qpn,
         };
-        shared.completions.push_back(Completion { qp: qp.handle, queue: WorkQueue::Send, wc });
+        shared.completions.push_back(Completion {
+            qp: qp.handle,
+            queue: WorkQueue::Send,
+            wc,
+        });
     }
     while let Some(recv) = qp.rq.pop_front() {
         qp.rq_base = qp.rq_base.wrapping_add(1);
-        let wc = recv_wc(qp, recv.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, 0, None);
-        shared.completions.push_back(Completion { qp: qp.handle, queue: WorkQueue::Recv, wc });
+        let wc = recv_wc(
+            qp,
+            recv.wr_id,
+            WcStatus::WrFlushErr,
+            WcOpcode::Recv,
+            0,
+            None,
+        );
+        shared.completions.push_back(Completion {
+            qp: qp.handle,
+            queue: WorkQueue::Recv,
+            wc,
+        });
     }
 }
 
@@ -500,7 +614,9 @@ pub(crate) fn flush_qp(shared: &mut Shared, qp_index: usize) {
 /// the connection fails with `status`, and each QP goes to the error state.
 pub(crate) fn fail_connection(conn: &mut Connection, shared: &mut Shared, status: WcStatus) {
     for qp_index in conn.qps.clone() {
-        let Some(qp) = shared.qps[qp_index as usize].as_mut() else { continue };
+        let Some(qp) = shared.qps[qp_index as usize].as_mut() else {
+            continue;
+        };
         if qp.state == QpRunState::Error {
             continue;
         }

@@ -49,7 +49,8 @@ pub struct PathStats {
 /// base is a protocol parameter that must match on both sides (tests move it
 /// next to the wrap point).
 pub(crate) fn initial_psn(base: u32, slot: u8, generation: u16) -> u32 {
-    base.wrapping_add(u32::from(slot) << 20).wrapping_add(u32::from(generation).wrapping_mul(0x9E37_79B9))
+    base.wrapping_add(u32::from(slot) << 20)
+        .wrapping_add(u32::from(generation).wrapping_mul(0x9E37_79B9))
 }
 
 /// One sending path.
@@ -75,7 +76,13 @@ pub(crate) struct TxPath {
 }
 
 impl TxPath {
-    pub(crate) fn new(slot: u8, generation: u16, src_port: u16, psn_base: u32, rtt_ns: u64) -> Self {
+    pub(crate) fn new(
+        slot: u8,
+        generation: u16,
+        src_port: u16,
+        psn_base: u32,
+        rtt_ns: u64,
+    ) -> Self {
         Self {
             slot,
             generation,
@@ -96,7 +103,11 @@ impl TxPath {
     /// Drop acknowledged and lost packets off the front, so the front is the
     /// oldest outstanding packet.
     pub(crate) fn trim_front(&mut self) {
-        while self.inflight.front().is_some_and(|p| p.state != SentState::Outstanding) {
+        while self
+            .inflight
+            .front()
+            .is_some_and(|p| p.state != SentState::Outstanding)
+        {
             self.inflight.pop_front();
         }
     }

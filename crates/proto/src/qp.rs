@@ -170,6 +170,11 @@ impl Qp {
             (None, Some(msg)) => (Syndrome::RnrNak, msg),
             (None, None) => (Syndrome::Ack, 0),
         };
-        metaroce_wire::OpAck { qpn: self.remote_qpn, msn: self.rx_msn, syndrome, nak_msg_seq }
+        metaroce_wire::OpAck {
+            qpn: self.remote_qpn,
+            msn: self.rx_msn,
+            syndrome,
+            nak_msg_seq,
+        }
     }
 }

@@ -51,7 +51,8 @@ impl RangeSet {
             new_end = new_end.max(e);
             j += 1;
         }
-        self.ranges.splice(i..j, std::iter::once((new_start, new_end)));
+        self.ranges
+            .splice(i..j, std::iter::once((new_start, new_end)));
         let added = (end - start) - overlap;
         self.covered += added;
         added
@@ -60,7 +61,9 @@ impl RangeSet {
     /// Whether `start..end` is entirely covered.
     pub fn contains(&self, start: u64, end: u64) -> bool {
         let i = self.ranges.partition_point(|&(_, e)| e < end);
-        self.ranges.get(i).is_some_and(|&(s, e)| s <= start && end <= e)
+        self.ranges
+            .get(i)
+            .is_some_and(|&(s, e)| s <= start && end <= e)
     }
 }
 

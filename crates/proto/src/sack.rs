@@ -33,7 +33,10 @@ const WORDS: usize = SACK_BITS / 64;
 impl SackBitmap {
     /// A window expecting `first_psn` next.
     pub fn new(first_psn: u32) -> Self {
-        Self { ack_psn: first_psn, bits: [0; WORDS] }
+        Self {
+            ack_psn: first_psn,
+            bits: [0; WORDS],
+        }
     }
 
     /// Every PSN before this one has arrived.
@@ -135,7 +138,11 @@ impl SackBitmap {
         for i in 0..WORDS {
             let lo = self.bits.get(i + words).copied().unwrap_or(0);
             let hi = self.bits.get(i + words + 1).copied().unwrap_or(0);
-            self.bits[i] = if bits == 0 { lo } else { (lo >> bits) | (hi << (64 - bits)) };
+            self.bits[i] = if bits == 0 {
+                lo
+            } else {
+                (lo >> bits) | (hi << (64 - bits))
+            };
         }
     }
 }
@@ -153,7 +160,10 @@ pub fn sack_contains(ack_psn: u32, sack: &SackBits, psn: u32) -> bool {
 /// The highest PSN an ACK reports as received, if it reports any beyond the
 /// cumulative point. Every unacknowledged PSN below it is lost.
 pub fn sack_highest(ack_psn: u32, sack: &SackBits) -> Option<u32> {
-    (0..SACK_BITS).rev().find(|&i| sack.get(i)).map(|i| ack_psn.wrapping_add(1 + i as u32))
+    (0..SACK_BITS)
+        .rev()
+        .find(|&i| sack.get(i))
+        .map(|i| ack_psn.wrapping_add(1 + i as u32))
 }
 
 #[cfg(test)]

@@ -17,7 +17,11 @@ pub enum WrOp {
     /// RDMA WRITE of the local data to `remote_addr` under `rkey`.
     Write { remote_addr: u64, rkey: u64 },
     /// RDMA WRITE that also consumes a receive at the target and delivers `imm`.
-    WriteImm { remote_addr: u64, rkey: u64, imm: u32 },
+    WriteImm {
+        remote_addr: u64,
+        rkey: u64,
+        imm: u32,
+    },
     /// SEND into the peer's next posted receive.
     Send,
     /// SEND with an immediate value.
@@ -25,9 +29,18 @@ pub enum WrOp {
     /// RDMA READ of `remote_addr` under `rkey` into the local scatter list.
     Read { remote_addr: u64, rkey: u64 },
     /// 64-bit fetch-and-add; the original value lands in the local 8-byte SGE.
-    FetchAdd { remote_addr: u64, rkey: u64, add: u64 },
+    FetchAdd {
+        remote_addr: u64,
+        rkey: u64,
+        add: u64,
+    },
     /// 64-bit compare-and-swap; the original value lands in the local 8-byte SGE.
-    CmpSwap { remote_addr: u64, rkey: u64, compare: u64, swap: u64 },
+    CmpSwap {
+        remote_addr: u64,
+        rkey: u64,
+        compare: u64,
+        swap: u64,
+    },
 }
 
 impl WrOp {
@@ -44,7 +57,10 @@ impl WrOp {
 
     /// Whether the operation consumes a posted receive at the target.
     pub fn consumes_receive(&self) -> bool {
-        matches!(self, Self::WriteImm { .. } | Self::Send | Self::SendImm { .. })
+        matches!(
+            self,
+            Self::WriteImm { .. } | Self::Send | Self::SendImm { .. }
+        )
     }
 
     /// Whether the operation is an atomic.
@@ -73,12 +89,26 @@ pub struct SendWr {
 impl SendWr {
     /// A signaled request with a scatter/gather list.
     pub fn new(wr_id: u64, op: WrOp, sg_list: Vec<Sge>) -> Self {
-        Self { wr_id, op, sg_list, inline_data: None, signaled: true, solicited: false }
+        Self {
+            wr_id,
+            op,
+            sg_list,
+            inline_data: None,
+            signaled: true,
+            solicited: false,
+        }
     }
 
     /// A signaled request whose payload is copied at post time.
     pub fn inline(wr_id: u64, op: WrOp, data: Vec<u8>) -> Self {
-        Self { wr_id, op, sg_list: Vec::new(), inline_data: Some(data), signaled: true, solicited: false }
+        Self {
+            wr_id,
+            op,
+            sg_list: Vec::new(),
+            inline_data: Some(data),
+            signaled: true,
+            solicited: false,
+        }
     }
 }
 

@@ -23,13 +23,15 @@
 #![forbid(unsafe_code)]
 
 use metaroce_proto::endpoint::Transmit;
-use metaroce_proto::{Completion, Ecn, Endpoint, EndpointConfig, MrHandle, QpCaps, QpHandle, QpRunState, WorkQueue};
+use metaroce_proto::{
+    Completion, Ecn, Endpoint, EndpointConfig, MrHandle, QpCaps, QpHandle, QpRunState, WorkQueue,
+};
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 
 pub use metaroce_proto::{
-    AccessFlags, ConfigError, EndpointStats, MemoryError, RecvWr, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
-    WrOp,
+    AccessFlags, ConfigError, EndpointStats, MemoryError, RecvWr, SendWr, Sge, WcOpcode, WcStatus,
+    WorkCompletion, WrOp,
 };
 
 /// A verbs call failed.
@@ -111,7 +113,11 @@ pub struct MemoryRegion {
 impl MemoryRegion {
     /// An SGE covering `len` bytes at `offset` into the region.
     pub fn sge(&self, offset: u64, len: u32) -> Sge {
-        Sge { addr: self.addr + offset, length: len, lkey: self.lkey }
+        Sge {
+            addr: self.addr + offset,
+            length: len,
+            lkey: self.lkey,
+        }
     }
 }
 
@@ -224,7 +230,12 @@ pub const MAX_CQE: usize = 1 << 22;
 impl Context {
     /// Open a device with this configuration.
     pub fn open(config: EndpointConfig) -> Result<Self, VerbsError> {
-        Ok(Self { endpoint: Endpoint::new(config)?, cqs: Vec::new(), qps: HashMap::new(), pds: Vec::new() })
+        Ok(Self {
+            endpoint: Endpoint::new(config)?,
+            cqs: Vec::new(),
+            qps: HashMap::new(),
+            pds: Vec::new(),
+        })
     }
 
     /// The protocol endpoint underneath (stats, configuration).
@@ -252,9 +263,16 @@ impl Context {
     }
 
     /// `ibv_reg_mr`: a zeroed region of `length` bytes.
-    pub fn reg_mr(&mut self, pd: ProtectionDomain, length: u64, access: AccessFlags) -> Result<MemoryRegion, VerbsError> {
+    pub fn reg_mr(
+        &mut self,
+        pd: ProtectionDomain,
+        length: u64,
+        access: AccessFlags,
+    ) -> Result<MemoryRegion, VerbsError> {
         self.check_pd(pd)?;
-        Ok(Self::region(self.endpoint.register_memory(pd.0, length, access)?))
+        Ok(Self::region(
+            self.endpoint.register_memory(pd.0, length, access)?,
+        ))
     }
 
     /// A region with a length and no bytes (for the simulator).
@@ -265,7 +283,10 @@ impl Context {
         access: AccessFlags,
     ) -> Result<MemoryRegion, VerbsError> {
         self.check_pd(pd)?;
-        Ok(Self::region(self.endpoint.register_virtual_memory(pd.0, length, access)?))
+        Ok(Self::region(
+            self.endpoint
+                .register_virtual_memory(pd.0, length, access)?,
+        ))
     }
 
     fn region(info: metaroce_proto::MrInfo) -> MemoryRegion {
@@ -280,7 +301,11 @@ impl Context {
     }
 
     fn check_pd(&self, pd: ProtectionDomain) -> Result<(), VerbsError> {
-        if self.pds.contains(&pd) { Ok(()) } else { Err(VerbsError::Unknown("protection domain")) }
+        if self.pds.contains(&pd) {
+            Ok(())
+        } else {
+            Err(VerbsError::Unknown("protection domain"))
+        }
     }
 
     /// `ibv_dereg_mr`.
@@ -301,17 +326,31 @@ impl Context {
     /// `ibv_create_cq` with room for `cqe` completions.
     pub fn create_cq(&mut self, cqe: usize) -> Result<CompletionQueue, VerbsError> {
         if cqe == 0 || cqe > MAX_CQE {
-            return Err(VerbsError::BadAttribute { attr: "cqe", reason: "must be 1..=2^22" });
+            return Err(VerbsError::BadAttribute {
+                attr: "cqe",
+                reason: "must be 1..=2^22",
+            });
         }
-        self.cqs.push(CqState { ring: VecDeque::with_capacity(cqe.min(4096)), capacity: cqe, overrun: false });
+        self.cqs.push(CqState {
+            ring: VecDeque::with_capacity(cqe.min(4096)),
+            capacity: cqe,
+            overrun: false,
+        });
         Ok(CompletionQueue(self.cqs.len() as u32 - 1))
     }
 
     /// `ibv_poll_cq`: move up to `wc.len()` completions into `wc`, oldest
     /// first; returns how many.
-    pub fn poll_cq(&mut self, cq: CompletionQueue, wc: &mut [WorkCompletion]) -> Result<usize, VerbsError> {
+    pub fn poll_cq(
+        &mut self,
+        cq: CompletionQueue,
+        wc: &mut [WorkCompletion],
+    ) -> Result<usize, VerbsError> {
         self.dispatch_completions();
-        let state = self.cqs.get_mut(cq.0 as usize).ok_or(VerbsError::Unknown("completion queue"))?;
+        let state = self
+            .cqs
+            .get_mut(cq.0 as usize)
+            .ok_or(VerbsError::Unknown("completion queue"))?;
         if state.overrun {
             return Err(VerbsError::CqOverrun);
         }
@@ -323,7 +362,11 @@ impl Context {
     }
 
     /// `ibv_create_qp` (RC).
-    pub fn create_qp(&mut self, pd: ProtectionDomain, init: &QpInitAttr) -> Result<QueuePair, VerbsError> {
+    pub fn create_qp(
+        &mut self,
+        pd: ProtectionDomain,
+        init: &QpInitAttr,
+    ) -> Result<QueuePair, VerbsError> {
         self.check_pd(pd)?;
         for cq in [init.send_cq, init.recv_cq] {
             if cq.0 as usize >= self.cqs.len() {
@@ -331,13 +374,22 @@ impl Context {
             }
         }
         let handle = self.endpoint.create_qp(pd.0, init.cap, AccessFlags::NONE)?;
-        self.qps.insert(handle, QpMeta { pd, init: *init, state: QpState::Reset });
+        self.qps.insert(
+            handle,
+            QpMeta {
+                pd,
+                init: *init,
+                state: QpState::Reset,
+            },
+        );
         Ok(QueuePair(handle))
     }
 
     /// `ibv_destroy_qp`.
     pub fn destroy_qp(&mut self, qp: QueuePair) -> Result<(), VerbsError> {
-        self.qps.remove(&qp.0).ok_or(VerbsError::Unknown("queue pair"))?;
+        self.qps
+            .remove(&qp.0)
+            .ok_or(VerbsError::Unknown("queue pair"))?;
         self.endpoint.destroy_qp(qp.0)?;
         Ok(())
     }
@@ -356,7 +408,10 @@ impl Context {
     /// ibverbs requires for it.
     pub fn modify_qp(&mut self, qp: QueuePair, attr: &QpAttr) -> Result<(), VerbsError> {
         let from = self.qp_state(qp).ok_or(VerbsError::Unknown("queue pair"))?;
-        let to = attr.qp_state.ok_or(VerbsError::MissingAttribute { to: from, attr: "qp_state" })?;
+        let to = attr.qp_state.ok_or(VerbsError::MissingAttribute {
+            to: from,
+            attr: "qp_state",
+        })?;
         let missing = |attr| VerbsError::MissingAttribute { to, attr };
         match (from, to) {
             (_, QpState::Err) => {
@@ -366,7 +421,10 @@ impl Context {
                 let access = attr.qp_access_flags.ok_or(missing("qp_access_flags"))?;
                 check_qp_access(access)?;
                 if attr.port_num.ok_or(missing("port_num"))? != 1 {
-                    return Err(VerbsError::BadAttribute { attr: "port_num", reason: "the device has port 1 only" });
+                    return Err(VerbsError::BadAttribute {
+                        attr: "port_num",
+                        reason: "the device has port 1 only",
+                    });
                 }
                 self.endpoint.set_qp_remote_access(qp.0, access)?;
             }
@@ -381,7 +439,10 @@ impl Context {
                 let dest_qpn = attr.dest_qp_num.ok_or(missing("dest_qp_num"))?;
                 let mtu = attr.path_mtu.ok_or(missing("path_mtu"))?;
                 if mtu == 0 || mtu > self.endpoint.config().mtu_payload_bytes {
-                    return Err(VerbsError::BadAttribute { attr: "path_mtu", reason: "0 or above the device MTU" });
+                    return Err(VerbsError::BadAttribute {
+                        attr: "path_mtu",
+                        reason: "0 or above the device MTU",
+                    });
                 }
                 self.endpoint.connect_qp(qp.0, dest, dest_qpn)?;
             }
@@ -407,17 +468,35 @@ impl Context {
 
     /// `ibv_post_send`: posts in order and stops at the first request it
     /// refuses, returning its index (ibverbs' `bad_wr`) with the reason.
-    pub fn post_send(&mut self, now_ns: u64, qp: QueuePair, wrs: &[SendWr]) -> Result<(), (usize, VerbsError)> {
-        let state = self.qp_state(qp).ok_or((0, VerbsError::Unknown("queue pair")))?;
-        let meta = self.qps.get(&qp.0).ok_or((0, VerbsError::Unknown("queue pair")))?;
+    pub fn post_send(
+        &mut self,
+        now_ns: u64,
+        qp: QueuePair,
+        wrs: &[SendWr],
+    ) -> Result<(), (usize, VerbsError)> {
+        let state = self
+            .qp_state(qp)
+            .ok_or((0, VerbsError::Unknown("queue pair")))?;
+        let meta = self
+            .qps
+            .get(&qp.0)
+            .ok_or((0, VerbsError::Unknown("queue pair")))?;
         if !matches!(state, QpState::Rts | QpState::Err) {
-            return Err((0, VerbsError::WrongState { qpn: qp.qp_num(), state }));
+            return Err((
+                0,
+                VerbsError::WrongState {
+                    qpn: qp.qp_num(),
+                    state,
+                },
+            ));
         }
         let sig_all = meta.init.sq_sig_all;
         for (i, wr) in wrs.iter().enumerate() {
             let mut wr = wr.clone();
             wr.signaled |= sig_all;
-            self.endpoint.post_send(now_ns, qp.0, wr).map_err(|e| (i, e.into()))?;
+            self.endpoint
+                .post_send(now_ns, qp.0, wr)
+                .map_err(|e| (i, e.into()))?;
         }
         self.dispatch_completions();
         Ok(())
@@ -425,12 +504,22 @@ impl Context {
 
     /// `ibv_post_recv`: allowed from INIT on (ibverbs refuses it in RESET).
     pub fn post_recv(&mut self, qp: QueuePair, wrs: &[RecvWr]) -> Result<(), (usize, VerbsError)> {
-        let state = self.qp_state(qp).ok_or((0, VerbsError::Unknown("queue pair")))?;
+        let state = self
+            .qp_state(qp)
+            .ok_or((0, VerbsError::Unknown("queue pair")))?;
         if state == QpState::Reset {
-            return Err((0, VerbsError::WrongState { qpn: qp.qp_num(), state }));
+            return Err((
+                0,
+                VerbsError::WrongState {
+                    qpn: qp.qp_num(),
+                    state,
+                },
+            ));
         }
         for (i, wr) in wrs.iter().enumerate() {
-            self.endpoint.post_recv(qp.0, wr.clone()).map_err(|e| (i, e.into()))?;
+            self.endpoint
+                .post_recv(qp.0, wr.clone())
+                .map_err(|e| (i, e.into()))?;
         }
         self.dispatch_completions();
         Ok(())
@@ -467,7 +556,9 @@ impl Context {
 
     fn dispatch_completions(&mut self) {
         while let Some(Completion { qp, queue, wc }) = self.endpoint.poll_completion() {
-            let Some(meta) = self.qps.get(&qp) else { continue };
+            let Some(meta) = self.qps.get(&qp) else {
+                continue;
+            };
             let cq = match queue {
                 WorkQueue::Send => meta.init.send_cq,
                 WorkQueue::Recv => meta.init.recv_cq,
@@ -501,9 +592,15 @@ impl Context {
 /// is accepted and ignored, as ibverbs does, since applications often pass
 /// the same flags as for their MRs.
 fn check_qp_access(access: AccessFlags) -> Result<(), VerbsError> {
-    let known = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
+    let known = AccessFlags::LOCAL_WRITE
+        | AccessFlags::REMOTE_WRITE
+        | AccessFlags::REMOTE_READ
+        | AccessFlags::REMOTE_ATOMIC;
     if access.0 & !known.0 != 0 {
-        return Err(VerbsError::BadAttribute { attr: "qp_access_flags", reason: "unknown access flag bits" });
+        return Err(VerbsError::BadAttribute {
+            attr: "qp_access_flags",
+            reason: "unknown access flag bits",
+        });
     }
     Ok(())
 }

@@ -21,7 +21,11 @@ impl fmt::Display for Flags {
     /// joined by `|`; `-` if none.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut first = true;
-        for (flag, name) in [(Self::ACK_REQUEST, "AR"), (Self::RETRANSMIT, "RT"), (Self::COMPLETION_PROBE, "CP")] {
+        for (flag, name) in [
+            (Self::ACK_REQUEST, "AR"),
+            (Self::RETRANSMIT, "RT"),
+            (Self::COMPLETION_PROBE, "CP"),
+        ] {
             if self.contains(flag) {
                 if !first {
                     f.write_str("|")?;
