@@ -127,6 +127,7 @@ pub(crate) struct Connection {
     pub(crate) in_ready: bool,
     pub(crate) rx_epoch_seen: u64,
     pub(crate) stats: ConnectionStats,
+    scratch_segs: Vec<SegRef>,
 }
 
 impl Connection {
@@ -179,6 +180,7 @@ impl Connection {
             in_ready: false,
             rx_epoch_seen: u64::MAX,
             stats: ConnectionStats::default(),
+            scratch_segs: Vec::new(),
         }
     }
 
@@ -616,7 +618,8 @@ impl Connection {
         let mut acked_packets = 0u32;
         let mut lost_bytes = 0u64;
         let mut lost_packets = 0u64;
-        let mut newly_acked_segs = Vec::new();
+        // Reused across ACKs: no allocation per packet.
+        let mut newly_acked_segs = std::mem::take(&mut self.scratch_segs);
         {
             let path = &mut self.paths[p];
             for sent in path.inflight.iter_mut() {
@@ -652,9 +655,10 @@ impl Connection {
         self.inflight_bytes -= acked_bytes + lost_bytes;
         self.stats.data_packets_lost += lost_packets;
         shared.stats.data_packets_lost += lost_packets;
-        for seg in newly_acked_segs {
+        for seg in newly_acked_segs.drain(..) {
             self.on_segment_acked(seg);
         }
+        self.scratch_segs = newly_acked_segs;
 
         // RTT from the echoed timestamp, less the time the receiver held it.
         let path = &mut self.paths[p];

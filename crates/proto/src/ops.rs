@@ -14,7 +14,7 @@
 
 use crate::connection::Connection;
 use crate::endpoint::{Completion, Shared};
-use crate::memory::{AccessFlags, AtomicOp, KeyKind, MemoryError, Span};
+use crate::memory::{AccessFlags, AtomicOp, KeyKind, MemoryError};
 use crate::message::{MsgKind, Source, TxMessage};
 use crate::qp::{Qp, QpRunState, RX_WINDOW_MAX, RxMessage, SqState};
 use crate::range_set::RangeSet;
@@ -166,22 +166,21 @@ fn on_request(
             }
         }
         OpHeader::Send { .. } | OpHeader::SendImm { .. } => {
-            let qp = qp_mut(shared, qp_index);
+            // Borrow the QP table and the region table side by side: the
+            // receive's spans are used in place, not copied, per packet.
+            let Shared { qps, regions, .. } = &mut *shared;
+            let qp = qps[qp_index].as_mut().expect("QP looked up above");
             let slot = recv_index
                 .expect("sends carry one")
                 .wrapping_sub(qp.rq_base) as usize;
-            let (capacity, spans): (u64, Vec<Span>) =
-                (qp.rq[slot].capacity, qp.rq[slot].spans.clone());
-            if msg_len > capacity {
+            if msg_len > qp.rq[slot].capacity {
                 fatal = Some(Syndrome::RemInvReqErr);
                 entry_of(qp, ahead).recv_status = WcStatus::LocLenErr;
             } else {
                 if let OpHeader::SendImm { imm, .. } = repr.op {
                     entry_of(qp, ahead).imm = Some(imm);
                 }
-                shared
-                    .regions
-                    .scatter(&spans, u64::from(repr.offset), payload);
+                regions.scatter(&qp.rq[slot].spans, u64::from(repr.offset), payload);
                 arrived_bytes = Some(payload.len());
             }
         }
