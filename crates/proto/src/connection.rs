@@ -20,7 +20,7 @@
 //! the work request.
 
 use crate::cc::{AckSample, CcConfig, CongestionController, new_controller};
-use crate::endpoint::{Ecn, Shared, Transmit};
+use crate::endpoint::{Ecn, PacketRepr, Shared, Transmit};
 use crate::message::{MessageSlab, MsgKind, MsgRef, SegRef, TxMessage};
 use crate::ops;
 use crate::path::{PathStats, SentPacket, SentState, TxPath, initial_psn};
@@ -30,6 +30,14 @@ use metaroce_wire::{self as wire, AckRepr, BaseRepr, DataRepr, Flags, ICRC_LEN, 
 use rand_core::Rng;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+
+/// Where an emitted packet goes: serialized into the caller's buffer (real
+/// datapath, harness) or kept as a parsed header (the simulator, which
+/// carries lengths, not bytes).
+pub(crate) enum Out<'a> {
+    Bytes(&'a mut [u8]),
+    Repr(&'a mut Option<PacketRepr>),
+}
 
 /// The most packets a path may have outstanding: the span of the SACK bitmap.
 pub(crate) const PATH_PSN_WINDOW: u32 = 255;
@@ -286,10 +294,10 @@ impl Connection {
         &mut self,
         now_ns: u64,
         shared: &mut Shared,
-        buf: &mut [u8],
+        out: &mut Out<'_>,
     ) -> Option<Transmit> {
         if let Some(slot) = self.ack_now.pop_front() {
-            return Some(self.emit_ack(now_ns, shared, slot, buf));
+            return Some(self.emit_ack(now_ns, shared, slot, out));
         }
         while let Some(p) = self.path_probes.pop_front() {
             // Tail-loss probe: resend the path's newest outstanding segment on
@@ -314,7 +322,7 @@ impl Connection {
             shared.stats.data_packets_retransmitted += 1;
             shared.stats.tail_probes += 1;
             let flags = Flags::RETRANSMIT | Flags::ACK_REQUEST;
-            return Some(self.emit_segment(now_ns, shared, p, seg, flags, buf));
+            return Some(self.emit_segment(now_ns, shared, p, seg, flags, out));
         }
         while let Some(resend) = self.retransmit_queue.front().copied() {
             let Some(msg) = self.msgs.get(resend.seg.msg) else {
@@ -335,7 +343,7 @@ impl Connection {
             }
             self.stats.data_packets_retransmitted += 1;
             shared.stats.data_packets_retransmitted += 1;
-            return Some(self.emit_segment(now_ns, shared, path, resend.seg, flags, buf));
+            return Some(self.emit_segment(now_ns, shared, path, resend.seg, flags, out));
         }
         while let Some(r) = self.send_queue.front().copied() {
             let Some(msg) = self.msgs.get(r).filter(|m| m.has_unsent()) else {
@@ -369,7 +377,7 @@ impl Connection {
             self.stats.data_packets_sent += 1;
             self.stats.payload_bytes_sent +=
                 u64::from(self.msgs.get(r).map_or(0, |m| m.seg_range(seg.seg).1));
-            return Some(self.emit_segment(now_ns, shared, path, seg, flags, buf));
+            return Some(self.emit_segment(now_ns, shared, path, seg, flags, out));
         }
         None
     }
@@ -415,7 +423,7 @@ impl Connection {
         p: usize,
         seg: SegRef,
         flags: Flags,
-        buf: &mut [u8],
+        out: &mut Out<'_>,
     ) -> Transmit {
         let msg = self.msgs.get(seg.msg).expect("caller checked the message");
         let (offset, payload_len) = msg.seg_range(seg.seg);
@@ -453,13 +461,19 @@ impl Connection {
         };
         let header_len = repr.header_len();
         let total = header_len + payload_len as usize + ICRC_LEN;
-        repr.emit_header(&mut buf[..header_len]);
-        msg.source.gather(
-            &shared.regions,
-            u64::from(offset),
-            &mut buf[header_len..header_len + payload_len as usize],
-        );
-        wire::seal(&mut buf[..total]);
+        match out {
+            Out::Bytes(buf) => {
+                repr.emit_header(&mut buf[..header_len]);
+                msg.source.gather(
+                    &shared.regions,
+                    u64::from(offset),
+                    &mut buf[header_len..header_len + payload_len as usize],
+                );
+                wire::seal(&mut buf[..total]);
+            }
+            // The simulator carries the header only: no payload is gathered.
+            Out::Repr(slot) => **slot = Some(PacketRepr::Data(repr)),
+        }
         path.inflight.push_back(SentPacket {
             psn: path.next_psn,
             sent_ns: now_ns,
@@ -481,7 +495,13 @@ impl Connection {
         }
     }
 
-    fn emit_ack(&mut self, now_ns: u64, shared: &mut Shared, slot: u8, buf: &mut [u8]) -> Transmit {
+    fn emit_ack(
+        &mut self,
+        now_ns: u64,
+        shared: &mut Shared,
+        slot: u8,
+        out: &mut Out<'_>,
+    ) -> Transmit {
         let rate_hint_mbps = shared.rate_hint_mbps();
         let rx = self.rx_paths[slot as usize]
             .as_mut()
@@ -516,7 +536,14 @@ impl Connection {
             qp.rx_rnr = None;
             self.dirty_qps.pop_front();
         }
-        let len = wire::emit_ack(&ack, buf);
+        let len = match out {
+            Out::Bytes(buf) => wire::emit_ack(&ack, buf),
+            Out::Repr(slot) => {
+                let len = ack.buffer_len();
+                **slot = Some(PacketRepr::Ack(Box::new(ack)));
+                len
+            }
+        };
         self.stats.acks_sent += 1;
         shared.stats.ack_packets_sent += 1;
         // ACKs are sprayed over our own paths, round robin: one bad reverse

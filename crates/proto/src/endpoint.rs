@@ -14,7 +14,7 @@
 //! the deterministic harness all drive it through these same calls.
 
 use crate::config::{ConfigError, EndpointConfig};
-use crate::connection::{Connection, ConnectionStats};
+use crate::connection::{Connection, ConnectionStats, Out};
 use crate::memory::{AccessFlags, KeyKind, MemoryError, MrHandle, MrInfo, RegionTable, Span};
 use crate::message::{MsgKind, Source, TxMessage};
 use crate::ops;
@@ -53,6 +53,32 @@ pub struct Transmit {
     /// Bytes written at the start of the buffer.
     pub len: usize,
 }
+
+/// A packet as parsed headers, without payload bytes: what the fabric
+/// simulator carries between endpoints ([`Endpoint::poll_packet`],
+/// [`Endpoint::handle_packet`]). The same protocol code runs on it as on
+/// real datagrams; only serialization, the ICRC and payload copies are
+/// skipped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PacketRepr {
+    /// A data packet; its payload is `repr.payload_len` bytes of nothing.
+    Data(wire::DataRepr),
+    /// An ACK.
+    Ack(Box<wire::AckRepr>),
+}
+
+impl PacketRepr {
+    /// Bytes the packet occupies on the wire (UDP payload, ICRC included).
+    pub fn wire_len(&self) -> usize {
+        match self {
+            Self::Data(d) => d.buffer_len(),
+            Self::Ack(a) => a.buffer_len(),
+        }
+    }
+}
+
+/// Zeros standing in for payload bytes of packets handled as reprs.
+static ZERO_PAYLOAD: [u8; 65_536] = [0; 65_536];
 
 /// A work completion and where it belongs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -673,22 +699,62 @@ impl Endpoint {
             self.shared.stats.rx_malformed += 1;
             return;
         };
-        let base = match &packet {
-            wire::Packet::Data { repr, .. } => repr.base,
-            wire::Packet::Ack(a) => a.base,
-        };
-        let peer = SocketAddr::new(src.ip(), base.src_device_port);
-        let Some(&c) = self.conn_by_peer.get(&peer) else {
-            self.shared.stats.rx_unknown_peer += 1;
-            return;
-        };
-        let conn = &mut self.conns[c as usize];
         match packet {
             wire::Packet::Data { repr, payload } => {
-                conn.on_data(now_ns, &mut self.shared, ecn, &repr, payload)
+                self.dispatch_data(now_ns, src, ecn, &repr, payload)
             }
-            wire::Packet::Ack(ack) => conn.on_ack(now_ns, &mut self.shared, &ack),
+            wire::Packet::Ack(ack) => self.dispatch_ack(now_ns, src, &ack),
         }
+    }
+
+    /// Feed one packet given as parsed headers (the simulator's form): the
+    /// same processing as [`handle_datagram`](Self::handle_datagram) after
+    /// parsing, with the payload taken as `payload_len` zero bytes. Field
+    /// rules are still checked; an invalid repr is counted as malformed.
+    pub fn handle_packet(&mut self, now_ns: u64, src: SocketAddr, ecn: Ecn, packet: &PacketRepr) {
+        self.shared.stats.rx_datagrams += 1;
+        match packet {
+            PacketRepr::Data(repr) => {
+                let len = repr.payload_len as usize;
+                if repr.validate().is_err() || len > ZERO_PAYLOAD.len() {
+                    self.shared.stats.rx_malformed += 1;
+                    return;
+                }
+                self.dispatch_data(now_ns, src, ecn, repr, &ZERO_PAYLOAD[..len]);
+            }
+            PacketRepr::Ack(ack) => self.dispatch_ack(now_ns, src, ack),
+        }
+    }
+
+    fn connection_of(&mut self, src: SocketAddr, src_device_port: u16) -> Option<u32> {
+        let peer = SocketAddr::new(src.ip(), src_device_port);
+        let c = self.conn_by_peer.get(&peer).copied();
+        if c.is_none() {
+            self.shared.stats.rx_unknown_peer += 1;
+        }
+        c
+    }
+
+    fn dispatch_data(
+        &mut self,
+        now_ns: u64,
+        src: SocketAddr,
+        ecn: Ecn,
+        repr: &wire::DataRepr,
+        payload: &[u8],
+    ) {
+        let Some(c) = self.connection_of(src, repr.base.src_device_port) else {
+            return;
+        };
+        self.conns[c as usize].on_data(now_ns, &mut self.shared, ecn, repr, payload);
+        self.mark_ready(c);
+    }
+
+    fn dispatch_ack(&mut self, now_ns: u64, src: SocketAddr, ack: &wire::AckRepr) {
+        let Some(c) = self.connection_of(src, ack.base.src_device_port) else {
+            return;
+        };
+        self.conns[c as usize].on_ack(now_ns, &mut self.shared, ack);
         self.mark_ready(c);
     }
 
@@ -707,10 +773,23 @@ impl Endpoint {
             buf.len() >= self.max_datagram_len(),
             "transmit buffer smaller than max_datagram_len"
         );
+        self.poll_out(now_ns, &mut Out::Bytes(buf))
+    }
+
+    /// Like [`poll_transmit`](Self::poll_transmit), but the packet comes back
+    /// as parsed headers and no payload is gathered (the simulator's form).
+    /// `Transmit::len` is still the packet's full length on the wire.
+    pub fn poll_packet(&mut self, now_ns: u64) -> Option<(Transmit, PacketRepr)> {
+        let mut slot = None;
+        let t = self.poll_out(now_ns, &mut Out::Repr(&mut slot))?;
+        Some((t, slot.expect("a transmit always produces its packet")))
+    }
+
+    fn poll_out(&mut self, now_ns: u64, out: &mut Out<'_>) -> Option<Transmit> {
         while let Some(c) = self.ready.pop_front() {
             let conn = &mut self.conns[c as usize];
             conn.in_ready = false;
-            if let Some(t) = conn.poll_transmit(now_ns, &mut self.shared, buf) {
+            if let Some(t) = conn.poll_transmit(now_ns, &mut self.shared, out) {
                 // One packet per connection per turn: peers share the NIC fairly.
                 self.mark_ready(c);
                 return Some(t);

@@ -35,7 +35,9 @@ pub mod work;
 
 pub use config::{ConfigError, EndpointConfig};
 pub use connection::ConnectionStats;
-pub use endpoint::{Completion, Ecn, Endpoint, EndpointStats, PostError, QpError, Transmit};
+pub use endpoint::{
+    Completion, Ecn, Endpoint, EndpointStats, PacketRepr, PostError, QpError, Transmit,
+};
 pub use memory::{AccessFlags, MemoryError, MrHandle, MrInfo};
 pub use path::PathStats;
 pub use qp::{QpCaps, QpHandle, QpRunState};

@@ -38,6 +38,21 @@ impl RangeSet {
         if start >= end {
             return 0;
         }
+        // Fast path: arrivals are nearly in order, so most inserts extend the
+        // last range or start a new one after it.
+        if let Some(last) = self.ranges.last_mut()
+            && start >= last.0
+        {
+            if start <= last.1 {
+                let added = end.saturating_sub(last.1);
+                last.1 = last.1.max(end);
+                self.covered += added;
+                return added;
+            }
+            self.ranges.push((start, end));
+            self.covered += end - start;
+            return end - start;
+        }
         // First range whose end reaches `start` (it may merge with us).
         let i = self.ranges.partition_point(|&(_, e)| e < start);
         let mut new_start = start;

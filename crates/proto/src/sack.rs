@@ -160,10 +160,11 @@ pub fn sack_contains(ack_psn: u32, sack: &SackBits, psn: u32) -> bool {
 /// The highest PSN an ACK reports as received, if it reports any beyond the
 /// cumulative point. Every unacknowledged PSN below it is lost.
 pub fn sack_highest(ack_psn: u32, sack: &SackBits) -> Option<u32> {
-    (0..SACK_BITS)
-        .rev()
-        .find(|&i| sack.get(i))
-        .map(|i| ack_psn.wrapping_add(1 + i as u32))
+    // Word by word from the top: an in-order path's bitmap is empty, and this
+    // runs on every ACK.
+    let byte = (0..sack.0.len()).rev().find(|&i| sack.0[i] != 0)?;
+    let bit = byte * 8 + 7 - sack.0[byte].leading_zeros() as usize;
+    Some(ack_psn.wrapping_add(1 + bit as u32))
 }
 
 #[cfg(test)]
@@ -201,6 +202,11 @@ mod tests {
         }
         assert!(!sack_contains(w.ack_psn(), &bits, 1));
         assert_eq!(sack_highest(w.ack_psn(), &bits), Some(200));
+        assert_eq!(sack_highest(0, &SackBits([0; 32])), None);
+        let mut top = SackBits([0; 32]);
+        top.set(255);
+        top.set(3);
+        assert_eq!(sack_highest(10, &top), Some(10 + 256));
     }
 
     #[test]
