@@ -8,6 +8,9 @@
 //!   any failing seed with the command that reproduces it.
 //! - `metaroce memory`: bytes held per idle connection and per idle QP.
 
+mod perf;
+mod sim;
+
 use clap::{Parser, Subcommand};
 use metaroce_harness::chaos;
 use metaroce_harness::rdma::{connect_qps, devices};
@@ -37,6 +40,10 @@ enum Command {
     Chaos(ChaosArgs),
     /// Memory held by an idle connection and an idle QP.
     Memory,
+    /// perftest-style tools over the real UDP datapath (write-bw, write-lat, ...).
+    Perf(perf::PerfArgs),
+    /// The packet-level fabric simulator.
+    Sim(sim::SimArgs),
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -108,6 +115,8 @@ fn main() -> ExitCode {
         Command::Harness(args) => harness(&args),
         Command::Chaos(args) => chaos_run(&args),
         Command::Memory => memory(),
+        Command::Perf(args) => perf::run(args),
+        Command::Sim(args) => sim::run(args),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,1 @@
+//! MetaRoCE packet-level fabric simulator (work in progress).

@@ -1,0 +1,1 @@
+//! MetaRoCE real UDP datapath (work in progress).
