@@ -210,6 +210,46 @@ fn corpus_passes() {
     }
 }
 
+/// Three SENDs that all name receive index 0, arriving last-first while two
+/// receives are posted: each passes the "receive posted" check on its own,
+/// then the responder completes all three in order and pops three receives
+/// from a queue of two (`ops.rs`, `advance_msn`: "matched at first packet").
+fn duplicate_recv_index() -> Vec<Step> {
+    let o = Origin::default();
+    (0..3)
+        .map(|i| data(o, 2 - i, i as i16, 8, 0, 8, OpStep::Send { recv: 0 }))
+        .collect()
+}
+
+#[test]
+#[ignore = "known panic in metaroce-proto (docs/fuzzing.md); un-ignore once fixed"]
+fn duplicate_recv_index_does_not_panic() {
+    run(&encode(&duplicate_recv_index()));
+}
+
+/// Every reproducer kept in `artifacts-kept/endpoint_packets-*` must run
+/// clean once its bug is fixed.
+#[test]
+#[ignore = "the kept reproducers still panic (docs/fuzzing.md); un-ignore once fixed"]
+fn kept_reproducers_pass() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("artifacts-kept");
+    for path in files(&dir) {
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if name.starts_with("endpoint_packets-") {
+            eprintln!("replaying {name}");
+            run(&fs::read(&path).unwrap());
+        }
+    }
+}
+
+#[test]
+#[ignore = "writes artifacts-kept/endpoint_packets-duplicate-recv-index; run by hand"]
+fn write_known_reproducer() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("artifacts-kept");
+    fs::create_dir_all(&dir).unwrap();
+    fs::write(dir.join("endpoint_packets-duplicate-recv-index"), encode(&duplicate_recv_index())).unwrap();
+}
+
 #[test]
 #[ignore = "rewrites corpus/endpoint_packets/seed-*; run by hand"]
 fn write_seed_corpus() {
