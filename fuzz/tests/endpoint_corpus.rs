@@ -222,7 +222,6 @@ fn duplicate_recv_index() -> Vec<Step> {
 }
 
 #[test]
-#[ignore = "known panic in metaroce-proto (docs/fuzzing.md); un-ignore once fixed"]
 fn duplicate_recv_index_does_not_panic() {
     run(&encode(&duplicate_recv_index()));
 }
@@ -230,7 +229,6 @@ fn duplicate_recv_index_does_not_panic() {
 /// Every reproducer kept in `artifacts-kept/endpoint_packets-*` must run
 /// clean once its bug is fixed.
 #[test]
-#[ignore = "the kept reproducers still panic (docs/fuzzing.md); un-ignore once fixed"]
 fn kept_reproducers_pass() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("artifacts-kept");
     for path in files(&dir) {

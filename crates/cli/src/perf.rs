@@ -1,11 +1,313 @@
 //! `metaroce perf`: perftest-style tools over the real UDP datapath.
+//!
+//! `metaroce perf write-bw` (server) / `metaroce perf write-bw HOST`
+//! (client) / `metaroce perf write-bw --loopback` (both in one process).
+//! Tests: write-bw, write-lat, read-bw, read-lat, send-bw, send-lat,
+//! atomic-bw, atomic-lat, and the raw-UDP baselines udp-bw, udp-lat.
 
+use metaroce_udp::perf::{
+    self, Figures, LAT_DURATION_HEADER, LAT_TABLE_HEADER, LocalOpts, Params, RESULT_LINE, Session,
+    Test,
+};
+use metaroce_udp::{Impair, raw};
+use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::process::ExitCode;
 
 /// Arguments of `metaroce perf`.
 #[derive(clap::Args, Debug)]
-pub(crate) struct PerfArgs {}
+pub(crate) struct PerfArgs {
+    /// Test: write-bw, write-lat, read-bw, read-lat, send-bw, send-lat,
+    /// atomic-bw, atomic-lat, udp-bw, udp-lat.
+    test: String,
+    /// Server host (client mode); none: server mode.
+    host: Option<String>,
+    /// Run server and client in this process over 127.0.0.1.
+    #[arg(long)]
+    loopback: bool,
+    /// Message size in bytes (K, M suffixes are binary).
+    #[arg(short = 's', long = "size", value_parser = parse_size)]
+    size: Option<u64>,
+    /// Iterations.
+    #[arg(short = 'n', long = "iters")]
+    iters: Option<u64>,
+    /// Sweep sizes 2 ..= 2^23 (powers of two).
+    #[arg(short = 'a', long = "all")]
+    all: bool,
+    /// Run for this many seconds instead of an iteration count.
+    #[arg(short = 'D', long = "duration")]
+    duration: Option<u64>,
+    /// Number of QPs.
+    #[arg(short = 'q', long = "qp", default_value_t = 1)]
+    qps: u32,
+    /// Outstanding work requests per QP (TX depth).
+    #[arg(short = 't', long = "tx-depth", default_value_t = 128)]
+    tx_depth: u32,
+    /// Report Gb/s instead of MiB/s.
+    #[arg(long = "report_gbits")]
+    report_gbits: bool,
+    /// TCP port of the side channel.
+    #[arg(short = 'p', long = "port", default_value_t = 18515)]
+    port: u16,
+    /// Paths (UDP source ports) per connection.
+    #[arg(long, default_value_t = 16)]
+    paths: u32,
+    /// MTU payload bytes per packet.
+    #[arg(long, default_value_t = 4096)]
+    mtu: u32,
+    /// Write the results as JSON (perftest out_json key names) to FILE.
+    #[arg(long)]
+    json: Option<String>,
+    /// Do not verify transferred data.
+    #[arg(long = "no-verify")]
+    no_verify: bool,
+    /// Receive-side impairment, e.g. loss=0.01,reorder=0.05,dup=0.01,seed=7.
+    #[arg(long, value_parser = |s: &str| s.parse::<Impair>())]
+    impair: Option<Impair>,
+    /// Seed of the device (keys, PSNs, ports); default: from the OS.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// MetaRoCE device UDP port (0: a free range is picked).
+    #[arg(long = "dev-port", default_value_t = 0)]
+    dev_port: u16,
+    /// Turn off UDP GSO and GRO.
+    #[arg(long = "no-offload")]
+    no_offload: bool,
+}
 
-pub(crate) fn run(_args: PerfArgs) -> Result<ExitCode, String> {
-    Err("perf: not implemented yet".into())
+fn parse_size(s: &str) -> Result<u64, String> {
+    let (digits, mult) = match s.chars().last() {
+        Some('K' | 'k') => (&s[..s.len() - 1], 1u64 << 10),
+        Some('M' | 'm') => (&s[..s.len() - 1], 1 << 20),
+        _ => (s, 1),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("'{s}' is not a size (e.g. 8, 4K, 1M)"))?;
+    n.checked_mul(mult)
+        .filter(|&b| (1..=perf::MAX_SIZE).contains(&b))
+        .ok_or_else(|| format!("size '{s}' must be 1 B ..= {} B", perf::MAX_SIZE))
+}
+
+pub(crate) fn run(args: PerfArgs) -> Result<ExitCode, String> {
+    match args.test.as_str() {
+        "udp-bw" | "udp-lat" => return raw_baseline(&args),
+        _ => {}
+    }
+    let test = Test::from_name(&args.test).ok_or_else(|| {
+        format!(
+            "unknown test '{}' (write-bw, write-lat, read-bw, read-lat, send-bw, send-lat, atomic-bw, atomic-lat, udp-bw, udp-lat)",
+            args.test
+        )
+    })?;
+    let size = args.size.unwrap_or(test.default_size());
+    let p = Params {
+        size,
+        iters: args.iters.unwrap_or(test.default_iters()),
+        duration_s: args.duration.unwrap_or(0),
+        qps: if test.is_lat() { 1 } else { args.qps },
+        tx_depth: if test.is_lat() { 1 } else { args.tx_depth },
+        verify: !args.no_verify,
+        mtu: args.mtu,
+        paths: args.paths,
+        pattern_seed: args.seed.unwrap_or_else(metaroce_udp::os_seed),
+    };
+    if args.duration == Some(0) {
+        return Err("-D 0: the duration must be at least 1 s".into());
+    }
+    p.validate(test)?;
+    if args.all && test.is_atomic() {
+        return Err("-a: atomic tests have one size (8 B)".into());
+    }
+    let sizes: Vec<u64> = if args.all {
+        (1..=23).map(|e| 1u64 << e).collect()
+    } else {
+        vec![size]
+    };
+    let local = LocalOpts {
+        impair: args.impair,
+        seed: args.seed.unwrap_or_else(metaroce_udp::os_seed),
+        dev_port: args.dev_port,
+        offload: !args.no_offload,
+    };
+    let mut rows = Vec::new();
+    let mut failed_verify = false;
+    let mut printed_header = false;
+    let gbits = args.report_gbits;
+    let duration = p.duration_s > 0;
+    let mut on_session = |s: &Session| {
+        if !printed_header {
+            println!("{}", perf::header(test, &p));
+            println!("{}", s.local.render("local"));
+            println!("{}", s.remote.render("remote"));
+            println!("{RESULT_LINE}");
+            println!(
+                "{}",
+                match s.figures {
+                    Figures::Bw(_) => perf::bw_table_header(gbits),
+                    Figures::Lat(_) if duration => LAT_DURATION_HEADER,
+                    Figures::Lat(_) => LAT_TABLE_HEADER,
+                }
+            );
+            printed_header = true;
+        }
+        match &s.figures {
+            Figures::Bw(f) => println!("{}", perf::bw_row(f, gbits)),
+            Figures::Lat(f) => println!("{}", perf::lat_row(f, duration)),
+        }
+        if s.verified == Some(false) {
+            failed_verify = true;
+        }
+        if std::env::var_os("METAROCE_STATS").is_some() {
+            eprintln!("client stats: {:?}", s.stats);
+        }
+        rows.push((s.figures, s.verified, s.detail.clone()));
+    };
+    if args.loopback {
+        if args.host.is_some() {
+            return Err("--loopback takes no host".into());
+        }
+        let listener = TcpListener::bind(("127.0.0.1", args.port))
+            .map_err(|e| format!("cannot listen on 127.0.0.1:{}: {e}", args.port))?;
+        perf::run_loopback(test, listener, &sizes, &p, &local, &mut on_session)
+            .map_err(|e| e.to_string())?;
+    } else if let Some(host) = &args.host {
+        let server = resolve(host, args.port)?;
+        for (i, &sz) in sizes.iter().enumerate() {
+            let mut pp = p.clone();
+            pp.size = sz;
+            let s = perf::run_client(test, server, &pp, &local, i + 1 == sizes.len())
+                .map_err(|e| e.to_string())?;
+            on_session(&s);
+        }
+    } else {
+        let listener = TcpListener::bind(("0.0.0.0", args.port))
+            .map_err(|e| format!("cannot listen on port {}: {e}", args.port))?;
+        println!(
+            "{}\n                    {} (server)\n Waiting for client on port {}\n{RESULT_LINE}",
+            RESULT_LINE,
+            test.title(),
+            args.port
+        );
+        perf::serve(&listener, test, &local, &mut |s| {
+            println!("{}", s.local.render("local"));
+            println!("{}", s.remote.render("remote"));
+            println!(
+                " size {} B: {}{}",
+                s.params.size,
+                match s.report.verified {
+                    Some(true) => "verified",
+                    Some(false) => "VERIFICATION FAILED",
+                    None => "not verified",
+                },
+                if s.report.detail.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", s.report.detail)
+                }
+            );
+        })
+        .map_err(|e| e.to_string())?;
+        println!("{RESULT_LINE}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("{RESULT_LINE}");
+    for (_, v, detail) in &rows {
+        if let Some(v) = v {
+            println!(
+                " data {}: {detail}",
+                if *v {
+                    "verified"
+                } else {
+                    "VERIFICATION FAILED"
+                }
+            );
+        }
+    }
+    if let Some(path) = &args.json {
+        write_json(
+            path,
+            test.name(),
+            &rows.iter().map(|r| r.0).collect::<Vec<_>>(),
+            gbits,
+        )?;
+    }
+    if failed_verify {
+        return Err("received data differs from what was sent".into());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn resolve(host: &str, port: u16) -> Result<SocketAddr, String> {
+    (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("bad server address '{host}': {e}"))?
+        .next()
+        .ok_or_else(|| format!("bad server address '{host}': no address"))
+}
+
+fn write_json(path: &str, test: &str, figs: &[Figures], gbits: bool) -> Result<(), String> {
+    let results: Vec<_> = figs.iter().map(|f| perf::json_row(f, gbits)).collect();
+    let doc = serde_json::json!({
+        "test": test,
+        "BW_unit": if gbits { "Gb/sec" } else { "MiB/sec" },
+        "lat_unit": "usec",
+        "results": results,
+    });
+    let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
+    std::fs::write(path, text + "\n").map_err(|e| format!("cannot write --json {path}: {e}"))
+}
+
+fn raw_baseline(args: &PerfArgs) -> Result<ExitCode, String> {
+    if !args.loopback {
+        return Err(format!("{} runs with --loopback only", args.test));
+    }
+    let gbits = args.report_gbits;
+    let fig = if args.test == "udp-bw" {
+        let size = args.size.unwrap_or(65_536);
+        // Same datagram size as the device: MTU payload plus MetaRoCE headers.
+        let seg = args.mtu as usize + 56;
+        let secs = args.duration.unwrap_or(2) as f64;
+        Figures::Bw(raw::udp_bw(size, seg, secs, !args.no_offload).map_err(|e| e.to_string())?)
+    } else {
+        let size = args.size.unwrap_or(2);
+        if size > 65_000 {
+            return Err(format!(
+                "-s {size}: udp-lat sends one datagram (at most 65000 B)"
+            ));
+        }
+        let secs = args.duration.unwrap_or(0) as f64;
+        Figures::Lat(
+            raw::udp_lat(size as usize, args.iters.unwrap_or(1000).max(5), secs)
+                .map_err(|e| e.to_string())?,
+        )
+    };
+    println!("{RESULT_LINE}");
+    println!(
+        "                    Raw UDP {} (127.0.0.1, no protocol)",
+        args.test
+    );
+    println!("{RESULT_LINE}");
+    match &fig {
+        Figures::Bw(f) => {
+            println!("{}", perf::bw_table_header(gbits));
+            println!("{}", perf::bw_row(f, gbits));
+        }
+        Figures::Lat(f) => {
+            let d = args.duration.is_some();
+            println!(
+                "{}",
+                if d {
+                    LAT_DURATION_HEADER
+                } else {
+                    LAT_TABLE_HEADER
+                }
+            );
+            println!("{}", perf::lat_row(f, d));
+        }
+    }
+    println!("{RESULT_LINE}");
+    if let Some(path) = &args.json {
+        write_json(path, &args.test, &[fig], gbits)?;
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -1,11 +1,143 @@
 //! `metaroce sim`: the packet-level fabric simulator.
+//!
+//! - `metaroce sim` runs the embedded default scenario;
+//! - `metaroce sim SCENARIO.toml [--seed N] [--out DIR]` runs a file;
+//! - `metaroce sim sweep PLAN.toml [--out DIR] [--shard i/n] [--threads N]`
+//!   runs a grid of scenario points in parallel.
 
+use metaroce_sim::sweep::{Plan, Shard, run_plan};
+use metaroce_sim::{Outcome, Scenario, run_scenario};
+use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Instant;
 
 /// Arguments of `metaroce sim`.
 #[derive(clap::Args, Debug)]
-pub(crate) struct SimArgs {}
+pub(crate) struct SimArgs {
+    /// Scenario TOML file (default: the embedded default scenario), or
+    /// `sweep` followed by a sweep plan.
+    scenario: Option<PathBuf>,
+    /// Sweep plan (after `sweep`).
+    plan: Option<PathBuf>,
+    /// Seed (overrides the scenario's).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Write results.json, perf.json, timeseries.json, flows.csv and SVG plots here.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Sweep: run only slice i of n (0-based), e.g. `--shard 3/16`.
+    #[arg(long)]
+    shard: Option<String>,
+    /// Sweep: worker threads (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// No progress bar.
+    #[arg(long, short = 'q')]
+    quiet: bool,
+}
 
-pub(crate) fn run(_args: SimArgs) -> Result<ExitCode, String> {
-    Err("sim: not implemented yet".into())
+pub(crate) fn run(args: SimArgs) -> Result<ExitCode, String> {
+    if args.scenario.as_deref() == Some(std::path::Path::new("sweep")) {
+        return sweep(&args);
+    }
+    if args.plan.is_some() {
+        return Err(
+            "sim: unexpected second argument (did you mean `metaroce sim sweep PLAN.toml`?)".into(),
+        );
+    }
+    let scn = match &args.scenario {
+        Some(p) => Scenario::load(p).map_err(|e| e.to_string())?,
+        None => Scenario::default_scenario(),
+    };
+    let out = run_one(&scn, args.seed, args.quiet)?;
+    print!("{}", metaroce_sim::report::summary_table(&out.results));
+    println!("perf       {}", out.perf_line());
+    if let Some(dir) = &args.out {
+        out.write_to(dir)
+            .map_err(|e| format!("{}: {e}", dir.display()))?;
+        println!(
+            "wrote      {}/{{results.json,perf.json,timeseries.json,flows.csv,fct_cdf.svg,throughput.svg,queues.svg}}",
+            dir.display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_one(scn: &Scenario, seed: Option<u64>, quiet: bool) -> Result<Outcome, String> {
+    let show = !quiet && std::io::stderr().is_terminal();
+    let wall = Instant::now();
+    let mut last = 0.0f64;
+    let mut drawn = false;
+    let mut progress = |sim_us: f64, left: usize, total: usize, events: u64| {
+        let t = wall.elapsed().as_secs_f64();
+        // A progress bar only for runs longer than a couple of seconds.
+        if show && t > 2.0 && t - last >= 0.25 {
+            last = t;
+            drawn = true;
+            let done = total - left;
+            let frac = if total == 0 {
+                0.0
+            } else {
+                done as f64 / total as f64
+            };
+            let w = 30;
+            let fill = (frac * w as f64) as usize;
+            eprint!(
+                "\r[{}{}] {done}/{total} flows  {sim_us:.1} us simulated  {:.1} M events  {t:.0} s ",
+                "#".repeat(fill),
+                "-".repeat(w - fill),
+                events as f64 / 1e6
+            );
+        }
+    };
+    let out = run_scenario(scn, seed, &mut progress).map_err(|e| e.to_string());
+    if drawn {
+        eprintln!();
+    }
+    out
+}
+
+fn sweep(args: &SimArgs) -> Result<ExitCode, String> {
+    let path = args
+        .plan
+        .as_ref()
+        .ok_or("sim sweep: give a plan file: metaroce sim sweep PLAN.toml")?;
+    let plan = Plan::load(path).map_err(|e| e.to_string())?;
+    let shard = match &args.shard {
+        Some(s) => Shard::parse(s).map_err(|e| format!("--shard {s}: {e}"))?,
+        None => Shard { index: 0, count: 1 },
+    };
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let show = !args.quiet && std::io::stderr().is_terminal();
+    let wall = Instant::now();
+    let result = run_plan(&plan, shard, threads.max(1), &mut |done, total| {
+        if show {
+            eprint!(
+                "\r{done}/{total} points  {:.0} s ",
+                wall.elapsed().as_secs_f64()
+            );
+        }
+    })
+    .map_err(|e| e.to_string())?;
+    if show {
+        eprintln!();
+    }
+    print!("{}", result.table());
+    let dir = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("sweep-out"));
+    result
+        .write_to(&dir, shard)
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    println!(
+        "{} points in {:.1} s on {threads} threads; wrote {}",
+        result.rows.len(),
+        wall.elapsed().as_secs_f64(),
+        dir.display()
+    );
+    Ok(ExitCode::SUCCESS)
 }

@@ -133,6 +133,8 @@ pub(crate) struct Connection {
     pub(crate) timeouts: u32,
     pub(crate) rnr_timers: Vec<(u64, MsgRef)>,
     pub(crate) in_ready: bool,
+    /// The deadline this connection has in the endpoint's timer heap.
+    pub(crate) timer_deadline: Option<u64>,
     pub(crate) rx_epoch_seen: u64,
     pub(crate) stats: ConnectionStats,
     scratch_segs: Vec<SegRef>,
@@ -186,6 +188,7 @@ impl Connection {
             timeouts: 0,
             rnr_timers: Vec::new(),
             in_ready: false,
+            timer_deadline: None,
             rx_epoch_seen: u64::MAX,
             stats: ConnectionStats::default(),
             scratch_segs: Vec::new(),

@@ -25,7 +25,8 @@ use crate::work::{RecvWr, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion, WorkQ
 use metaroce_wire::{self as wire, OpHeader};
 use rand_chacha::ChaCha20Rng;
 use rand_core::SeedableRng;
-use std::collections::{HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::net::SocketAddr;
 
 /// ECN codepoint of a datagram (RFC 3168).
@@ -232,6 +233,9 @@ pub struct Endpoint {
     conns: Vec<Connection>,
     conn_by_peer: HashMap<SocketAddr, u32>,
     ready: VecDeque<u32>,
+    /// Connections' next deadlines (min-heap; entries go stale and are
+    /// dropped lazily, see `drop_stale_timers`).
+    timers: BinaryHeap<Reverse<(u64, u32)>>,
     next_pd: u32,
 }
 
@@ -256,6 +260,7 @@ impl Endpoint {
             conns: Vec::new(),
             conn_by_peer: HashMap::new(),
             ready: VecDeque::new(),
+            timers: BinaryHeap::new(),
             next_pd: 1,
         })
     }
@@ -414,7 +419,10 @@ impl Endpoint {
     pub fn set_qp_error(&mut self, qp: QpHandle) -> Result<(), QpError> {
         let q = self.qp(qp).ok_or(QpError::UnknownQp(qp.qpn()))?;
         match q.conn {
-            Some(c) => ops::enter_error(&mut self.conns[c as usize], &mut self.shared, qp.index()),
+            Some(c) => {
+                ops::enter_error(&mut self.conns[c as usize], &mut self.shared, qp.index());
+                self.mark_ready(c);
+            }
             None => ops::flush_qp(&mut self.shared, qp.index()),
         }
         Ok(())
@@ -428,6 +436,7 @@ impl Endpoint {
             let conn = &mut self.conns[c as usize];
             conn.cancel_qp_messages(qp.index() as u32);
             conn.qps.retain(|&i| i != qp.index() as u32);
+            self.mark_ready(c);
         }
         self.shared.qps[qp.index()] = None;
         Ok(())
@@ -620,11 +629,14 @@ impl Endpoint {
         q.sq.push_back(entry);
         if state != SqState::Active {
             match conn {
-                Some(c) => ops::release_completions(
-                    &mut self.conns[c as usize],
-                    &mut self.shared,
-                    qp.index(),
-                ),
+                Some(c) => {
+                    ops::release_completions(
+                        &mut self.conns[c as usize],
+                        &mut self.shared,
+                        qp.index(),
+                    );
+                    self.mark_ready(c);
+                }
                 None => ops::flush_qp(&mut self.shared, qp.index()),
             }
         }
@@ -758,11 +770,38 @@ impl Endpoint {
         self.mark_ready(c);
     }
 
+    /// After anything touched connection `c`: queue it for transmission if
+    /// it has output, and refresh its entry in the timer heap.
     fn mark_ready(&mut self, c: u32) {
         let conn = &mut self.conns[c as usize];
         if !conn.in_ready && conn.has_pending_output() {
             conn.in_ready = true;
             self.ready.push_back(c);
+        }
+        self.refresh_timer(c);
+    }
+
+    /// Refresh connection `c`'s entry in the timer heap.
+    fn refresh_timer(&mut self, c: u32) {
+        let conn = &mut self.conns[c as usize];
+        let deadline = conn.next_timeout(&self.shared);
+        if deadline != conn.timer_deadline {
+            conn.timer_deadline = deadline;
+            if let Some(d) = deadline {
+                self.timers.push(Reverse((d, c)));
+            }
+        }
+        self.drop_stale_timers();
+    }
+
+    /// Pop heap entries that no longer match their connection's deadline,
+    /// so the top is always current (which lets `poll_timeout` take `&self`).
+    fn drop_stale_timers(&mut self) {
+        while let Some(&Reverse((d, c))) = self.timers.peek() {
+            if self.conns[c as usize].timer_deadline == Some(d) {
+                break;
+            }
+            self.timers.pop();
         }
     }
 
@@ -789,33 +828,39 @@ impl Endpoint {
         while let Some(c) = self.ready.pop_front() {
             let conn = &mut self.conns[c as usize];
             conn.in_ready = false;
-            if let Some(t) = conn.poll_transmit(now_ns, &mut self.shared, out) {
+            let sent = conn.poll_transmit(now_ns, &mut self.shared, out);
+            if sent.is_some() {
                 // One packet per connection per turn: peers share the NIC fairly.
                 self.mark_ready(c);
-                return Some(t);
+                return sent;
             }
+            // Nothing may go now (no window): it leaves the ready queue until
+            // an ACK or a timer changes that; its deadline may have moved.
+            self.refresh_timer(c);
         }
         None
     }
 
     /// The earliest time [`handle_timeout`](Self::handle_timeout) must be called.
+    ///
+    /// O(1): connections' deadlines live in a heap refreshed whenever a
+    /// connection changes, so an endpoint with thousands of peers (an incast
+    /// receiver in the simulator) does not scan them all.
     pub fn poll_timeout(&self) -> Option<u64> {
-        self.conns
-            .iter()
-            .filter_map(|c| c.next_timeout(&self.shared))
-            .min()
+        self.timers.peek().map(|Reverse((d, _))| *d)
     }
 
     /// Fire every timer due at `now_ns`. Extra calls are harmless.
     pub fn handle_timeout(&mut self, now_ns: u64) {
-        for c in 0..self.conns.len() {
-            if self.conns[c]
-                .next_timeout(&self.shared)
-                .is_some_and(|t| t <= now_ns)
-            {
-                self.conns[c].on_timeout(now_ns, &mut self.shared);
-                self.mark_ready(c as u32);
+        while let Some(&Reverse((d, c))) = self.timers.peek() {
+            if d > now_ns {
+                break;
             }
+            self.timers.pop();
+            // Clear first so mark_ready re-inserts whatever comes next.
+            self.conns[c as usize].timer_deadline = None;
+            self.conns[c as usize].on_timeout(now_ns, &mut self.shared);
+            self.mark_ready(c);
         }
     }
 

@@ -123,10 +123,14 @@ fn on_request(
         ranges: RangeSet::new(),
         imm: None,
         consumes_recv: recv_index.is_some(),
+        recv_index: recv_index.unwrap_or(0),
         done: false,
         recv_status: WcStatus::Success,
     });
-    if entry.opcode != repr.op.opcode() || entry.len != repr.msg_len {
+    if entry.opcode != repr.op.opcode()
+        || entry.len != repr.msg_len
+        || recv_index.is_some_and(|r| r != entry.recv_index)
+    {
         // Two packets of one message disagree: a broken or hostile peer.
         shared.stats.rx_dropped_ops += 1;
         return false;
@@ -318,10 +322,21 @@ fn advance_msn(conn: &mut Connection, shared: &mut Shared, qp_index: usize) {
             enter_error(conn, shared, qp_index);
             return;
         }
+        if front.consumes_recv && (front.recv_index != qp.rq_base || qp.rq.is_empty()) {
+            // Receives are consumed in order, one per message: a message
+            // reaching the head must name the oldest posted receive. Only a
+            // broken or hostile peer gets here (two messages naming one
+            // receive); fail the QP rather than trust it.
+            qp.rx_fatal = Some((Syndrome::RemInvReqErr, qp.rx_msn));
+            shared.stats.rx_dropped_ops += 1;
+            mark_dirty(conn, qp);
+            enter_error(conn, shared, qp_index);
+            return;
+        }
         let msg = qp.rx_window.pop_front().flatten().expect("front checked");
         qp.rx_msn = qp.rx_msn.wrapping_add(1);
         if msg.consumes_recv {
-            let recv = qp.rq.pop_front().expect("matched at first packet");
+            let recv = qp.rq.pop_front().expect("checked just above");
             qp.rq_base = qp.rq_base.wrapping_add(1);
             let wc = recv_wc(
                 qp,

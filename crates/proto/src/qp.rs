@@ -94,6 +94,8 @@ pub(crate) struct RxMessage {
     pub(crate) ranges: RangeSet,
     pub(crate) imm: Option<u32>,
     pub(crate) consumes_recv: bool,
+    /// The receive it names (SEND, WRITE_WITH_IMM).
+    pub(crate) recv_index: u32,
     pub(crate) done: bool,
     /// The receive completion's status, if it consumed a receive.
     pub(crate) recv_status: WcStatus,

@@ -1,0 +1,689 @@
+//! Results: the deterministic summary (JSON, table), per-flow CSV, and
+//! SVG plots (FCT CDF, throughput and queue depth over time).
+
+use crate::sim::{Measurements, Port, base_rtt};
+use crate::stats::sorted_quantile;
+use crate::topology::Topology;
+use crate::transport::TransportStats;
+use crate::workload::{CollKind, FlowSet};
+use crate::{PS_PER_US, Ps};
+use serde::Serialize;
+use std::fmt::Write as _;
+
+/// FCT distribution, µs.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct FctStats {
+    /// Flows awaited (not background).
+    pub flows: usize,
+    /// Flows completed (data received and sender completed).
+    pub completed: usize,
+    /// Flows failed.
+    pub failed: usize,
+    /// Minimum.
+    pub min_us: f64,
+    /// Mean.
+    pub mean_us: f64,
+    /// Median.
+    pub p50_us: f64,
+    /// 90th percentile.
+    pub p90_us: f64,
+    /// 99th percentile.
+    pub p99_us: f64,
+    /// 99.9th percentile.
+    pub p999_us: f64,
+    /// Maximum.
+    pub max_us: f64,
+}
+
+/// One collective (or flow group) as nccl-tests reports it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct CollectiveResult {
+    /// Name.
+    pub name: String,
+    /// Formula used.
+    pub kind: CollKind,
+    /// Ranks.
+    pub ranks: u32,
+    /// nccl-tests S, bytes.
+    pub bytes: u64,
+    /// First start to last data received, µs.
+    pub time_us: f64,
+    /// S / time, GB/s (1e9 B/s).
+    pub algbw_gbs: f64,
+    /// algbw x the collective's factor, GB/s.
+    pub busbw_gbs: f64,
+    /// Whether every flow completed.
+    pub complete: bool,
+}
+
+/// Utilisation and queues of one class of link direction.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct TierResult {
+    /// Label ("tor_up", ...).
+    pub tier: String,
+    /// Link directions in the class.
+    pub ports: usize,
+    /// Mean utilisation over the run (0..1).
+    pub util_mean: f64,
+    /// Busiest port's utilisation.
+    pub util_max: f64,
+    /// Queue seen by arriving packets, median, bytes.
+    pub queue_p50_bytes: u64,
+    /// 99th percentile.
+    pub queue_p99_bytes: u64,
+    /// Maximum.
+    pub queue_max_bytes: u64,
+    /// Packets dropped at enqueue.
+    pub drops: u64,
+    /// Packets trimmed.
+    pub trims: u64,
+    /// ECN marks.
+    pub ecn_marks: u64,
+    /// PAUSE frames received by these ports.
+    pub pauses: u64,
+    /// Time these ports spent paused, µs (summed).
+    pub paused_us: f64,
+}
+
+/// Losses and pauses over the whole fabric.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct FabricCounters {
+    /// Buffer drops.
+    pub drops: u64,
+    /// Trims.
+    pub trims: u64,
+    /// ECN marks.
+    pub ecn_marks: u64,
+    /// Random wire losses.
+    pub wire_losses: u64,
+    /// Losses on failed links.
+    pub down_losses: u64,
+    /// Packets with no live route.
+    pub no_route: u64,
+    /// Drops beyond PFC headroom.
+    pub headroom_drops: u64,
+    /// PAUSE frames.
+    pub pfc_pauses: u64,
+    /// Packets put on the wire by NICs.
+    pub nic_packets: u64,
+    /// Data packets delivered to hosts.
+    pub delivered_data_packets: u64,
+}
+
+/// The deterministic results of one run.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Results {
+    /// Scenario name.
+    pub scenario: String,
+    /// Seed.
+    pub seed: u64,
+    /// Transport.
+    pub transport: String,
+    /// Topology description.
+    pub topology: String,
+    /// Hosts.
+    pub hosts: u32,
+    /// Switches.
+    pub switches: usize,
+    /// Links (bidirectional).
+    pub links: usize,
+    /// Unloaded RTT used to configure hosts, µs.
+    pub base_rtt_us: f64,
+    /// Simulated time until the last awaited flow finished, µs.
+    pub makespan_us: f64,
+    /// Whether the run ended before the end time with every flow done.
+    pub finished: bool,
+    /// FCT (post to data received).
+    pub fct: FctStats,
+    /// Collectives and groups.
+    pub collectives: Vec<CollectiveResult>,
+    /// Application bytes of completed flows / makespan, Gb/s.
+    pub goodput_gbps: f64,
+    /// Per link class.
+    pub tiers: Vec<TierResult>,
+    /// Fabric totals.
+    pub fabric: FabricCounters,
+    /// Transport totals.
+    pub transport_stats: TransportStats,
+    /// Events executed.
+    pub events: u64,
+}
+
+/// Time series for plots and `timeseries.json`.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct TimeSeries {
+    /// Bin width, µs.
+    pub bin_us: f64,
+    /// Delivered goodput per bin, Gb/s.
+    pub goodput_gbps: Vec<f64>,
+    /// Largest queue per tier per bin, bytes.
+    pub queue_max_bytes: Vec<(String, Vec<u64>)>,
+}
+
+/// Build the results.
+#[allow(clippy::too_many_arguments)]
+pub fn results(
+    scenario: &str,
+    seed: u64,
+    topo: &Topology,
+    ports: &[Port],
+    work: &FlowSet,
+    m: &Measurements,
+    transport: TransportStats,
+    makespan: Ps,
+    finished: bool,
+    events: u64,
+) -> Results {
+    let us = |ps: Ps| ps as f64 / PS_PER_US as f64;
+    let mut fcts: Vec<f64> = Vec::new();
+    let (mut flows, mut failed, mut bytes_done) = (0, 0, 0u64);
+    for (f, r) in work.flows.iter().zip(&m.flows) {
+        if f.background {
+            continue;
+        }
+        flows += 1;
+        failed += usize::from(r.failed);
+        if let (Some(s), Some(rx), Some(_)) = (r.started, r.received, r.sent) {
+            fcts.push(us(rx - s));
+            bytes_done += f.bytes;
+        }
+    }
+    fcts.sort_by(f64::total_cmp);
+    let fct = FctStats {
+        flows,
+        completed: fcts.len(),
+        failed,
+        min_us: fcts.first().copied().unwrap_or(0.0),
+        mean_us: if fcts.is_empty() {
+            0.0
+        } else {
+            fcts.iter().sum::<f64>() / fcts.len() as f64
+        },
+        p50_us: sorted_quantile(&fcts, 0.5),
+        p90_us: sorted_quantile(&fcts, 0.9),
+        p99_us: sorted_quantile(&fcts, 0.99),
+        p999_us: sorted_quantile(&fcts, 0.999),
+        max_us: fcts.last().copied().unwrap_or(0.0),
+    };
+    let mut collectives = Vec::new();
+    for (g, spec) in work.groups.iter().enumerate() {
+        let (mut first, mut last, mut complete) = (Ps::MAX, 0, true);
+        for (f, r) in work.flows.iter().zip(&m.flows) {
+            if f.group != Some(g as u32) {
+                continue;
+            }
+            if let Some(s) = r.started {
+                first = first.min(s);
+            }
+            match r.received {
+                Some(rx) => last = last.max(rx),
+                None => complete = false,
+            }
+        }
+        let t = if first == Ps::MAX {
+            0.0
+        } else {
+            us(last.saturating_sub(first))
+        };
+        let algbw = if t > 0.0 {
+            spec.bytes as f64 / (t * 1e3)
+        } else {
+            0.0
+        };
+        let n = f64::from(spec.ranks.max(1));
+        let factor = match spec.kind {
+            CollKind::AllReduce => 2.0 * (n - 1.0) / n,
+            CollKind::AllToAll => (n - 1.0) / n,
+            CollKind::Flows => 1.0,
+        };
+        collectives.push(CollectiveResult {
+            name: spec.name.clone(),
+            kind: spec.kind,
+            ranks: spec.ranks,
+            bytes: spec.bytes,
+            time_us: round3(t),
+            algbw_gbs: round3(algbw),
+            busbw_gbs: round3(algbw * factor),
+            complete,
+        });
+    }
+    let mut tiers = Vec::new();
+    let mut fab = FabricCounters::default();
+    for (li, &label) in topo.labels.iter().enumerate() {
+        let mine: Vec<&Port> = ports.iter().filter(|p| p.label as usize == li).collect();
+        if mine.is_empty() {
+            continue;
+        }
+        let util = |p: &Port| {
+            if makespan == 0 {
+                0.0
+            } else {
+                p.c.tx_bytes as f64 * 8.0 / (p.rate_bps as f64 * makespan as f64 / 1e12)
+            }
+        };
+        let sum = |f: fn(&Port) -> u64| mine.iter().map(|p| f(p)).sum::<u64>();
+        let h = &m.queue_hist[li];
+        tiers.push(TierResult {
+            tier: label.to_string(),
+            ports: mine.len(),
+            util_mean: round3(mine.iter().map(|p| util(p)).sum::<f64>() / mine.len() as f64),
+            util_max: round3(mine.iter().map(|p| util(p)).fold(0.0, f64::max)),
+            queue_p50_bytes: h.quantile(0.5),
+            queue_p99_bytes: h.quantile(0.99),
+            queue_max_bytes: h.max(),
+            drops: sum(|p| p.c.drops),
+            trims: sum(|p| p.c.trims),
+            ecn_marks: sum(|p| p.c.ecn_marks),
+            pauses: sum(|p| p.c.pauses),
+            paused_us: round3(us(sum(|p| p.c.paused_ps))),
+        });
+    }
+    for p in ports {
+        fab.drops += p.c.drops;
+        fab.trims += p.c.trims;
+        fab.ecn_marks += p.c.ecn_marks;
+        fab.wire_losses += p.c.wire_losses;
+        fab.down_losses += p.c.down_losses;
+        fab.pfc_pauses += p.c.pauses;
+    }
+    fab.no_route = m.no_route;
+    fab.headroom_drops = m.headroom_drops;
+    fab.nic_packets = m.nic_packets;
+    fab.delivered_data_packets = m.delivered_packets;
+    Results {
+        scenario: scenario.to_string(),
+        seed,
+        transport: "metaroce".into(),
+        topology: topo.name.clone(),
+        hosts: topo.hosts,
+        switches: topo.switches.len(),
+        links: topo.links.len(),
+        base_rtt_us: round3(us(base_rtt(topo))),
+        makespan_us: round3(us(makespan)),
+        finished,
+        fct: FctStats {
+            min_us: round3(fct.min_us),
+            mean_us: round3(fct.mean_us),
+            p50_us: round3(fct.p50_us),
+            p90_us: round3(fct.p90_us),
+            p99_us: round3(fct.p99_us),
+            p999_us: round3(fct.p999_us),
+            max_us: round3(fct.max_us),
+            ..fct
+        },
+        collectives,
+        goodput_gbps: if makespan == 0 {
+            0.0
+        } else {
+            round3(bytes_done as f64 * 8.0 / us(makespan) / 1e3)
+        },
+        tiers,
+        fabric: fab,
+        transport_stats: transport,
+        events,
+    }
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// The time series of a run.
+pub fn time_series(topo: &Topology, m: &Measurements, bin_ps: Ps) -> TimeSeries {
+    let bin_us = bin_ps as f64 / PS_PER_US as f64;
+    TimeSeries {
+        bin_us,
+        goodput_gbps: m
+            .delivered
+            .bins
+            .iter()
+            .map(|&b| round3(b as f64 * 8.0 / (bin_us * 1e3)))
+            .collect(),
+        queue_max_bytes: topo
+            .labels
+            .iter()
+            .zip(&m.queue_max)
+            .filter(|(_, s)| !s.bins.is_empty())
+            .map(|(l, s)| (l.to_string(), s.bins.clone()))
+            .collect(),
+    }
+}
+
+/// The terminal summary table.
+pub fn summary_table(r: &Results) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "scenario   {}  (seed {}, {})",
+        r.scenario, r.seed, r.transport
+    );
+    let _ = writeln!(
+        s,
+        "topology   {}  ({} hosts, {} switches, {} links, base RTT {:.2} us)",
+        r.topology, r.hosts, r.switches, r.links, r.base_rtt_us
+    );
+    let _ = writeln!(
+        s,
+        "makespan   {:.3} us{}   goodput {:.1} Gb/s",
+        r.makespan_us,
+        if r.finished {
+            ""
+        } else {
+            " (NOT FINISHED: end time reached)"
+        },
+        r.goodput_gbps
+    );
+    let f = &r.fct;
+    let _ = writeln!(
+        s,
+        "flows      {} awaited, {} completed, {} failed",
+        f.flows, f.completed, f.failed
+    );
+    let _ = writeln!(
+        s,
+        "FCT us     min {:.1}  mean {:.1}  p50 {:.1}  p90 {:.1}  p99 {:.1}  p99.9 {:.1}  max {:.1}",
+        f.min_us, f.mean_us, f.p50_us, f.p90_us, f.p99_us, f.p999_us, f.max_us
+    );
+    if !r.collectives.is_empty() {
+        let _ = writeln!(
+            s,
+            "{:<28} {:>6} {:>14} {:>12} {:>10} {:>10}",
+            "# collective", "ranks", "size(B)", "time(us)", "algbw", "busbw"
+        );
+        for c in &r.collectives {
+            let _ = writeln!(
+                s,
+                "{:<28} {:>6} {:>14} {:>12.2} {:>10.3} {:>10.3}{}",
+                c.name,
+                c.ranks,
+                c.bytes,
+                c.time_us,
+                c.algbw_gbs,
+                c.busbw_gbs,
+                if c.complete { "" } else { "  incomplete" }
+            );
+        }
+    }
+    let _ = writeln!(
+        s,
+        "{:<12} {:>6} {:>7} {:>7} {:>10} {:>10} {:>10} {:>8} {:>7} {:>9} {:>7} {:>10}",
+        "# tier",
+        "ports",
+        "util",
+        "max",
+        "q50(B)",
+        "q99(B)",
+        "qmax(B)",
+        "drops",
+        "trims",
+        "ecn",
+        "pauses",
+        "paused(us)"
+    );
+    for t in &r.tiers {
+        let _ = writeln!(
+            s,
+            "{:<12} {:>6} {:>7.3} {:>7.3} {:>10} {:>10} {:>10} {:>8} {:>7} {:>9} {:>7} {:>10.1}",
+            t.tier,
+            t.ports,
+            t.util_mean,
+            t.util_max,
+            t.queue_p50_bytes,
+            t.queue_p99_bytes,
+            t.queue_max_bytes,
+            t.drops,
+            t.trims,
+            t.ecn_marks,
+            t.pauses,
+            t.paused_us
+        );
+    }
+    let x = &r.fabric;
+    let _ = writeln!(
+        s,
+        "fabric     drops {}  trims {}  ecn {}  wire-loss {}  down-loss {}  no-route {}  headroom-drops {}  pauses {}",
+        x.drops,
+        x.trims,
+        x.ecn_marks,
+        x.wire_losses,
+        x.down_losses,
+        x.no_route,
+        x.headroom_drops,
+        x.pfc_pauses
+    );
+    let t = &r.transport_stats;
+    let _ = writeln!(
+        s,
+        "transport  data {}  rtx {}  acks {}  nacks {}  rto {}  paths-replaced {}  trimmed-dropped {}",
+        t.data_packets,
+        t.retransmissions,
+        t.acks,
+        t.nacks,
+        t.timeouts,
+        t.paths_replaced,
+        t.trimmed_dropped
+    );
+    s
+}
+
+/// Per-flow CSV: `flow,src,dst,bytes,start_us,fct_us,sender_done_us,failed`.
+pub fn flows_csv(work: &FlowSet, m: &Measurements) -> String {
+    let mut s = String::from("flow,src,dst,bytes,start_us,fct_us,sender_done_us,failed\n");
+    let us = |ps: Ps| ps as f64 / PS_PER_US as f64;
+    for (i, (f, r)) in work.flows.iter().zip(&m.flows).enumerate() {
+        let st = r.started.map_or(String::new(), |t| format!("{:.3}", us(t)));
+        let fct = match (r.started, r.received) {
+            (Some(a), Some(b)) => format!("{:.3}", us(b - a)),
+            _ => String::new(),
+        };
+        let sd = match (r.started, r.sent) {
+            (Some(a), Some(b)) => format!("{:.3}", us(b - a)),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            s,
+            "{i},{},{},{},{st},{fct},{sd},{}",
+            f.src, f.dst, f.bytes, r.failed
+        );
+    }
+    s
+}
+
+// ---------------------------------------------------------------- SVG
+
+const COLORS: [&str; 6] = [
+    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
+];
+
+/// A line chart as a standalone SVG document.
+pub fn line_chart(
+    title: &str,
+    xlabel: &str,
+    ylabel: &str,
+    series: &[(String, Vec<(f64, f64)>)],
+) -> String {
+    let (w, h, l, r, t, b) = (720.0, 420.0, 70.0, 20.0, 40.0, 50.0);
+    let pts = series.iter().flat_map(|(_, p)| p.iter());
+    let (mut x0, mut x1, mut y1) = (f64::MAX, f64::MIN, 0.0f64);
+    for &(x, y) in pts {
+        x0 = x0.min(x);
+        x1 = x1.max(x);
+        y1 = y1.max(y);
+    }
+    if x0 > x1 {
+        (x0, x1) = (0.0, 1.0);
+    }
+    if x1 <= x0 {
+        x1 = x0 + 1.0;
+    }
+    if y1 <= 0.0 {
+        y1 = 1.0;
+    }
+    let sx = |x: f64| l + (x - x0) / (x1 - x0) * (w - l - r);
+    let sy = |y: f64| h - b - y / y1 * (h - t - b);
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="22" text-anchor="middle" font-size="15">{}</text>"#,
+        w / 2.0,
+        esc(title)
+    );
+    let _ = writeln!(
+        s,
+        r#"<line x1="{l}" y1="{}" x2="{}" y2="{}" stroke="black"/>"#,
+        h - b,
+        w - r,
+        h - b
+    );
+    let _ = writeln!(
+        s,
+        r#"<line x1="{l}" y1="{t}" x2="{l}" y2="{}" stroke="black"/>"#,
+        h - b
+    );
+    for i in 0..=5 {
+        let fx = x0 + (x1 - x0) * f64::from(i) / 5.0;
+        let fy = y1 * f64::from(i) / 5.0;
+        let _ = writeln!(
+            s,
+            r#"<text x="{:.1}" y="{}" text-anchor="middle">{}</text>"#,
+            sx(fx),
+            h - b + 16.0,
+            num(fx)
+        );
+        let _ = writeln!(
+            s,
+            r#"<text x="{}" y="{:.1}" text-anchor="end">{}</text>"#,
+            l - 5.0,
+            sy(fy) + 4.0,
+            num(fy)
+        );
+        let _ = writeln!(
+            s,
+            r##"<line x1="{l}" y1="{:.1}" x2="{}" y2="{:.1}" stroke="#ddd"/>"##,
+            sy(fy),
+            w - r,
+            sy(fy)
+        );
+    }
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
+        (l + w - r) / 2.0,
+        h - 12.0,
+        esc(xlabel)
+    );
+    let _ = writeln!(
+        s,
+        r#"<text x="16" y="{}" text-anchor="middle" transform="rotate(-90 16 {})">{}</text>"#,
+        h / 2.0,
+        h / 2.0,
+        esc(ylabel)
+    );
+    for (i, (name, p)) in series.iter().enumerate() {
+        let c = COLORS[i % COLORS.len()];
+        let mut d = String::new();
+        for (j, &(x, y)) in p.iter().enumerate() {
+            let _ = write!(
+                d,
+                "{}{:.1},{:.1} ",
+                if j == 0 { "M" } else { "L" },
+                sx(x),
+                sy(y)
+            );
+        }
+        let _ = writeln!(
+            s,
+            r#"<path d="{d}" fill="none" stroke="{c}" stroke-width="1.5"/>"#
+        );
+        let _ = writeln!(
+            s,
+            r#"<text x="{}" y="{}" fill="{c}">{}</text>"#,
+            l + 10.0,
+            t + 14.0 + 14.0 * i as f64,
+            esc(name)
+        );
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+fn num(x: f64) -> String {
+    if x.abs() >= 1e6 {
+        format!("{:.1e}", x)
+    } else if x.abs() >= 100.0 || x == 0.0 {
+        format!("{x:.0}")
+    } else {
+        format!("{x:.2}")
+    }
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// FCT CDF plot.
+pub fn fct_cdf_svg(work: &FlowSet, m: &Measurements) -> String {
+    let mut f: Vec<f64> = work
+        .flows
+        .iter()
+        .zip(&m.flows)
+        .filter(|(w, _)| !w.background)
+        .filter_map(|(_, r)| Some((r.received? - r.started?) as f64 / PS_PER_US as f64))
+        .collect();
+    f.sort_by(f64::total_cmp);
+    let n = f.len().max(1) as f64;
+    let step = (f.len() / 2000).max(1);
+    let pts: Vec<(f64, f64)> = f
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| i % step == 0 || *i + 1 == f.len())
+        .map(|(i, &x)| (x, (i + 1) as f64 / n))
+        .collect();
+    line_chart(
+        "Flow completion time CDF",
+        "FCT (us)",
+        "fraction of flows",
+        &[("FCT".into(), pts)],
+    )
+}
+
+/// Goodput over time.
+pub fn throughput_svg(ts: &TimeSeries) -> String {
+    let pts = ts
+        .goodput_gbps
+        .iter()
+        .enumerate()
+        .map(|(i, &g)| (i as f64 * ts.bin_us, g))
+        .collect();
+    line_chart(
+        "Goodput delivered to hosts",
+        "time (us)",
+        "Gb/s",
+        &[("goodput".into(), pts)],
+    )
+}
+
+/// Largest queue per tier over time.
+pub fn queue_svg(ts: &TimeSeries) -> String {
+    let series: Vec<(String, Vec<(f64, f64)>)> = ts
+        .queue_max_bytes
+        .iter()
+        .map(|(l, v)| {
+            (
+                l.clone(),
+                v.iter()
+                    .enumerate()
+                    .map(|(i, &q)| (i as f64 * ts.bin_us, q as f64 / 1e3))
+                    .collect(),
+            )
+        })
+        .collect();
+    line_chart("Largest queue per tier", "time (us)", "KB", &series)
+}

@@ -1,0 +1,200 @@
+//! Running a scenario end to end: build, simulate, report.
+
+use crate::report::{self, Results, TimeSeries};
+use crate::scenario::{Scenario, ScenarioError};
+use crate::sim::Sim;
+use crate::transport::metaroce::MetaRoceFactory;
+use crate::{PS_PER_US, Ps};
+use std::time::{Duration, Instant};
+
+/// Wall-clock figures of a run (not deterministic; never in `results.json`).
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Perf {
+    /// Seconds building topology, hosts and flows.
+    pub setup_s: f64,
+    /// Seconds simulating.
+    pub run_s: f64,
+    /// Events executed.
+    pub events: u64,
+    /// Events per wall second (simulation only).
+    pub events_per_s: f64,
+    /// Packets put on host links per wall second.
+    pub packets_per_s: f64,
+    /// Data packets sent (new + retransmitted).
+    pub data_packets: u64,
+    /// Most events pending at once.
+    pub max_pending: usize,
+    /// Packet slab high-water mark.
+    pub packet_slots: usize,
+    /// Peak resident memory of the process (VmHWM), bytes; 0 if unknown.
+    pub peak_rss_bytes: u64,
+    /// Wall seconds per simulated millisecond.
+    pub wall_s_per_sim_ms: f64,
+}
+
+/// Everything a run produces.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// Deterministic results.
+    pub results: Results,
+    /// Time series.
+    pub series: TimeSeries,
+    /// Per-flow CSV.
+    pub flows_csv: String,
+    /// FCT CDF plot.
+    pub fct_svg: String,
+    /// Wall-clock figures.
+    pub perf: Perf,
+}
+
+/// Peak resident set size of this process (Linux `VmHWM`), bytes.
+pub fn peak_rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Progress reports during a run: (simulated µs, flows left, flows total, events).
+pub type ProgressFn<'a> = &'a mut dyn FnMut(f64, usize, usize, u64);
+
+/// Run `scn` with `seed` (the scenario's own if `None`).
+pub fn run_scenario(
+    scn: &Scenario,
+    seed: Option<u64>,
+    progress: ProgressFn<'_>,
+) -> Result<Outcome, ScenarioError> {
+    let seed = seed.unwrap_or(scn.seed);
+    let t0 = Instant::now();
+    let built = scn.build(seed)?;
+    let mut factory = MetaRoceFactory {
+        paths: scn.transport.paths,
+        mtu_payload_bytes: scn.transport.mtu_bytes,
+        ..MetaRoceFactory::default()
+    };
+    if scn.transport.rto_min_us > 0.0 {
+        factory.base.rto_min_ns = (scn.transport.rto_min_us * 1e3) as u64;
+    }
+    let total = built.flows.flows.iter().filter(|f| !f.background).count();
+    let bin_ps = built.fabric.sample_ps.max(1);
+    let mut sim = Sim::new(
+        built.topo,
+        built.fabric,
+        &factory,
+        built.flows,
+        seed,
+        built.end_ps,
+    )
+    .map_err(ScenarioError)?;
+    for &(a, b, at, up) in &built.failures {
+        sim.schedule_link(a, b, at, up).map_err(ScenarioError)?;
+    }
+    for &(s, at, up) in &built.switch_failures {
+        sim.schedule_switch(s, at, up).map_err(ScenarioError)?;
+    }
+    let setup = t0.elapsed();
+    let t1 = Instant::now();
+    sim.run(|s| {
+        progress(
+            s.now() as f64 / PS_PER_US as f64,
+            s.waiting(),
+            total,
+            s.perf().events,
+        )
+    })
+    .map_err(ScenarioError)?;
+    let run = t1.elapsed().max(Duration::from_nanos(1));
+    let finished = sim.waiting() == 0;
+    let makespan: Ps = if finished { sim.last_done() } else { sim.now() };
+    let perf = sim.perf();
+    let ts = sim.transport_stats();
+    let results = report::results(
+        &scn.name,
+        seed,
+        sim.topology(),
+        sim.ports(),
+        sim.workload(),
+        sim.measurements(),
+        ts,
+        makespan,
+        finished,
+        perf.events,
+    );
+    let series = report::time_series(sim.topology(), sim.measurements(), bin_ps);
+    let flows_csv = report::flows_csv(sim.workload(), sim.measurements());
+    let fct_svg = report::fct_cdf_svg(sim.workload(), sim.measurements());
+    let rs = run.as_secs_f64();
+    let perf = Perf {
+        setup_s: setup.as_secs_f64(),
+        run_s: rs,
+        events: perf.events,
+        events_per_s: perf.events as f64 / rs,
+        packets_per_s: sim.measurements().nic_packets as f64 / rs,
+        data_packets: ts.data_packets + ts.retransmissions,
+        max_pending: perf.max_pending,
+        packet_slots: perf.packet_slots,
+        peak_rss_bytes: peak_rss_bytes(),
+        wall_s_per_sim_ms: if makespan == 0 {
+            0.0
+        } else {
+            rs / (makespan as f64 / 1e9)
+        },
+    };
+    Ok(Outcome {
+        results,
+        series,
+        flows_csv,
+        fct_svg,
+        perf,
+    })
+}
+
+impl Outcome {
+    /// `results.json`: deterministic, byte-identical for the same scenario and seed.
+    pub fn results_json(&self) -> String {
+        serde_json::to_string_pretty(&self.results).expect("results serialize") + "\n"
+    }
+
+    /// Write results.json, perf.json, timeseries.json, flows.csv and the
+    /// three SVG plots into `dir`.
+    pub fn write_to(&self, dir: &std::path::Path) -> std::io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        std::fs::write(dir.join("results.json"), self.results_json())?;
+        std::fs::write(
+            dir.join("perf.json"),
+            serde_json::to_string_pretty(&self.perf).expect("perf") + "\n",
+        )?;
+        std::fs::write(
+            dir.join("timeseries.json"),
+            serde_json::to_string(&self.series).expect("series") + "\n",
+        )?;
+        std::fs::write(dir.join("flows.csv"), &self.flows_csv)?;
+        std::fs::write(dir.join("fct_cdf.svg"), &self.fct_svg)?;
+        std::fs::write(
+            dir.join("throughput.svg"),
+            report::throughput_svg(&self.series),
+        )?;
+        std::fs::write(dir.join("queues.svg"), report::queue_svg(&self.series))?;
+        Ok(())
+    }
+
+    /// One line of speed figures.
+    pub fn perf_line(&self) -> String {
+        let p = &self.perf;
+        format!(
+            "wall {:.3} s (setup {:.3} s)  events {} ({:.2} M/s)  packets {:.0} k/s  data pkts {}  peak RSS {:.1} MiB  {:.2} wall s per simulated ms",
+            p.setup_s + p.run_s,
+            p.setup_s,
+            p.events,
+            p.events_per_s / 1e6,
+            p.packets_per_s / 1e3,
+            p.data_packets,
+            p.peak_rss_bytes as f64 / (1 << 20) as f64,
+            p.wall_s_per_sim_ms
+        )
+    }
+}

@@ -1,0 +1,621 @@
+//! Scenario files (TOML): topology, switches, transport, workloads, failures.
+//!
+//! A bad file gives one line naming the file, the line and the key:
+//! `scenarios/x.toml:12: unknown field `hostz`, expected one of ...`.
+
+use crate::fabric::{BufferModel, EcnConfig, FabricConfig, PfcConfig, Routing};
+use crate::topology::{LinkParams, NodeRef, Topology};
+use crate::workload::FlowSet;
+use crate::{PS_PER_NS, PS_PER_US, Ps};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// The embedded default scenario (`metaroce sim` with no file).
+pub const DEFAULT_SCENARIO: &str = include_str!("../../../scenarios/default.toml");
+
+/// A whole scenario file.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// Name in reports.
+    pub name: String,
+    /// Seed of every random choice.
+    #[serde(default = "one")]
+    pub seed: u64,
+    /// Stop at this simulated time even if flows are unfinished.
+    #[serde(default = "default_end_us")]
+    pub end_us: f64,
+    /// Width of time-series bins.
+    #[serde(default = "default_sample_us")]
+    pub sample_us: f64,
+    /// The fabric.
+    pub topology: TopologyConf,
+    /// Switch behaviour.
+    #[serde(default)]
+    pub switch: SwitchConf,
+    /// Host transport.
+    #[serde(default)]
+    pub transport: TransportConf,
+    /// Traffic.
+    #[serde(default)]
+    pub workload: Vec<WorkloadConf>,
+    /// Link and switch failures.
+    #[serde(default)]
+    pub failure: Vec<FailureConf>,
+    /// Directory relative file names resolve against (not in the file).
+    #[serde(skip)]
+    pub base_dir: PathBuf,
+}
+
+fn one() -> u64 {
+    1
+}
+fn default_end_us() -> f64 {
+    1_000_000.0
+}
+fn default_sample_us() -> f64 {
+    1.0
+}
+
+/// Fabric shape.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopologyConf {
+    /// `fat_tree`, `leaf_spine`, `rail`, `star` or `back_to_back`.
+    pub kind: String,
+    /// Hosts (NICs); for `rail`, servers x rails.
+    #[serde(default)]
+    pub hosts: u32,
+    /// Fat tree arity (default: smallest that holds `hosts`).
+    #[serde(default)]
+    pub k: u32,
+    /// Hosts per ToR up-link (fat tree), or leaf down/up ratio (leaf-spine).
+    #[serde(default = "one_u32")]
+    pub oversubscription: u32,
+    /// Leaf-spine: hosts per leaf; rail: servers per leaf.
+    #[serde(default)]
+    pub hosts_per_leaf: u32,
+    /// Leaf-spine / rail: spine switches (default: hosts_per_leaf / oversubscription).
+    #[serde(default)]
+    pub spines: u32,
+    /// Rail: servers.
+    #[serde(default)]
+    pub servers: u32,
+    /// Rail: NICs per server.
+    #[serde(default = "eight")]
+    pub rails: u32,
+    /// Planes per NIC (each its own fabric).
+    #[serde(default = "one_u32")]
+    pub planes: u32,
+    /// Host link rate per plane, Gb/s (100, 200, 400, 800).
+    pub link_gbps: u64,
+    /// Switch-to-switch link rate, Gb/s (default: link_gbps).
+    #[serde(default)]
+    pub fabric_gbps: u64,
+    /// Propagation delay per link, ns.
+    #[serde(default = "default_latency")]
+    pub latency_ns: u64,
+}
+
+fn one_u32() -> u32 {
+    1
+}
+fn eight() -> u32 {
+    8
+}
+fn default_latency() -> u64 {
+    1000
+}
+
+/// Switch behaviour.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SwitchConf {
+    /// Per-port buffer, bytes (ignored when `shared_buffer_bytes` is set).
+    #[serde(default = "default_buffer")]
+    pub buffer_bytes: u64,
+    /// Shared buffer per switch, bytes (dynamic threshold).
+    #[serde(default)]
+    pub shared_buffer_bytes: u64,
+    /// Dynamic-threshold alpha.
+    #[serde(default = "one_f")]
+    pub alpha: f64,
+    /// ECN Kmin, bytes (0 with kmax 0: no ECN).
+    #[serde(default)]
+    pub ecn_kmin_bytes: u64,
+    /// ECN Kmax, bytes.
+    #[serde(default)]
+    pub ecn_kmax_bytes: u64,
+    /// ECN Pmax.
+    #[serde(default = "one_f")]
+    pub ecn_pmax: f64,
+    /// PFC on the data priority.
+    #[serde(default)]
+    pub pfc: bool,
+    /// PFC XOFF per ingress port, bytes.
+    #[serde(default = "default_xoff")]
+    pub pfc_xoff_bytes: u64,
+    /// PFC XON, bytes.
+    #[serde(default = "default_xon")]
+    pub pfc_xon_bytes: u64,
+    /// PFC headroom, bytes.
+    #[serde(default = "default_headroom")]
+    pub pfc_headroom_bytes: u64,
+    /// Trim instead of drop.
+    #[serde(default)]
+    pub trimming: bool,
+    /// `ecmp` or `adaptive`.
+    #[serde(default = "default_routing")]
+    pub routing: String,
+    /// Random loss per packet per link.
+    #[serde(default)]
+    pub loss: f64,
+}
+
+fn default_buffer() -> u64 {
+    1 << 20
+}
+fn one_f() -> f64 {
+    1.0
+}
+fn default_xoff() -> u64 {
+    64 << 10
+}
+fn default_xon() -> u64 {
+    32 << 10
+}
+fn default_headroom() -> u64 {
+    64 << 10
+}
+fn default_routing() -> String {
+    "ecmp".into()
+}
+
+impl Default for SwitchConf {
+    fn default() -> Self {
+        toml::from_str("").expect("defaults")
+    }
+}
+
+/// Host transport.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TransportConf {
+    /// `metaroce` (baselines come next).
+    #[serde(default = "default_transport")]
+    pub kind: String,
+    /// Paths per connection.
+    #[serde(default = "sixteen")]
+    pub paths: usize,
+    /// Payload bytes per packet.
+    #[serde(default = "default_mtu")]
+    pub mtu_bytes: u32,
+    /// Minimum RTO, µs.
+    #[serde(default)]
+    pub rto_min_us: f64,
+}
+
+fn default_transport() -> String {
+    "metaroce".into()
+}
+fn sixteen() -> usize {
+    16
+}
+fn default_mtu() -> u32 {
+    4096
+}
+
+impl Default for TransportConf {
+    fn default() -> Self {
+        toml::from_str("").expect("defaults")
+    }
+}
+
+/// One traffic source.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadConf {
+    /// `permutation`, `incast`, `all_to_all`, `ring_allreduce`, `cm`, `csv`, `background`.
+    pub kind: String,
+    /// Bytes per flow (all-reduce: the buffer size).
+    #[serde(default)]
+    pub bytes: u64,
+    /// Start time, µs.
+    #[serde(default)]
+    pub start_us: f64,
+    /// Hosts taking part (the first N; default all).
+    #[serde(default)]
+    pub ranks: u32,
+    /// Incast senders.
+    #[serde(default)]
+    pub senders: u32,
+    /// Incast receiver.
+    #[serde(default)]
+    pub receiver: u32,
+    /// All-to-all: one peer at a time.
+    #[serde(default)]
+    pub serial: bool,
+    /// `cm`/`csv`: the file (relative to the scenario file).
+    #[serde(default)]
+    pub file: String,
+    /// Background: offered load per host (0..1).
+    #[serde(default)]
+    pub load: f64,
+    /// Background: stop generating at, µs.
+    #[serde(default)]
+    pub until_us: f64,
+}
+
+/// A failure (and optional recovery).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FailureConf {
+    /// When it fails, µs.
+    pub at_us: f64,
+    /// When it recovers, µs (never if absent).
+    #[serde(default)]
+    pub up_at_us: Option<f64>,
+    /// A link by its two ends, e.g. `["tor0", "agg1"]`.
+    #[serde(default)]
+    pub link: Vec<String>,
+    /// A whole switch, e.g. `"core3"`.
+    #[serde(default)]
+    pub switch: String,
+}
+
+/// A scenario file error: one line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ScenarioError(pub String);
+
+/// Everything a run needs, built from a [`Scenario`].
+#[derive(Debug, Clone)]
+pub struct Built {
+    /// Fabric.
+    pub topo: Topology,
+    /// Switch config.
+    pub fabric: FabricConfig,
+    /// Flows.
+    pub flows: FlowSet,
+    /// (a, b, at, up) link events.
+    pub failures: Vec<(NodeRef, NodeRef, Ps, bool)>,
+    /// (switch, at, up) switch events.
+    pub switch_failures: Vec<(u32, Ps, bool)>,
+    /// End of the run.
+    pub end_ps: Ps,
+}
+
+fn line_of(text: &str, key: &str) -> usize {
+    let leaf = key.rsplit('.').next().unwrap_or(key);
+    text.lines()
+        .position(|l| {
+            let l = l.trim_start();
+            l.strip_prefix(leaf)
+                .is_some_and(|r| r.trim_start().starts_with('='))
+        })
+        .map_or(1, |i| i + 1)
+}
+
+impl Scenario {
+    /// Parse `text`; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Self, ScenarioError> {
+        let mut s: Self = toml::from_str(text).map_err(|e| {
+            let line = e.span().map_or(1, |sp| {
+                text[..sp.start.min(text.len())].matches('\n').count() + 1
+            });
+            let msg = e.message().replace('\n', " ");
+            ScenarioError(format!("{origin}:{line}: {msg}"))
+        })?;
+        s.validate(text, origin)?;
+        s.base_dir = Path::new(origin)
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        Ok(s)
+    }
+
+    /// Read and parse a file.
+    pub fn load(path: &Path) -> Result<Self, ScenarioError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ScenarioError(format!("{}: {e}", path.display())))?;
+        Self::parse(&text, &path.display().to_string())
+    }
+
+    /// The embedded default.
+    pub fn default_scenario() -> Self {
+        Self::parse(DEFAULT_SCENARIO, "default.toml")
+            .expect("the embedded default scenario is valid")
+    }
+
+    fn validate(&self, text: &str, origin: &str) -> Result<(), ScenarioError> {
+        let bad = |key: &str, why: &str| {
+            Err(ScenarioError(format!(
+                "{origin}:{}: {key}: {why}",
+                line_of(text, key)
+            )))
+        };
+        let t = &self.topology;
+        if !["fat_tree", "leaf_spine", "rail", "star", "back_to_back"].contains(&t.kind.as_str()) {
+            return bad(
+                "topology.kind",
+                "must be fat_tree, leaf_spine, rail, star or back_to_back",
+            );
+        }
+        if t.kind == "rail" {
+            if t.servers == 0 || t.rails == 0 || t.hosts_per_leaf == 0 {
+                return bad(
+                    "topology.servers",
+                    "rail needs servers, rails and hosts_per_leaf (servers per leaf)",
+                );
+            }
+        } else if t.kind != "back_to_back" && t.hosts < 2 {
+            return bad("topology.hosts", "must be at least 2");
+        }
+        if t.kind == "leaf_spine" && t.hosts_per_leaf == 0 {
+            return bad("topology.hosts_per_leaf", "must be at least 1");
+        }
+        if t.link_gbps == 0 || t.link_gbps > 1600 {
+            return bad("topology.link_gbps", "must be 1..=1600");
+        }
+        if t.planes == 0 || t.planes > 16 {
+            return bad("topology.planes", "must be 1..=16");
+        }
+        if t.oversubscription == 0 {
+            return bad("topology.oversubscription", "must be at least 1");
+        }
+        if t.k % 2 == 1 {
+            return bad("topology.k", "must be even");
+        }
+        let sw = &self.switch;
+        if !["ecmp", "adaptive"].contains(&sw.routing.as_str()) {
+            return bad("switch.routing", "must be ecmp or adaptive");
+        }
+        if !(0.0..1.0).contains(&sw.loss) {
+            return bad("switch.loss", "must be in [0, 1)");
+        }
+        if sw.ecn_kmax_bytes < sw.ecn_kmin_bytes {
+            return bad("switch.ecn_kmax_bytes", "must be >= ecn_kmin_bytes");
+        }
+        if !(0.0..=1.0).contains(&sw.ecn_pmax) {
+            return bad("switch.ecn_pmax", "must be in [0, 1]");
+        }
+        if sw.pfc && sw.pfc_xon_bytes > sw.pfc_xoff_bytes {
+            return bad("switch.pfc_xon_bytes", "must be <= pfc_xoff_bytes");
+        }
+        if self.transport.kind != "metaroce" {
+            return bad(
+                "transport.kind",
+                "must be metaroce (baselines are not built yet)",
+            );
+        }
+        if !(1..=256).contains(&self.transport.paths) {
+            return bad("transport.paths", "must be 1..=256");
+        }
+        if self.end_us <= 0.0 || self.sample_us <= 0.0 {
+            return bad("end_us", "end_us and sample_us must be > 0");
+        }
+        for w in &self.workload {
+            let kinds = [
+                "permutation",
+                "incast",
+                "all_to_all",
+                "ring_allreduce",
+                "cm",
+                "csv",
+                "background",
+            ];
+            if !kinds.contains(&w.kind.as_str()) {
+                return bad("kind", &format!("unknown workload kind '{}'", w.kind));
+            }
+            if matches!(w.kind.as_str(), "cm" | "csv") && w.file.is_empty() {
+                return bad("file", "cm and csv workloads need a file");
+            }
+            if !matches!(w.kind.as_str(), "cm" | "csv") && w.bytes == 0 {
+                return bad("bytes", &format!("{} workload needs bytes > 0", w.kind));
+            }
+        }
+        Ok(())
+    }
+
+    /// Build the topology, switch config, flows and failures.
+    pub fn build(&self, seed: u64) -> Result<Built, ScenarioError> {
+        let t = &self.topology;
+        let e = |m: String| ScenarioError(m);
+        let lp = LinkParams {
+            host_bps: t.link_gbps * 1_000_000_000,
+            fabric_bps: if t.fabric_gbps == 0 {
+                t.link_gbps
+            } else {
+                t.fabric_gbps
+            } * 1_000_000_000,
+            delay_ps: t.latency_ns * PS_PER_NS,
+        };
+        let topo = match t.kind.as_str() {
+            "fat_tree" => {
+                let k = if t.k == 0 {
+                    Topology::fat_tree_k_for(t.hosts, t.oversubscription)
+                } else {
+                    t.k
+                };
+                if k * k * k / 4 * t.oversubscription < t.hosts {
+                    return Err(e(format!(
+                        "topology.k: k={k} holds fewer than {} hosts",
+                        t.hosts
+                    )));
+                }
+                Topology::fat_tree(t.hosts, k, t.oversubscription, t.planes, lp)
+            }
+            "leaf_spine" => {
+                let spines = if t.spines == 0 {
+                    (t.hosts_per_leaf / t.oversubscription).max(1)
+                } else {
+                    t.spines
+                };
+                Topology::leaf_spine(t.hosts, t.hosts_per_leaf, spines, 1, t.planes, lp)
+            }
+            "rail" => {
+                let spines = if t.spines == 0 {
+                    (t.hosts_per_leaf / t.oversubscription).max(1)
+                } else {
+                    t.spines
+                };
+                Topology::rail(t.servers, t.rails, t.hosts_per_leaf, spines, t.planes, lp)
+            }
+            "star" => Topology::leaf_spine(t.hosts, t.hosts, 0, 1, t.planes, lp),
+            _ => Topology::back_to_back(lp),
+        };
+        let sw = &self.switch;
+        let fabric = FabricConfig {
+            buffer: if sw.shared_buffer_bytes > 0 {
+                BufferModel::Shared {
+                    bytes: sw.shared_buffer_bytes,
+                    alpha: sw.alpha,
+                }
+            } else {
+                BufferModel::PerPort {
+                    bytes: sw.buffer_bytes,
+                }
+            },
+            ecn: (sw.ecn_kmax_bytes > 0).then_some(EcnConfig {
+                kmin_bytes: sw.ecn_kmin_bytes,
+                kmax_bytes: sw.ecn_kmax_bytes,
+                pmax: sw.ecn_pmax,
+            }),
+            pfc: sw.pfc.then_some(PfcConfig {
+                xoff_bytes: sw.pfc_xoff_bytes,
+                xon_bytes: sw.pfc_xon_bytes,
+                headroom_bytes: sw.pfc_headroom_bytes,
+            }),
+            trimming: sw.trimming,
+            routing: if sw.routing == "adaptive" {
+                Routing::Adaptive
+            } else {
+                Routing::Ecmp
+            },
+            loss: sw.loss,
+            sample_ps: (self.sample_us * PS_PER_US as f64) as Ps,
+            nic_queue_packets: 2,
+        };
+        let hosts = topo.hosts;
+        let mut flows = FlowSet::default();
+        for (i, w) in self.workload.iter().enumerate() {
+            let start = (w.start_us * PS_PER_US as f64) as Ps;
+            let n = if w.ranks == 0 {
+                hosts
+            } else {
+                w.ranks.min(hosts)
+            };
+            let ranks: Vec<u32> = (0..n).collect();
+            let wseed = seed.wrapping_add(i as u64 * 0x1000_0001);
+            match w.kind.as_str() {
+                "permutation" => flows.permutation(n, w.bytes, start, wseed),
+                "incast" => {
+                    let senders = if w.senders == 0 {
+                        hosts - 1
+                    } else {
+                        w.senders.min(hosts - 1)
+                    };
+                    if w.receiver >= hosts {
+                        return Err(e(format!(
+                            "workload {i}: receiver {} >= hosts {hosts}",
+                            w.receiver
+                        )));
+                    }
+                    flows.incast(hosts, senders, w.receiver, w.bytes, start);
+                }
+                "all_to_all" => flows.all_to_all(&ranks, w.bytes, start, w.serial),
+                "ring_allreduce" => flows.ring_allreduce(&ranks, w.bytes, start),
+                "background" => {
+                    let until = if w.until_us > 0.0 {
+                        w.until_us
+                    } else {
+                        self.end_us
+                    };
+                    flows.background(
+                        n,
+                        w.load,
+                        topo.host_rate_bps * u64::from(topo.planes),
+                        w.bytes,
+                        start,
+                        (until * PS_PER_US as f64) as Ps,
+                        wseed,
+                    );
+                }
+                kind => {
+                    let path = self.base_dir.join(&w.file);
+                    let text = std::fs::read_to_string(&path)
+                        .map_err(|err| e(format!("{}: {err}", path.display())))?;
+                    let r = if kind == "cm" {
+                        flows.from_cm(&text, hosts)
+                    } else {
+                        flows.from_csv(&text, hosts)
+                    };
+                    r.map_err(|m| e(format!("{}:{m}", path.display()).replace(":line ", ":")))?;
+                }
+            }
+        }
+        let mut failures = Vec::new();
+        let mut switch_failures = Vec::new();
+        for f in &self.failure {
+            let at = (f.at_us * PS_PER_US as f64) as Ps;
+            let up = f.up_at_us.map(|u| (u * PS_PER_US as f64) as Ps);
+            if !f.switch.is_empty() {
+                let Some(NodeRef::Switch(s)) = topo.find_node(&f.switch) else {
+                    return Err(e(format!("failure.switch: no switch named '{}'", f.switch)));
+                };
+                switch_failures.push((s, at, false));
+                if let Some(u) = up {
+                    switch_failures.push((s, u, true));
+                }
+            } else if f.link.len() == 2 {
+                let find = |n: &str| {
+                    topo.find_node(n)
+                        .ok_or_else(|| e(format!("failure.link: no node named '{n}'")))
+                };
+                let (a, b) = (find(&f.link[0])?, find(&f.link[1])?);
+                failures.push((a, b, at, false));
+                if let Some(u) = up {
+                    failures.push((a, b, u, true));
+                }
+            } else {
+                return Err(e("failure: give link = [a, b] or switch = name".into()));
+            }
+        }
+        Ok(Built {
+            topo,
+            fabric,
+            flows,
+            failures,
+            switch_failures,
+            end_ps: (self.end_us * PS_PER_US as f64) as Ps,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_scenario_parses() {
+        let s = Scenario::default_scenario();
+        assert!(!s.workload.is_empty());
+    }
+
+    #[test]
+    fn unknown_key_names_key_and_line() {
+        let text =
+            "name = \"x\"\n[topology]\nkind = \"star\"\nhosts = 4\nlink_gbps = 100\nhostz = 3\n";
+        let e = Scenario::parse(text, "x.toml").unwrap_err().0;
+        assert!(e.starts_with("x.toml:6:"), "{e}");
+        assert!(e.contains("hostz"), "{e}");
+        assert!(!e.contains('\n'));
+    }
+
+    #[test]
+    fn bad_value_names_key_and_line() {
+        let text = "name = \"x\"\n[topology]\nkind = \"star\"\nhosts = 4\nlink_gbps = 100\n[switch]\nrouting = \"spray\"\n";
+        let e = Scenario::parse(text, "x.toml").unwrap_err().0;
+        assert_eq!(e, "x.toml:7: switch.routing: must be ecmp or adaptive");
+    }
+}

@@ -1,0 +1,313 @@
+//! MetaRoCE hosts: the real protocol core ([`metaroce_proto::Endpoint`]) in
+//! descriptor mode, so headers move and payload bytes do not.
+//!
+//! Each host has one endpoint with one virtual memory region. A channel
+//! `a -> b` is an RC QP pair; a message is one RDMA WRITE_WITH_IMM whose
+//! immediate is the flow tag, so the receiver learns when all the data is
+//! placed (its receive completion) and the sender when it is acknowledged
+//! (its send completion).
+
+use super::{
+    FRAME_OVERHEAD_BYTES, HostInfo, MessageEvent, Transport, TransportFactory, TransportStats, Wire,
+};
+use crate::Ps;
+use metaroce_proto::{
+    AccessFlags, Ecn, Endpoint, EndpointConfig, MrInfo, PacketRepr, QpCaps, QpHandle, RecvWr,
+    SendWr, Sge, WcStatus, WorkQueue, WrOp,
+};
+use std::collections::VecDeque;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+/// UDP port every simulated MetaRoCE device listens on.
+pub const DEVICE_PORT: u16 = 4791;
+/// Receives kept posted per channel (replenished as they complete).
+const RECVS_PER_CHANNEL: u32 = 64;
+/// Region length: any message fits (the core caps messages at 2 GiB).
+const REGION_BYTES: u64 = 1 << 32;
+
+/// The in-memory IPv4 address of host `i` (never a socket).
+pub fn host_ip(i: u32) -> IpAddr {
+    let v = 0x0a00_0000 | (i + 1);
+    IpAddr::V4(Ipv4Addr::from(v))
+}
+
+/// The host index of an address made by [`host_ip`].
+pub fn host_index(ip: IpAddr) -> u32 {
+    match ip {
+        IpAddr::V4(v4) => (u32::from(v4) & 0x00ff_ffff) - 1,
+        IpAddr::V6(_) => u32::MAX,
+    }
+}
+
+/// Knobs of the MetaRoCE hosts.
+#[derive(Debug, Clone)]
+pub struct MetaRoceFactory {
+    /// Paths (source ports) per connection.
+    pub paths: usize,
+    /// Payload bytes per data packet.
+    pub mtu_payload_bytes: u32,
+    /// Overrides of the endpoint defaults applied to every host.
+    pub base: EndpointConfig,
+    /// Base RTT given to the core instead of the topology's (initial window
+    /// and first RTO), ns.
+    pub base_rtt_override_ns: Option<u64>,
+}
+
+impl Default for MetaRoceFactory {
+    fn default() -> Self {
+        Self {
+            paths: 16,
+            mtu_payload_bytes: 4096,
+            base: EndpointConfig::default(),
+            base_rtt_override_ns: None,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Channel {
+    qp: QpHandle,
+    rkey: u64,
+    raddr: u64,
+}
+
+/// One MetaRoCE NIC.
+#[derive(Debug)]
+pub struct MetaRoceHost {
+    ep: Endpoint,
+    pd: u32,
+    mr: MrInfo,
+    channels: Vec<Channel>,
+    events: VecDeque<MessageEvent>,
+    trimmed_dropped: u64,
+}
+
+impl MetaRoceHost {
+    /// The endpoint (for inspection in tests and reports).
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.ep
+    }
+
+    fn drain_completions(&mut self) {
+        while let Some(c) = self.ep.poll_completion() {
+            let wc = c.wc;
+            match c.queue {
+                WorkQueue::Send => self.events.push_back(if wc.status == WcStatus::Success {
+                    MessageEvent::Sent {
+                        tag: wc.wr_id as u32,
+                    }
+                } else {
+                    MessageEvent::Failed {
+                        tag: wc.wr_id as u32,
+                    }
+                }),
+                WorkQueue::Recv => {
+                    if wc.status == WcStatus::Success {
+                        if let Some(tag) = wc.imm_data {
+                            self.events.push_back(MessageEvent::Received { tag });
+                        }
+                        // Keep the receive queue topped up.
+                        let _ = self.ep.post_recv(
+                            c.qp,
+                            RecvWr {
+                                wr_id: 0,
+                                sg_list: Vec::new(),
+                            },
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn ns(now: Ps) -> u64 {
+    now / 1000
+}
+
+impl Transport for MetaRoceHost {
+    type Packet = PacketRepr;
+
+    fn poll_packet(&mut self, now: Ps) -> Option<(Wire, PacketRepr)> {
+        let (t, repr) = self.ep.poll_packet(ns(now))?;
+        let (payload, control) = match &repr {
+            PacketRepr::Data(d) => (d.payload_len, false),
+            PacketRepr::Ack(_) => (0, true),
+        };
+        let wire = Wire {
+            dst: host_index(t.dst.ip()),
+            src_port: t.src_port,
+            dst_port: t.dst.port(),
+            bytes: t.len as u32 + FRAME_OVERHEAD_BYTES,
+            payload,
+            ect: t.ecn != Ecn::NotEct,
+            ce: t.ecn == Ecn::Ce,
+            control,
+        };
+        Some((wire, repr))
+    }
+
+    fn handle_packet(
+        &mut self,
+        now: Ps,
+        src: u32,
+        wire: &Wire,
+        trimmed: bool,
+        packet: &PacketRepr,
+    ) {
+        if trimmed {
+            // MetaRoCE does not use trimming: a cut packet is a loss.
+            self.trimmed_dropped += 1;
+            return;
+        }
+        let ecn = if wire.ce {
+            Ecn::Ce
+        } else if wire.ect {
+            Ecn::Ect0
+        } else {
+            Ecn::NotEct
+        };
+        let from = SocketAddr::new(host_ip(src), wire.src_port);
+        self.ep.handle_packet(ns(now), from, ecn, packet);
+        self.drain_completions();
+    }
+
+    fn poll_timeout(&self) -> Option<Ps> {
+        self.ep.poll_timeout().map(|t| t.saturating_mul(1000))
+    }
+
+    fn handle_timeout(&mut self, now: Ps) {
+        self.ep.handle_timeout(ns(now));
+        self.drain_completions();
+    }
+
+    fn post_message(&mut self, now: Ps, channel: u32, bytes: u64, tag: u32) -> Result<(), String> {
+        let ch = self
+            .channels
+            .get(channel as usize)
+            .ok_or_else(|| format!("no channel {channel}"))?;
+        let length = u32::try_from(bytes).map_err(|_| format!("message of {bytes} B > 4 GiB"))?;
+        let wr = SendWr::new(
+            u64::from(tag),
+            WrOp::WriteImm {
+                remote_addr: ch.raddr,
+                rkey: ch.rkey,
+                imm: tag,
+            },
+            vec![Sge {
+                addr: self.mr.addr,
+                length,
+                lkey: self.mr.lkey,
+            }],
+        );
+        self.ep
+            .post_send(ns(now), ch.qp, wr)
+            .map_err(|e| format!("post_send: {e}"))?;
+        self.drain_completions();
+        Ok(())
+    }
+
+    fn poll_event(&mut self) -> Option<MessageEvent> {
+        self.events.pop_front()
+    }
+
+    fn stats(&self) -> TransportStats {
+        let s = self.ep.stats();
+        TransportStats {
+            data_packets: s.data_packets_sent,
+            retransmissions: s.data_packets_retransmitted,
+            acks: s.ack_packets_sent,
+            nacks: s.naks_sent + s.rnr_naks_sent,
+            timeouts: s.rtos,
+            paths_replaced: s.paths_replaced,
+            trimmed_dropped: self.trimmed_dropped,
+        }
+    }
+}
+
+impl TransportFactory for MetaRoceFactory {
+    type Host = MetaRoceHost;
+
+    fn host(&self, info: &HostInfo) -> Result<MetaRoceHost, String> {
+        let cfg = EndpointConfig {
+            device_port: DEVICE_PORT,
+            paths_per_connection: self.paths,
+            path_port_span: self.base.path_port_span.max(self.paths as u16 * 2),
+            mtu_payload_bytes: self.mtu_payload_bytes,
+            line_rate_bps: info.line_rate_bps,
+            base_rtt_ns: self
+                .base_rtt_override_ns
+                .unwrap_or((info.base_rtt_ps / 1000).max(1)),
+            seed: info
+                .seed
+                .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                .wrapping_add(u64::from(info.index)),
+            ..self.base.clone()
+        };
+        let mut ep = Endpoint::new(cfg).map_err(|e| e.to_string())?;
+        let pd = ep.alloc_pd();
+        let mr = ep
+            .register_virtual_memory(pd, REGION_BYTES, AccessFlags(0xf))
+            .map_err(|e| format!("register memory: {e}"))?;
+        Ok(MetaRoceHost {
+            ep,
+            pd,
+            mr,
+            channels: Vec::new(),
+            events: VecDeque::new(),
+            trimmed_dropped: 0,
+        })
+    }
+
+    fn open_channel(
+        &self,
+        a: &mut MetaRoceHost,
+        a_index: u32,
+        b: &mut MetaRoceHost,
+        b_index: u32,
+    ) -> Result<u32, String> {
+        let caps = QpCaps {
+            max_send_wr: 1024,
+            max_recv_wr: RECVS_PER_CHANNEL,
+        };
+        let access = AccessFlags(0xf);
+        let qa =
+            a.ep.create_qp(a.pd, caps, access)
+                .map_err(|e| e.to_string())?;
+        let qb =
+            b.ep.create_qp(b.pd, caps, access)
+                .map_err(|e| e.to_string())?;
+        a.ep.connect_qp(qa, SocketAddr::new(host_ip(b_index), DEVICE_PORT), qb.qpn())
+            .map_err(|e| e.to_string())?;
+        b.ep.connect_qp(qb, SocketAddr::new(host_ip(a_index), DEVICE_PORT), qa.qpn())
+            .map_err(|e| e.to_string())?;
+        for _ in 0..RECVS_PER_CHANNEL {
+            b.ep.post_recv(
+                qb,
+                RecvWr {
+                    wr_id: 0,
+                    sg_list: Vec::new(),
+                },
+            )
+            .map_err(|e| e.to_string())?;
+        }
+        a.channels.push(Channel {
+            qp: qa,
+            rkey: b.mr.rkey,
+            raddr: b.mr.addr,
+        });
+        Ok(a.channels.len() as u32 - 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_ips_round_trip() {
+        for i in [0, 1, 255, 256, 8191, 65_535, 1 << 20] {
+            assert_eq!(host_index(host_ip(i)), i);
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! Host transports: what runs in each simulated NIC.
+//!
+//! A transport is a sans-IO state machine per host, driven by the simulator
+//! exactly as a real datapath drives it: packets in, time in; packets,
+//! deadlines and message events out. MetaRoCE ([`metaroce`]) runs the real
+//! protocol core; the baselines (RoCEv2 with go-back-N and DCQCN, IRN,
+//! InfiniBand-style credits) implement the same trait and slot in beside it.
+
+pub mod metaroce;
+
+use crate::Ps;
+
+/// Ethernet (14 + 4 FCS), IPv4 (20) and UDP (8) bytes around a UDP payload.
+pub const FRAME_OVERHEAD_BYTES: u32 = 46;
+
+/// Headers of a packet as the fabric sees them: enough for ECMP (the
+/// 5-tuple), queueing (its length) and marking (its ECN bits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wire {
+    /// Destination host index.
+    pub dst: u32,
+    /// UDP source port (the ECMP entropy).
+    pub src_port: u16,
+    /// UDP destination port.
+    pub dst_port: u16,
+    /// Bytes on the wire (whole frame).
+    pub bytes: u32,
+    /// Payload bytes of application data it carries (0 for control packets).
+    pub payload: u32,
+    /// ECN-capable transport (ECT(0)); switches may mark it.
+    pub ect: bool,
+    /// Congestion experienced (set by a switch).
+    pub ce: bool,
+    /// A control packet (ACK, NACK, CNP): travels on the control priority.
+    pub control: bool,
+}
+
+/// Something a transport reports about a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MessageEvent {
+    /// The sender's work completed (all data acknowledged).
+    Sent {
+        /// The message tag given to `post_message`.
+        tag: u32,
+    },
+    /// All the message's data arrived at the receiver.
+    Received {
+        /// The message tag.
+        tag: u32,
+    },
+    /// The message failed (retry limit, error completion).
+    Failed {
+        /// The message tag.
+        tag: u32,
+    },
+}
+
+/// Counters every transport reports, summed over hosts in the results.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TransportStats {
+    /// Data packets sent for the first time.
+    pub data_packets: u64,
+    /// Data packets resent.
+    pub retransmissions: u64,
+    /// ACK packets sent.
+    pub acks: u64,
+    /// NACK packets sent.
+    pub nacks: u64,
+    /// Retransmission timeouts.
+    pub timeouts: u64,
+    /// Paths retired and replaced (multipath transports).
+    pub paths_replaced: u64,
+    /// Trimmed packets the transport could not use and dropped.
+    pub trimmed_dropped: u64,
+}
+
+impl TransportStats {
+    /// Add another host's counters.
+    pub fn add(&mut self, o: &Self) {
+        self.data_packets += o.data_packets;
+        self.retransmissions += o.retransmissions;
+        self.acks += o.acks;
+        self.nacks += o.nacks;
+        self.timeouts += o.timeouts;
+        self.paths_replaced += o.paths_replaced;
+        self.trimmed_dropped += o.trimmed_dropped;
+    }
+}
+
+/// One host's transport (one NIC).
+pub trait Transport {
+    /// What a packet carries besides its [`Wire`] headers.
+    type Packet;
+
+    /// The next packet to put on the wire, if the transport has one now.
+    /// The simulator calls this only when the NIC can take a packet.
+    fn poll_packet(&mut self, now: Ps) -> Option<(Wire, Self::Packet)>;
+
+    /// A packet from host `src` arrived; `trimmed` if a switch cut its payload.
+    fn handle_packet(
+        &mut self,
+        now: Ps,
+        src: u32,
+        wire: &Wire,
+        trimmed: bool,
+        packet: &Self::Packet,
+    );
+
+    /// The earliest time `handle_timeout` must run.
+    fn poll_timeout(&self) -> Option<Ps>;
+
+    /// Fire timers due at `now`.
+    fn handle_timeout(&mut self, now: Ps);
+
+    /// Start sending a message of `bytes` on `channel` (from
+    /// [`TransportFactory::open_channel`]); events carry `tag`.
+    fn post_message(&mut self, now: Ps, channel: u32, bytes: u64, tag: u32) -> Result<(), String>;
+
+    /// The next message event.
+    fn poll_event(&mut self) -> Option<MessageEvent>;
+
+    /// Counters.
+    fn stats(&self) -> TransportStats;
+
+    /// Bytes of transport state held (for the memory report), if known.
+    fn memory_bytes(&self) -> usize {
+        0
+    }
+}
+
+/// Facts about a host a transport is built for.
+#[derive(Debug, Clone, Copy)]
+pub struct HostInfo {
+    /// Host index in the topology.
+    pub index: u32,
+    /// Total NIC rate over all planes, bit/s.
+    pub line_rate_bps: u64,
+    /// Unloaded round-trip time across the fabric's longest path.
+    pub base_rtt_ps: Ps,
+    /// Scenario seed.
+    pub seed: u64,
+}
+
+/// Builds hosts and wires channels between them (the out-of-band setup a
+/// real deployment does over TCP or a connection manager).
+pub trait TransportFactory {
+    /// The per-host transport.
+    type Host: Transport;
+
+    /// A new host.
+    fn host(&self, info: &HostInfo) -> Result<Self::Host, String>;
+
+    /// Open a one-way message channel from `a` to `b`; returns `a`'s
+    /// channel number. Called once per ordered pair that carries flows.
+    fn open_channel(
+        &self,
+        a: &mut Self::Host,
+        a_index: u32,
+        b: &mut Self::Host,
+        b_index: u32,
+    ) -> Result<u32, String>;
+}

@@ -1,0 +1,445 @@
+//! Workloads: flows with start times or triggers, and collectives built
+//! from them as dependent steps.
+//!
+//! Everything becomes a [`FlowSet`]: flows (src, dst, bytes) that start at
+//! a time or when a trigger fires, and triggers that fire once enough flows
+//! have sent or received (htsim's connection-matrix triggers, which is also
+//! how a ring all-reduce step waits for the previous step's data).
+
+use crate::{PS_PER_US, Ps};
+use rand_chacha::ChaCha8Rng;
+use rand_core::{Rng, SeedableRng};
+
+/// One flow (a message from `src` to `dst`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FlowSpec {
+    /// Sending host.
+    pub src: u32,
+    /// Receiving host.
+    pub dst: u32,
+    /// Message bytes.
+    pub bytes: u64,
+    /// Start time, or `None` to wait for `trigger`.
+    pub start: Option<Ps>,
+    /// Trigger that starts it.
+    pub trigger: Option<u32>,
+    /// Trigger activated when the sender completes.
+    pub on_send: Option<u32>,
+    /// Trigger activated when all data is received.
+    pub on_recv: Option<u32>,
+    /// Collective it belongs to.
+    pub group: Option<u32>,
+    /// Background traffic: not waited for at the end of the run.
+    pub background: bool,
+}
+
+impl FlowSpec {
+    /// A flow starting at `start`.
+    pub fn at(src: u32, dst: u32, bytes: u64, start: Ps) -> Self {
+        Self {
+            src,
+            dst,
+            bytes,
+            start: Some(start),
+            trigger: None,
+            on_send: None,
+            on_recv: None,
+            group: None,
+            background: false,
+        }
+    }
+}
+
+/// A trigger: fires once `needed` activations arrived.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TriggerSpec {
+    /// Activations needed (1 = oneshot; barrier = the flows feeding it).
+    pub needed: u32,
+}
+
+/// Which nccl-tests formula a collective's bandwidth follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CollKind {
+    /// all_reduce: busbw = algbw * 2(n-1)/n.
+    AllReduce,
+    /// alltoall: busbw = algbw * (n-1)/n.
+    AllToAll,
+    /// sendrecv-like point to point sets: busbw = algbw.
+    Flows,
+}
+
+/// A collective (or named group of flows) reported as one operation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupSpec {
+    /// Name in reports.
+    pub name: String,
+    /// Formula.
+    pub kind: CollKind,
+    /// Ranks taking part.
+    pub ranks: u32,
+    /// nccl-tests S: bytes the operation moves (all_reduce: the buffer;
+    /// alltoall: count x typesize x n).
+    pub bytes: u64,
+}
+
+/// Flows, triggers and groups of one scenario.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FlowSet {
+    /// Flows; a flow's index is its tag.
+    pub flows: Vec<FlowSpec>,
+    /// Triggers.
+    pub triggers: Vec<TriggerSpec>,
+    /// Groups.
+    pub groups: Vec<GroupSpec>,
+}
+
+impl FlowSet {
+    fn trigger(&mut self, needed: u32) -> u32 {
+        self.triggers.push(TriggerSpec { needed });
+        self.triggers.len() as u32 - 1
+    }
+
+    fn group(&mut self, name: String, kind: CollKind, ranks: u32, bytes: u64) -> u32 {
+        self.groups.push(GroupSpec {
+            name,
+            kind,
+            ranks,
+            bytes,
+        });
+        self.groups.len() as u32 - 1
+    }
+
+    /// A random permutation (derangement) among `hosts`: every host sends
+    /// `bytes` to one other and receives from one.
+    pub fn permutation(&mut self, hosts: u32, bytes: u64, start: Ps, seed: u64) {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut dst: Vec<u32> = (0..hosts).collect();
+        // Sattolo's algorithm: a single cycle, so no host sends to itself.
+        for i in (1..hosts as usize).rev() {
+            let j = (rng.next_u64() % i as u64) as usize;
+            dst.swap(i, j);
+        }
+        let g = self.group(
+            format!("permutation {hosts}"),
+            CollKind::Flows,
+            hosts,
+            bytes * u64::from(hosts),
+        );
+        for (s, &d) in dst.iter().enumerate() {
+            let mut f = FlowSpec::at(s as u32, d, bytes, start);
+            f.group = Some(g);
+            self.flows.push(f);
+        }
+    }
+
+    /// `senders` hosts (the lowest indices other than `receiver`) send
+    /// `bytes` each to `receiver`.
+    pub fn incast(&mut self, hosts: u32, senders: u32, receiver: u32, bytes: u64, start: Ps) {
+        let g = self.group(
+            format!("incast {senders}:1"),
+            CollKind::Flows,
+            senders + 1,
+            bytes * u64::from(senders),
+        );
+        for s in (0..hosts).filter(|&h| h != receiver).take(senders as usize) {
+            let mut f = FlowSpec::at(s, receiver, bytes, start);
+            f.group = Some(g);
+            self.flows.push(f);
+        }
+    }
+
+    /// All-to-all among `ranks`: every rank sends `bytes` to every other.
+    /// `serial`: each rank sends to rank+1, rank+2, ... one after another
+    /// (each waiting for the previous send to complete), as NCCL's
+    /// grouped send/recv does on a bounded number of channels.
+    pub fn all_to_all(&mut self, ranks: &[u32], bytes: u64, start: Ps, serial: bool) {
+        let n = ranks.len() as u32;
+        let g = self.group(
+            format!("all-to-all {n}"),
+            CollKind::AllToAll,
+            n,
+            bytes * u64::from(n) * u64::from(n),
+        );
+        for (i, &src) in ranks.iter().enumerate() {
+            let mut prev: Option<u32> = None;
+            for k in 1..n as usize {
+                let dst = ranks[(i + k) % n as usize];
+                let mut f = FlowSpec::at(src, dst, bytes, start);
+                f.group = Some(g);
+                if serial {
+                    if let Some(t) = prev {
+                        f.start = None;
+                        f.trigger = Some(t);
+                    }
+                    if k + 1 < n as usize {
+                        let t = self.trigger(1);
+                        f.on_send = Some(t);
+                        prev = Some(t);
+                    }
+                }
+                self.flows.push(f);
+            }
+        }
+    }
+
+    /// Ring all-reduce of a `bytes` buffer among `ranks` (NCCL's ring:
+    /// reduce-scatter then all-gather, 2(n-1) steps of bytes/n each). Step
+    /// k at rank r starts when rank r has *received* step k-1 from rank r-1.
+    pub fn ring_allreduce(&mut self, ranks: &[u32], bytes: u64, start: Ps) {
+        let n = ranks.len();
+        let chunk = bytes.div_ceil(n as u64).max(1);
+        let g = self.group(
+            format!("ring all-reduce {n}"),
+            CollKind::AllReduce,
+            n as u32,
+            bytes,
+        );
+        let steps = 2 * (n - 1);
+        // Chain c: the chunk that starts at rank c and walks the ring.
+        for c in 0..n {
+            let mut prev: Option<u32> = None;
+            for k in 0..steps {
+                let src = ranks[(c + k) % n];
+                let dst = ranks[(c + k + 1) % n];
+                let mut f = FlowSpec::at(src, dst, chunk, start);
+                f.group = Some(g);
+                if let Some(t) = prev {
+                    f.start = None;
+                    f.trigger = Some(t);
+                }
+                if k + 1 < steps {
+                    let t = self.trigger(1);
+                    f.on_recv = Some(t);
+                    prev = Some(t);
+                }
+                self.flows.push(f);
+            }
+        }
+    }
+
+    /// Background load: Poisson arrivals of `bytes` flows between random
+    /// pairs, at `load` of every host's `rate_bps`, from `start` to `until`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn background(
+        &mut self,
+        hosts: u32,
+        load: f64,
+        rate_bps: u64,
+        bytes: u64,
+        start: Ps,
+        until: Ps,
+        seed: u64,
+    ) {
+        if hosts < 2 || load <= 0.0 {
+            return;
+        }
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xb4c6_0000);
+        // Flows per second over all hosts.
+        let per_s = load * rate_bps as f64 * f64::from(hosts) / (bytes as f64 * 8.0);
+        let mean_gap_ps = 1e12 / per_s;
+        let mut t = start as f64;
+        loop {
+            let u = ((rng.next_u64() >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
+            t += -u.ln() * mean_gap_ps;
+            if t >= until as f64 {
+                break;
+            }
+            let src = (rng.next_u64() % u64::from(hosts)) as u32;
+            let mut dst = (rng.next_u64() % u64::from(hosts - 1)) as u32;
+            if dst >= src {
+                dst += 1;
+            }
+            let mut f = FlowSpec::at(src, dst, bytes, t as Ps);
+            f.background = true;
+            self.flows.push(f);
+        }
+    }
+
+    /// Flows from CSV lines `src,dst,bytes,start_us` (a header line and `#`
+    /// comments are skipped).
+    pub fn from_csv(&mut self, text: &str, hosts: u32) -> Result<(), String> {
+        let g = self.groups.len() as u32;
+        let mut total = 0;
+        for (i, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty()
+                || line.starts_with('#')
+                || (i == 0 && line.starts_with(|c: char| c.is_alphabetic()))
+            {
+                continue;
+            }
+            let cols: Vec<&str> = line.split(',').map(str::trim).collect();
+            let bad = || format!("line {}: expected src,dst,bytes,start_us", i + 1);
+            if cols.len() < 3 {
+                return Err(bad());
+            }
+            let src: u32 = cols[0].parse().map_err(|_| bad())?;
+            let dst: u32 = cols[1].parse().map_err(|_| bad())?;
+            let bytes: u64 = cols[2].parse().map_err(|_| bad())?;
+            let start_us: f64 = cols
+                .get(3)
+                .map_or(Ok(0.0), |s| s.parse())
+                .map_err(|_| bad())?;
+            check_hosts(src, dst, hosts, i + 1)?;
+            let mut f = FlowSpec::at(src, dst, bytes, (start_us * PS_PER_US as f64) as Ps);
+            f.group = Some(g);
+            total += bytes;
+            self.flows.push(f);
+        }
+        self.group("csv flows".into(), CollKind::Flows, hosts, total);
+        Ok(())
+    }
+
+    /// Flows from an htsim connection matrix (`.cm`): `Nodes N`,
+    /// `Connections C`, `Triggers T`, then `src->dst [id I] [start US]
+    /// [size B] [trigger K] [send_done_trigger K] [recv_done_trigger K]
+    /// [prio P]` lines and `trigger id K oneshot|multishot|barrier` lines.
+    /// Start times are in microseconds.
+    pub fn from_cm(&mut self, text: &str, hosts: u32) -> Result<(), String> {
+        let g = self.groups.len() as u32;
+        let first_flow = self.flows.len();
+        let mut trig_ids: Vec<(u64, u32)> = Vec::new(); // (cm id, our index)
+        let mut barrier: Vec<u64> = Vec::new();
+        let mut total = 0;
+        let mut map_trigger = |set: &mut Self, id: u64| -> u32 {
+            if let Some(&(_, t)) = trig_ids.iter().find(|(k, _)| *k == id) {
+                return t;
+            }
+            let t = set.trigger(1);
+            trig_ids.push((id, t));
+            t
+        };
+        for (i, line) in text.lines().enumerate() {
+            let lineno = i + 1;
+            let toks: Vec<&str> = line.split_whitespace().collect();
+            let Some(&first) = toks.first() else { continue };
+            let bad = |what: &str| format!("line {lineno}: {what}");
+            match first {
+                "Nodes" => {
+                    let n: u32 = toks
+                        .get(1)
+                        .and_then(|s| s.parse().ok())
+                        .ok_or_else(|| bad("bad Nodes"))?;
+                    if n > hosts {
+                        return Err(bad(&format!(
+                            "matrix has {n} nodes, topology {hosts} hosts"
+                        )));
+                    }
+                }
+                "Connections" | "Triggers" | "Failures" => {}
+                "trigger" => {
+                    // trigger id K kind
+                    let id: u64 = toks
+                        .get(2)
+                        .and_then(|s| s.parse().ok())
+                        .ok_or_else(|| bad("bad trigger id"))?;
+                    let t = map_trigger(self, id);
+                    if toks.get(3) == Some(&"barrier") {
+                        barrier.push(u64::from(t));
+                    }
+                }
+                _ if first.contains("->") => {
+                    let (s, d) = first.split_once("->").ok_or_else(|| bad("bad src->dst"))?;
+                    let src: u32 = s.parse().map_err(|_| bad("bad src"))?;
+                    let dst: u32 = d.parse().map_err(|_| bad("bad dst"))?;
+                    check_hosts(src, dst, hosts, lineno)?;
+                    let mut f = FlowSpec::at(src, dst, 0, 0);
+                    f.group = Some(g);
+                    let mut it = toks[1..].iter();
+                    while let Some(&key) = it.next() {
+                        let val = it
+                            .next()
+                            .ok_or_else(|| bad(&format!("{key} without value")))?;
+                        let num = || {
+                            val.parse::<f64>()
+                                .map_err(|_| bad(&format!("bad {key} value '{val}'")))
+                        };
+                        match key {
+                            "id" | "prio" => {}
+                            "start" => f.start = Some((num()? * PS_PER_US as f64) as Ps),
+                            "size" => f.bytes = num()? as u64,
+                            "trigger" => {
+                                f.trigger = Some(map_trigger(self, num()? as u64));
+                                f.start = None;
+                            }
+                            "send_done_trigger" => {
+                                f.on_send = Some(map_trigger(self, num()? as u64))
+                            }
+                            "recv_done_trigger" => {
+                                f.on_recv = Some(map_trigger(self, num()? as u64))
+                            }
+                            _ => return Err(bad(&format!("unknown field '{key}'"))),
+                        }
+                    }
+                    if f.bytes == 0 {
+                        return Err(bad("flow without size"));
+                    }
+                    total += f.bytes;
+                    self.flows.push(f);
+                }
+                _ => return Err(bad(&format!("unknown line '{first}'"))),
+            }
+        }
+        for t in barrier {
+            let feeders = self.flows[first_flow..]
+                .iter()
+                .filter(|f| f.on_send == Some(t as u32) || f.on_recv == Some(t as u32))
+                .count() as u32;
+            self.triggers[t as usize].needed = feeders.max(1);
+        }
+        self.group("connection matrix".into(), CollKind::Flows, hosts, total);
+        Ok(())
+    }
+}
+
+fn check_hosts(src: u32, dst: u32, hosts: u32, line: usize) -> Result<(), String> {
+    if src >= hosts || dst >= hosts {
+        return Err(format!(
+            "line {line}: host index out of range (topology has {hosts} hosts)"
+        ));
+    }
+    if src == dst {
+        return Err(format!("line {line}: flow from a host to itself"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn permutation_is_a_derangement() {
+        let mut s = FlowSet::default();
+        s.permutation(128, 1000, 0, 7);
+        let mut seen = [false; 128];
+        for f in &s.flows {
+            assert_ne!(f.src, f.dst);
+            assert!(!seen[f.dst as usize]);
+            seen[f.dst as usize] = true;
+        }
+    }
+
+    #[test]
+    fn ring_allreduce_chains_steps() {
+        let mut s = FlowSet::default();
+        s.ring_allreduce(&[0, 1, 2, 3], 4096, 0);
+        assert_eq!(s.flows.len(), 4 * 6);
+        assert_eq!(s.flows[0].bytes, 1024);
+        // Step 1 of chain 0 (rank 1 -> 2) waits for step 0 (rank 0 -> 1).
+        assert_eq!((s.flows[1].src, s.flows[1].dst), (1, 2));
+        assert_eq!(s.flows[1].trigger, s.flows[0].on_recv);
+        assert!(s.flows[1].start.is_none());
+    }
+
+    #[test]
+    fn cm_parses_triggers() {
+        let cm = "Nodes 4\nConnections 2\nTriggers 1\n0->1 id 1 start 0 size 1000 send_done_trigger 1\n1->2 id 2 trigger 1 size 2000\ntrigger id 1 oneshot\n";
+        let mut s = FlowSet::default();
+        s.from_cm(cm, 4).unwrap();
+        assert_eq!(s.flows.len(), 2);
+        assert_eq!(s.flows[1].trigger, s.flows[0].on_send);
+        assert!(s.from_cm("0->9 size 5", 4).unwrap_err().contains("line 1"));
+    }
+}

@@ -1,0 +1,666 @@
+//! A MetaRoCE device on real UDP sockets, and its progress engine.
+//!
+//! One receive socket on `device_port` (data and ACKs both arrive there),
+//! one send socket per port of `device_port + 1 ..= device_port + span`
+//! (every path's datagrams leave from its own source port: the ECMP
+//! entropy). All sockets are non-blocking.
+//!
+//! Progress is made by whoever holds the device lock: the application
+//! thread when it polls a CQ ([`Device::poll_cq`]) or posts work
+//! ([`Device::with`]), and otherwise the device's engine thread. The engine
+//! busy-polls for `busy_poll_ns` after the last activity, stands aside while
+//! the application is polling (so two threads do not fight over one lock on
+//! a small machine), and otherwise sleeps in `ppoll` on the receive socket
+//! and a wake-up eventfd with the core's next deadline as timeout.
+
+use crate::impair::{Impair, ImpairState, Verdict};
+use crate::sys::{self, EventFd, OutMsg, RxBatch};
+use metaroce_proto::endpoint::Transmit;
+use metaroce_proto::{Ecn, EndpointConfig};
+use metaroce_verbs::{CompletionQueue, Context, EndpointStats, VerbsError, WorkCompletion};
+use socket2::Socket;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+/// Monotonic nanoseconds from a process-wide origin.
+pub fn now_ns() -> u64 {
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    ORIGIN.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+/// A seed from the OS (`/dev/urandom`, or time and pid if that fails).
+pub fn os_seed() -> u64 {
+    use std::io::Read;
+    let mut b = [0u8; 8];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .is_ok()
+    {
+        return u64::from_le_bytes(b);
+    }
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    t ^ (u64::from(std::process::id()) << 32)
+}
+
+/// The datapath failed.
+#[derive(Debug, thiserror::Error)]
+pub enum UdpError {
+    /// A socket call failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The verbs layer refused.
+    #[error(transparent)]
+    Verbs(#[from] VerbsError),
+}
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> UdpError {
+    let what = what.into();
+    move |source| UdpError::Io { what, source }
+}
+
+/// How to start a device.
+#[derive(Debug, Clone)]
+pub struct DeviceConfig {
+    /// The core's configuration. `device_port == 0` picks a free port range.
+    pub endpoint: EndpointConfig,
+    /// The local IP to bind (the address peers use for this device).
+    pub bind_ip: IpAddr,
+    /// Receive-side fault injection.
+    pub impair: Option<Impair>,
+    /// Use UDP GSO when the kernel has it.
+    pub gso: bool,
+    /// Use UDP GRO when the kernel has it.
+    pub gro: bool,
+    /// The engine spins this long after its last activity before sleeping.
+    pub busy_poll_ns: u64,
+}
+
+impl DeviceConfig {
+    /// Defaults: GSO and GRO on, 2 ms busy-poll window, no impairment.
+    pub fn new(endpoint: EndpointConfig, bind_ip: IpAddr) -> Self {
+        Self {
+            endpoint,
+            bind_ip,
+            impair: None,
+            gso: true,
+            gro: true,
+            busy_poll_ns: 2_000_000,
+        }
+    }
+}
+
+/// Driver counters (the core's own are in [`EndpointStats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IoStats {
+    /// `recvmmsg` calls that returned data.
+    pub rx_batches: u64,
+    /// Datagrams received (GRO segments counted one by one).
+    pub rx_datagrams: u64,
+    /// Received super-datagrams that GRO coalesced.
+    pub rx_gro_msgs: u64,
+    /// Datagrams dropped by `--impair`.
+    pub impair_dropped: u64,
+    /// Datagrams duplicated by `--impair`.
+    pub impair_duplicated: u64,
+    /// Datagrams delayed by `--impair`.
+    pub impair_reordered: u64,
+    /// Datagrams handed to the kernel.
+    pub tx_datagrams: u64,
+    /// Messages (send calls' entries) handed to the kernel.
+    pub tx_msgs: u64,
+    /// GSO messages sent.
+    pub tx_gso_msgs: u64,
+    /// Datagrams the kernel refused (full buffer, error) and that were dropped.
+    pub tx_dropped: u64,
+    /// Datagrams whose source port had no socket.
+    pub tx_no_socket: u64,
+}
+
+/// A snapshot of a device's counters.
+#[derive(Debug, Clone, Copy)]
+pub struct DeviceStats {
+    /// The core's counters.
+    pub endpoint: EndpointStats,
+    /// The driver's counters.
+    pub io: IoStats,
+    /// Whether GSO is in use.
+    pub gso: bool,
+    /// Whether GRO is in use.
+    pub gro: bool,
+}
+
+/// Most datagrams drained from the core per send round.
+const TX_BATCH: usize = 256;
+/// Receive messages per `recvmmsg`.
+const RX_BATCH: usize = 32;
+/// Receive batches per progress pass (bounded for fairness with timers and sends).
+const RX_ROUNDS: usize = 8;
+/// The engine stands aside this long after the application drove progress.
+const APP_HOLD_NS: u64 = 300_000;
+
+struct Io {
+    rx: Socket,
+    tx: Vec<Socket>,
+    base_port: u16,
+    gso: bool,
+    gro: bool,
+    rxb: RxBatch,
+    slots: Vec<Vec<u8>>,
+    meta: Vec<Transmit>,
+    order: Vec<usize>,
+    impair: Option<ImpairState>,
+    held: Option<(SocketAddr, Ecn, Vec<u8>)>,
+    stats: IoStats,
+}
+
+struct State {
+    ctx: Context,
+    io: Io,
+}
+
+struct Inner {
+    state: Mutex<State>,
+    shutdown: AtomicBool,
+    sleeping: AtomicBool,
+    app_active: AtomicU64,
+    wake: EventFd,
+    rx_fd: std::os::fd::RawFd,
+    addr: SocketAddr,
+    busy_poll_ns: u64,
+}
+
+/// A running device: sockets, the core, and its progress engine thread.
+pub struct Device {
+    inner: Arc<Inner>,
+    engine: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device")
+            .field("addr", &self.inner.addr)
+            .finish()
+    }
+}
+
+fn bind_range(ip: IpAddr, base: u16, span: u16) -> io::Result<(Socket, Vec<Socket>)> {
+    let rx = sys::bind_udp(SocketAddr::new(ip, base))?;
+    let mut tx = Vec::with_capacity(usize::from(span));
+    for i in 1..=span {
+        tx.push(sys::bind_udp(SocketAddr::new(ip, base + i))?);
+    }
+    Ok((rx, tx))
+}
+
+impl Device {
+    /// Bind the sockets, open the core and start the engine thread.
+    pub fn start(cfg: DeviceConfig) -> Result<Self, UdpError> {
+        let mut ep = cfg.endpoint.clone();
+        let span = ep.path_port_span;
+        let (rx, tx) = if ep.device_port == 0 {
+            // Pick a free range: random bases until every port binds.
+            let mut x = os_seed() | 1;
+            let top = 60_000u32.saturating_sub(u32::from(span)).max(20_001);
+            let mut last = None;
+            let mut found = None;
+            for _ in 0..64 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let base = (20_000 + (x % u64::from(top - 20_000)) as u32) as u16;
+                match bind_range(cfg.bind_ip, base, span) {
+                    Ok(s) => {
+                        ep.device_port = base;
+                        found = Some(s);
+                        break;
+                    }
+                    Err(e) => last = Some(e),
+                }
+            }
+            found.ok_or_else(|| UdpError::Io {
+                what: format!("no free UDP port range of {} on {}", span + 1, cfg.bind_ip),
+                source: last.unwrap_or_else(|| io::Error::other("no attempt")),
+            })?
+        } else {
+            bind_range(cfg.bind_ip, ep.device_port, span).map_err(io_err(format!(
+                "bind UDP {}:{}..={}",
+                cfg.bind_ip,
+                ep.device_port,
+                u32::from(ep.device_port) + u32::from(span)
+            )))?
+        };
+        let gso = cfg.gso && tx.first().is_some_and(sys::probe_gso);
+        let gro = cfg.gro && sys::enable_gro(&rx);
+        let ctx = Context::open(ep.clone())?;
+        let slot_len = ctx.max_datagram_len();
+        let addr = SocketAddr::new(cfg.bind_ip, ep.device_port);
+        let rx_fd = rx.as_raw_fd();
+        let io = Io {
+            rx,
+            tx,
+            base_port: ep.device_port,
+            gso,
+            gro,
+            rxb: RxBatch::new(RX_BATCH),
+            slots: (0..TX_BATCH).map(|_| vec![0; slot_len]).collect(),
+            meta: Vec::with_capacity(TX_BATCH),
+            order: Vec::with_capacity(TX_BATCH),
+            impair: cfg.impair.filter(Impair::is_active).map(ImpairState::new),
+            held: None,
+            stats: IoStats::default(),
+        };
+        let inner = Arc::new(Inner {
+            state: Mutex::new(State { ctx, io }),
+            shutdown: AtomicBool::new(false),
+            sleeping: AtomicBool::new(false),
+            app_active: AtomicU64::new(0),
+            wake: EventFd::new().map_err(io_err("eventfd"))?,
+            rx_fd,
+            addr,
+            busy_poll_ns: cfg.busy_poll_ns,
+        });
+        let engine_inner = Arc::clone(&inner);
+        let engine = std::thread::Builder::new()
+            .name(format!("metaroce-engine-{}", ep.device_port))
+            .spawn(move || engine(&engine_inner))
+            .map_err(io_err("spawn engine thread"))?;
+        Ok(Self {
+            inner,
+            engine: Some(engine),
+        })
+    }
+
+    /// The device's address as peers name it (IP and device port).
+    pub fn addr(&self) -> SocketAddr {
+        self.inner.addr
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Run `f` on the context under the device lock (post work, register
+    /// memory, modify QPs, read MR bytes), then send what it produced and
+    /// wake the engine so it sees new deadlines. `f` gets the current time.
+    pub fn with<R>(&self, f: impl FnOnce(&mut Context, u64) -> R) -> R {
+        let now = now_ns();
+        let r = {
+            let mut st = self.lock();
+            let st = &mut *st;
+            let r = f(&mut st.ctx, now);
+            flush(&mut st.ctx, &mut st.io, now);
+            r
+        };
+        if self.inner.sleeping.load(Ordering::SeqCst) {
+            self.inner.wake.signal();
+        }
+        r
+    }
+
+    /// Drive progress once from the calling thread (receive, timers, send).
+    /// Returns whether anything happened.
+    pub fn progress(&self) -> bool {
+        self.inner.app_active.store(now_ns(), Ordering::Relaxed);
+        let mut st = self.lock();
+        let st = &mut *st;
+        progress(&mut st.ctx, &mut st.io, now_ns())
+    }
+
+    /// `ibv_poll_cq`, busy-polling style: drive progress, then take up to
+    /// `wc.len()` completions.
+    pub fn poll_cq(
+        &self,
+        cq: CompletionQueue,
+        wc: &mut [WorkCompletion],
+    ) -> Result<usize, VerbsError> {
+        let now = now_ns();
+        self.inner.app_active.store(now, Ordering::Relaxed);
+        let mut st = self.lock();
+        let st = &mut *st;
+        let n = st.ctx.poll_cq(cq, wc)?;
+        if n > 0 {
+            return Ok(n);
+        }
+        progress(&mut st.ctx, &mut st.io, now);
+        st.ctx.poll_cq(cq, wc)
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> DeviceStats {
+        let st = self.lock();
+        DeviceStats {
+            endpoint: *st.ctx.stats(),
+            io: st.io.stats,
+            gso: st.io.gso,
+            gro: st.io.gro,
+        }
+    }
+
+    /// Stop the engine thread and close the sockets.
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        self.inner.shutdown.store(true, Ordering::SeqCst);
+        self.inner.wake.signal();
+        if let Some(h) = self.engine.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn engine(inner: &Inner) {
+    let mut last_active = now_ns();
+    let mut deadline = None;
+    while !inner.shutdown.load(Ordering::SeqCst) {
+        let now = now_ns();
+        let app_recent = now.saturating_sub(inner.app_active.load(Ordering::Relaxed)) < APP_HOLD_NS;
+        if !app_recent && let Ok(mut st) = inner.state.try_lock() {
+            let st = &mut *st;
+            if progress(&mut st.ctx, &mut st.io, now) {
+                last_active = now;
+            }
+            deadline = st.ctx.poll_timeout();
+        }
+        let now = now_ns();
+        if !app_recent && now.saturating_sub(last_active) < inner.busy_poll_ns {
+            std::thread::yield_now();
+            continue;
+        }
+        inner.sleeping.store(true, Ordering::SeqCst);
+        let (fds, timeout): (&[_], u64) = if app_recent {
+            (&[inner.wake.raw()][..], APP_HOLD_NS)
+        } else {
+            let t = deadline.map_or(100_000_000, |d: u64| d.saturating_sub(now));
+            (&[inner.rx_fd, inner.wake.raw()][..], t.min(100_000_000))
+        };
+        if timeout > 0 {
+            sys::wait_readable(fds, Some(timeout));
+        }
+        inner.sleeping.store(false, Ordering::SeqCst);
+        inner.wake.drain();
+    }
+}
+
+/// One progress pass: receive what is there, fire due timers, send.
+fn progress(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
+    let mut did = false;
+    for _ in 0..RX_ROUNDS {
+        // Transient socket errors (e.g. ICMP) are not fatal.
+        let n = io.rxb.recv(&io.rx).unwrap_or_default();
+        if n == 0 {
+            break;
+        }
+        did = true;
+        io.stats.rx_batches += 1;
+        for i in 0..n {
+            let m = io.rxb.meta[i];
+            let Some(src) = m.src else { continue };
+            let ecn = sys::ecn_of_tos(m.tos);
+            let data = io.rxb.data(i);
+            let seg = m.segment.unwrap_or(data.len()).max(1);
+            if data.len() > seg {
+                io.stats.rx_gro_msgs += 1;
+            }
+            for d in data.chunks(seg) {
+                io.stats.rx_datagrams += 1;
+                deliver(
+                    ctx,
+                    &mut io.impair,
+                    &mut io.held,
+                    &mut io.stats,
+                    now,
+                    src,
+                    ecn,
+                    d,
+                );
+            }
+        }
+        flush(ctx, io, now);
+    }
+    if ctx.poll_timeout().is_some_and(|t| t <= now) {
+        ctx.handle_timeout(now);
+        did = true;
+    }
+    did |= flush(ctx, io, now) > 0;
+    did
+}
+
+#[allow(clippy::too_many_arguments)]
+fn deliver(
+    ctx: &mut Context,
+    impair: &mut Option<ImpairState>,
+    held: &mut Option<(SocketAddr, Ecn, Vec<u8>)>,
+    stats: &mut IoStats,
+    now: u64,
+    src: SocketAddr,
+    ecn: Ecn,
+    d: &[u8],
+) {
+    let Some(imp) = impair else {
+        ctx.handle_datagram(now, src, ecn, d);
+        return;
+    };
+    match imp.verdict() {
+        Verdict::Drop => stats.impair_dropped += 1,
+        Verdict::Hold if held.is_none() => {
+            stats.impair_reordered += 1;
+            *held = Some((src, ecn, d.to_vec()));
+            return;
+        }
+        Verdict::Duplicate => {
+            stats.impair_duplicated += 1;
+            ctx.handle_datagram(now, src, ecn, d);
+            ctx.handle_datagram(now, src, ecn, d);
+        }
+        Verdict::Deliver | Verdict::Hold => ctx.handle_datagram(now, src, ecn, d),
+    }
+    if let Some((s, e, h)) = held.take() {
+        ctx.handle_datagram(now, s, e, &h);
+    }
+}
+
+/// Drain the core's transmits and send them, grouped per source port into
+/// GSO messages where possible. Returns datagrams drained.
+fn flush(ctx: &mut Context, io: &mut Io, now: u64) -> usize {
+    let mut total = 0;
+    loop {
+        io.meta.clear();
+        while io.meta.len() < TX_BATCH {
+            let k = io.meta.len();
+            match ctx.poll_transmit(now, &mut io.slots[k]) {
+                Some(t) => io.meta.push(t),
+                None => break,
+            }
+        }
+        let k = io.meta.len();
+        if k == 0 {
+            break;
+        }
+        send_all(io);
+        total += k;
+        if k < TX_BATCH {
+            break;
+        }
+    }
+    total
+}
+
+fn send_all(io: &mut Io) {
+    let meta = &io.meta;
+    io.order.clear();
+    io.order.extend(0..meta.len());
+    // Stable: per-path order is kept, which is all the protocol needs.
+    io.order
+        .sort_by_key(|&i| (meta[i].src_port, meta[i].dst, sys::ecn_bits(meta[i].ecn)));
+    let mut parts: Vec<&[u8]> = Vec::with_capacity(meta.len());
+    let mut msgs: Vec<(usize, usize, OutMsg<'_>)> = Vec::new();
+    for &i in &io.order {
+        parts.push(&io.slots[i][..meta[i].len]);
+    }
+    // Split the sorted run into messages: (start, end) ranges into `parts`.
+    let mut ranges: Vec<(usize, usize, usize)> = Vec::new(); // (start, end, meta index of first)
+    let mut s = 0;
+    while s < io.order.len() {
+        let first = io.order[s];
+        let seg = meta[first].len;
+        let mut e = s + 1;
+        let mut bytes = seg;
+        if io.gso {
+            while e < io.order.len() && e - s < sys::GSO_MAX_SEGMENTS {
+                let j = io.order[e];
+                let same = meta[j].src_port == meta[first].src_port
+                    && meta[j].dst == meta[first].dst
+                    && meta[j].ecn == meta[first].ecn;
+                if !same || meta[j].len > seg || bytes + meta[j].len > sys::GSO_MAX_BYTES {
+                    break;
+                }
+                bytes += meta[j].len;
+                e += 1;
+                if meta[j].len < seg {
+                    break; // a short segment must be the last
+                }
+            }
+        }
+        ranges.push((s, e, first));
+        s = e;
+    }
+    let parts = &parts;
+    for &(s, e, first) in &ranges {
+        let t = &meta[first];
+        msgs.push((
+            s,
+            e,
+            OutMsg {
+                dst: t.dst,
+                tos: sys::ecn_bits(t.ecn),
+                segment: (e - s > 1).then_some(t.len as u16),
+                parts: &parts[s..e],
+            },
+        ));
+    }
+    // Send per socket: consecutive messages share a source port.
+    let mut a = 0;
+    let mut disable_gso = false;
+    while a < msgs.len() {
+        let port = meta[io.order[msgs[a].0]].src_port;
+        let mut b = a + 1;
+        while b < msgs.len() && meta[io.order[msgs[b].0]].src_port == port {
+            b += 1;
+        }
+        let sock = if port == io.base_port {
+            Some(&io.rx)
+        } else {
+            port.checked_sub(io.base_port + 1)
+                .and_then(|i| io.tx.get(usize::from(i)))
+        };
+        let group: Vec<&OutMsg<'_>> = msgs[a..b].iter().map(|m| &m.2).collect();
+        let dgrams: usize = msgs[a..b].iter().map(|m| m.1 - m.0).sum();
+        let Some(sock) = sock else {
+            io.stats.tx_no_socket += dgrams as u64;
+            a = b;
+            continue;
+        };
+        let sent = send_msgs(sock, &group, &mut disable_gso, &mut io.stats);
+        let _ = sent;
+        a = b;
+    }
+    if disable_gso {
+        io.gso = false;
+    }
+}
+
+/// Send messages on one socket, retrying briefly on a full buffer; a GSO
+/// message the kernel refuses (EIO / EINVAL: no GSO on this route) is
+/// resent datagram by datagram and GSO is turned off.
+fn send_msgs(
+    sock: &Socket,
+    msgs: &[&OutMsg<'_>],
+    disable_gso: &mut bool,
+    st: &mut IoStats,
+) -> usize {
+    let mut done = 0;
+    let mut stalls = 0;
+    while done < msgs.len() {
+        let batch: Vec<OutMsg<'_>> = msgs[done..]
+            .iter()
+            .map(|m| OutMsg {
+                dst: m.dst,
+                tos: m.tos,
+                segment: m.segment,
+                parts: m.parts,
+            })
+            .collect();
+        match sys::send_batch(sock, &batch) {
+            Ok(0) => {
+                stalls += 1;
+                if stalls > 20 {
+                    break;
+                }
+                sys::wait_writable(sock.as_raw_fd(), 1_000_000);
+            }
+            Ok(n) => {
+                for m in &batch[..n] {
+                    st.tx_msgs += 1;
+                    st.tx_datagrams += m.parts.len() as u64;
+                    if m.segment.is_some() {
+                        st.tx_gso_msgs += 1;
+                    }
+                }
+                done += n;
+            }
+            Err(e) => {
+                let m = &batch[0];
+                if m.segment.is_some() && matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL))
+                {
+                    *disable_gso = true;
+                    for p in m.parts {
+                        let one = [*p];
+                        let single = OutMsg {
+                            dst: m.dst,
+                            tos: m.tos,
+                            segment: None,
+                            parts: &one,
+                        };
+                        match sys::send_batch(sock, std::slice::from_ref(&single)) {
+                            Ok(1) => {
+                                st.tx_msgs += 1;
+                                st.tx_datagrams += 1;
+                            }
+                            _ => st.tx_dropped += 1,
+                        }
+                    }
+                } else {
+                    st.tx_dropped += m.parts.len() as u64;
+                }
+                done += 1;
+            }
+        }
+    }
+    for m in &msgs[done..] {
+        st.tx_dropped += m.parts.len() as u64;
+    }
+    done
+}

@@ -1,0 +1,464 @@
+//! Batched UDP I/O: `sendmmsg` with optional UDP GSO and a per-message
+//! `IP_TOS` cmsg, `recvmmsg` with optional UDP GRO and the received TOS byte.
+//!
+//! This is the only module with `unsafe`: every block is a syscall on
+//! buffers this module owns and sized, with a `// SAFETY:` note.
+
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use std::io;
+use std::mem::{size_of, zeroed};
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+
+/// `SOL_UDP` level socket options (linux/udp.h).
+const SOL_UDP: libc::c_int = 17;
+/// Send: segment size for UDP GSO.
+const UDP_SEGMENT: libc::c_int = 103;
+/// Receive: coalesce datagrams (GRO), cmsg carries the segment size.
+const UDP_GRO: libc::c_int = 104;
+
+/// Most segments the kernel accepts in one GSO send.
+pub(crate) const GSO_MAX_SEGMENTS: usize = 64;
+/// Most bytes in one GSO send (UDP payload limit, minus headroom for headers).
+pub(crate) const GSO_MAX_BYTES: usize = 65_000;
+/// Receive buffer size: room for a GRO super-datagram.
+pub(crate) const RX_BUF_LEN: usize = 65_536;
+
+/// ECN codepoint in the low two bits of the TOS / traffic-class byte.
+pub(crate) fn ecn_bits(ecn: metaroce_proto::Ecn) -> u8 {
+    match ecn {
+        metaroce_proto::Ecn::NotEct => 0,
+        metaroce_proto::Ecn::Ect0 => 2,
+        metaroce_proto::Ecn::Ce => 3,
+    }
+}
+
+/// The core's ECN value of a received TOS byte (ECT(1) counts as ECT).
+pub(crate) fn ecn_of_tos(tos: u8) -> metaroce_proto::Ecn {
+    match tos & 3 {
+        0 => metaroce_proto::Ecn::NotEct,
+        3 => metaroce_proto::Ecn::Ce,
+        _ => metaroce_proto::Ecn::Ect0,
+    }
+}
+
+/// Bind a non-blocking UDP socket at `addr` with large buffers and TOS
+/// reception on.
+pub(crate) fn bind_udp(addr: SocketAddr) -> io::Result<Socket> {
+    let domain = Domain::for_address(addr);
+    let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
+    s.set_nonblocking(true)?;
+    // Large buffers; the FORCE variants need CAP_NET_ADMIN, plain ones are capped.
+    if s.set_recv_buffer_size(16 << 20).is_ok() {
+        let _ = force_buf(&s, libc::SO_RCVBUFFORCE, 16 << 20);
+    }
+    if s.set_send_buffer_size(4 << 20).is_ok() {
+        let _ = force_buf(&s, libc::SO_SNDBUFFORCE, 4 << 20);
+    }
+    if addr.is_ipv4() {
+        setsockopt_int(&s, libc::IPPROTO_IP, libc::IP_RECVTOS, 1)?;
+    } else {
+        setsockopt_int(&s, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1)?;
+    }
+    s.bind(&SockAddr::from(addr))?;
+    Ok(s)
+}
+
+fn force_buf(s: &Socket, opt: libc::c_int, bytes: libc::c_int) -> io::Result<()> {
+    setsockopt_int(s, libc::SOL_SOCKET, opt, bytes)
+}
+
+fn setsockopt_int(
+    s: &Socket,
+    level: libc::c_int,
+    opt: libc::c_int,
+    v: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: `v` is a live c_int and we pass its exact size; the fd is open
+    // for the lifetime of `s`.
+    let r = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            level,
+            opt,
+            (&raw const v).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Whether the kernel accepts UDP GSO on this socket (probe with a
+/// harmless segment size; 0 turns it off again for plain sends).
+pub(crate) fn probe_gso(s: &Socket) -> bool {
+    setsockopt_int(s, SOL_UDP, UDP_SEGMENT, 1400).is_ok()
+        && setsockopt_int(s, SOL_UDP, UDP_SEGMENT, 0).is_ok()
+}
+
+/// Turn UDP GRO on; false where the kernel lacks it.
+pub(crate) fn enable_gro(s: &Socket) -> bool {
+    setsockopt_int(s, SOL_UDP, UDP_GRO, 1).is_ok()
+}
+
+/// One message to send: a list of byte slices sent back to back (as GSO
+/// segments of `segment` bytes when `segment` is `Some`), to `dst` with
+/// the ECN codepoint `ecn_bits`.
+pub(crate) struct OutMsg<'a> {
+    pub(crate) dst: SocketAddr,
+    pub(crate) tos: u8,
+    pub(crate) segment: Option<u16>,
+    pub(crate) parts: &'a [&'a [u8]],
+}
+
+/// Control-message space for one outgoing message: a TOS (int) and a GSO
+/// segment size (u16), each in its own aligned cmsg.
+const TX_CMSG_SPACE: usize = 64;
+/// Control-message space for one received message: TOS / TCLASS and GRO size.
+const RX_CMSG_SPACE: usize = 64;
+
+#[repr(C, align(8))]
+struct CmsgBuf<const N: usize>([u8; N]);
+
+/// Most iovecs per outgoing message (one per GSO segment).
+const MAX_IOV: usize = GSO_MAX_SEGMENTS;
+
+/// Send `msgs` on `sock` with one `sendmmsg` call (looping on partial
+/// sends). Returns how many messages the kernel took; stops early on
+/// `WouldBlock` (the rest are the caller's to retry or drop).
+pub(crate) fn send_batch(sock: &Socket, msgs: &[OutMsg<'_>]) -> io::Result<usize> {
+    const CHUNK: usize = 32;
+    let mut sent = 0;
+    while sent < msgs.len() {
+        let chunk = &msgs[sent..msgs.len().min(sent + CHUNK)];
+        let n = send_chunk(sock, chunk)?;
+        if n == 0 {
+            break;
+        }
+        sent += n;
+        if n < chunk.len() {
+            break;
+        }
+    }
+    Ok(sent)
+}
+
+fn send_chunk(sock: &Socket, chunk: &[OutMsg<'_>]) -> io::Result<usize> {
+    let n = chunk.len();
+    let mut addrs: Vec<SockAddr> = Vec::with_capacity(n);
+    let mut iovs: Vec<[libc::iovec; MAX_IOV]> = Vec::with_capacity(n);
+    let mut cmsgs: Vec<CmsgBuf<TX_CMSG_SPACE>> = Vec::with_capacity(n);
+    // SAFETY: mmsghdr is plain old data for which all-zero is a valid value.
+    let mut hdrs: Vec<libc::mmsghdr> = (0..n).map(|_| unsafe { zeroed() }).collect();
+    for m in chunk {
+        if m.parts.is_empty() || m.parts.len() > MAX_IOV {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "bad part count",
+            ));
+        }
+        addrs.push(SockAddr::from(m.dst));
+        let mut iov = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; MAX_IOV];
+        for (slot, p) in iov.iter_mut().zip(m.parts) {
+            slot.iov_base = p.as_ptr() as *mut libc::c_void;
+            slot.iov_len = p.len();
+        }
+        iovs.push(iov);
+        cmsgs.push(CmsgBuf([0; TX_CMSG_SPACE]));
+    }
+    for i in 0..n {
+        let m = &chunk[i];
+        let h = &mut hdrs[i].msg_hdr;
+        h.msg_name = addrs[i].as_ptr() as *mut libc::c_void;
+        h.msg_namelen = addrs[i].len();
+        h.msg_iov = iovs[i].as_mut_ptr();
+        h.msg_iovlen = m.parts.len();
+        h.msg_control = cmsgs[i].0.as_mut_ptr().cast();
+        h.msg_controllen = TX_CMSG_SPACE;
+        let v6 = m.dst.is_ipv6();
+        // SAFETY: msg_control points at TX_CMSG_SPACE aligned bytes owned by
+        // `cmsgs[i]`, large enough for two int-sized cmsgs (checked by the
+        // CMSG_SPACE sum below); CMSG_FIRSTHDR/NXTHDR stay inside it.
+        unsafe {
+            let need = libc::CMSG_SPACE(size_of::<libc::c_int>() as u32) as usize
+                + libc::CMSG_SPACE(size_of::<u16>() as u32) as usize;
+            debug_assert!(need <= TX_CMSG_SPACE);
+            let mut used = 0usize;
+            let c = libc::CMSG_FIRSTHDR(h);
+            (*c).cmsg_level = if v6 {
+                libc::IPPROTO_IPV6
+            } else {
+                libc::IPPROTO_IP
+            };
+            (*c).cmsg_type = if v6 { libc::IPV6_TCLASS } else { libc::IP_TOS };
+            (*c).cmsg_len = libc::CMSG_LEN(size_of::<libc::c_int>() as u32) as usize;
+            let tos = libc::c_int::from(m.tos);
+            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>(), tos);
+            used += libc::CMSG_SPACE(size_of::<libc::c_int>() as u32) as usize;
+            if let Some(seg) = m.segment {
+                h.msg_controllen = used + libc::CMSG_SPACE(size_of::<u16>() as u32) as usize;
+                let c2 = libc::CMSG_NXTHDR(h, c);
+                (*c2).cmsg_level = SOL_UDP;
+                (*c2).cmsg_type = UDP_SEGMENT;
+                (*c2).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as usize;
+                std::ptr::write_unaligned(libc::CMSG_DATA(c2).cast::<u16>(), seg);
+                used = h.msg_controllen;
+            }
+            h.msg_controllen = used;
+        }
+    }
+    // SAFETY: `hdrs` holds `n` initialised mmsghdrs whose pointers (names,
+    // iovecs, control buffers, payload slices) all outlive this call.
+    let r = unsafe {
+        libc::sendmmsg(
+            sock.as_raw_fd(),
+            hdrs.as_mut_ptr(),
+            n as libc::c_uint,
+            libc::MSG_DONTWAIT,
+        )
+    };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::WouldBlock {
+            return Ok(0);
+        }
+        return Err(e);
+    }
+    Ok(r as usize)
+}
+
+/// A received message: `len` bytes in its buffer, from `src`, with the TOS
+/// byte and (under GRO) the segment size the bytes are split at.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct InMeta {
+    pub(crate) src: Option<SocketAddr>,
+    pub(crate) len: usize,
+    pub(crate) tos: u8,
+    pub(crate) segment: Option<usize>,
+}
+
+/// Receive buffers for `recvmmsg`.
+pub(crate) struct RxBatch {
+    bufs: Vec<Vec<u8>>,
+    pub(crate) meta: Vec<InMeta>,
+}
+
+impl RxBatch {
+    pub(crate) fn new(n: usize) -> Self {
+        Self {
+            bufs: (0..n).map(|_| vec![0; RX_BUF_LEN]).collect(),
+            meta: Vec::with_capacity(n),
+        }
+    }
+
+    /// The bytes of received message `i`.
+    pub(crate) fn data(&self, i: usize) -> &[u8] {
+        &self.bufs[i][..self.meta[i].len]
+    }
+
+    /// One non-blocking `recvmmsg`; fills `meta`. Returns how many messages.
+    pub(crate) fn recv(&mut self, sock: &Socket) -> io::Result<usize> {
+        self.meta.clear();
+        let n = self.bufs.len();
+        // SAFETY: all-zero is a valid value for these plain C structs.
+        let mut names: Vec<libc::sockaddr_storage> = (0..n).map(|_| unsafe { zeroed() }).collect();
+        let mut cmsgs: Vec<CmsgBuf<RX_CMSG_SPACE>> =
+            (0..n).map(|_| CmsgBuf([0; RX_CMSG_SPACE])).collect();
+        let mut iovs: Vec<libc::iovec> = self
+            .bufs
+            .iter_mut()
+            .map(|b| libc::iovec {
+                iov_base: b.as_mut_ptr().cast(),
+                iov_len: b.len(),
+            })
+            .collect();
+        // SAFETY: as above.
+        let mut hdrs: Vec<libc::mmsghdr> = (0..n).map(|_| unsafe { zeroed() }).collect();
+        for i in 0..n {
+            let h = &mut hdrs[i].msg_hdr;
+            h.msg_name = (&raw mut names[i]).cast();
+            h.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            h.msg_iov = &raw mut iovs[i];
+            h.msg_iovlen = 1;
+            h.msg_control = cmsgs[i].0.as_mut_ptr().cast();
+            h.msg_controllen = RX_CMSG_SPACE;
+        }
+        // SAFETY: `hdrs` holds `n` mmsghdrs pointing at buffers, names and
+        // control areas owned by this frame or `self`, with their true sizes;
+        // the kernel writes at most those sizes.
+        let r = unsafe {
+            libc::recvmmsg(
+                sock.as_raw_fd(),
+                hdrs.as_mut_ptr(),
+                n as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::WouldBlock {
+                return Ok(0);
+            }
+            return Err(e);
+        }
+        let got = r as usize;
+        for i in 0..got {
+            let h = &hdrs[i].msg_hdr;
+            let len = (hdrs[i].msg_len as usize).min(RX_BUF_LEN);
+            let mut tos = 0u8;
+            let mut segment = None;
+            // SAFETY: the kernel filled msg_control up to msg_controllen
+            // (within RX_CMSG_SPACE); CMSG_FIRSTHDR/NXTHDR only return headers
+            // inside that length, and each data read is bounded by cmsg_len.
+            unsafe {
+                let mut c = libc::CMSG_FIRSTHDR(h);
+                while !c.is_null() {
+                    let data_len = (*c).cmsg_len.saturating_sub(libc::CMSG_LEN(0) as usize);
+                    let data = libc::CMSG_DATA(c);
+                    match ((*c).cmsg_level, (*c).cmsg_type) {
+                        (libc::IPPROTO_IP, libc::IP_TOS) if data_len >= 1 => tos = *data,
+                        (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) if data_len >= 4 => {
+                            tos = std::ptr::read_unaligned(data.cast::<libc::c_int>()) as u8;
+                        }
+                        (SOL_UDP, UDP_GRO) if data_len >= 2 => {
+                            let seg = if data_len >= 4 {
+                                std::ptr::read_unaligned(data.cast::<libc::c_int>()) as usize
+                            } else {
+                                usize::from(std::ptr::read_unaligned(data.cast::<u16>()))
+                            };
+                            if seg > 0 {
+                                segment = Some(seg);
+                            }
+                        }
+                        _ => {}
+                    }
+                    c = libc::CMSG_NXTHDR(h, c);
+                }
+            }
+            let src = sockaddr_to_std(&names[i], h.msg_namelen);
+            self.meta.push(InMeta {
+                src,
+                len,
+                tos,
+                segment,
+            });
+        }
+        Ok(got)
+    }
+}
+
+fn sockaddr_to_std(s: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
+    use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
+    let len = len as usize;
+    match libc::c_int::from(s.ss_family) {
+        libc::AF_INET if len >= size_of::<libc::sockaddr_in>() => {
+            // SAFETY: the family says the storage holds a sockaddr_in, the
+            // kernel wrote at least its size, and sockaddr_storage is
+            // aligned for every sockaddr type.
+            let a = unsafe { &*(s as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)),
+                u16::from_be(a.sin_port),
+            )))
+        }
+        libc::AF_INET6 if len >= size_of::<libc::sockaddr_in6>() => {
+            // SAFETY: as above, for sockaddr_in6.
+            let a = unsafe { &*(s as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(a.sin6_addr.s6_addr),
+                u16::from_be(a.sin6_port),
+                a.sin6_flowinfo,
+                a.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+/// Wait until `fds` are readable or `timeout_ns` passes (None: forever).
+pub(crate) fn wait_readable(fds: &[std::os::fd::RawFd], timeout_ns: Option<u64>) {
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let ts = timeout_ns.map(|ns| libc::timespec {
+        tv_sec: (ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+    });
+    let tsp = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: `pfds` is a live array of `len` pollfds; `tsp` is null or
+    // points at a live timespec; a null sigmask leaves the mask unchanged.
+    unsafe {
+        libc::ppoll(
+            pfds.as_mut_ptr(),
+            pfds.len() as libc::nfds_t,
+            tsp,
+            std::ptr::null(),
+        );
+    }
+}
+
+/// An eventfd used to wake the progress engine.
+pub(crate) struct EventFd(std::os::fd::OwnedFd);
+
+impl EventFd {
+    pub(crate) fn new() -> io::Result<Self> {
+        // SAFETY: plain syscall; a non-negative result is a new fd we own.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a fresh descriptor owned by nobody else.
+        Ok(Self(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) }))
+    }
+
+    pub(crate) fn raw(&self) -> std::os::fd::RawFd {
+        self.0.as_raw_fd()
+    }
+
+    pub(crate) fn signal(&self) {
+        let v: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to our eventfd.
+        unsafe {
+            libc::write(self.raw(), (&raw const v).cast(), 8);
+        }
+    }
+
+    pub(crate) fn drain(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: reads at most 8 bytes into a live u64 (non-blocking fd).
+        unsafe {
+            libc::read(self.raw(), (&raw mut v).cast(), 8);
+        }
+    }
+}
+
+/// Wait up to `timeout_ns` for `fd` to accept more data.
+pub(crate) fn wait_writable(fd: std::os::fd::RawFd, timeout_ns: u64) {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    let ts = libc::timespec {
+        tv_sec: (timeout_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: one live pollfd and a live timespec; null sigmask.
+    unsafe {
+        libc::ppoll(&raw mut pfd, 1, &raw const ts, std::ptr::null());
+    }
+}

@@ -1,0 +1,283 @@
+//! Datapath tests over real sockets on 127.0.0.1 (ports picked at random
+//! from free ranges, so parallel tests do not collide).
+
+use crate::perf::{self, Figures, LocalOpts, Params, Session, Test};
+use crate::{Device, DeviceConfig};
+use metaroce_proto::{Ecn, EndpointConfig, QpCaps};
+use metaroce_verbs::{
+    AccessFlags, CompletionQueue, ProtectionDomain, QpAttr, QpInitAttr, QpState, QpType, QueuePair,
+    SendWr, WcOpcode, WcStatus, WorkCompletion, WrOp,
+};
+use std::net::TcpListener;
+
+#[path = "tests_netns.rs"]
+mod netns;
+
+pub(crate) fn params(_test: Test, size: u64, iters: u64) -> Params {
+    Params {
+        size,
+        iters,
+        duration_s: 0,
+        qps: 1,
+        tx_depth: 64,
+        verify: true,
+        mtu: 4096,
+        paths: 8,
+        pattern_seed: 0xfeed,
+    }
+}
+
+pub(crate) fn loopback(test: Test, p: &Params, local: &LocalOpts) -> Session {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut out = None;
+    perf::run_loopback(test, l, &[p.size], p, local, &mut |s| out = Some(s.clone()))
+        .unwrap_or_else(|e| panic!("{}: {e}", test.name()));
+    out.expect("one session")
+}
+
+fn check_verified(test: Test, size: u64, iters: u64) {
+    let p = params(test, size, iters);
+    let s = loopback(
+        test,
+        &p,
+        &LocalOpts {
+            seed: 7,
+            ..LocalOpts::default()
+        },
+    );
+    assert_eq!(s.verified, Some(true), "{}: {}", test.name(), s.detail);
+    match s.figures {
+        Figures::Bw(f) => assert_eq!(f.iters, iters),
+        Figures::Lat(f) => assert_eq!(f.iters, iters),
+    }
+}
+
+#[test]
+fn loopback_write_bw_verified() {
+    check_verified(Test::WriteBw, 65_536, 200);
+}
+
+#[test]
+fn loopback_read_bw_verified() {
+    check_verified(Test::ReadBw, 65_536, 200);
+}
+
+#[test]
+fn loopback_send_bw_verified() {
+    check_verified(Test::SendBw, 10_000, 300);
+}
+
+/// Two devices on 127.0.0.1 with one connected RC QP each.
+fn two_devices() -> (
+    Device,
+    Device,
+    [(QueuePair, CompletionQueue, ProtectionDomain); 2],
+) {
+    let cfg = EndpointConfig {
+        device_port: 0,
+        path_port_span: 16,
+        paths_per_connection: 8,
+        rto_min_ns: 1_000_000,
+        ..EndpointConfig::default()
+    };
+    let ip = "127.0.0.1".parse().unwrap();
+    let a = Device::start(DeviceConfig::new(
+        EndpointConfig {
+            seed: 1,
+            ..cfg.clone()
+        },
+        ip,
+    ))
+    .unwrap();
+    let b = Device::start(DeviceConfig::new(EndpointConfig { seed: 2, ..cfg }, ip)).unwrap();
+    let mk = |d: &Device| {
+        d.with(|ctx, _| {
+            let pd = ctx.alloc_pd();
+            let cq = ctx.create_cq(4096).unwrap();
+            let init = QpInitAttr {
+                send_cq: cq,
+                recv_cq: cq,
+                cap: QpCaps {
+                    max_send_wr: 256,
+                    max_recv_wr: 256,
+                },
+                qp_type: QpType::Rc,
+                sq_sig_all: false,
+            };
+            let qp = ctx.create_qp(pd, &init).unwrap();
+            ctx.modify_qp(
+                qp,
+                &QpAttr {
+                    qp_state: Some(QpState::Init),
+                    qp_access_flags: Some(AccessFlags(0xf)),
+                    port_num: Some(1),
+                    ..QpAttr::default()
+                },
+            )
+            .unwrap();
+            (qp, cq, pd)
+        })
+    };
+    let (qa, ca, pa) = mk(&a);
+    let (qb, cb, pb) = mk(&b);
+    for (d, qp, peer, pqp) in [(&a, qa, b.addr(), qb), (&b, qb, a.addr(), qa)] {
+        d.with(|ctx, _| {
+            ctx.modify_qp(
+                qp,
+                &QpAttr {
+                    qp_state: Some(QpState::Rtr),
+                    dest_addr: Some(peer),
+                    dest_qp_num: Some(pqp.qp_num()),
+                    path_mtu: Some(4096),
+                    ..QpAttr::default()
+                },
+            )
+            .unwrap();
+            ctx.modify_qp(
+                qp,
+                &QpAttr {
+                    qp_state: Some(QpState::Rts),
+                    timeout: Some(14),
+                    retry_cnt: Some(7),
+                    rnr_retry: Some(7),
+                    ..QpAttr::default()
+                },
+            )
+            .unwrap();
+        });
+    }
+    (a, b, [(qa, ca, pa), (qb, cb, pb)])
+}
+
+fn wait_one(d: &Device, cq: CompletionQueue) -> WorkCompletion {
+    let mut wc = [WorkCompletion {
+        wr_id: 0,
+        status: WcStatus::Success,
+        opcode: WcOpcode::Send,
+        byte_len: 0,
+        imm_data: None,
+        qp_num: 0,
+        src_qp: 0,
+    }; 1];
+    let t0 = crate::now_ns();
+    loop {
+        if d.poll_cq(cq, &mut wc).unwrap() == 1 {
+            return wc[0];
+        }
+        assert!(
+            crate::now_ns() - t0 < 20_000_000_000,
+            "no completion in 20 s"
+        );
+    }
+}
+
+/// Garbage sprayed at the device port during a transfer is counted as
+/// malformed and dropped; the transfer completes intact.
+#[test]
+fn malformed_spray_during_write() {
+    let (a, b, [(qa, ca, pa), (_, _, pb)]) = two_devices();
+    let len = 8u64 << 20;
+    let src = a.with(|ctx, _| {
+        let mr = ctx.reg_mr(pa, len, AccessFlags(0xf)).unwrap();
+        for (i, v) in ctx.mr_bytes_mut(&mr).iter_mut().enumerate() {
+            *v = (i * 7 + i / 4096) as u8;
+        }
+        mr
+    });
+    let dst = b.with(|ctx, _| ctx.reg_mr(pb, len, AccessFlags(0xf)).unwrap());
+    let target = b.addr();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let sprayer = std::thread::spawn(move || {
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut x = 0x1234_5678_9abc_def1u64;
+        let mut sent = 0u64;
+        while !stop2.load(std::sync::atomic::Ordering::Relaxed) || sent < 200 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let n = (x % 1400) as usize;
+            let mut d: Vec<u8> = (0..n).map(|i| (x >> (i % 56)) as u8).collect();
+            match sent % 4 {
+                // Plausible version/type bytes, then garbage.
+                0 if d.len() > 4 => d[..4].copy_from_slice(&[1, 1, 1, 0]),
+                1 if d.len() > 4 => d[..4].copy_from_slice(&[1, 2, 0, 0]),
+                2 => d.clear(),
+                _ => {}
+            }
+            let _ = s.send_to(&d, target);
+            sent += 1;
+            if sent.is_multiple_of(64) {
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+        }
+        sent
+    });
+    let wr = SendWr::new(
+        9,
+        WrOp::Write {
+            remote_addr: dst.addr,
+            rkey: dst.rkey,
+        },
+        vec![src.sge(0, len as u32)],
+    );
+    a.with(|ctx, now| ctx.post_send(now, qa, &[wr]).unwrap());
+    let wc = wait_one(&a, ca);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let sent = sprayer.join().unwrap();
+    assert_eq!(wc.status, WcStatus::Success);
+    // Let the device read the rest of the garbage.
+    let t0 = crate::now_ns();
+    while b.stats().endpoint.rx_malformed == 0 && crate::now_ns() - t0 < 2_000_000_000 {
+        b.progress();
+    }
+    let same = a.with(|ca_, _| ca_.mr_bytes(&src).to_vec())
+        == b.with(|cb_, _| cb_.mr_bytes(&dst).to_vec());
+    assert!(same, "target bytes differ");
+    let st = b.stats();
+    assert!(
+        st.endpoint.rx_malformed > 0,
+        "no malformed datagram counted: {st:?}"
+    );
+    assert!(st.endpoint.rx_malformed <= sent);
+    eprintln!(
+        "sprayed {sent}, counted malformed {}",
+        st.endpoint.rx_malformed
+    );
+}
+
+/// ECN: a datagram sent ECT(0) or CE arrives with that codepoint (IP_TOS
+/// cmsg on send, IP_RECVTOS on receive).
+#[test]
+fn tos_cmsg_round_trip() {
+    use crate::sys;
+    let rx = sys::bind_udp("127.0.0.1:0".parse().unwrap()).unwrap();
+    let tx = sys::bind_udp("127.0.0.1:0".parse().unwrap()).unwrap();
+    let dst = rx.local_addr().unwrap().as_socket().unwrap();
+    let gro = sys::enable_gro(&rx);
+    let gso = sys::probe_gso(&tx);
+    for (ecn, tos) in [(Ecn::Ect0, 2u8), (Ecn::Ce, 3), (Ecn::NotEct, 0)] {
+        let seg = [7u8; 1000];
+        let parts = [&seg[..], &seg[..], &seg[..500]];
+        let m = sys::OutMsg {
+            dst,
+            tos,
+            segment: gso.then_some(1000),
+            parts: if gso { &parts } else { &parts[..1] },
+        };
+        assert_eq!(sys::send_batch(&tx, std::slice::from_ref(&m)).unwrap(), 1);
+        let mut b = sys::RxBatch::new(4);
+        let mut got = 0;
+        let t0 = crate::now_ns();
+        while got == 0 {
+            got = b.recv(&rx).unwrap();
+            assert!(crate::now_ns() - t0 < 2_000_000_000);
+        }
+        let total: usize = (0..got).map(|i| b.meta[i].len).sum();
+        assert_eq!(total, if gso { 2500 } else { 1000 });
+        assert_eq!(sys::ecn_of_tos(b.meta[0].tos), ecn);
+        if gso && gro {
+            assert!(b.meta[0].segment.is_none_or(|s| s == 1000));
+        }
+    }
+}
