@@ -7,6 +7,9 @@
 //! - `metaroce chaos`: randomized fault simulation over many seeds; prints
 //!   any failing seed with the command that reproduces it.
 //! - `metaroce memory`: bytes held per idle connection and per idle QP.
+//! - `metaroce perf`: perftest-style tools over the real UDP datapath.
+//! - `metaroce sim`: the packet-level fabric simulator.
+#![forbid(unsafe_code)]
 
 mod perf;
 mod sim;

@@ -85,18 +85,13 @@ fn write_64mib_with_loss_reordering_and_duplication() {
         jittery().with_faults(lossy(0.05)),
     );
     let len: u64 = 64 << 20;
-    let src = p.net.nodes[0]
-        .ctx
-        .reg_mr(p.a.pd, len, AccessFlags::LOCAL_WRITE)
-        .unwrap();
-    let dst = p.net.nodes[1]
-        .ctx
-        .reg_mr(
-            p.b.pd,
-            len,
-            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-        )
-        .unwrap();
+    let src = mr(&mut p, 0, len, AccessFlags::LOCAL_WRITE);
+    let dst = mr(
+        &mut p,
+        1,
+        len,
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+    );
     fill(&mut p.net.nodes[0].ctx, &src, seed);
     let lost = Rc::new(Cell::new(0u64));
     let l = lost.clone();
@@ -170,18 +165,13 @@ fn one_blackholed_path_is_abandoned_and_the_transfer_completes() {
     let seed = guard.seed();
     let mut p = pair(seed, &EndpointConfig::default(), jittery());
     let len: u64 = 32 << 20;
-    let src = p.net.nodes[0]
-        .ctx
-        .reg_mr(p.a.pd, len, AccessFlags::LOCAL_WRITE)
-        .unwrap();
-    let dst = p.net.nodes[1]
-        .ctx
-        .reg_mr(
-            p.b.pd,
-            len,
-            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-        )
-        .unwrap();
+    let src = mr(&mut p, 0, len, AccessFlags::LOCAL_WRITE);
+    let dst = mr(
+        &mut p,
+        1,
+        len,
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+    );
     fill(&mut p.net.nodes[0].ctx, &src, seed);
     // Path slot 5's port maps to route (port % 16); blackhole that route 200 us in.
     let peer = p.net.nodes[1].addr();
