@@ -439,6 +439,13 @@ pub fn run_seed(seed: u64) -> Result<ChaosReport, ChaosFailure> {
                     .collect::<Vec<_>>()
             );
         }
+        eprintln!(
+            "config: {nodes} nodes, {paths} paths, mtu {mtu}, net {:?}",
+            net.config()
+        );
+        for (i, n) in net.nodes.iter().enumerate() {
+            eprintln!("node {i}: {:?}", n.ctx.stats());
+        }
     }
     if !matches!(outcome, RunOutcome::Done { .. }) {
         let got: Vec<_> = streams

@@ -841,6 +841,11 @@ impl Connection {
     }
 
     fn path_timeout(&mut self, now_ns: u64, shared: &mut Shared, p: usize) {
+        let oldest_sent_ns = self.paths[p]
+            .inflight
+            .iter()
+            .find(|s| s.state == SentState::Outstanding)
+            .map(|s| s.sent_ns);
         let lost = self.mark_path_lost(p);
         self.inflight_bytes -= lost;
         let path = &mut self.paths[p];
@@ -849,7 +854,18 @@ impl Connection {
         self.stats.rtos += 1;
         shared.stats.rtos += 1;
         self.cc.on_rto(p, now_ns);
-        if self.paths[p].consecutive_rtos >= shared.config.path_retire_after_rtos {
+        // Retire the path only if it is singled out: other paths of this
+        // connection delivered after this path's lost packet was sent. When
+        // the whole connection is silent (an incast drowning every path, or
+        // a dead peer) a new source port would not help, and churning ports
+        // would only throw away path state.
+        // Past a few timeouts in a row, a fresh port is worth a try anyway:
+        // with one path, or every path on failed routes, nothing else can be
+        // singled out.
+        let others_progressed = oldest_sent_ns.is_some_and(|t| self.last_progress_ns > t);
+        let rtos = self.paths[p].consecutive_rtos;
+        let retire_after = shared.config.path_retire_after_rtos;
+        if (others_progressed && rtos >= retire_after) || rtos >= retire_after + 2 {
             self.retire_path(now_ns, shared, p);
         }
     }
@@ -927,6 +943,12 @@ impl Connection {
         // (a lost op-ack or response), resend its last segment asking for an
         // immediate ACK; the responder repeats its op-ack for duplicates.
         self.last_progress_ns = now_ns;
+        // Everything still in flight goes again now: a path whose own RTO has
+        // backed off past this round must not sit out the retry budget.
+        for p in 0..self.paths.len() {
+            let lost = self.mark_path_lost(p);
+            self.inflight_bytes -= lost;
+        }
         for r in self
             .msgs
             .refs_where(|m| m.kind == MsgKind::Request && m.fully_acked() && !m.rnr_wait)

@@ -1143,6 +1143,9 @@ fn server_session(
         }
     };
     let stats = rig.dev.stats();
+    if std::env::var_os("METAROCE_STATS").is_some() {
+        eprintln!("server stats: {stats:?}");
+    }
     let report = Report {
         verified,
         detail,
