@@ -115,6 +115,10 @@ pub(crate) struct Connection {
     pub(crate) index: u32,
     pub(crate) peer: SocketAddr,
     pub(crate) paths: Vec<TxPath>,
+    /// Each path's next deadline (RTO or tail probe; `u64::MAX` for none),
+    /// refreshed whenever that path changes, so `next_timeout`, which runs
+    /// after every packet, reads numbers instead of recomputing every path.
+    path_deadlines: Vec<u64>,
     rx_paths: Vec<Option<RxPath>>,
     pub(crate) cc: Box<dyn CongestionController>,
     pub(crate) msgs: MessageSlab,
@@ -169,6 +173,7 @@ impl Connection {
         Self {
             index,
             peer,
+            path_deadlines: vec![u64::MAX; n],
             paths,
             rx_paths: Vec::new(),
             cc,
@@ -264,6 +269,7 @@ impl Connection {
             p.inflight.clear();
             p.inflight_bytes = 0;
         }
+        self.path_deadlines.fill(u64::MAX);
         self.inflight_bytes = 0;
     }
 
@@ -490,9 +496,11 @@ impl Connection {
         path.stats.packets_sent += 1;
         self.inflight_bytes += u64::from(wire_bytes);
         shared.stats.data_packets_sent += 1;
+        let src_port = path.src_port;
+        self.refresh_path_deadline(p, shared);
         Transmit {
             dst: self.peer,
-            src_port: path.src_port,
+            src_port,
             ecn: Ecn::Ect0,
             len: total,
         }
@@ -738,6 +746,7 @@ impl Connection {
                 now_ns,
             );
         }
+        self.refresh_path_deadline(p, shared);
     }
 
     fn on_segment_acked(&mut self, seg: SegRef) {
@@ -758,22 +767,38 @@ impl Connection {
 
     /// The connection's earliest deadline.
     pub(crate) fn next_timeout(&self, shared: &Shared) -> Option<u64> {
-        let cfg = &shared.config;
         let mut t = self.ack_deadline;
         let mut fold = |d: Option<u64>| {
             if let Some(d) = d {
                 t = Some(t.map_or(d, |x| x.min(d)));
             }
         };
-        for path in &self.paths {
-            fold(path.rto_deadline(cfg.rto_min_ns, cfg.rto_max_ns));
-            fold(path.probe_deadline(cfg.ack_delay_ns));
+        if let Some(&d) = self.path_deadlines.iter().min()
+            && d != u64::MAX
+        {
+            fold(Some(d));
         }
         for &(d, _) in &self.rnr_timers {
             fold(Some(d));
         }
         fold(self.retry_deadline(shared));
         t
+    }
+
+    fn refresh_path_deadline(&mut self, p: usize, shared: &Shared) {
+        let cfg = &shared.config;
+        let path = &self.paths[p];
+        let rto = path
+            .rto_deadline(cfg.rto_min_ns, cfg.rto_max_ns)
+            .unwrap_or(u64::MAX);
+        let probe = path.probe_deadline(cfg.ack_delay_ns).unwrap_or(u64::MAX);
+        self.path_deadlines[p] = rto.min(probe);
+    }
+
+    fn refresh_all_path_deadlines(&mut self, shared: &Shared) {
+        for p in 0..self.paths.len() {
+            self.refresh_path_deadline(p, shared);
+        }
     }
 
     fn retry_deadline(&self, shared: &Shared) -> Option<u64> {
@@ -838,6 +863,8 @@ impl Connection {
         if self.retry_deadline(shared).is_some_and(|d| d <= now_ns) {
             self.retry_timeout(now_ns, shared);
         }
+        // Timers moved paths around (lost, retired, probed): refresh them all.
+        self.refresh_all_path_deadlines(shared);
     }
 
     fn path_timeout(&mut self, now_ns: u64, shared: &mut Shared, p: usize) {
