@@ -126,6 +126,10 @@ pub struct IoStats {
     pub tx_dropped: u64,
     /// Datagrams whose source port had no socket.
     pub tx_no_socket: u64,
+    /// Longest time between two progress passes (receive + timers), ns.
+    pub progress_gap_ns_max: u64,
+    /// Progress passes that came more than 200 us after the previous one.
+    pub progress_gaps_over_200us: u64,
 }
 
 /// A snapshot of a device's counters.
@@ -163,6 +167,7 @@ struct Io {
     impair: Option<ImpairState>,
     held: Option<(SocketAddr, Ecn, Vec<u8>)>,
     stats: IoStats,
+    last_progress_ns: u64,
 }
 
 struct State {
@@ -260,6 +265,7 @@ impl Device {
             impair: cfg.impair.filter(Impair::is_active).map(ImpairState::new),
             held: None,
             stats: IoStats::default(),
+            last_progress_ns: 0,
         };
         let inner = Arc::new(Inner {
             state: Mutex::new(State { ctx, io }),
@@ -406,6 +412,14 @@ fn engine(inner: &Inner) {
 
 /// One progress pass: receive what is there, fire due timers, send.
 fn progress(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
+    let gap = now.saturating_sub(io.last_progress_ns);
+    if io.last_progress_ns != 0 {
+        io.stats.progress_gap_ns_max = io.stats.progress_gap_ns_max.max(gap);
+        if gap > 200_000 {
+            io.stats.progress_gaps_over_200us += 1;
+        }
+    }
+    io.last_progress_ns = now;
     let mut did = false;
     for _ in 0..RX_ROUNDS {
         // Transient socket errors (e.g. ICMP) are not fatal.

@@ -659,6 +659,14 @@ pub fn run_client(
         vaddr: remote.addr,
     };
     let stats = rig.dev.stats();
+    if std::env::var_os("METAROCE_STATS").is_some() {
+        let peer_dev = remote_line.dev;
+        rig.dev.with(|ctx, _| {
+            let ep = ctx.endpoint();
+            eprintln!("client cc: {:?}", ep.cc_metrics(peer_dev));
+            eprintln!("client connection: {:?}", ep.connection_stats(peer_dev));
+        });
+    }
     rig.dev.shutdown();
     Ok(Session {
         figures,
