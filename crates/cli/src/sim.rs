@@ -35,6 +35,10 @@ pub(crate) struct SimArgs {
     /// No progress bar.
     #[arg(long, short = 'q')]
     quiet: bool,
+    /// Run the scenario once per transport (e.g. `rocev2,irn,ib,metaroce`)
+    /// and print the results side by side.
+    #[arg(long, value_delimiter = ',')]
+    transports: Vec<String>,
 }
 
 pub(crate) fn run(args: SimArgs) -> Result<ExitCode, String> {
@@ -50,6 +54,9 @@ pub(crate) fn run(args: SimArgs) -> Result<ExitCode, String> {
         Some(p) => Scenario::load(p).map_err(|e| e.to_string())?,
         None => Scenario::default_scenario(),
     };
+    if !args.transports.is_empty() {
+        return compare(&scn, &args);
+    }
     let out = run_one(&scn, args.seed, args.quiet)?;
     print!("{}", metaroce_sim::report::summary_table(&out.results));
     println!("perf       {}", out.perf_line());
@@ -59,6 +66,60 @@ pub(crate) fn run(args: SimArgs) -> Result<ExitCode, String> {
         println!(
             "wrote      {}/{{results.json,perf.json,timeseries.json,flows.csv,fct_cdf.svg,throughput.svg,queues.svg}}",
             dir.display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn compare(scn: &Scenario, args: &SimArgs) -> Result<ExitCode, String> {
+    let mut rows = Vec::new();
+    for t in &args.transports {
+        if !metaroce_sim::scenario::TRANSPORTS.contains(&t.as_str()) {
+            return Err(format!(
+                "--transports: unknown transport '{t}' (metaroce, rocev2, irn, ib)"
+            ));
+        }
+        let mut s = scn.clone();
+        s.transport.kind.clone_from(t);
+        let out = run_one(&s, args.seed, args.quiet)?;
+        if let Some(dir) = &args.out {
+            let d = dir.join(t);
+            out.write_to(&d)
+                .map_err(|e| format!("{}: {e}", d.display()))?;
+        }
+        rows.push((t.clone(), out));
+    }
+    println!("scenario   {}", scn.name);
+    println!(
+        "{:<10} {:>11} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>6} {:>8}",
+        "transport",
+        "makespan_us",
+        "fct_p50",
+        "fct_p99",
+        "fct_max",
+        "done",
+        "rtx",
+        "drops",
+        "pauses",
+        "rto",
+        "wall_s"
+    );
+    for (t, o) in &rows {
+        let r = &o.results;
+        let f = &r.fct;
+        println!(
+            "{:<10} {:>11.1} {:>9.1} {:>9.1} {:>9.1} {:>9} {:>8} {:>8} {:>8} {:>6} {:>8.3}",
+            t,
+            r.makespan_us,
+            f.p50_us,
+            f.p99_us,
+            f.max_us,
+            format!("{}/{}", f.completed, f.flows),
+            r.transport_stats.retransmissions,
+            r.fabric.drops,
+            r.fabric.pfc_pauses,
+            r.transport_stats.timeouts,
+            o.perf.setup_s + o.perf.run_s
         );
     }
     Ok(ExitCode::SUCCESS)

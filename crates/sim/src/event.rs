@@ -24,6 +24,9 @@ pub enum EventKind {
     Pfc { port: u32, prio: u8, pause: bool },
     /// A link (both directions) goes down (false) or comes back (true).
     LinkState { port: u32, up: bool },
+    /// Credit-based flow control: `bytes` of downstream buffer freed,
+    /// returned to the upstream `port`.
+    Credit { port: u32, bytes: u32 },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

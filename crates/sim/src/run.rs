@@ -3,6 +3,7 @@
 use crate::report::{self, Results, TimeSeries};
 use crate::scenario::{Scenario, ScenarioError};
 use crate::sim::Sim;
+use crate::transport::TransportFactory;
 use crate::transport::metaroce::MetaRoceFactory;
 use crate::{PS_PER_US, Ps};
 use std::time::{Duration, Instant};
@@ -70,26 +71,73 @@ pub fn run_scenario(
 ) -> Result<Outcome, ScenarioError> {
     let seed = seed.unwrap_or(scn.seed);
     let t0 = Instant::now();
-    let built = scn.build(seed)?;
-    let mut factory = MetaRoceFactory {
-        paths: scn.transport.paths,
-        mtu_payload_bytes: scn.transport.mtu_bytes,
-        ..MetaRoceFactory::default()
-    };
-    if scn.transport.rto_min_us > 0.0 {
-        factory.base.rto_min_ns = (scn.transport.rto_min_us * 1e3) as u64;
+    let mut built = scn.build(seed)?;
+    let tc = &scn.transport;
+    match tc.kind.as_str() {
+        "rocev2" => {
+            let f = crate::transport::rocev2::factory(tc.mtu_bytes, tc.qps, tc.dcqcn);
+            run_with(scn, built, &f, None, seed, t0, progress)
+        }
+        "irn" => {
+            // IRN runs without PFC (its point): the fabric drops on overflow.
+            built.fabric.pfc = None;
+            let f = crate::transport::irn::factory(tc.mtu_bytes, tc.qps, tc.dcqcn);
+            run_with(scn, built, &f, None, seed, t0, progress)
+        }
+        "ib" => {
+            // InfiniBand's own link layer: credits instead of PFC, per-packet
+            // adaptive routing, no ECN marking.
+            built.fabric.pfc = None;
+            built.fabric.ecn = None;
+            built.fabric.routing = crate::fabric::Routing::Adaptive;
+            // Receive buffer per ingress link: an eighth of a port's buffer,
+            // at most 64 KiB (a switch's per-port input buffer), always more
+            // than the credit loop of a 1 us link at 100-400 Gb/s.
+            let credit = match built.fabric.buffer {
+                crate::fabric::BufferModel::PerPort { bytes } => bytes / 8,
+                crate::fabric::BufferModel::Shared { bytes, .. } => bytes / 64,
+            }
+            .clamp(16 << 10, 64 << 10);
+            let f = crate::transport::ib::factory(tc.mtu_bytes, tc.qps);
+            run_with(scn, built, &f, Some(credit), seed, t0, progress)
+        }
+        _ => {
+            let mut factory = MetaRoceFactory {
+                paths: scn.transport.paths,
+                mtu_payload_bytes: scn.transport.mtu_bytes,
+                ..MetaRoceFactory::default()
+            };
+            if scn.transport.rto_min_us > 0.0 {
+                factory.base.rto_min_ns = (scn.transport.rto_min_us * 1e3) as u64;
+            }
+            run_with(scn, built, &factory, None, seed, t0, progress)
+        }
     }
+}
+
+fn run_with<F: TransportFactory>(
+    scn: &Scenario,
+    built: crate::scenario::Built,
+    factory: &F,
+    credit_bytes: Option<u64>,
+    seed: u64,
+    t0: Instant,
+    progress: ProgressFn<'_>,
+) -> Result<Outcome, ScenarioError> {
     let total = built.flows.flows.iter().filter(|f| !f.background).count();
     let bin_ps = built.fabric.sample_ps.max(1);
     let mut sim = Sim::new(
         built.topo,
         built.fabric,
-        &factory,
+        factory,
         built.flows,
         seed,
         built.end_ps,
     )
     .map_err(ScenarioError)?;
+    if let Some(c) = credit_bytes {
+        sim.set_credit_flow_control(c);
+    }
     for &(a, b, at, up) in &built.failures {
         sim.schedule_link(a, b, at, up).map_err(ScenarioError)?;
     }
@@ -112,7 +160,7 @@ pub fn run_scenario(
     let makespan: Ps = if finished { sim.last_done() } else { sim.now() };
     let perf = sim.perf();
     let ts = sim.transport_stats();
-    let results = report::results(
+    let mut results = report::results(
         &scn.name,
         seed,
         sim.topology(),
@@ -124,6 +172,7 @@ pub fn run_scenario(
         finished,
         perf.events,
     );
+    results.transport.clone_from(&scn.transport.kind);
     let series = report::time_series(sim.topology(), sim.measurements(), bin_ps);
     let flows_csv = report::flows_csv(sim.workload(), sim.measurements());
     let fct_svg = report::fct_cdf_svg(sim.workload(), sim.measurements());

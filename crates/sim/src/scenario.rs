@@ -13,6 +13,9 @@ use std::path::{Path, PathBuf};
 /// The embedded default scenario (`metaroce sim` with no file).
 pub const DEFAULT_SCENARIO: &str = include_str!("../../../scenarios/default.toml");
 
+/// Transport kinds a scenario may name.
+pub const TRANSPORTS: [&str; 4] = ["metaroce", "rocev2", "irn", "ib"];
+
 /// A whole scenario file.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -181,9 +184,15 @@ impl Default for SwitchConf {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TransportConf {
-    /// `metaroce` (baselines come next).
+    /// `metaroce`, or a baseline: `rocev2`, `irn`, `ib` (see docs/baselines.md).
     #[serde(default = "default_transport")]
     pub kind: String,
+    /// Baselines: QPs per flow (QP scaling; each QP hashes to its own path).
+    #[serde(default = "one_u32")]
+    pub qps: u32,
+    /// Baselines `rocev2` and `irn`: DCQCN rate control on.
+    #[serde(default = "yes")]
+    pub dcqcn: bool,
     /// Paths per connection.
     #[serde(default = "sixteen")]
     pub paths: usize,
@@ -195,6 +204,9 @@ pub struct TransportConf {
     pub rto_min_us: f64,
 }
 
+fn yes() -> bool {
+    true
+}
 fn default_transport() -> String {
     "metaroce".into()
 }
@@ -382,11 +394,11 @@ impl Scenario {
         if sw.pfc && sw.pfc_xon_bytes > sw.pfc_xoff_bytes {
             return bad("switch.pfc_xon_bytes", "must be <= pfc_xoff_bytes");
         }
-        if self.transport.kind != "metaroce" {
-            return bad(
-                "transport.kind",
-                "must be metaroce (baselines are not built yet)",
-            );
+        if !TRANSPORTS.contains(&self.transport.kind.as_str()) {
+            return bad("transport.kind", "must be metaroce, rocev2, irn or ib");
+        }
+        if !(1..=256).contains(&self.transport.qps) {
+            return bad("transport.qps", "must be 1..=256");
         }
         if !(1..=256).contains(&self.transport.paths) {
             return bad("transport.paths", "must be 1..=256");

@@ -184,6 +184,9 @@ pub struct Sim<F: TransportFactory> {
     m: Measurements,
     error: Option<String>,
     bin_ps: Ps,
+    /// Credit-based link flow control (InfiniBand-style): credits in bytes
+    /// per port; empty when off. See [`Sim::set_credit_flow_control`].
+    credits: Vec<i64>,
 }
 
 fn ip(h: u32) -> u32 {
@@ -342,6 +345,7 @@ impl<F: TransportFactory> Sim<F> {
             work,
             error: None,
             bin_ps,
+            credits: Vec::new(),
             topo,
         };
         sim.setup_flows(factory)?;
@@ -417,6 +421,23 @@ impl<F: TransportFactory> Sim<F> {
         Ok(())
     }
 
+    /// Turn on credit-based flow control (InfiniBand-style, instead of PFC):
+    /// every port facing a switch starts with `bytes` of credit for that
+    /// switch's receive buffer on the link; a data packet is transmitted
+    /// only if its length is covered, and the credit comes back (one link
+    /// delay later) when the downstream switch forwards the packet. Data is
+    /// then never dropped for lack of buffer, and no PAUSE is ever sent.
+    pub fn set_credit_flow_control(&mut self, bytes: u64) {
+        self.credits = self
+            .ports
+            .iter()
+            .map(|p| match p.peer {
+                NodeRef::Switch(_) => bytes as i64,
+                NodeRef::Host(_) => i64::MAX / 2,
+            })
+            .collect();
+    }
+
     /// The topology.
     pub fn topology(&self) -> &Topology {
         &self.topo
@@ -490,6 +511,7 @@ impl<F: TransportFactory> Sim<F> {
                 EventKind::FlowStart(f) => self.flow_start(now, f),
                 EventKind::Pfc { port, pause, .. } => self.pfc(now, port, pause),
                 EventKind::LinkState { port, up } => self.link_state(now, port, up),
+                EventKind::Credit { port, bytes } => self.credit(now, port, bytes),
             }
             if let Some(e) = self.error.take() {
                 return Err(e);
@@ -536,9 +558,18 @@ impl<F: TransportFactory> Sim<F> {
         if port.busy.is_some() || !port.up {
             return;
         }
+        let credit_ok = |k: Option<&u32>| {
+            self.credits.is_empty()
+                || k.is_some_and(|&k| {
+                    self.credits[p as usize] >= i64::from(self.pkts[k as usize].wire.bytes)
+                })
+        };
         let prio = if !port.queues[CTRL].is_empty() {
             CTRL
-        } else if !port.paused && !port.queues[DATA].is_empty() {
+        } else if !port.paused
+            && !port.queues[DATA].is_empty()
+            && credit_ok(port.queues[DATA].front())
+        {
             DATA
         } else {
             return;
@@ -546,6 +577,25 @@ impl<F: TransportFactory> Sim<F> {
         let k = port.queues[prio].pop_front().expect("non-empty");
         let pkt = &self.pkts[k as usize];
         let bytes = pkt.wire.bytes;
+        if !self.credits.is_empty() && prio == DATA {
+            self.credits[p as usize] -= i64::from(bytes);
+            if let NodeRef::Switch(s) = port.owner {
+                // The packet leaves this switch's buffer: its credit goes
+                // back to the port it came in from.
+                let upstream = self.ports
+                    [self.switches[s as usize].ports[pkt.in_port as usize] as usize]
+                    .reverse;
+                let delay = self.ports[upstream as usize].delay_ps;
+                self.q.schedule(
+                    now + delay,
+                    EventKind::Credit {
+                        port: upstream,
+                        bytes,
+                    },
+                );
+            }
+        }
+        let port = &mut self.ports[p as usize];
         port.queued_bytes -= u64::from(bytes);
         port.busy = Some(k);
         let done = now + port.ser_ps(bytes);
@@ -716,10 +766,11 @@ impl<F: TransportFactory> Sim<F> {
                     && (qlen + bytes) as f64 <= alpha * (cap - sw.used_bytes) as f64
             }
         };
-        let lossless = self.cfg.pfc.is_some() && prio == DATA;
+        let lossless = (self.cfg.pfc.is_some() || !self.credits.is_empty()) && prio == DATA;
         if lossless {
-            let pfc = self.cfg.pfc.expect("lossless");
-            if sw.ingress_bytes[in_port as usize] + bytes > pfc.xoff_bytes + pfc.headroom_bytes {
+            if let Some(pfc) = self.cfg.pfc
+                && sw.ingress_bytes[in_port as usize] + bytes > pfc.xoff_bytes + pfc.headroom_bytes
+            {
                 self.m.headroom_drops += 1;
                 self.ports[gp as usize].c.drops += 1;
                 self.release(k);
@@ -756,8 +807,7 @@ impl<F: TransportFactory> Sim<F> {
         port.queued_bytes += bytes;
         let sw = &mut self.switches[s as usize];
         sw.used_bytes += bytes;
-        if lossless {
-            let pfc = self.cfg.pfc.expect("lossless");
+        if lossless && let Some(pfc) = self.cfg.pfc {
             let i = in_port as usize;
             sw.ingress_bytes[i] += bytes;
             if !sw.paused_upstream[i] && sw.ingress_bytes[i] >= pfc.xoff_bytes {
@@ -792,6 +842,16 @@ impl<F: TransportFactory> Sim<F> {
             if let NodeRef::Host(h) = self.ports[p as usize].owner {
                 self.host_pull(now, h);
             }
+        }
+    }
+
+    fn credit(&mut self, now: Ps, p: u32, bytes: u32) {
+        if let Some(c) = self.credits.get_mut(p as usize) {
+            *c += i64::from(bytes);
+        }
+        self.tx_start(now, p);
+        if let NodeRef::Host(h) = self.ports[p as usize].owner {
+            self.host_pull(now, h);
         }
     }
 

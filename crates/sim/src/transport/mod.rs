@@ -6,7 +6,12 @@
 //! protocol core; the baselines (RoCEv2 with go-back-N and DCQCN, IRN,
 //! InfiniBand-style credits) implement the same trait and slot in beside it.
 
+pub mod dcqcn;
+pub mod ib;
+pub mod irn;
 pub mod metaroce;
+pub mod rc;
+pub mod rocev2;
 
 use crate::Ps;
 
