@@ -21,10 +21,19 @@ use crate::range_set::RangeSet;
 use crate::work::{WcOpcode, WcStatus, WorkCompletion, WorkQueue};
 use metaroce_wire::{DataRepr, Flags, OpAck, OpHeader, Opcode, Syndrome, seq};
 
-/// The QP a packet for local `qpn` on connection `conn` belongs to.
+/// The QP a packet for local `qpn` on connection `conn` belongs to; a miss
+/// (not ours, or not bound to that peer) is counted and the packet dropped.
 fn qp_for(shared: &mut Shared, qpn: u32, conn: u32) -> Option<&mut Qp> {
-    let qp = shared.qps.get_mut((qpn & 0xffff) as usize)?.as_mut()?;
-    (qp.handle.qpn() == qpn && qp.conn == Some(conn)).then_some(qp)
+    let found = shared
+        .qps
+        .get((qpn & 0xffff) as usize)
+        .and_then(Option::as_ref)
+        .is_some_and(|qp| qp.handle.qpn() == qpn && qp.conn == Some(conn));
+    if !found {
+        shared.stats.rx_unknown_qp += 1;
+        return None;
+    }
+    shared.qps[(qpn & 0xffff) as usize].as_mut()
 }
 
 fn mark_dirty(conn: &mut Connection, qp: &mut Qp) {
@@ -63,7 +72,6 @@ fn on_request(
 ) -> bool {
     let conn_index = conn.index;
     let Some(qp) = qp_for(shared, repr.dst_qpn, conn_index) else {
-        shared.stats.rx_unknown_qp += 1;
         return false;
     };
     let qp_index = qp.handle.index();
@@ -394,7 +402,6 @@ fn on_response(
 ) -> bool {
     let conn_index = conn.index;
     let Some(qp) = qp_for(shared, repr.dst_qpn, conn_index) else {
-        shared.stats.rx_unknown_qp += 1;
         return false;
     };
     let qp_index = qp.handle.index();
@@ -461,7 +468,6 @@ pub(crate) fn on_op_ack(conn: &mut Connection, shared: &mut Shared, now_ns: u64,
     let rnr_timer_ns = shared.config.min_rnr_timer_ns;
     let infinite_rnr = shared.config.rnr_retry == 7;
     let Some(qp) = qp_for(shared, ack.qpn, conn_index) else {
-        shared.stats.rx_unknown_qp += 1;
         return;
     };
     let qp_index = qp.handle.index();
