@@ -312,7 +312,13 @@ impl Device {
             flush(&mut st.ctx, &mut st.io, now);
             r
         };
-        if self.inner.sleeping.load(Ordering::SeqCst) {
+        // Wake a sleeping engine only when no application thread is driving
+        // progress itself: while one polls, the engine stands aside anyway,
+        // and every needless wake-up costs a context switch on a CPU the
+        // polling threads need.
+        let app_recent =
+            now_ns().saturating_sub(self.inner.app_active.load(Ordering::Relaxed)) < APP_HOLD_NS;
+        if !app_recent && self.inner.sleeping.load(Ordering::SeqCst) {
             self.inner.wake.signal();
         }
         r
