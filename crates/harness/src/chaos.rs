@@ -17,6 +17,11 @@
 //!   the final counter, and every compare-and-swap succeeded once;
 //! - no panic, no livelock (bounded virtual time and event count);
 //! - state returns to zero: no message is left on any connection.
+//!
+//! To study a failing seed: `METAROCE_SEED=<seed> METAROCE_CHAOS_DEBUG=1
+//! cargo test -p metaroce-harness --test chaos chaos_one_seed_from_env`
+//! prints each stream's plan, its completions, the network config and every
+//! device's counters.
 
 use crate::rdma::{QpEnd, RdmaNode, connect_qps, devices, poll_all};
 use crate::{Action, FaultConfig, LinkConfig, NetConfig, Network, RunOutcome};
