@@ -526,8 +526,21 @@ fn check_stream(net: &Network<RdmaNode>, k: usize, s: &Stream) -> Result<(), Str
     let dst = resp.mr_bytes(&s.dst);
     let mut recvs = s.done_recv.iter();
     let mut chain: Vec<(u64, u64)> = Vec::new();
+    // The `len` bytes at `a` in one region equal those at `b` in the other.
+    let same = |x: &[u8], a: u64, y: &[u8], b: u64, len: u32| {
+        x[a as usize..(a + u64::from(len)) as usize] == y[b as usize..(b + u64::from(len)) as usize]
+    };
     for (i, op) in s.plan.iter().enumerate() {
         let bad = |what: &str| format!("stream {k} op {i} {op:?}: {what}");
+        // The next receive completion must be this message's, with these fields.
+        let mut next_recv = |opcode: WcOpcode, len: u32, imm: Option<u32>| -> Result<(), String> {
+            let r = recvs.next().ok_or_else(|| bad("no receive completion"))?;
+            let want = (i as u64, WcStatus::Success, opcode, len, imm);
+            if (r.wr_id, r.status, r.opcode, r.byte_len, r.imm_data) != want {
+                return Err(bad(&format!("receive completion {r:?}")));
+            }
+            Ok(())
+        };
         match *op {
             Planned::Write {
                 src_off,
@@ -535,22 +548,11 @@ fn check_stream(net: &Network<RdmaNode>, k: usize, s: &Stream) -> Result<(), Str
                 len,
                 imm,
             } => {
-                let (a, b) = (src_off as usize, dst_off as usize);
-                if src[a..a + len as usize] != dst[b..b + len as usize] {
+                if !same(src, src_off, dst, dst_off, len) {
                     return Err(bad("target bytes differ"));
                 }
                 if let Some(imm) = imm {
-                    let r = recvs.next().ok_or_else(|| bad("no receive completion"))?;
-                    let want = (
-                        i as u64,
-                        WcStatus::Success,
-                        WcOpcode::RecvRdmaWithImm,
-                        len,
-                        Some(imm),
-                    );
-                    if (r.wr_id, r.status, r.opcode, r.byte_len, r.imm_data) != want {
-                        return Err(bad(&format!("receive completion {r:?}")));
-                    }
+                    next_recv(WcOpcode::RecvRdmaWithImm, len, Some(imm))?;
                 }
             }
             Planned::Send {
@@ -559,23 +561,17 @@ fn check_stream(net: &Network<RdmaNode>, k: usize, s: &Stream) -> Result<(), Str
                 len,
                 imm,
             } => {
-                let (a, b) = (src_off as usize, recv_off as usize);
-                if src[a..a + len as usize] != dst[b..b + len as usize] {
+                if !same(src, src_off, dst, recv_off, len) {
                     return Err(bad("received bytes differ"));
                 }
-                let r = recvs.next().ok_or_else(|| bad("no receive completion"))?;
-                let want = (i as u64, WcStatus::Success, WcOpcode::Recv, len, imm);
-                if (r.wr_id, r.status, r.opcode, r.byte_len, r.imm_data) != want {
-                    return Err(bad(&format!("receive completion {r:?}")));
-                }
+                next_recv(WcOpcode::Recv, len, imm)?;
             }
             Planned::Read {
                 remote_off,
                 local_off,
                 len,
             } => {
-                let (a, b) = (local_off as usize, remote_off as usize);
-                if src[a..a + len as usize] != dst[b..b + len as usize] {
+                if !same(src, local_off, dst, remote_off, len) {
                     return Err(bad("read bytes differ"));
                 }
             }

@@ -266,19 +266,7 @@ impl Topology {
                 });
             }
         }
-        // Host links in host order, planes inner, so a host's links are contiguous.
-        for h in 0..hosts {
-            for p in 0..planes {
-                t.links.push(LinkSpec {
-                    a: NodeRef::Host(h),
-                    b: NodeRef::Switch(t.plane_base[p as usize] + t.host_leaf[h as usize]),
-                    rate_bps: lp.host_bps,
-                    delay_ps: lp.delay_ps,
-                    label_up: HOST_UP,
-                    label_down: HOST_DOWN,
-                });
-            }
-        }
+        t.link_hosts(hosts, planes, &lp);
         for p in 0..planes {
             let base = t.plane_base[p as usize];
             for l in 0..leaves {
@@ -298,6 +286,23 @@ impl Topology {
         }
         t.max_hops = if spines == 0 { 2 } else { 4 };
         t
+    }
+
+    /// Link every host to its leaf (ToR) in every plane, in host order with
+    /// planes inner, so a host's links are contiguous.
+    fn link_hosts(&mut self, hosts: u32, planes: u32, lp: &LinkParams) {
+        for h in 0..hosts {
+            for p in 0..planes {
+                self.links.push(LinkSpec {
+                    a: NodeRef::Host(h),
+                    b: NodeRef::Switch(self.plane_base[p as usize] + self.host_leaf[h as usize]),
+                    rate_bps: lp.host_bps,
+                    delay_ps: lp.delay_ps,
+                    label_up: HOST_UP,
+                    label_down: HOST_DOWN,
+                });
+            }
+        }
     }
 
     /// The smallest even `k` whose k-ary fat tree (with `oversub` hosts per
@@ -367,18 +372,7 @@ impl Topology {
                 });
             }
         }
-        for h in 0..hosts {
-            for p in 0..planes {
-                t.links.push(LinkSpec {
-                    a: NodeRef::Host(h),
-                    b: NodeRef::Switch(t.plane_base[p as usize] + t.host_leaf[h as usize]),
-                    rate_bps: lp.host_bps,
-                    delay_ps: lp.delay_ps,
-                    label_up: HOST_UP,
-                    label_down: HOST_DOWN,
-                });
-            }
-        }
+        t.link_hosts(hosts, planes, &lp);
         for p in 0..planes {
             let base = t.plane_base[p as usize];
             let agg0 = base + tors;
