@@ -20,7 +20,7 @@
 //! the work request.
 
 use crate::cc::{AckSample, CcConfig, CongestionController, new_controller};
-use crate::endpoint::{Ecn, PacketRepr, Shared, Transmit};
+use crate::endpoint::{Ecn, Layout, PacketRepr, PayloadRef, Shared, Transmit};
 use crate::message::{MessageSlab, MsgKind, MsgRef, SegRef, TxMessage};
 use crate::ops;
 use crate::path::{PathStats, SentPacket, SentState, TxPath, initial_psn};
@@ -35,8 +35,13 @@ use std::net::SocketAddr;
 /// datapath, harness) or kept as a parsed header (the simulator, which
 /// carries lengths, not bytes).
 pub(crate) enum Out<'a> {
+    /// The whole datagram into the buffer.
     Bytes(&'a mut [u8]),
+    /// Parsed headers only (the simulator).
     Repr(&'a mut Option<PacketRepr>),
+    /// Headers and trailer into the buffer, the payload left in place in
+    /// its memory region when it lies in one (the UDP driver's zero-copy send).
+    Gather(&'a mut [u8], &'a mut Layout),
 }
 
 /// The most packets a path may have outstanding: the span of the SACK bitmap.
@@ -480,6 +485,34 @@ impl Connection {
                 );
                 wire::seal(&mut buf[..total]);
             }
+            Out::Gather(buf, layout) => {
+                let span = msg.source.contiguous(
+                    &shared.regions,
+                    u64::from(offset),
+                    u64::from(payload_len),
+                );
+                let payload = span.and_then(|s| shared.regions.slice(s));
+                if let (Some(span), Some(payload)) = (span, payload) {
+                    // Header, then the trailer right behind it in the
+                    // buffer; the driver sends header, payload, trailer.
+                    repr.emit_header(&mut buf[..header_len]);
+                    let crc = wire::icrc_parts(&[&buf[..header_len], payload]);
+                    buf[header_len..header_len + ICRC_LEN].copy_from_slice(&crc.to_be_bytes());
+                    **layout = Layout::Split {
+                        header_len,
+                        payload: PayloadRef(span),
+                    };
+                } else {
+                    repr.emit_header(&mut buf[..header_len]);
+                    msg.source.gather(
+                        &shared.regions,
+                        u64::from(offset),
+                        &mut buf[header_len..header_len + payload_len as usize],
+                    );
+                    wire::seal(&mut buf[..total]);
+                    **layout = Layout::Whole;
+                }
+            }
             // The simulator carries the header only: no payload is gathered.
             Out::Repr(slot) => **slot = Some(PacketRepr::Data(repr)),
         }
@@ -549,6 +582,10 @@ impl Connection {
         }
         let len = match out {
             Out::Bytes(buf) => wire::emit_ack(&ack, buf),
+            Out::Gather(buf, layout) => {
+                **layout = Layout::Whole;
+                wire::emit_ack(&ack, buf)
+            }
             Out::Repr(slot) => {
                 let len = ack.buffer_len();
                 **slot = Some(PacketRepr::Ack(Box::new(ack)));

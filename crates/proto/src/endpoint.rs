@@ -55,6 +55,28 @@ pub struct Transmit {
     pub len: usize,
 }
 
+/// How a datagram from [`Endpoint::poll_transmit_gather`] lies in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// All `Transmit::len` bytes are at the start of the buffer.
+    Whole,
+    /// The buffer holds the headers (`header_len` bytes) followed by the
+    /// 4-byte ICRC trailer; the payload stays in its memory region
+    /// ([`Endpoint::payload`]). On the wire: headers, payload, trailer.
+    Split {
+        /// Header bytes at the start of the buffer; the trailer follows.
+        header_len: usize,
+        /// Where the payload is.
+        payload: PayloadRef,
+    },
+}
+
+/// A payload left in place in a registered memory region, valid until the
+/// endpoint is next changed (resolve it with [`Endpoint::payload`] before
+/// handling more input or polling again).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PayloadRef(pub(crate) Span);
+
 /// A packet as parsed headers, without payload bytes: what the fabric
 /// simulator carries between endpoints ([`Endpoint::poll_packet`],
 /// [`Endpoint::handle_packet`]). The same protocol code runs on it as on
@@ -813,6 +835,33 @@ impl Endpoint {
             "transmit buffer smaller than max_datagram_len"
         );
         self.poll_out(now_ns, &mut Out::Bytes(buf))
+    }
+
+    /// Like [`poll_transmit`](Self::poll_transmit), but a data packet whose
+    /// payload lies in one memory region leaves it there: the buffer gets
+    /// the headers and the ICRC trailer, and [`Layout::Split`] says where the
+    /// payload is, so a driver can send it with scatter/gather I/O instead
+    /// of copying every payload byte once more. Other packets are written
+    /// whole ([`Layout::Whole`]).
+    pub fn poll_transmit_gather(
+        &mut self,
+        now_ns: u64,
+        buf: &mut [u8],
+    ) -> Option<(Transmit, Layout)> {
+        assert!(
+            buf.len() >= self.max_datagram_len(),
+            "transmit buffer smaller than max_datagram_len"
+        );
+        let mut layout = Layout::Whole;
+        let t = self.poll_out(now_ns, &mut Out::Gather(buf, &mut layout))?;
+        Some((t, layout))
+    }
+
+    /// The payload bytes a [`Layout::Split`] transmit refers to. Empty if
+    /// the region went away (it cannot while the caller holds the endpoint
+    /// between polling and sending, which is how a driver uses it).
+    pub fn payload(&self, payload: &PayloadRef) -> &[u8] {
+        self.shared.regions.slice(payload.0).unwrap_or_default()
     }
 
     /// Like [`poll_transmit`](Self::poll_transmit), but the packet comes back

@@ -36,7 +36,8 @@ pub mod work;
 pub use config::{ConfigError, EndpointConfig};
 pub use connection::ConnectionStats;
 pub use endpoint::{
-    Completion, Ecn, Endpoint, EndpointStats, PacketRepr, PostError, QpError, Transmit,
+    Completion, Ecn, Endpoint, EndpointStats, Layout, PacketRepr, PayloadRef, PostError, QpError,
+    Transmit,
 };
 pub use memory::{AccessFlags, MemoryError, MrHandle, MrInfo};
 pub use path::PathStats;

@@ -369,6 +369,39 @@ impl RegionTable {
         }
     }
 
+    /// Message bytes `offset..offset+len` of `spans` as one slice of region
+    /// memory, when they lie inside a single span of a region with real
+    /// bytes: what a driver can hand to the kernel in place (gather) instead
+    /// of copying. `None` otherwise (the caller copies with [`Self::gather`]).
+    pub(crate) fn contiguous(&self, spans: &[Span], offset: u64, len: u64) -> Option<Span> {
+        let (span, skip) = spans_from(spans, offset).next()?;
+        if skip.checked_add(len)? > span.len {
+            return None;
+        }
+        let sub = Span {
+            region: span.region,
+            offset: span.offset + skip,
+            len,
+        };
+        self.slice(sub).map(|_| sub)
+    }
+
+    /// The bytes of a span, when its region has real bytes and the span
+    /// lies inside it.
+    pub(crate) fn slice(&self, span: Span) -> Option<&[u8]> {
+        match self.regions.get(span.region as usize) {
+            Some(Some(Region {
+                backing: Backing::Bytes(b),
+                len,
+                ..
+            })) if span.offset.checked_add(span.len).is_some_and(|e| e <= *len) => {
+                let start = span.offset as usize;
+                b.get(start..start + span.len as usize)
+            }
+            _ => None,
+        }
+    }
+
     /// Copy message bytes `offset..offset+out.len()` gathered from `spans`
     /// (concatenated in order) into `out`; bytes past the spans read as zero.
     pub(crate) fn gather(&self, spans: &[Span], offset: u64, out: &mut [u8]) {

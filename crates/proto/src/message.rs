@@ -52,6 +52,17 @@ impl Source {
     }
 }
 
+impl Source {
+    /// Message bytes `offset..offset+len` as one span of region memory, if
+    /// they lie in one (see [`RegionTable::contiguous`]).
+    pub(crate) fn contiguous(&self, regions: &RegionTable, offset: u64, len: u64) -> Option<Span> {
+        match self {
+            Self::Spans(spans) if len > 0 => regions.contiguous(spans, offset, len),
+            _ => None,
+        }
+    }
+}
+
 /// Whether the message is ours to complete or the peer's response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum MsgKind {

@@ -7,17 +7,27 @@
 //!
 //! Progress is made by whoever holds the device lock: the application
 //! thread when it polls a CQ ([`Device::poll_cq`]) or posts work
-//! ([`Device::with`]), and otherwise the device's engine thread. The engine
-//! busy-polls for `busy_poll_ns` after the last activity, stands aside while
-//! the application is polling (so two threads do not fight over one lock on
-//! a small machine), and otherwise sleeps in `ppoll` on the receive socket
-//! and a wake-up eventfd with the core's next deadline as timeout.
+//! ([`Device::with`]), and otherwise the device's engine thread. One thread
+//! spins per device, never two: while an application polls, the engine only
+//! covers its pauses with blocking passes (a second spinner on a small
+//! machine steals the CPU the first one and the peer need, and turns
+//! scheduler time slices into millisecond stalls and false timeouts); with
+//! no polling application the engine busy-polls for `busy_poll_ns` after
+//! the last activity, then sleeps in `ppoll` on the receive socket and a
+//! wake-up eventfd with the core's next deadline as timeout.
+//!
+//! Sending gathers: a data packet's payload goes from its memory region to
+//! the kernel as an iovec between the header and the ICRC trailer, so the
+//! only copy of the payload on the send side is the kernel's. The receive
+//! socket's queue is treated as a queue on the path: while it is long,
+//! ECN-capable datagrams taken from it count as CE marked.
 
 use crate::impair::{Impair, ImpairState, Verdict};
 use crate::sys::{self, EventFd, OutMsg, RxBatch};
-use metaroce_proto::endpoint::Transmit;
+use metaroce_proto::endpoint::{Layout, Transmit};
 use metaroce_proto::{Ecn, EndpointConfig};
 use metaroce_verbs::{CompletionQueue, Context, EndpointStats, VerbsError, WorkCompletion};
+use metaroce_wire::ICRC_LEN;
 use socket2::Socket;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -85,6 +95,17 @@ pub struct DeviceConfig {
     pub gro: bool,
     /// The engine spins this long after its last activity before sleeping.
     pub busy_poll_ns: u64,
+    /// Receive-queue ECN: while more than this many bytes wait in the
+    /// receive socket, ECN-capable datagrams taken from it count as CE
+    /// marked. The host's socket queue is a queue on the path like a
+    /// switch's; marking it keeps the senders' windows from parking
+    /// milliseconds of data there (which would pass for RTT and make
+    /// timers fire on healthy paths). 0 turns it off.
+    pub rx_queue_mark_bytes: u32,
+    /// Send payloads from memory regions by scatter/gather I/O (headers and
+    /// trailer from a buffer, payload in place) instead of copying them
+    /// into a datagram buffer first.
+    pub gather: bool,
 }
 
 impl DeviceConfig {
@@ -97,6 +118,8 @@ impl DeviceConfig {
             gso: true,
             gro: true,
             busy_poll_ns: 2_000_000,
+            rx_queue_mark_bytes: 512 << 10,
+            gather: true,
         }
     }
 }
@@ -126,6 +149,12 @@ pub struct IoStats {
     pub tx_dropped: u64,
     /// Datagrams whose source port had no socket.
     pub tx_no_socket: u64,
+    /// Times a send found the socket buffer full and waited for room.
+    pub tx_full_waits: u64,
+    /// Datagrams delivered as CE because the receive queue was long.
+    pub rx_queue_ce_marks: u64,
+    /// Datagrams the kernel dropped at the receive socket (full buffer).
+    pub rx_kernel_drops: u64,
     /// Longest time between two progress passes (receive + timers), ns.
     pub progress_gap_ns_max: u64,
     /// Progress passes that came more than 200 us after the previous one.
@@ -152,7 +181,11 @@ const RX_BATCH: usize = 32;
 /// Receive batches per progress pass (bounded for fairness with timers and sends).
 const RX_ROUNDS: usize = 8;
 /// The engine stands aside this long after the application drove progress.
-const APP_HOLD_NS: u64 = 300_000;
+const APP_HOLD_NS: u64 = 1_000_000;
+/// An application that polled within this window is a polling application:
+/// the engine then never spins, it only covers the application's pauses
+/// with blocking passes.
+const APP_POLLING_NS: u64 = 50_000_000;
 
 struct Io {
     rx: Socket,
@@ -162,12 +195,14 @@ struct Io {
     gro: bool,
     rxb: RxBatch,
     slots: Vec<Vec<u8>>,
-    meta: Vec<Transmit>,
+    meta: Vec<(Transmit, Layout)>,
     order: Vec<usize>,
     impair: Option<ImpairState>,
     held: Option<(SocketAddr, Ecn, Vec<u8>)>,
     stats: IoStats,
     last_progress_ns: u64,
+    rx_queue_mark_bytes: u32,
+    gather: bool,
 }
 
 struct State {
@@ -266,6 +301,8 @@ impl Device {
             held: None,
             stats: IoStats::default(),
             last_progress_ns: 0,
+            rx_queue_mark_bytes: cfg.rx_queue_mark_bytes,
+            gather: cfg.gather,
         };
         let inner = Arc::new(Inner {
             state: Mutex::new(State { ctx, io }),
@@ -279,7 +316,7 @@ impl Device {
         });
         let engine_inner = Arc::clone(&inner);
         let engine = std::thread::Builder::new()
-            .name(format!("metaroce-engine-{}", ep.device_port))
+            .name(format!("mr-engine-{}", ep.device_port))
             .spawn(move || engine(&engine_inner))
             .map_err(io_err("spawn engine thread"))?;
         Ok(Self {
@@ -388,8 +425,16 @@ fn engine(inner: &Inner) {
     let mut deadline = None;
     while !inner.shutdown.load(Ordering::SeqCst) {
         let now = now_ns();
-        let app_recent = now.saturating_sub(inner.app_active.load(Ordering::Relaxed)) < APP_HOLD_NS;
-        if !app_recent && let Ok(mut st) = inner.state.try_lock() {
+        let app_polled = inner.app_active.load(Ordering::Relaxed);
+        let app_recent = now.saturating_sub(app_polled) < APP_HOLD_NS;
+        if !app_recent {
+            // Block on the lock rather than try it: an application thread
+            // preempted while holding it needs this CPU to finish its pass,
+            // and retrying would burn the CPU it is waiting for.
+            let mut st = inner
+                .state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             let st = &mut *st;
             if progress(&mut st.ctx, &mut st.io, now) {
                 last_active = now;
@@ -397,14 +442,21 @@ fn engine(inner: &Inner) {
             deadline = st.ctx.poll_timeout();
         }
         let now = now_ns();
-        if !app_recent && now.saturating_sub(last_active) < inner.busy_poll_ns {
+        // Spin only when no application thread polls this device: with one
+        // that does, it is the spinner, and a second spinning thread on a
+        // small machine only steals its CPU (and the peer's), turning
+        // scheduler time slices into millisecond stalls and false RTOs.
+        let app_polls = app_polled != 0 && now.saturating_sub(app_polled) < APP_POLLING_NS;
+        if !app_polls && now.saturating_sub(last_active) < inner.busy_poll_ns {
             std::thread::yield_now();
             continue;
         }
         inner.sleeping.store(true, Ordering::SeqCst);
         let (fds, timeout): (&[_], u64) = if app_recent {
+            // The application drives; wake when it goes quiet.
             (&[inner.wake.raw()][..], APP_HOLD_NS)
         } else {
+            // Nobody drives: sleep until a datagram, a post or a deadline.
             let t = deadline.map_or(100_000_000, |d: u64| d.saturating_sub(now));
             (&[inner.rx_fd, inner.wake.raw()][..], t.min(100_000_000))
         };
@@ -427,7 +479,20 @@ fn progress(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
     }
     io.last_progress_ns = now;
     let mut did = false;
-    for _ in 0..RX_ROUNDS {
+    let mut now = now;
+    for round in 0..RX_ROUNDS {
+        // A pass can outlast a scheduler tick: stamp each batch with the
+        // time it was really taken in, or RTT samples come out short.
+        if round > 0 {
+            now = now_ns();
+        }
+        let queue_long = match sys::rx_queue(&io.rx) {
+            Some((queued, drops)) => {
+                io.stats.rx_kernel_drops = u64::from(drops);
+                io.rx_queue_mark_bytes > 0 && queued > io.rx_queue_mark_bytes
+            }
+            None => false,
+        };
         // Transient socket errors (e.g. ICMP) are not fatal.
         let n = io.rxb.recv(&io.rx).unwrap_or_default();
         if n == 0 {
@@ -438,7 +503,11 @@ fn progress(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
         for i in 0..n {
             let m = io.rxb.meta[i];
             let Some(src) = m.src else { continue };
-            let ecn = sys::ecn_of_tos(m.tos);
+            let mut ecn = sys::ecn_of_tos(m.tos);
+            let remark = queue_long && ecn == Ecn::Ect0;
+            if remark {
+                ecn = Ecn::Ce;
+            }
             let data = io.rxb.data(i);
             let seg = m.segment.unwrap_or(data.len()).max(1);
             if data.len() > seg {
@@ -446,6 +515,7 @@ fn progress(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
             }
             for d in data.chunks(seg) {
                 io.stats.rx_datagrams += 1;
+                io.stats.rx_queue_ce_marks += u64::from(remark);
                 deliver(
                     ctx,
                     &mut io.impair,
@@ -458,8 +528,8 @@ fn progress(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
                 );
             }
         }
-        flush(ctx, io, now);
     }
+    let now = now_ns();
     if ctx.poll_timeout().is_some_and(|t| t <= now) {
         ctx.handle_timeout(now);
         did = true;
@@ -510,7 +580,13 @@ fn flush(ctx: &mut Context, io: &mut Io, now: u64) -> usize {
         io.meta.clear();
         while io.meta.len() < TX_BATCH {
             let k = io.meta.len();
-            match ctx.poll_transmit(now, &mut io.slots[k]) {
+            let t = if io.gather {
+                ctx.poll_transmit_gather(now, &mut io.slots[k])
+            } else {
+                ctx.poll_transmit(now, &mut io.slots[k])
+                    .map(|t| (t, Layout::Whole))
+            };
+            match t {
                 Some(t) => io.meta.push(t),
                 None => break,
             }
@@ -519,7 +595,7 @@ fn flush(ctx: &mut Context, io: &mut Io, now: u64) -> usize {
         if k == 0 {
             break;
         }
-        send_all(io);
+        send_all(ctx, io);
         total += k;
         if k < TX_BATCH {
             break;
@@ -528,123 +604,154 @@ fn flush(ctx: &mut Context, io: &mut Io, now: u64) -> usize {
     total
 }
 
-fn send_all(io: &mut Io) {
-    let meta = &io.meta;
-    io.order.clear();
-    io.order.extend(0..meta.len());
+/// A run of datagrams sent as one message: `parts[parts_from..parts_to]`.
+struct MsgRun {
+    parts_from: usize,
+    parts_to: usize,
+    datagrams: usize,
+    first: usize,
+}
+
+/// Send the batch in `io.meta` / `io.slots`. Payloads left in place in
+/// memory regions go to the kernel by gather (header, payload, trailer
+/// iovecs): the payload bytes are copied once, by the kernel, into the
+/// socket buffer.
+fn send_all(ctx: &Context, io: &mut Io) {
+    let Io {
+        rx,
+        tx,
+        base_port,
+        gso,
+        slots,
+        meta,
+        order,
+        stats,
+        ..
+    } = io;
+    let meta = &*meta;
+    order.clear();
+    order.extend(0..meta.len());
     // Stable: per-path order is kept, which is all the protocol needs.
-    io.order
-        .sort_by_key(|&i| (meta[i].src_port, meta[i].dst, sys::ecn_bits(meta[i].ecn)));
-    let mut parts: Vec<&[u8]> = Vec::with_capacity(meta.len());
-    let mut msgs: Vec<(usize, usize, OutMsg<'_>)> = Vec::new();
-    for &i in &io.order {
-        parts.push(&io.slots[i][..meta[i].len]);
+    order.sort_by_key(|&i| {
+        (
+            meta[i].0.src_port,
+            meta[i].0.dst,
+            sys::ecn_bits(meta[i].0.ecn),
+        )
+    });
+    // Every datagram's slices, in sending order.
+    let mut parts: Vec<&[u8]> = Vec::with_capacity(meta.len() * 3);
+    let mut datagram_parts: Vec<(usize, usize)> = Vec::with_capacity(meta.len());
+    for &i in order.iter() {
+        let (t, layout) = &meta[i];
+        let from = parts.len();
+        match layout {
+            Layout::Whole => parts.push(&slots[i][..t.len]),
+            Layout::Split {
+                header_len,
+                payload,
+            } => {
+                parts.push(&slots[i][..*header_len]);
+                parts.push(ctx.payload(payload));
+                parts.push(&slots[i][*header_len..*header_len + ICRC_LEN]);
+            }
+        }
+        datagram_parts.push((from, parts.len()));
     }
-    // Split the sorted run into messages: (start, end) ranges into `parts`.
-    let mut ranges: Vec<(usize, usize, usize)> = Vec::new(); // (start, end, meta index of first)
+    // Cut the sorted datagrams into messages: one GSO message per run of
+    // equal-length datagrams (the last may be shorter) with the same source
+    // port, destination and ECN.
+    let mut runs: Vec<MsgRun> = Vec::new();
     let mut s = 0;
-    while s < io.order.len() {
-        let first = io.order[s];
-        let seg = meta[first].len;
+    while s < order.len() {
+        let first = order[s];
+        let head = &meta[first].0;
+        let seg = head.len;
         let mut e = s + 1;
         let mut bytes = seg;
-        if io.gso {
-            while e < io.order.len() && e - s < sys::GSO_MAX_SEGMENTS {
-                let j = io.order[e];
-                let same = meta[j].src_port == meta[first].src_port
-                    && meta[j].dst == meta[first].dst
-                    && meta[j].ecn == meta[first].ecn;
-                if !same || meta[j].len > seg || bytes + meta[j].len > sys::GSO_MAX_BYTES {
+        if *gso {
+            while e < order.len() && e - s < sys::GSO_MAX_SEGMENTS {
+                let t = &meta[order[e]].0;
+                let same = t.src_port == head.src_port && t.dst == head.dst && t.ecn == head.ecn;
+                if !same || t.len > seg || bytes + t.len > sys::GSO_MAX_BYTES {
                     break;
                 }
-                bytes += meta[j].len;
+                bytes += t.len;
                 e += 1;
-                if meta[j].len < seg {
+                if t.len < seg {
                     break; // a short segment must be the last
                 }
             }
         }
-        ranges.push((s, e, first));
+        runs.push(MsgRun {
+            parts_from: datagram_parts[s].0,
+            parts_to: datagram_parts[e - 1].1,
+            datagrams: e - s,
+            first,
+        });
         s = e;
     }
-    let parts = &parts;
-    for &(s, e, first) in &ranges {
-        let t = &meta[first];
-        msgs.push((
-            s,
-            e,
+    let msgs: Vec<OutMsg<'_>> = runs
+        .iter()
+        .map(|r| {
+            let t = &meta[r.first].0;
             OutMsg {
                 dst: t.dst,
                 tos: sys::ecn_bits(t.ecn),
-                segment: (e - s > 1).then_some(t.len as u16),
-                parts: &parts[s..e],
-            },
-        ));
-    }
+                segment: (r.datagrams > 1).then_some(t.len as u16),
+                parts: &parts[r.parts_from..r.parts_to],
+                datagrams: r.datagrams,
+            }
+        })
+        .collect();
     // Send per socket: consecutive messages share a source port.
     let mut a = 0;
     let mut disable_gso = false;
     while a < msgs.len() {
-        let port = meta[io.order[msgs[a].0]].src_port;
+        let port = meta[runs[a].first].0.src_port;
         let mut b = a + 1;
-        while b < msgs.len() && meta[io.order[msgs[b].0]].src_port == port {
+        while b < msgs.len() && meta[runs[b].first].0.src_port == port {
             b += 1;
         }
-        let sock = if port == io.base_port {
-            Some(&io.rx)
+        let sock = if port == *base_port {
+            Some(&*rx)
         } else {
-            port.checked_sub(io.base_port + 1)
-                .and_then(|i| io.tx.get(usize::from(i)))
+            port.checked_sub(*base_port + 1)
+                .and_then(|i| tx.get(usize::from(i)))
         };
-        let group: Vec<&OutMsg<'_>> = msgs[a..b].iter().map(|m| &m.2).collect();
-        let dgrams: usize = msgs[a..b].iter().map(|m| m.1 - m.0).sum();
-        let Some(sock) = sock else {
-            io.stats.tx_no_socket += dgrams as u64;
-            a = b;
-            continue;
-        };
-        let sent = send_msgs(sock, &group, &mut disable_gso, &mut io.stats);
-        let _ = sent;
+        match sock {
+            Some(sock) => send_msgs(sock, &msgs[a..b], &mut disable_gso, stats),
+            None => {
+                stats.tx_no_socket += msgs[a..b].iter().map(|m| m.datagrams as u64).sum::<u64>()
+            }
+        }
         a = b;
     }
     if disable_gso {
-        io.gso = false;
+        *gso = false;
     }
 }
 
 /// Send messages on one socket, retrying briefly on a full buffer; a GSO
 /// message the kernel refuses (EIO / EINVAL: no GSO on this route) is
 /// resent datagram by datagram and GSO is turned off.
-fn send_msgs(
-    sock: &Socket,
-    msgs: &[&OutMsg<'_>],
-    disable_gso: &mut bool,
-    st: &mut IoStats,
-) -> usize {
+fn send_msgs(sock: &Socket, msgs: &[OutMsg<'_>], disable_gso: &mut bool, st: &mut IoStats) {
     let mut done = 0;
     let mut stalls = 0;
     while done < msgs.len() {
-        let batch: Vec<OutMsg<'_>> = msgs[done..]
-            .iter()
-            .map(|m| OutMsg {
-                dst: m.dst,
-                tos: m.tos,
-                segment: m.segment,
-                parts: m.parts,
-            })
-            .collect();
-        match sys::send_batch(sock, &batch) {
+        match sys::send_batch(sock, &msgs[done..]) {
             Ok(0) => {
                 stalls += 1;
+                st.tx_full_waits += 1;
                 if stalls > 20 {
                     break;
                 }
                 sys::wait_writable(sock.as_raw_fd(), 1_000_000);
             }
             Ok(n) => {
-                for m in &batch[..n] {
+                for m in &msgs[done..done + n] {
                     st.tx_msgs += 1;
-                    st.tx_datagrams += m.parts.len() as u64;
+                    st.tx_datagrams += m.datagrams as u64;
                     if m.segment.is_some() {
                         st.tx_gso_msgs += 1;
                     }
@@ -652,35 +759,53 @@ fn send_msgs(
                 done += n;
             }
             Err(e) => {
-                let m = &batch[0];
-                if m.segment.is_some() && matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL))
-                {
-                    *disable_gso = true;
-                    for p in m.parts {
-                        let one = [*p];
-                        let single = OutMsg {
-                            dst: m.dst,
-                            tos: m.tos,
-                            segment: None,
-                            parts: &one,
-                        };
-                        match sys::send_batch(sock, std::slice::from_ref(&single)) {
-                            Ok(1) => {
-                                st.tx_msgs += 1;
-                                st.tx_datagrams += 1;
+                let m = &msgs[done];
+                match m.segment {
+                    Some(seg) if matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL)) => {
+                        *disable_gso = true;
+                        for one in datagrams_of(m.parts, usize::from(seg)) {
+                            let single = OutMsg {
+                                segment: None,
+                                parts: one,
+                                datagrams: 1,
+                                ..*m
+                            };
+                            match sys::send_batch(sock, std::slice::from_ref(&single)) {
+                                Ok(1) => {
+                                    st.tx_msgs += 1;
+                                    st.tx_datagrams += 1;
+                                }
+                                _ => st.tx_dropped += 1,
                             }
-                            _ => st.tx_dropped += 1,
                         }
                     }
-                } else {
-                    st.tx_dropped += m.parts.len() as u64;
+                    _ => st.tx_dropped += m.datagrams as u64,
                 }
                 done += 1;
             }
         }
     }
     for m in &msgs[done..] {
-        st.tx_dropped += m.parts.len() as u64;
+        st.tx_dropped += m.datagrams as u64;
     }
-    done
+}
+
+/// Split a GSO message's slices back into its datagrams: each datagram is
+/// whole slices adding up to `seg` bytes (the last may be shorter).
+fn datagrams_of<'a>(parts: &'a [&'a [u8]], seg: usize) -> impl Iterator<Item = &'a [&'a [u8]]> {
+    let mut rest = parts;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let mut bytes = 0;
+        let mut k = 0;
+        while k < rest.len() && bytes < seg {
+            bytes += rest[k].len();
+            k += 1;
+        }
+        let (one, tail) = rest.split_at(k.max(1));
+        rest = tail;
+        Some(one)
+    })
 }

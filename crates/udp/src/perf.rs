@@ -423,7 +423,7 @@ fn endpoint_config(p: &Params, local: &LocalOpts) -> EndpointConfig {
     // Real sockets on a VM: scheduling hiccups of a millisecond are common,
     // so a first RTO below that only retires healthy paths.
     cfg.base_rtt_ns = 50_000;
-    cfg.rto_min_ns = 1_000_000;
+    cfg.rto_min_ns = 4_000_000;
     cfg.rto_max_ns = 200_000_000;
     cfg
 }
@@ -1307,7 +1307,7 @@ pub fn run_loopback(
     let mut server_local = local.clone();
     server_local.seed = local.seed ^ 0x5151_5151;
     let server = std::thread::Builder::new()
-        .name("metaroce-perf-server".into())
+        .name("mr-perf-server".into())
         .spawn(move || serve(&listener, test, &server_local, &mut |_| {}))
         .map_err(|e| PerfError::Other(format!("spawn server: {e}")))?;
     let mut result = Ok(());

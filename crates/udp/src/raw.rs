@@ -71,6 +71,7 @@ pub fn udp_bw(size: u64, seg: usize, secs: f64, offload: bool) -> Result<BwFigur
                 tos: 0,
                 segment: (parts_v.len() > 1).then_some(seg as u16),
                 parts: &parts_v,
+                datagrams: parts_v.len(),
             })
             .collect();
         if sys::send_batch(&tx, &msgs).unwrap_or(0) == 0 {
@@ -110,6 +111,7 @@ pub fn udp_lat(size: usize, iters: u64, secs: f64) -> Result<LatFigures, PerfErr
                     tos: 0,
                     segment: None,
                     parts: &parts,
+                    datagrams: 1,
                 };
                 let _ = sys::send_batch(&b, std::slice::from_ref(&m));
             }
@@ -129,6 +131,7 @@ pub fn udp_lat(size: usize, iters: u64, secs: f64) -> Result<LatFigures, PerfErr
             tos: 0,
             segment: None,
             parts: &parts,
+            datagrams: 1,
         };
         let _ = sys::send_batch(&a, std::slice::from_ref(&m));
         loop {

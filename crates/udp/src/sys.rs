@@ -68,6 +68,34 @@ fn force_buf(s: &Socket, opt: libc::c_int, bytes: libc::c_int) -> io::Result<()>
     setsockopt_int(s, libc::SOL_SOCKET, opt, bytes)
 }
 
+/// A socket's receive-queue occupancy in bytes (kernel truesize, so a
+/// little above the payload) and the datagrams the kernel dropped on it
+/// for lack of room, from `SO_MEMINFO`. `None` where the kernel lacks it.
+pub(crate) fn rx_queue(s: &Socket) -> Option<(u32, u32)> {
+    const N: usize = libc::SK_MEMINFO_DROPS as usize + 1;
+    let mut info = [0u32; N];
+    let mut len = size_of_val(&info) as libc::socklen_t;
+    // SAFETY: `info` is a live, writable buffer of `len` bytes and the
+    // kernel writes at most `len` bytes into it (and updates `len`); the fd
+    // is open for the lifetime of `s`.
+    let r = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_MEMINFO,
+            info.as_mut_ptr().cast(),
+            &raw mut len,
+        )
+    };
+    if r != 0 || (len as usize) < size_of_val(&info) {
+        return None;
+    }
+    Some((
+        info[libc::SK_MEMINFO_RMEM_ALLOC as usize],
+        info[libc::SK_MEMINFO_DROPS as usize],
+    ))
+}
+
 fn setsockopt_int(
     s: &Socket,
     level: libc::c_int,
@@ -104,14 +132,19 @@ pub(crate) fn enable_gro(s: &Socket) -> bool {
     setsockopt_int(s, SOL_UDP, UDP_GRO, 1).is_ok()
 }
 
-/// One message to send: a list of byte slices sent back to back (as GSO
-/// segments of `segment` bytes when `segment` is `Some`), to `dst` with
-/// the ECN codepoint `ecn_bits`.
+/// One message to send: byte slices sent back to back as one datagram, or
+/// (when `segment` is `Some`) cut by the kernel into GSO segments of
+/// `segment` bytes, to `dst` with the TOS byte `tos`. A datagram may be
+/// several slices (headers in a buffer, payload in a memory region):
+/// segments are cut by length, not by slice.
+#[derive(Clone, Copy)]
 pub(crate) struct OutMsg<'a> {
     pub(crate) dst: SocketAddr,
     pub(crate) tos: u8,
     pub(crate) segment: Option<u16>,
     pub(crate) parts: &'a [&'a [u8]],
+    /// Datagrams this message becomes on the wire.
+    pub(crate) datagrams: usize,
 }
 
 /// Control-message space for one outgoing message: a TOS (int) and a GSO
@@ -123,8 +156,9 @@ const RX_CMSG_SPACE: usize = 64;
 #[repr(C, align(8))]
 struct CmsgBuf<const N: usize>([u8; N]);
 
-/// Most iovecs per outgoing message (one per GSO segment).
-const MAX_IOV: usize = GSO_MAX_SEGMENTS;
+/// Most iovecs per outgoing message: up to three slices (headers, payload
+/// in place, trailer) per GSO segment; well under the kernel's UIO_MAXIOV.
+pub(crate) const MAX_IOV: usize = 3 * GSO_MAX_SEGMENTS;
 
 /// Send `msgs` on `sock` with one `sendmmsg` call (looping on partial
 /// sends). Returns how many messages the kernel took; stops early on
@@ -149,7 +183,7 @@ pub(crate) fn send_batch(sock: &Socket, msgs: &[OutMsg<'_>]) -> io::Result<usize
 fn send_chunk(sock: &Socket, chunk: &[OutMsg<'_>]) -> io::Result<usize> {
     let n = chunk.len();
     let mut addrs: Vec<SockAddr> = Vec::with_capacity(n);
-    let mut iovs: Vec<[libc::iovec; MAX_IOV]> = Vec::with_capacity(n);
+    let mut iovs: Vec<libc::iovec> = Vec::new();
     let mut cmsgs: Vec<CmsgBuf<TX_CMSG_SPACE>> = Vec::with_capacity(n);
     // SAFETY: mmsghdr is plain old data for which all-zero is a valid value.
     let mut hdrs: Vec<libc::mmsghdr> = (0..n).map(|_| unsafe { zeroed() }).collect();
@@ -161,24 +195,22 @@ fn send_chunk(sock: &Socket, chunk: &[OutMsg<'_>]) -> io::Result<usize> {
             ));
         }
         addrs.push(SockAddr::from(m.dst));
-        let mut iov = [libc::iovec {
-            iov_base: std::ptr::null_mut(),
-            iov_len: 0,
-        }; MAX_IOV];
-        for (slot, p) in iov.iter_mut().zip(m.parts) {
-            slot.iov_base = p.as_ptr() as *mut libc::c_void;
-            slot.iov_len = p.len();
-        }
-        iovs.push(iov);
+        iovs.extend(m.parts.iter().map(|p| libc::iovec {
+            iov_base: p.as_ptr() as *mut libc::c_void,
+            iov_len: p.len(),
+        }));
         cmsgs.push(CmsgBuf([0; TX_CMSG_SPACE]));
     }
+    // `iovs` is complete and no longer grows: pointers into it stay valid.
+    let mut iov_at = 0;
     for i in 0..n {
         let m = &chunk[i];
         let h = &mut hdrs[i].msg_hdr;
         h.msg_name = addrs[i].as_ptr() as *mut libc::c_void;
         h.msg_namelen = addrs[i].len();
-        h.msg_iov = iovs[i].as_mut_ptr();
+        h.msg_iov = iovs[iov_at..].as_mut_ptr();
         h.msg_iovlen = m.parts.len();
+        iov_at += m.parts.len();
         h.msg_control = cmsgs[i].0.as_mut_ptr().cast();
         h.msg_controllen = TX_CMSG_SPACE;
         let v6 = m.dst.is_ipv6();

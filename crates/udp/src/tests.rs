@@ -264,6 +264,7 @@ fn tos_cmsg_round_trip() {
             tos,
             segment: gso.then_some(1000),
             parts: if gso { &parts } else { &parts[..1] },
+            datagrams: if gso { parts.len() } else { 1 },
         };
         assert_eq!(sys::send_batch(&tx, std::slice::from_ref(&m)).unwrap(), 1);
         let mut b = sys::RxBatch::new(4);

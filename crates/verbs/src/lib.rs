@@ -30,8 +30,8 @@ use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 
 pub use metaroce_proto::{
-    AccessFlags, ConfigError, EndpointStats, MemoryError, RecvWr, SendWr, Sge, WcOpcode, WcStatus,
-    WorkCompletion, WrOp,
+    AccessFlags, ConfigError, EndpointStats, Layout, MemoryError, PayloadRef, RecvWr, SendWr, Sge,
+    WcOpcode, WcStatus, WorkCompletion, WrOp,
 };
 
 /// A verbs call failed.
@@ -536,6 +536,21 @@ impl Context {
     /// Next datagram to send (see [`Endpoint::poll_transmit`]).
     pub fn poll_transmit(&mut self, now_ns: u64, buf: &mut [u8]) -> Option<Transmit> {
         self.endpoint.poll_transmit(now_ns, buf)
+    }
+
+    /// Next datagram, payload left in place where it can be (see
+    /// [`Endpoint::poll_transmit_gather`]).
+    pub fn poll_transmit_gather(
+        &mut self,
+        now_ns: u64,
+        buf: &mut [u8],
+    ) -> Option<(Transmit, Layout)> {
+        self.endpoint.poll_transmit_gather(now_ns, buf)
+    }
+
+    /// The bytes a [`Layout::Split`] transmit's payload refers to.
+    pub fn payload(&self, payload: &PayloadRef) -> &[u8] {
+        self.endpoint.payload(payload)
     }
 
     /// Next deadline.

@@ -216,6 +216,15 @@ pub fn icrc(covered: &[u8]) -> u32 {
     crc32c::crc32c(covered)
 }
 
+/// The ICRC of a datagram whose covered bytes come in pieces (a header in
+/// one buffer, the payload in place in a memory region), in order: the same
+/// value as [`icrc`] over their concatenation, without concatenating.
+pub fn icrc_parts(parts: &[&[u8]]) -> u32 {
+    parts
+        .iter()
+        .fold(0, |crc, part| crc32c::crc32c_append(crc, part))
+}
+
 /// Whether the trailer of `datagram` matches its contents.
 fn icrc_ok(datagram: &[u8]) -> bool {
     match datagram.len().checked_sub(ICRC_LEN) {
