@@ -27,7 +27,7 @@ use crate::sys::{self, EventFd, OutMsg, RxBatch};
 use metaroce_proto::endpoint::{Layout, Transmit};
 use metaroce_proto::{Ecn, EndpointConfig};
 use metaroce_verbs::{CompletionQueue, Context, EndpointStats, VerbsError, WorkCompletion};
-use metaroce_wire::ICRC_LEN;
+use metaroce_wire::{BaseHeader, ICRC_LEN, PacketType};
 use socket2::Socket;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -385,8 +385,17 @@ impl Device {
         if n > 0 {
             return Ok(n);
         }
-        progress(&mut st.ctx, &mut st.io, now);
-        st.ctx.poll_cq(cq, wc)
+        // Take input, and when it completed work hand that to the caller
+        // before sending what the input made due (ACKs): the caller's
+        // reply, posted next, then leaves first and the ACKs right behind
+        // it in the same flush. Nothing waits long: the next post or poll
+        // flushes, and the engine covers a caller that goes quiet.
+        take_input(&mut st.ctx, &mut st.io, now);
+        let n = st.ctx.poll_cq(cq, wc)?;
+        if n == 0 {
+            flush(&mut st.ctx, &mut st.io, now_ns());
+        }
+        Ok(n)
     }
 
     /// Counters.
@@ -470,6 +479,14 @@ fn engine(inner: &Inner) {
 
 /// One progress pass: receive what is there, fire due timers, send.
 fn progress(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
+    let did = take_input(ctx, io, now);
+    did | (flush(ctx, io, now_ns()) > 0)
+}
+
+/// The input half of a progress pass: receive what is there and fire due
+/// timers. What it makes the core want to send stays queued in the core
+/// until the next [`flush`].
+fn take_input(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
     let gap = now.saturating_sub(io.last_progress_ns);
     if io.last_progress_ns != 0 {
         io.stats.progress_gap_ns_max = io.stats.progress_gap_ns_max.max(gap);
@@ -486,18 +503,27 @@ fn progress(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
         if round > 0 {
             now = now_ns();
         }
-        let queue_long = match sys::rx_queue(&io.rx) {
-            Some((queued, drops)) => {
-                io.stats.rx_kernel_drops = u64::from(drops);
-                io.rx_queue_mark_bytes > 0 && queued > io.rx_queue_mark_bytes
-            }
-            None => false,
-        };
         // Transient socket errors (e.g. ICMP) are not fatal.
         let n = io.rxb.recv(&io.rx).unwrap_or_default();
         if n == 0 {
             break;
         }
+        // What is still queued behind this batch. Asked only when the batch
+        // hints at a backlog (it filled up, or GRO coalesced a burst), so
+        // neither an idle poll nor a lone datagram (the latency case) pays
+        // a second syscall.
+        let burst = n == RX_BATCH
+            || io.rxb.meta[..n]
+                .iter()
+                .any(|m| m.segment.is_some_and(|seg| m.len > seg));
+        let queue_long = burst
+            && match sys::rx_queue(&io.rx) {
+                Some((queued, drops)) => {
+                    io.stats.rx_kernel_drops = u64::from(drops);
+                    io.rx_queue_mark_bytes > 0 && queued > io.rx_queue_mark_bytes
+                }
+                None => false,
+            };
         did = true;
         io.stats.rx_batches += 1;
         for i in 0..n {
@@ -534,7 +560,6 @@ fn progress(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
         ctx.handle_timeout(now);
         did = true;
     }
-    did |= flush(ctx, io, now) > 0;
     did
 }
 
@@ -631,9 +656,18 @@ fn send_all(ctx: &Context, io: &mut Io) {
     let meta = &*meta;
     order.clear();
     order.extend(0..meta.len());
-    // Stable: per-path order is kept, which is all the protocol needs.
+    // Data before ACKs: a reply that is ready goes out ahead of the ACK
+    // for the request it answers (the ACK is not on the peer's critical
+    // path; the reply is). Stable: per-path order is kept, which is all the
+    // protocol needs.
+    let is_ack = |i: usize| match meta[i].1 {
+        Layout::Split { .. } => false,
+        Layout::Whole => BaseHeader::new_checked(&slots[i][..meta[i].0.len])
+            .is_ok_and(|h| h.packet_type() == PacketType::Ack as u8),
+    };
     order.sort_by_key(|&i| {
         (
+            is_ack(i),
             meta[i].0.src_port,
             meta[i].0.dst,
             sys::ecn_bits(meta[i].0.ecn),

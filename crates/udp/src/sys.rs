@@ -180,13 +180,44 @@ pub(crate) fn send_batch(sock: &Socket, msgs: &[OutMsg<'_>]) -> io::Result<usize
     Ok(sent)
 }
 
+/// The arrays one `sendmmsg` call describes its messages with, kept per
+/// thread and reused: building them afresh cost several allocations and
+/// kilobytes of zeroing per send, on the latency path.
+#[derive(Default)]
+struct TxScratch {
+    addrs: Vec<SockAddr>,
+    iovs: Vec<libc::iovec>,
+    cmsgs: Vec<CmsgBuf<TX_CMSG_SPACE>>,
+    hdrs: Vec<libc::mmsghdr>,
+}
+
+thread_local! {
+    static TX_SCRATCH: std::cell::RefCell<TxScratch> = std::cell::RefCell::default();
+}
+
 fn send_chunk(sock: &Socket, chunk: &[OutMsg<'_>]) -> io::Result<usize> {
+    TX_SCRATCH.with_borrow_mut(|scratch| send_chunk_with(sock, chunk, scratch))
+}
+
+fn send_chunk_with(
+    sock: &Socket,
+    chunk: &[OutMsg<'_>],
+    scratch: &mut TxScratch,
+) -> io::Result<usize> {
     let n = chunk.len();
-    let mut addrs: Vec<SockAddr> = Vec::with_capacity(n);
-    let mut iovs: Vec<libc::iovec> = Vec::new();
-    let mut cmsgs: Vec<CmsgBuf<TX_CMSG_SPACE>> = Vec::with_capacity(n);
+    let TxScratch {
+        addrs,
+        iovs,
+        cmsgs,
+        hdrs,
+    } = scratch;
+    addrs.clear();
+    iovs.clear();
+    cmsgs.clear();
     // SAFETY: mmsghdr is plain old data for which all-zero is a valid value.
-    let mut hdrs: Vec<libc::mmsghdr> = (0..n).map(|_| unsafe { zeroed() }).collect();
+    // Entries kept from an earlier call have every field this call reads
+    // set again below.
+    hdrs.resize_with(n, || unsafe { zeroed() });
     for m in chunk {
         if m.parts.is_empty() || m.parts.len() > MAX_IOV {
             return Err(io::Error::new(
@@ -279,13 +310,32 @@ pub(crate) struct InMeta {
 pub(crate) struct RxBatch {
     bufs: Vec<Vec<u8>>,
     pub(crate) meta: Vec<InMeta>,
+    // The `recvmmsg` descriptors, allocated once: an idle busy-poll calls
+    // `recv` millions of times a second.
+    names: Vec<libc::sockaddr_storage>,
+    cmsgs: Vec<CmsgBuf<RX_CMSG_SPACE>>,
+    iovs: Vec<libc::iovec>,
+    hdrs: Vec<libc::mmsghdr>,
 }
+
+// SAFETY: the raw pointers in `iovs` and `hdrs` point only into this
+// batch's own heap buffers (`bufs`, `names`, `cmsgs`, `iovs`), are written
+// afresh at the start of every `recv` before the kernel reads them, and are
+// never dereferenced by Rust code; moving the batch to another thread moves
+// those buffers' owners with it.
+unsafe impl Send for RxBatch {}
 
 impl RxBatch {
     pub(crate) fn new(n: usize) -> Self {
         Self {
             bufs: (0..n).map(|_| vec![0; RX_BUF_LEN]).collect(),
             meta: Vec::with_capacity(n),
+            // SAFETY: all-zero is a valid value for these plain C structs.
+            names: (0..n).map(|_| unsafe { zeroed() }).collect(),
+            cmsgs: (0..n).map(|_| CmsgBuf([0; RX_CMSG_SPACE])).collect(),
+            iovs: Vec::with_capacity(n),
+            // SAFETY: as above.
+            hdrs: (0..n).map(|_| unsafe { zeroed() }).collect(),
         }
     }
 
@@ -298,20 +348,21 @@ impl RxBatch {
     pub(crate) fn recv(&mut self, sock: &Socket) -> io::Result<usize> {
         self.meta.clear();
         let n = self.bufs.len();
-        // SAFETY: all-zero is a valid value for these plain C structs.
-        let mut names: Vec<libc::sockaddr_storage> = (0..n).map(|_| unsafe { zeroed() }).collect();
-        let mut cmsgs: Vec<CmsgBuf<RX_CMSG_SPACE>> =
-            (0..n).map(|_| CmsgBuf([0; RX_CMSG_SPACE])).collect();
-        let mut iovs: Vec<libc::iovec> = self
-            .bufs
-            .iter_mut()
-            .map(|b| libc::iovec {
-                iov_base: b.as_mut_ptr().cast(),
-                iov_len: b.len(),
-            })
-            .collect();
-        // SAFETY: as above.
-        let mut hdrs: Vec<libc::mmsghdr> = (0..n).map(|_| unsafe { zeroed() }).collect();
+        let Self {
+            bufs,
+            names,
+            cmsgs,
+            iovs,
+            hdrs,
+            ..
+        } = self;
+        iovs.clear();
+        iovs.extend(bufs.iter_mut().map(|b| libc::iovec {
+            iov_base: b.as_mut_ptr().cast(),
+            iov_len: b.len(),
+        }));
+        // Every pointer and in/out length is set afresh: the kernel rewrote
+        // the lengths last time, and `self` may have moved since.
         for i in 0..n {
             let h = &mut hdrs[i].msg_hdr;
             h.msg_name = (&raw mut names[i]).cast();
@@ -322,8 +373,8 @@ impl RxBatch {
             h.msg_controllen = RX_CMSG_SPACE;
         }
         // SAFETY: `hdrs` holds `n` mmsghdrs pointing at buffers, names and
-        // control areas owned by this frame or `self`, with their true sizes;
-        // the kernel writes at most those sizes.
+        // control areas owned by `self` (set just above), with their true
+        // sizes; the kernel writes at most those sizes.
         let r = unsafe {
             libc::recvmmsg(
                 sock.as_raw_fd(),

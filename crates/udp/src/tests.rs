@@ -282,3 +282,47 @@ fn tos_cmsg_round_trip() {
         }
     }
 }
+
+/// A peer that dies in the middle of a transfer (its device shut down, its
+/// sockets closed) makes the requester's work request end with
+/// `RetryExcErr` once the retry budget is spent, and the work behind it
+/// flush with `WrFlushErr`: an error completion, not a hang.
+#[test]
+fn peer_death_mid_transfer_is_retry_exceeded() {
+    let (a, b, [(qa, ca, pa), (_, _, pb)]) = two_devices();
+    let len = 32u64 << 20;
+    let src = a.with(|ctx, _| ctx.reg_mr(pa, len, AccessFlags(0xf)).unwrap());
+    let dst = b.with(|ctx, _| ctx.reg_mr(pb, len, AccessFlags(0xf)).unwrap());
+    let write = |id| {
+        SendWr::new(
+            id,
+            WrOp::Write {
+                remote_addr: dst.addr,
+                rkey: dst.rkey,
+            },
+            vec![src.sge(0, len as u32)],
+        )
+    };
+    a.with(|ctx, now| ctx.post_send(now, qa, &[write(1), write(2)]).unwrap());
+    // Let part of the first WRITE land, then kill the responder.
+    let t0 = crate::now_ns();
+    while b.stats().endpoint.rx_datagrams < 64 {
+        a.progress();
+        assert!(
+            crate::now_ns() - t0 < 10_000_000_000,
+            "transfer never started"
+        );
+    }
+    b.shutdown();
+    let first = wait_one(&a, ca);
+    assert_eq!(first.wr_id, 1);
+    assert_eq!(first.status, WcStatus::RetryExcErr, "{first:?}");
+    let second = wait_one(&a, ca);
+    assert_eq!(second.wr_id, 2);
+    assert_eq!(second.status, WcStatus::WrFlushErr, "{second:?}");
+    let elapsed_ms = (crate::now_ns() - t0) / 1_000_000;
+    eprintln!(
+        "retry exceeded {elapsed_ms} ms after the start; {:?}",
+        a.stats().endpoint
+    );
+}
