@@ -4,8 +4,10 @@
 //!
 //! A seed picks the number of devices, paths per connection, MTU, link rate
 //! and delay, loss, burst loss, duplication, corruption, reordering, jitter
-//! and route flaps (blackholes switched on and off), the PSN base (so paths
-//! wrap), and for each QP a list of operations of every kind. The run
+//! and route flaps (blackholes switched on and off), link flaps (a device
+//! cut off from the fabric for up to half a millisecond), whether packets
+//! are authenticated (and encrypted), the PSN base (so paths wrap), and for
+//! each QP a list of operations of every kind. The run
 //! must then satisfy:
 //! - every posted work request completes exactly once, in posting order,
 //!   successfully (faults here are all survivable);
@@ -23,9 +25,9 @@
 //! prints each stream's plan, its completions, the network config and every
 //! device's counters.
 
-use crate::rdma::{QpEnd, RdmaNode, connect_qps, devices, poll_all};
+use crate::rdma::{QpEnd, RdmaNode, connect_qps, devices, node_ip, poll_all};
 use crate::{Action, FaultConfig, LinkConfig, NetConfig, Network, RunOutcome};
-use metaroce_proto::EndpointConfig;
+use metaroce_proto::{AuthConfig, EndpointConfig};
 use metaroce_verbs::{
     AccessFlags, MemoryRegion, RecvWr, SendWr, WcOpcode, WcStatus, WorkCompletion, WrOp,
 };
@@ -59,6 +61,13 @@ pub struct ChaosReport {
     pub retransmitted: u64,
     /// Malformed datagrams dropped by all devices (corruption caught by the ICRC).
     pub malformed: u64,
+    /// Whether packets were authenticated (and, if so, whether encrypted).
+    pub auth: Option<bool>,
+    /// Datagrams dropped by the authentication checks of all devices (bad
+    /// tag: corruption; replayed: the network's duplicates).
+    pub auth_rejected: u64,
+    /// Link flaps: times a device was cut off from the fabric and came back.
+    pub link_flaps: usize,
 }
 
 /// An invariant broke; the message names it. Rerun with the same seed.
@@ -147,12 +156,26 @@ pub fn run_seed(seed: u64) -> Result<ChaosReport, ChaosFailure> {
     let nodes = 2 + pick(&mut rng, 3) as usize;
     let paths = [1, 2, 4, 8, 16][pick(&mut rng, 5) as usize];
     let mtu = [256u32, 1024, 4096][pick(&mut rng, 3) as usize];
-    let cfg = EndpointConfig {
+    let mut cfg = EndpointConfig {
         paths_per_connection: paths,
         mtu_payload_bytes: mtu,
         psn_base: rng.next_u64() as u32,
         ..EndpointConfig::default()
     };
+    // Choices added later draw from their own stream, so that every seed
+    // keeps the devices, operations and faults it had before them.
+    let mut extra = ChaCha8Rng::seed_from_u64(seed ^ 0x6c69_6e6b_2d66_6c61);
+    let auth = chance(&mut extra, 0.25).then(|| chance(&mut extra, 0.5));
+    if let Some(encrypt) = auth {
+        let mut job_secret = [0u8; 32];
+        extra.fill_bytes(&mut job_secret);
+        cfg.auth = Some(AuthConfig {
+            job_secret,
+            encrypt,
+            // Each node gets its own address (`RdmaNode::new`).
+            local_ip: node_ip(0),
+        });
+    }
     let link = LinkConfig {
         rate_bps: [10_000_000_000, 100_000_000_000, 400_000_000_000][pick(&mut rng, 3) as usize],
         delay_ns: 500 + pick(&mut rng, 4_500),
@@ -186,6 +209,19 @@ pub fn run_seed(seed: u64) -> Result<ChaosReport, ChaosFailure> {
         net.at(
             start + 50_000 + pick(&mut rng, 1_000_000),
             Action::Blackhole { route, on: false },
+        );
+    }
+
+    // Link flaps: a device loses its link (every path to and from it at
+    // once) and gets it back within the retry budget, so the work survives.
+    let link_flaps = pick(&mut extra, 3) as usize;
+    for _ in 0..link_flaps {
+        let node = pick(&mut extra, nodes as u64) as usize;
+        let start = pick(&mut extra, 2_000_000);
+        net.at(start, Action::LinkDown { node, on: true });
+        net.at(
+            start + 10_000 + pick(&mut extra, 500_000),
+            Action::LinkDown { node, on: false },
         );
     }
 
@@ -497,6 +533,13 @@ pub fn run_seed(seed: u64) -> Result<ChaosReport, ChaosFailure> {
             .map(|n| n.ctx.stats().data_packets_retransmitted)
             .sum(),
         malformed: net.nodes.iter().map(|n| n.ctx.stats().rx_malformed).sum(),
+        auth,
+        auth_rejected: net
+            .nodes
+            .iter()
+            .map(|n| n.ctx.stats().rx_auth_failed + n.ctx.stats().rx_replayed)
+            .sum(),
+        link_flaps,
     })
 }
 

@@ -519,6 +519,21 @@ impl<N: Node> Network<N> {
         &mut self.config.faults
     }
 
+    /// Send `datagram` from node `src_node`'s egress port now, whatever its
+    /// source address says. A real fabric does no source-address
+    /// validation, so this is how a test plays an attacker that spoofs
+    /// another node's address (nodes' own datagrams with a foreign source
+    /// are [`DropCause::BadSource`], a node bug). Egress, route faults and
+    /// ingress apply as to any datagram, and the tap sees it with
+    /// `src_node == src_node`.
+    ///
+    /// # Panics
+    /// If `src_node` is not a node index.
+    pub fn inject(&mut self, src_node: usize, datagram: Datagram) {
+        assert!(src_node < self.nodes.len(), "no node {src_node}");
+        self.send_checked(src_node, datagram, false);
+    }
+
     /// Override the port knobs of one node (affects datagrams queued from
     /// now on).
     pub fn set_node_link(&mut self, node: usize, link: LinkConfig) {
@@ -690,6 +705,11 @@ impl<N: Node> Network<N> {
 
     /// Node `src` emitted `dgram` now: egress port.
     fn send(&mut self, src: usize, dgram: Datagram) {
+        self.send_checked(src, dgram, true);
+    }
+
+    /// [`Self::send`], with the source-address check optional (see [`Self::inject`]).
+    fn send_checked(&mut self, src: usize, dgram: Datagram, check_source: bool) {
         let id = self.next_packet_id;
         self.next_packet_id += 1;
         self.stats.sent += 1;
@@ -706,7 +726,7 @@ impl<N: Node> Network<N> {
             reordered: false,
         };
         self.emit(Fate::Sent, &p);
-        if p.dgram.src.ip() != self.nodes[src].ip() {
+        if check_source && p.dgram.src.ip() != self.nodes[src].ip() {
             return self.drop_packet(&p, DropCause::BadSource);
         }
         if dst == NO_NODE {

@@ -22,11 +22,16 @@ pub struct RdmaNode {
 }
 
 impl RdmaNode {
-    /// A device at `ip` with `config`.
+    /// A device at `ip` with `config`. With `config.auth` set, its
+    /// `local_ip` is set to `ip` (the address peers reach the node at), so
+    /// one config serves every node of a test.
     ///
     /// # Panics
     /// If the config is invalid (test setup error).
-    pub fn new(ip: IpAddr, config: EndpointConfig) -> Self {
+    pub fn new(ip: IpAddr, mut config: EndpointConfig) -> Self {
+        if let Some(auth) = &mut config.auth {
+            auth.local_ip = ip;
+        }
         let ctx = Context::open(config).expect("valid endpoint config");
         let buf = vec![0; ctx.max_datagram_len()];
         Self { ctx, ip, buf }
@@ -149,6 +154,13 @@ pub fn connect_qps_in(
     let eb = make(b, pd_b);
     for (me, peer) in [(ea, eb), (eb, ea)] {
         let peer_addr = net.nodes[peer.node].addr();
+        // The connection manager's exchange: QP numbers, and the session ids
+        // that packet keys are derived from.
+        let peer_session = net.nodes[peer.node].ctx.session_id();
+        net.nodes[me.node]
+            .ctx
+            .set_peer_session(peer_addr, peer_session)
+            .expect("peer session");
         let mtu = net.nodes[me.node].ctx.endpoint().config().mtu_payload_bytes;
         let ctx = &mut net.nodes[me.node].ctx;
         let to = |s| QpAttr {

@@ -1,31 +1,53 @@
 //! Randomized fault simulation over many seeds. Each failing seed is printed
 //! with the command that reproduces it.
 
-use metaroce_harness::chaos::run_seed;
+use metaroce_harness::chaos::{ChaosReport, run_seed};
 use metaroce_harness::seed_from_env_or;
 
-fn run_range(seeds: std::ops::Range<u64>) {
+fn run_range(seeds: std::ops::Range<u64>) -> Vec<ChaosReport> {
     let mut failures = Vec::new();
     let mut ops = 0;
+    let mut reports = Vec::new();
     for seed in seeds.clone() {
         match std::panic::catch_unwind(|| run_seed(seed)) {
-            Ok(Ok(report)) => ops += report.ops,
+            Ok(Ok(report)) => {
+                ops += report.ops;
+                reports.push(report);
+            }
             Ok(Err(f)) => failures.push(f.to_string()),
             Err(_) => failures.push(format!(
                 "seed {seed} panicked (rerun: METAROCE_SEED={seed})"
             )),
         }
     }
+    let authenticated = reports.iter().filter(|r| r.auth.is_some()).count();
+    let flaps: usize = reports.iter().map(|r| r.link_flaps).sum();
     eprintln!(
-        "seeds {seeds:?}: {ops} operations, {} failures",
+        "seeds {seeds:?}: {ops} operations, {authenticated} seeds authenticated, {flaps} link flaps, {} failures",
         failures.len()
     );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+    reports
 }
 
 #[test]
 fn chaos_seeds_0_to_250() {
-    run_range(0..250);
+    let reports = run_range(0..250);
+    // The seeds cover the fault kinds added after the first ones.
+    let authenticated: Vec<_> = reports.iter().filter(|r| r.auth.is_some()).collect();
+    assert!(
+        authenticated.iter().any(|r| r.auth == Some(true)),
+        "some encrypted"
+    );
+    assert!(
+        authenticated.iter().any(|r| r.auth == Some(false)),
+        "some authenticated only"
+    );
+    assert!(
+        authenticated.iter().any(|r| r.auth_rejected > 0),
+        "corruption and duplicates caught by the tag and the replay window"
+    );
+    assert!(reports.iter().filter(|r| r.link_flaps > 0).count() > 50);
 }
 
 #[test]

@@ -4,6 +4,7 @@
 //! fabric (microsecond RTTs, 100–400 Gbit/s links). The defaults are what the
 //! `metaroce` tools, the harness and the simulator start from.
 
+use crate::auth::AuthConfig;
 use crate::cc::CcAlgorithm;
 
 /// Configuration of one [`Endpoint`](crate::Endpoint) (one device).
@@ -53,8 +54,27 @@ pub struct EndpointConfig {
     pub max_memory_regions: u32,
     /// Maximum queue pairs per endpoint (at most 2^16).
     pub max_queue_pairs: u32,
-    /// Maximum connections (peers) per endpoint.
+    /// Maximum connections (peers) per endpoint. Connections are created
+    /// only by local calls (`connect_qp`), never by an incoming packet.
     pub max_connections: u32,
+    /// Maximum bytes of registered memory per endpoint, over all regions.
+    pub max_registered_bytes: u64,
+    /// Maximum messages one connection holds at once: local requests not yet
+    /// completed plus responses (READ data, atomic results) not yet
+    /// acknowledged, over all its QPs. A post beyond it is refused with
+    /// `PostError::ConnectionBusy`; a peer's READ or atomic beyond it is not
+    /// executed (the peer retries), so a peer cannot pile up responses.
+    pub max_outstanding_ops_per_connection: u32,
+    /// How far ahead of the next expected message a peer's request may be
+    /// (the responder's per-QP window, 1..=2^16): requests further ahead are
+    /// dropped, which bounds what one QP keeps for a peer.
+    pub max_incoming_ops_per_qp: u32,
+    /// Path slots a peer may use toward this endpoint (1..=256). Receive
+    /// state is kept per slot; packets naming a higher slot are dropped.
+    pub max_peer_paths: usize,
+    /// Packet authentication and optional encryption; `None` sends packets
+    /// with the ICRC only (the wire is then exactly as without this field).
+    pub auth: Option<AuthConfig>,
     /// Base of every path's initial PSN. A protocol parameter that must match
     /// on both sides (like perftest's symmetric options); tests set it just
     /// below the wrap point so every path wraps.
@@ -91,6 +111,11 @@ impl Default for EndpointConfig {
             max_memory_regions: 1 << 16,
             max_queue_pairs: 1 << 16,
             max_connections: 1 << 16,
+            max_registered_bytes: 1 << 44,
+            max_outstanding_ops_per_connection: 1 << 20,
+            max_incoming_ops_per_qp: 1 << 16,
+            max_peer_paths: 256,
+            auth: None,
             psn_base: 0,
             cc: CcAlgorithm::default(),
             seed: 0,
@@ -153,6 +178,18 @@ impl EndpointConfig {
         }
         if self.path_retire_after_rtos == 0 {
             return bad("path_retire_after_rtos", "must be at least 1");
+        }
+        if self.max_registered_bytes == 0 {
+            return bad("max_registered_bytes", "must be at least 1");
+        }
+        if self.max_outstanding_ops_per_connection == 0 {
+            return bad("max_outstanding_ops_per_connection", "must be at least 1");
+        }
+        if self.max_incoming_ops_per_qp == 0 || self.max_incoming_ops_per_qp > (1 << 16) {
+            return bad("max_incoming_ops_per_qp", "must be 1..=2^16");
+        }
+        if self.max_peer_paths == 0 || self.max_peer_paths > 256 {
+            return bad("max_peer_paths", "must be 1..=256");
         }
         Ok(())
     }

@@ -19,6 +19,7 @@
 //! segment, feeds the congestion controller and, with the op-ack, completes
 //! the work request.
 
+use crate::auth::ConnectionAuth;
 use crate::cc::{AckSample, CcConfig, CongestionController, new_controller};
 use crate::endpoint::{Ecn, Layout, PacketRepr, PayloadRef, Shared, Transmit};
 use crate::message::{MessageSlab, MsgKind, MsgRef, SegRef, TxMessage};
@@ -147,10 +148,18 @@ pub(crate) struct Connection {
     pub(crate) rx_epoch_seen: u64,
     pub(crate) stats: ConnectionStats,
     scratch_segs: Vec<SegRef>,
+    /// Keys, packet numbers and the replay window, when the endpoint
+    /// authenticates packets.
+    pub(crate) auth: Option<ConnectionAuth>,
 }
 
 impl Connection {
-    pub(crate) fn new(index: u32, peer: SocketAddr, shared: &Shared) -> Self {
+    pub(crate) fn new(
+        index: u32,
+        peer: SocketAddr,
+        shared: &Shared,
+        auth: Option<ConnectionAuth>,
+    ) -> Self {
         let cfg = &shared.config;
         let n = cfg.paths_per_connection;
         let paths = (0..n)
@@ -202,6 +211,16 @@ impl Connection {
             rx_epoch_seen: u64::MAX,
             stats: ConnectionStats::default(),
             scratch_segs: Vec::new(),
+            auth,
+        }
+    }
+
+    /// The base flags every packet of this connection carries.
+    fn base_flags(&self, flags: Flags) -> Flags {
+        if self.auth.is_some() {
+            flags | Flags::AUTHENTICATED
+        } else {
+            flags
         }
     }
 
@@ -223,6 +242,7 @@ impl Connection {
             + self.qps.capacity() * 4
             + self.msgs.memory_bytes()
             + self.cc.memory_bytes()
+            + self.auth.as_ref().map_or(0, ConnectionAuth::memory_bytes)
     }
 
     /// Sum of per-path statistics.
@@ -449,6 +469,7 @@ impl Connection {
             // than after the delayed-ACK timer, or the path would idle.
             flags |= Flags::ACK_REQUEST;
         }
+        let flags = self.base_flags(flags);
         let path = &mut self.paths[p];
         path.trim_front();
         let psn_floor_delta = path
@@ -474,7 +495,7 @@ impl Connection {
             payload_len,
         };
         let header_len = repr.header_len();
-        let total = header_len + payload_len as usize + ICRC_LEN;
+        let total = repr.buffer_len();
         match out {
             Out::Bytes(buf) => {
                 repr.emit_header(&mut buf[..header_len]);
@@ -483,7 +504,19 @@ impl Connection {
                     u64::from(offset),
                     &mut buf[header_len..header_len + payload_len as usize],
                 );
-                wire::seal(&mut buf[..total]);
+                seal(&mut self.auth, &mut buf[..total], header_len);
+            }
+            // An authenticated packet is written whole: its tag covers (and,
+            // encrypted, rewrites) the payload, which the AEAD takes as one slice.
+            Out::Gather(buf, layout) if self.auth.is_some() => {
+                repr.emit_header(&mut buf[..header_len]);
+                msg.source.gather(
+                    &shared.regions,
+                    u64::from(offset),
+                    &mut buf[header_len..header_len + payload_len as usize],
+                );
+                seal(&mut self.auth, &mut buf[..total], header_len);
+                **layout = Layout::Whole;
             }
             Out::Gather(buf, layout) => {
                 let span = msg.source.contiguous(
@@ -547,6 +580,7 @@ impl Connection {
         out: &mut Out<'_>,
     ) -> Transmit {
         let rate_hint_mbps = shared.rate_hint_mbps();
+        let flags = self.base_flags(Flags::default());
         let rx = self.rx_paths[slot as usize]
             .as_mut()
             .expect("ACKs are queued for known paths");
@@ -554,7 +588,7 @@ impl Connection {
         rx.ack_deadline = None;
         rx.unacked = 0;
         let mut ack = AckRepr::new(BaseRepr {
-            flags: Flags::default(),
+            flags,
             path_slot: slot,
             path_gen: rx.generation,
             src_device_port: shared.config.device_port,
@@ -581,10 +615,13 @@ impl Connection {
             self.dirty_qps.pop_front();
         }
         let len = match out {
-            Out::Bytes(buf) => wire::emit_ack(&ack, buf),
-            Out::Gather(buf, layout) => {
-                **layout = Layout::Whole;
-                wire::emit_ack(&ack, buf)
+            Out::Bytes(buf) | Out::Gather(buf, _) => {
+                let len = wire::emit_ack(&ack, buf);
+                seal(&mut self.auth, &mut buf[..len], ack.covered_len());
+                if let Out::Gather(_, layout) = out {
+                    **layout = Layout::Whole;
+                }
+                len
             }
             Out::Repr(slot) => {
                 let len = ack.buffer_len();
@@ -606,7 +643,18 @@ impl Connection {
             len,
         }
     }
+}
 
+/// Finish a datagram whose headers end at `header_len`: ICRC, or the
+/// connection's packet number and tag (the trailer left zero by the emitter).
+fn seal(auth: &mut Option<ConnectionAuth>, datagram: &mut [u8], header_len: usize) {
+    match auth {
+        Some(auth) => auth.seal(datagram, header_len),
+        None => wire::seal(datagram),
+    }
+}
+
+impl Connection {
     // ------------------------------------------------------------------ receive
 
     /// A data packet from the peer.
@@ -620,6 +668,11 @@ impl Connection {
     ) {
         let slot = repr.base.path_slot;
         let generation = repr.base.path_gen;
+        if slot as usize >= shared.config.max_peer_paths {
+            // Receive state is per slot: a peer may not make us keep more.
+            shared.stats.rx_over_limit += 1;
+            return;
+        }
         if self.rx_paths.len() <= slot as usize {
             self.rx_paths.resize_with(slot as usize + 1, || None);
         }

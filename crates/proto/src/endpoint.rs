@@ -13,6 +13,7 @@
 //! from the seed in its config; the UDP datapath, the fabric simulator and
 //! the deterministic harness all drive it through these same calls.
 
+use crate::auth::{ConnectionAuth, Reject};
 use crate::config::{ConfigError, EndpointConfig};
 use crate::connection::{Connection, ConnectionStats, Out};
 use crate::memory::{AccessFlags, KeyKind, MemoryError, MrHandle, MrInfo, RegionTable, Span};
@@ -24,7 +25,7 @@ use crate::range_set::RangeSet;
 use crate::work::{RecvWr, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion, WorkQueue, WrOp};
 use metaroce_wire::{self as wire, OpHeader};
 use rand_chacha::ChaCha20Rng;
-use rand_core::SeedableRng;
+use rand_core::{Rng, SeedableRng};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -155,6 +156,24 @@ pub struct EndpointStats {
     pub rnr_naks_sent: u64,
     /// Fatal NAKs sent (remote access, invalid request).
     pub naks_sent: u64,
+    /// Remote accesses refused by the memory checks (unknown or wrong rkey,
+    /// other protection domain, missing right, out of bounds); each ends in
+    /// a `RemAccessErr` NAK and no byte moves.
+    pub rx_remote_access_denied: u64,
+    /// Packets dropped because accepting them would pass a limit (a path
+    /// slot at or above `max_peer_paths`, a READ or atomic while the
+    /// connection holds `max_outstanding_ops_per_connection` messages, an
+    /// incoming message scattered into more byte ranges than the core keeps).
+    pub rx_over_limit: u64,
+    /// With authentication configured: datagrams without the AUTHENTICATED
+    /// flag (plain ICRC packets), dropped unread.
+    pub rx_unauthenticated: u64,
+    /// With authentication configured: datagrams whose tag did not verify
+    /// under the connection's key (forged, modified, corrupted, wrong key).
+    pub rx_auth_failed: u64,
+    /// With authentication configured: datagrams whose packet number was
+    /// seen before or fell below the anti-replay window.
+    pub rx_replayed: u64,
 }
 
 /// Why a post was refused outright (ibverbs returns these from
@@ -173,6 +192,10 @@ pub enum PostError {
     /// The message is larger than `max_message_bytes`.
     #[error("message of {0} bytes exceeds the maximum")]
     MessageTooLarge(u64),
+    /// The QP's connection already holds `max_outstanding_ops_per_connection`
+    /// messages; post again once some complete.
+    #[error("connection busy ({0} outstanding operations, the limit)")]
+    ConnectionBusy(u32),
     /// The request is malformed (e.g. inline data on a READ, an atomic whose
     /// local buffer is not 8 bytes).
     #[error("invalid work request: {0}")]
@@ -200,6 +223,14 @@ pub enum QpError {
     /// Caps over the endpoint's limits.
     #[error("QP caps exceed the endpoint limits")]
     BadCaps,
+    /// Authentication is configured and the peer's session id is not known:
+    /// call `set_peer_session` with the id the connection manager got from it.
+    #[error("no session id for peer {0} (authentication needs one)")]
+    PeerSessionUnknown(SocketAddr),
+    /// A connection to the peer exists under another session id (the peer
+    /// restarted): its keys cannot change under live QPs.
+    #[error("peer {0} already has a connection under another session id")]
+    PeerSessionChanged(SocketAddr),
 }
 
 /// State every connection needs: memory, QPs, completions, counters.
@@ -259,16 +290,30 @@ pub struct Endpoint {
     /// dropped lazily, see `drop_stale_timers`).
     timers: BinaryHeap<Reverse<(u64, u32)>>,
     next_pd: u32,
+    /// This incarnation's random id, mixed into every packet key.
+    session_id: u64,
+    /// Session ids of peers, given by the connection manager; read when the
+    /// connection to a peer is created.
+    peer_sessions: HashMap<SocketAddr, u64>,
+    /// Decrypted payload of the packet being handled (encrypted mode); kept
+    /// to reuse its allocation.
+    plaintext: Vec<u8>,
 }
+
+/// Mixed into the seed for the session id, so that drawing it leaves the
+/// stream of keys, PSNs and ports exactly as it was before sessions existed.
+const SESSION_SEED_DOMAIN: u64 = 0x5e55_1d00_a07b_e11e;
 
 impl Endpoint {
     /// A new endpoint; refuses an invalid config.
     pub fn new(config: EndpointConfig) -> Result<Self, ConfigError> {
         config.validate()?;
         let rng = ChaCha20Rng::seed_from_u64(config.seed);
+        let session_id = ChaCha20Rng::seed_from_u64(config.seed ^ SESSION_SEED_DOMAIN).next_u64();
         Ok(Self {
             shared: Shared {
-                regions: RegionTable::new(config.max_memory_regions),
+                regions: RegionTable::new(config.max_memory_regions)
+                    .with_max_bytes(config.max_registered_bytes),
                 qps: Vec::new(),
                 qp_gens: Vec::new(),
                 completions: VecDeque::new(),
@@ -284,6 +329,9 @@ impl Endpoint {
             ready: VecDeque::new(),
             timers: BinaryHeap::new(),
             next_pd: 1,
+            session_id,
+            peer_sessions: HashMap::new(),
+            plaintext: Vec::new(),
         })
     }
 
@@ -299,7 +347,43 @@ impl Endpoint {
 
     /// The largest datagram the endpoint emits: size `poll_transmit`'s buffer to this.
     pub fn max_datagram_len(&self) -> usize {
-        wire::DATA_HEADER_LEN + 32 + self.shared.config.mtu_payload_bytes as usize + wire::ICRC_LEN
+        let trailer = if self.shared.config.auth.is_some() {
+            wire::AUTH_TRAILER_LEN
+        } else {
+            wire::ICRC_LEN
+        };
+        wire::DATA_HEADER_LEN + 32 + self.shared.config.mtu_payload_bytes as usize + trailer
+    }
+
+    /// This endpoint's session id: random per incarnation (drawn from the
+    /// config's seed), it goes into every packet key when authentication is
+    /// configured. The connection manager sends it to peers with the QP
+    /// number; they pass it to [`set_peer_session`](Self::set_peer_session).
+    pub fn session_id(&self) -> u64 {
+        self.session_id
+    }
+
+    /// Record the session id of the peer device at `peer` (its IP and device
+    /// port), as learned from the connection manager. With authentication
+    /// configured, [`connect_qp`](Self::connect_qp) to a peer needs it. The
+    /// same id again is a no-op; another id once a connection to the peer
+    /// exists is refused (the keys of live QPs cannot change).
+    pub fn set_peer_session(&mut self, peer: SocketAddr, session_id: u64) -> Result<(), QpError> {
+        match self.peer_sessions.get(&peer) {
+            Some(&known) if known == session_id => return Ok(()),
+            Some(_) if self.conn_by_peer.contains_key(&peer) => {
+                return Err(QpError::PeerSessionChanged(peer));
+            }
+            None if self.peer_sessions.len() >= self.shared.config.max_connections as usize => {
+                // Bounded like the connections it prepares.
+                return Err(QpError::TooManyConnections(
+                    self.shared.config.max_connections,
+                ));
+            }
+            _ => {}
+        }
+        self.peer_sessions.insert(peer, session_id);
+        Ok(())
     }
 
     // -------------------------------------------------------------- memory
@@ -353,6 +437,11 @@ impl Endpoint {
     /// Live memory regions.
     pub fn memory_regions(&self) -> u32 {
         self.shared.regions.live()
+    }
+
+    /// Bytes registered over all live regions (see `max_registered_bytes`).
+    pub fn registered_bytes(&self) -> u64 {
+        self.shared.regions.bytes_registered()
     }
 
     // ----------------------------------------------------------------- QPs
@@ -411,8 +500,27 @@ impl Endpoint {
                 if self.conns.len() as u32 >= limit {
                     return Err(QpError::TooManyConnections(limit));
                 }
+                let auth = match &self.shared.config.auth {
+                    None => None,
+                    Some(config) => {
+                        let peer_session = *self
+                            .peer_sessions
+                            .get(&remote)
+                            .ok_or(QpError::PeerSessionUnknown(remote))?;
+                        let local =
+                            SocketAddr::new(config.local_ip, self.shared.config.device_port);
+                        Some(ConnectionAuth::new(
+                            config,
+                            (local, self.session_id),
+                            (remote, peer_session),
+                        ))
+                    }
+                };
+                // The only place a connection is created: from a local call,
+                // never from a packet (see `handle_datagram`).
                 let c = self.conns.len() as u32;
-                self.conns.push(Connection::new(c, remote, &self.shared));
+                self.conns
+                    .push(Connection::new(c, remote, &self.shared, auth));
                 self.conn_by_peer.insert(remote, c);
                 c
             }
@@ -501,6 +609,13 @@ impl Endpoint {
         };
         if q.sq.len() as u32 >= q.caps.max_send_wr {
             return Err(PostError::QueueFull(q.caps.max_send_wr));
+        }
+        let conn_limit = self.shared.config.max_outstanding_ops_per_connection;
+        if q.state == QpRunState::Connected
+            && let Some(c) = conn
+            && self.conns[c as usize].msgs.live() as u32 >= conn_limit
+        {
+            return Err(PostError::ConnectionBusy(conn_limit));
         }
         let len = match &wr.inline_data {
             Some(data) => {
@@ -727,8 +842,17 @@ impl Endpoint {
     /// Feed one received datagram. `src` is the sender's IP and UDP source
     /// port; `ecn` its ECN codepoint. Malformed or unexpected datagrams are
     /// counted and dropped; nothing here can panic on remote input.
+    ///
+    /// No datagram creates state: one from a device without a connection
+    /// (connections are made only by a local `connect_qp`) is counted in
+    /// `rx_unknown_peer` and dropped after one lookup in the connection
+    /// table, before any cryptography and without allocating.
     pub fn handle_datagram(&mut self, now_ns: u64, src: SocketAddr, ecn: Ecn, data: &[u8]) {
         self.shared.stats.rx_datagrams += 1;
+        if self.shared.config.auth.is_some() {
+            self.handle_authenticated(now_ns, src, ecn, data);
+            return;
+        }
         let Ok(packet) = wire::parse(data) else {
             self.shared.stats.rx_malformed += 1;
             return;
@@ -741,12 +865,73 @@ impl Endpoint {
         }
     }
 
+    /// The receive path with authentication configured: structure, then the
+    /// peer's connection, then the replay window and the tag, and only then
+    /// the protocol.
+    fn handle_authenticated(&mut self, now_ns: u64, src: SocketAddr, ecn: Ecn, data: &[u8]) {
+        let Ok(header) = wire::BaseHeader::new_checked(data) else {
+            self.shared.stats.rx_malformed += 1;
+            return;
+        };
+        if header.version() == wire::VERSION && !header.flags().contains(wire::Flags::AUTHENTICATED)
+        {
+            // A plain packet where every packet must carry a tag: whatever
+            // it says, it cannot be trusted.
+            self.shared.stats.rx_unauthenticated += 1;
+            return;
+        }
+        let Ok((packet, auth)) = wire::parse_authenticated(data) else {
+            self.shared.stats.rx_malformed += 1;
+            return;
+        };
+        let Some(c) = self.connection_of(src, packet.base().src_device_port) else {
+            return;
+        };
+        let header_len = match &packet {
+            wire::Packet::Data { repr, .. } => repr.header_len(),
+            wire::Packet::Ack(ack) => ack.covered_len(),
+        };
+        let mut plaintext = std::mem::take(&mut self.plaintext);
+        let conn_auth = self.conns[c as usize]
+            .auth
+            .as_mut()
+            .expect("connections get keys when authentication is configured");
+        match conn_auth.open(data, header_len, &auth, &mut plaintext) {
+            Err(Reject::Replayed) => self.shared.stats.rx_replayed += 1,
+            Err(Reject::BadTag) => self.shared.stats.rx_auth_failed += 1,
+            Ok(payload) => match &packet {
+                wire::Packet::Data { repr, .. } => {
+                    self.conns[c as usize].on_data(now_ns, &mut self.shared, ecn, repr, payload);
+                    self.mark_ready(c);
+                }
+                wire::Packet::Ack(ack) => {
+                    self.conns[c as usize].on_ack(now_ns, &mut self.shared, ack);
+                    self.mark_ready(c);
+                }
+            },
+        }
+        self.plaintext = plaintext;
+    }
+
     /// Feed one packet given as parsed headers (the simulator's form): the
     /// same processing as [`handle_datagram`](Self::handle_datagram) after
     /// parsing, with the payload taken as `payload_len` zero bytes. Field
     /// rules are still checked; an invalid repr is counted as malformed.
+    ///
+    /// With authentication configured, a repr must carry the AUTHENTICATED
+    /// flag (else `rx_unauthenticated`); there are no bytes to check a tag
+    /// on, so the simulator models authentication's wire length, not its
+    /// protection.
     pub fn handle_packet(&mut self, now_ns: u64, src: SocketAddr, ecn: Ecn, packet: &PacketRepr) {
         self.shared.stats.rx_datagrams += 1;
+        let flags = match packet {
+            PacketRepr::Data(repr) => repr.base.flags,
+            PacketRepr::Ack(ack) => ack.base.flags,
+        };
+        if self.shared.config.auth.is_some() && !flags.contains(wire::Flags::AUTHENTICATED) {
+            self.shared.stats.rx_unauthenticated += 1;
+            return;
+        }
         match packet {
             PacketRepr::Data(repr) => {
                 let len = repr.payload_len as usize;

@@ -15,10 +15,12 @@
 //! - `ops`: what an operation does at the responder and how the requester
 //!   completes it (exactly once, completions in order);
 //! - [`memory`]: regions, keys, access checks, placement;
+//! - [`auth`]: per-connection packet keys, AES-GCM tags, the anti-replay window;
 //! - [`cc`]: congestion control behind one trait;
 //! - [`work`]: work requests and completions in ibverbs vocabulary.
 #![forbid(unsafe_code)]
 
+pub mod auth;
 pub mod cc;
 pub mod config;
 mod connection;
@@ -33,6 +35,7 @@ pub mod rtt;
 pub mod sack;
 pub mod work;
 
+pub use auth::AuthConfig;
 pub use config::{ConfigError, EndpointConfig};
 pub use connection::ConnectionStats;
 pub use endpoint::{

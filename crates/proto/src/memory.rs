@@ -74,6 +74,14 @@ pub enum MemoryError {
     /// The region table is full.
     #[error("too many memory regions (limit {0})")]
     TooManyRegions(u32),
+    /// The registration would take the endpoint past its registered-bytes limit.
+    #[error("registering {length} bytes would exceed the registered-memory limit of {limit} bytes")]
+    TooManyBytes {
+        /// Length of the refused region.
+        length: u64,
+        /// The endpoint's `max_registered_bytes`.
+        limit: u64,
+    },
     /// A zero-length or oversized region.
     #[error("bad region length {0}")]
     BadLength(u64),
@@ -161,6 +169,7 @@ pub(crate) struct RegionTable {
     limit: u32,
     live: u32,
     bytes_registered: u64,
+    max_bytes: u64,
 }
 
 /// Which key kind a lookup uses.
@@ -175,12 +184,24 @@ impl RegionTable {
         Self {
             next_iova: IOVA_BASE,
             limit,
+            max_bytes: u64::MAX,
             ..Self::default()
         }
     }
 
+    /// Cap the bytes registered over all regions (virtual ones included).
+    pub(crate) fn with_max_bytes(mut self, max_bytes: u64) -> Self {
+        self.max_bytes = max_bytes;
+        self
+    }
+
     pub(crate) fn live(&self) -> u32 {
         self.live
+    }
+
+    /// Bytes registered over all live regions.
+    pub(crate) fn bytes_registered(&self) -> u64 {
+        self.bytes_registered
     }
 
     pub(crate) fn register(
@@ -197,6 +218,16 @@ impl RegionTable {
         }
         if self.live >= self.limit {
             return Err(MemoryError::TooManyRegions(self.limit));
+        }
+        if self
+            .bytes_registered
+            .checked_add(length)
+            .is_none_or(|total| total > self.max_bytes)
+        {
+            return Err(MemoryError::TooManyBytes {
+                length,
+                limit: self.max_bytes,
+            });
         }
         let index = match self.free.pop() {
             Some(i) => i,
@@ -630,5 +661,28 @@ mod tests {
                 .unwrap_err(),
             MemoryError::TooManyRegions(2)
         );
+    }
+
+    #[test]
+    fn byte_limit_is_enforced_and_freed_by_deregistration() {
+        let mut t = RegionTable::new(16).with_max_bytes(10_000);
+        let mut rng = ChaCha20Rng::seed_from_u64(4);
+        let a = t
+            .register(0, 6_000, AccessFlags::NONE, false, &mut rng)
+            .unwrap();
+        assert_eq!(
+            t.register(0, 4_001, AccessFlags::NONE, false, &mut rng)
+                .unwrap_err(),
+            MemoryError::TooManyBytes {
+                length: 4_001,
+                limit: 10_000
+            }
+        );
+        t.register(0, 4_000, AccessFlags::NONE, true, &mut rng)
+            .unwrap();
+        assert_eq!(t.bytes_registered(), 10_000);
+        t.deregister(a.handle).unwrap();
+        t.register(0, 6_000, AccessFlags::NONE, false, &mut rng)
+            .unwrap();
     }
 }

@@ -16,10 +16,15 @@ use crate::connection::Connection;
 use crate::endpoint::{Completion, Shared};
 use crate::memory::{AccessFlags, AtomicOp, KeyKind, MemoryError};
 use crate::message::{MsgKind, Source, TxMessage};
-use crate::qp::{Qp, QpRunState, RX_WINDOW_MAX, RxMessage, SqState};
+use crate::qp::{Qp, QpRunState, RxMessage, SqState};
 use crate::range_set::RangeSet;
 use crate::work::{WcOpcode, WcStatus, WorkCompletion, WorkQueue};
 use metaroce_wire::{DataRepr, Flags, OpAck, OpHeader, Opcode, Syndrome, seq};
+
+/// Most disjoint byte ranges an incoming message may have (holes between
+/// arrived segments). A sender has at most 255 packets in flight per path
+/// and 256 paths, so a legitimate message never comes near this.
+const MAX_RANGES_PER_MESSAGE: usize = 1 << 16;
 
 /// The QP a packet for local `qpn` on connection `conn` belongs to; a miss
 /// (not ours, or not bound to that peer) is counted and the packet dropped.
@@ -71,6 +76,8 @@ fn on_request(
     payload: &[u8],
 ) -> bool {
     let conn_index = conn.index;
+    let window = shared.config.max_incoming_ops_per_qp;
+    let op_limit = shared.config.max_outstanding_ops_per_connection;
     let Some(qp) = qp_for(shared, repr.dst_qpn, conn_index) else {
         return false;
     };
@@ -87,7 +94,7 @@ fn on_request(
         shared.stats.rx_duplicate_ops += 1;
         return true;
     }
-    if ahead >= RX_WINDOW_MAX
+    if ahead >= window
         || qp
             .rx_fatal
             .is_some_and(|(_, m)| seq::seq_lt(m, repr.msg_seq))
@@ -112,6 +119,17 @@ fn on_request(
         OpHeader::WriteImm { recv_index, .. } => Some(recv_index),
         _ => None,
     };
+    let makes_response = matches!(
+        repr.op,
+        OpHeader::ReadRequest { .. } | OpHeader::FetchAdd { .. } | OpHeader::CmpSwap { .. }
+    );
+    if makes_response && conn.msgs.live() as u32 >= op_limit {
+        // The response would be one more message held for this peer, past
+        // the limit: do not execute (the requester resends, and nothing of
+        // the request has happened, so that is safe for atomics too).
+        shared.stats.rx_over_limit += 1;
+        return false;
+    }
     if let Some(ri) = recv_index {
         let slot = ri.wrapping_sub(qp.rq_base) as usize;
         if slot >= qp.rq.len() {
@@ -143,14 +161,27 @@ fn on_request(
         shared.stats.rx_dropped_ops += 1;
         return false;
     }
+    if entry.ranges.len() >= MAX_RANGES_PER_MESSAGE {
+        // A peer placing scattered bytes would grow the message's range set
+        // (memory, and time per insert) without bound; a sane one has at
+        // most one hole per packet in flight. Not placed, so not counted:
+        // the requester's completion probe brings the message again.
+        shared.stats.rx_over_limit += 1;
+        return false;
+    }
 
-    let remote_check = |shared: &Shared, rkey: u64, addr: u64, len: u64, need: AccessFlags| {
-        if !remote_access.contains(need) {
-            return Err(MemoryError::NoPermission);
+    let remote_check = |shared: &mut Shared, rkey: u64, addr: u64, len: u64, need: AccessFlags| {
+        let checked = if remote_access.contains(need) {
+            shared
+                .regions
+                .check(KeyKind::Remote, rkey, pd, addr, len, need)
+        } else {
+            Err(MemoryError::NoPermission)
+        };
+        if checked.is_err() {
+            shared.stats.rx_remote_access_denied += 1;
         }
-        shared
-            .regions
-            .check(KeyKind::Remote, rkey, pd, addr, len, need)
+        checked
     };
     let mut fatal: Option<Syndrome> = None;
     let mut response: Option<TxMessage> = None;

@@ -131,10 +131,6 @@ pub(crate) struct Qp {
     pub(crate) op_ack_dirty: bool,
 }
 
-/// How far ahead of `rx_msn` a message may be. A requester cannot have more
-/// outstanding than its send queue, which is bounded by `max_send_wr`.
-pub(crate) const RX_WINDOW_MAX: u32 = 1 << 16;
-
 impl Qp {
     pub(crate) fn new(handle: QpHandle, pd: u32, caps: QpCaps, remote_access: AccessFlags) -> Self {
         Self {

@@ -30,8 +30,8 @@ use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 
 pub use metaroce_proto::{
-    AccessFlags, ConfigError, EndpointStats, Layout, MemoryError, PayloadRef, RecvWr, SendWr, Sge,
-    WcOpcode, WcStatus, WorkCompletion, WrOp,
+    AccessFlags, AuthConfig, ConfigError, EndpointStats, Layout, MemoryError, PayloadRef, RecvWr,
+    SendWr, Sge, WcOpcode, WcStatus, WorkCompletion, WrOp,
 };
 
 /// A verbs call failed.
@@ -251,6 +251,24 @@ impl Context {
     /// The device's address as peers must name it: its IP and device port.
     pub fn device_port(&self) -> u16 {
         self.endpoint.config().device_port
+    }
+
+    /// This device's session id, which the connection manager sends to
+    /// peers along with QP numbers (it goes into packet keys when the
+    /// config has `auth`; see `Endpoint::session_id`).
+    pub fn session_id(&self) -> u64 {
+        self.endpoint.session_id()
+    }
+
+    /// Record the session id the connection manager received from the peer
+    /// device at `peer`; with `auth` configured, moving a QP toward that
+    /// peer to RTR needs it (see `Endpoint::set_peer_session`).
+    pub fn set_peer_session(
+        &mut self,
+        peer: SocketAddr,
+        session_id: u64,
+    ) -> Result<(), VerbsError> {
+        Ok(self.endpoint.set_peer_session(peer, session_id)?)
     }
 
     // --------------------------------------------------------------- objects

@@ -155,3 +155,44 @@ fn mr_access_rule_and_unknown_objects() {
     c.mr_bytes_mut(&mr).copy_from_slice(&[9; 8]);
     assert_eq!(c.mr_bytes(&mr), &[9; 8]);
 }
+
+#[test]
+fn authenticated_device_needs_the_peer_session_before_rtr() {
+    let mut c = Context::open(EndpointConfig {
+        auth: Some(AuthConfig {
+            job_secret: [5; 32],
+            encrypt: false,
+            local_ip: "127.0.0.1".parse().unwrap(),
+        }),
+        ..EndpointConfig::default()
+    })
+    .unwrap();
+    let (_, qp, _) = qp(&mut c);
+    let to = |s| QpAttr {
+        qp_state: Some(s),
+        ..QpAttr::default()
+    };
+    let init = QpAttr {
+        qp_access_flags: Some(AccessFlags::REMOTE_WRITE),
+        port_num: Some(1),
+        ..to(QpState::Init)
+    };
+    c.modify_qp(qp, &init).unwrap();
+    let peer: SocketAddr = "127.0.0.2:4791".parse().unwrap();
+    let rtr = QpAttr {
+        dest_addr: Some(peer),
+        dest_qp_num: Some(0x10001),
+        path_mtu: Some(4096),
+        ..to(QpState::Rtr)
+    };
+    assert_eq!(
+        c.modify_qp(qp, &rtr),
+        Err(VerbsError::Qp(metaroce_proto::QpError::PeerSessionUnknown(
+            peer
+        )))
+    );
+    assert_eq!(c.qp_state(qp), Some(QpState::Init), "all-or-nothing");
+    c.set_peer_session(peer, 77).unwrap();
+    c.modify_qp(qp, &rtr).unwrap();
+    assert_ne!(c.session_id(), 0);
+}

@@ -2,7 +2,10 @@
 
 use crate::base::{BaseHeader, BaseRepr, PacketType};
 use crate::bytes::{Field, get_u32, set_u32};
-use crate::{ACK_FIXED_LEN, Error, ICRC_LEN, MAX_OP_ACKS, OP_ACK_LEN, Result, SACK_BITS, icrc_ok};
+use crate::{
+    ACK_FIXED_LEN, Error, ICRC_LEN, MAX_OP_ACKS, OP_ACK_LEN, Result, SACK_BITS, icrc_ok,
+    trailer_len,
+};
 
 mod field {
     use crate::bytes::Field;
@@ -235,7 +238,8 @@ impl<T: AsRef<[u8]>> AckPacket<T> {
     }
 
     /// Check the length: the fixed part, an op-ack count of at most
-    /// [`MAX_OP_ACKS`], and exactly that many entries followed by the ICRC.
+    /// [`MAX_OP_ACKS`], and exactly that many entries followed by the
+    /// trailer (the ICRC, or the authentication trailer when the flags say so).
     ///
     /// A datagram shorter than announced is [`Error::Truncated`]; a longer
     /// one is [`Error::Malformed`]`("ack length")`: ACKs have no payload, and
@@ -250,7 +254,7 @@ impl<T: AsRef<[u8]>> AckPacket<T> {
         if count > MAX_OP_ACKS {
             return Err(Error::Malformed("op_ack_count"));
         }
-        let expected = ACK_FIXED_LEN + count * OP_ACK_LEN + ICRC_LEN;
+        let expected = ACK_FIXED_LEN + count * OP_ACK_LEN + self.trailer_len();
         if len < expected {
             Err(Error::Truncated)
         } else if len > expected {
@@ -268,6 +272,12 @@ impl<T: AsRef<[u8]>> AckPacket<T> {
     /// A view of the base header.
     pub fn base(&self) -> BaseHeader<&[u8]> {
         BaseHeader::new_unchecked(self.buffer.as_ref())
+    }
+
+    /// Length of the trailer: [`ICRC_LEN`], or
+    /// [`AUTH_TRAILER_LEN`](crate::AUTH_TRAILER_LEN) for an authenticated ACK.
+    pub fn trailer_len(&self) -> usize {
+        trailer_len(self.base().flags())
     }
 
     /// Cumulative ACK point of the path.
@@ -331,15 +341,17 @@ impl<T: AsRef<[u8]>> AckPacket<T> {
         }))
     }
 
-    /// The ICRC trailer as carried.
+    /// The last four bytes as a big-endian number: the ICRC of an ACK
+    /// without [`Flags::AUTHENTICATED`](crate::Flags::AUTHENTICATED).
     pub fn icrc(&self) -> u32 {
         let buf = self.buffer.as_ref();
         get_u32(buf, buf.len() - ICRC_LEN..buf.len())
     }
 
-    /// Whether the ICRC trailer matches the datagram.
+    /// Whether the ICRC trailer matches the datagram (never, for an
+    /// authenticated ACK: its tag needs the key).
     pub fn verify_icrc(&self) -> bool {
-        icrc_ok(self.buffer.as_ref())
+        self.trailer_len() == ICRC_LEN && icrc_ok(self.buffer.as_ref())
     }
 }
 
@@ -511,21 +523,28 @@ impl AckRepr {
         true
     }
 
-    /// Whole datagram length, ICRC included.
+    /// Whole datagram length, trailer included (the ICRC, or the
+    /// authentication trailer when `base.flags` has
+    /// [`Flags::AUTHENTICATED`](crate::Flags::AUTHENTICATED)).
     pub fn buffer_len(&self) -> usize {
-        ACK_FIXED_LEN + self.op_acks().len() * OP_ACK_LEN + ICRC_LEN
+        ACK_FIXED_LEN + self.op_acks().len() * OP_ACK_LEN + trailer_len(self.base.flags)
     }
 
-    /// Write the ACK except the ICRC (that is, `buffer_len() - ICRC_LEN`
+    /// Length of the ACK without its trailer: the bytes [`AckRepr::emit`] writes.
+    pub fn covered_len(&self) -> usize {
+        ACK_FIXED_LEN + self.op_acks().len() * OP_ACK_LEN
+    }
+
+    /// Write the ACK except the trailer (that is, [`AckRepr::covered_len`]
     /// bytes at the start of `buf`); reserved fields are written as zero.
     /// Use [`crate::emit_ack`] to also seal it.
     ///
     /// # Panics
     ///
-    /// If `buf` is shorter than `buffer_len() - ICRC_LEN`.
+    /// If `buf` is shorter than [`AckRepr::covered_len`].
     pub fn emit(&self, buf: &mut [u8]) {
         let op_acks = self.op_acks();
-        let mut packet = AckPacket::new_unchecked(&mut buf[..self.buffer_len() - ICRC_LEN]);
+        let mut packet = AckPacket::new_unchecked(&mut buf[..self.covered_len()]);
         self.base.emit(&mut packet.base_mut(), PacketType::Ack);
         packet.set_ack_psn(self.ack_psn);
         packet.set_ts_echo(self.ts_echo);

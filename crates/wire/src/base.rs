@@ -36,8 +36,14 @@ impl Flags {
     /// (it dropped payload for want of a posted receive) answers with an RNR
     /// NAK so the sender resends the whole message.
     pub const COMPLETION_PROBE: Self = Self(0x04);
+    /// The packet ends with an authentication trailer (packet number and
+    /// AES-GCM tag, see [`crate::AuthTrailer`]) instead of the ICRC. It
+    /// changes the layout, so both devices must agree on it out of band
+    /// (they share a job secret); a receiver that expects authentication
+    /// drops packets without it, and one that does not drops packets with it.
+    pub const AUTHENTICATED: Self = Self(0x08);
     /// Every defined flag bit.
-    pub const KNOWN: Self = Self(0x07);
+    pub const KNOWN: Self = Self(0x0f);
 
     /// No flag set.
     pub const fn empty() -> Self {

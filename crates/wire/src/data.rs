@@ -2,7 +2,7 @@
 
 use crate::base::{BaseHeader, BaseRepr, PacketType};
 use crate::bytes::{get_u32, get_u64, set_u32, set_u64};
-use crate::{DATA_HEADER_LEN, Error, ICRC_LEN, Result, icrc_ok};
+use crate::{DATA_HEADER_LEN, Error, ICRC_LEN, Result, icrc_ok, trailer_len};
 
 mod field {
     use crate::bytes::Field;
@@ -350,8 +350,9 @@ impl<T: AsRef<[u8]>> DataPacket<T> {
     }
 
     /// Check that the buffer holds the data header, the extension its opcode
-    /// announces and the ICRC trailer. The opcode has to be known for that,
-    /// so an unknown one fails here with [`Error::BadOpcode`].
+    /// announces and the trailer (the ICRC, or the authentication trailer
+    /// when the base header's flags say so). The opcode has to be known for
+    /// that, so an unknown one fails here with [`Error::BadOpcode`].
     ///
     /// After this succeeds no accessor of this view panics.
     pub fn check_len(&self) -> Result<()> {
@@ -360,10 +361,16 @@ impl<T: AsRef<[u8]>> DataPacket<T> {
             return Err(Error::Truncated);
         }
         let opcode = self.opcode()?;
-        if len < DATA_HEADER_LEN + opcode.ext_len() + ICRC_LEN {
+        if len < DATA_HEADER_LEN + opcode.ext_len() + self.trailer_len() {
             return Err(Error::Truncated);
         }
         Ok(())
+    }
+
+    /// Length of the trailer: [`ICRC_LEN`], or
+    /// [`AUTH_TRAILER_LEN`](crate::AUTH_TRAILER_LEN) for an authenticated packet.
+    pub fn trailer_len(&self) -> usize {
+        trailer_len(self.base().flags())
     }
 
     /// The wrapped buffer.
@@ -442,22 +449,24 @@ impl<T: AsRef<[u8]>> DataPacket<T> {
         &self.buffer.as_ref()[field::EXT..self.header_len()]
     }
 
-    /// The payload: everything between the headers and the ICRC. Its length
-    /// is implied by the datagram (UDP) length, as in RoCEv2.
+    /// The payload: everything between the headers and the trailer. Its
+    /// length is implied by the datagram (UDP) length, as in RoCEv2.
     pub fn payload(&self) -> &[u8] {
         let buf = self.buffer.as_ref();
-        &buf[self.header_len()..buf.len() - ICRC_LEN]
+        &buf[self.header_len()..buf.len() - self.trailer_len()]
     }
 
-    /// The ICRC trailer as carried.
+    /// The last four bytes as a big-endian number: the ICRC of a packet
+    /// without [`Flags::AUTHENTICATED`](crate::Flags::AUTHENTICATED).
     pub fn icrc(&self) -> u32 {
         let buf = self.buffer.as_ref();
         get_u32(buf, buf.len() - ICRC_LEN..buf.len())
     }
 
-    /// Whether the ICRC trailer matches the datagram.
+    /// Whether the ICRC trailer matches the datagram (never, for an
+    /// authenticated packet: its tag needs the key, see [`crate::AuthTrailer`]).
     pub fn verify_icrc(&self) -> bool {
-        icrc_ok(self.buffer.as_ref())
+        self.trailer_len() == ICRC_LEN && icrc_ok(self.buffer.as_ref())
     }
 }
 
@@ -521,8 +530,9 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> DataPacket<T> {
     /// The payload, mutably.
     pub fn payload_mut(&mut self) -> &mut [u8] {
         let start = self.header_len();
+        let trailer = self.trailer_len();
         let buf = self.buffer.as_mut();
-        let end = buf.len() - ICRC_LEN;
+        let end = buf.len() - trailer;
         &mut buf[start..end]
     }
 
@@ -635,9 +645,11 @@ impl DataRepr {
         DATA_HEADER_LEN + self.op.len()
     }
 
-    /// Whole datagram length: headers, payload and ICRC.
+    /// Whole datagram length: headers, payload and trailer (the ICRC, or the
+    /// authentication trailer when `base.flags` has
+    /// [`Flags::AUTHENTICATED`](crate::Flags::AUTHENTICATED)).
     pub const fn buffer_len(&self) -> usize {
-        self.header_len() + self.payload_len as usize + ICRC_LEN
+        self.header_len() + self.payload_len as usize + trailer_len(self.base.flags)
     }
 
     /// Write the headers (base, data, extension) into `buf[..header_len]`.

@@ -18,13 +18,14 @@ impl fmt::Display for Syndrome {
 
 impl fmt::Display for Flags {
     /// `AR` for ACK_REQUEST, `RT` for RETRANSMIT, `CP` for COMPLETION_PROBE,
-    /// joined by `|`; `-` if none.
+    /// `AU` for AUTHENTICATED, joined by `|`; `-` if none.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut first = true;
         for (flag, name) in [
             (Self::ACK_REQUEST, "AR"),
             (Self::RETRANSMIT, "RT"),
             (Self::COMPLETION_PROBE, "CP"),
+            (Self::AUTHENTICATED, "AU"),
         ] {
             if self.contains(flag) {
                 if !first {

@@ -49,6 +49,7 @@
 #![warn(missing_docs)]
 
 mod ack;
+mod auth;
 mod base;
 mod bytes;
 mod data;
@@ -59,6 +60,10 @@ pub mod seq;
 mod tests;
 
 pub use ack::{AckPacket, AckRepr, OpAck, SackBits, SackIter, Syndrome};
+pub use auth::{
+    AUTH_TAG_LEN, AUTH_TRAILER_LEN, AuthRepr, AuthTrailer, PACKET_NUMBER_LEN, parse_authenticated,
+    trailer_len,
+};
 pub use base::{BaseHeader, BaseRepr, Flags, PacketType};
 pub use data::{DataPacket, DataRepr, OpHeader, Opcode};
 
@@ -103,6 +108,11 @@ pub enum Error {
     /// A field holds a value the format forbids; the string names the field.
     #[error("malformed {0}")]
     Malformed(&'static str),
+    /// The packet carries an authentication trailer ([`Flags::AUTHENTICATED`])
+    /// and no ICRC: only the holder of the connection key can check it (see
+    /// [`parse_authenticated`]).
+    #[error("authenticated packet needs the connection key")]
+    NeedsKey,
 }
 
 /// Result type of this crate.
@@ -143,7 +153,8 @@ impl Packet<'_> {
         }
     }
 
-    /// Emit the whole datagram (ICRC included) into `buf`, returning its length.
+    /// Emit the whole datagram (trailer included, see [`emit_data`]) into
+    /// `buf`, returning its length.
     ///
     /// # Panics
     ///
@@ -157,6 +168,11 @@ impl Packet<'_> {
 }
 
 /// Parse and validate a whole datagram (version, type, lengths, ICRC, field rules).
+///
+/// An authenticated datagram ([`Flags::AUTHENTICATED`]) has no ICRC, and
+/// what protects it needs a key this crate does not have: it is refused with
+/// [`Error::NeedsKey`] (after the version, base header and type checks); see
+/// [`parse_authenticated`].
 ///
 /// Checks run from the outside in, so the error names the first layer that
 /// is wrong: version, packet type, lengths (and opcode, which decides the
@@ -175,7 +191,11 @@ pub fn parse(datagram: &[u8]) -> Result<Packet<'_>> {
         return Err(Error::BadVersion(version));
     }
     let header = BaseHeader::new_checked(datagram)?;
-    match PacketType::try_from(header.packet_type())? {
+    let packet_type = PacketType::try_from(header.packet_type())?;
+    if header.flags().contains(Flags::AUTHENTICATED) {
+        return Err(Error::NeedsKey);
+    }
+    match packet_type {
         PacketType::Data => {
             let packet = DataPacket::new_checked(datagram)?;
             check_icrc(datagram)?;
@@ -249,6 +269,10 @@ fn check_icrc(datagram: &[u8]) -> Result<()> {
 /// Emit a full data packet (header, payload and ICRC) into `buf`, returning
 /// its length ([`DataRepr::buffer_len`]).
 ///
+/// If `repr.base.flags` has [`Flags::AUTHENTICATED`], the trailer is the
+/// authentication trailer, written as zeros: the caller, which holds the
+/// key, fills in the packet number and tag (see [`AuthTrailer`]).
+///
 /// # Panics
 ///
 /// If `payload.len()` differs from `repr.payload_len`, or `buf` is shorter
@@ -261,15 +285,27 @@ pub fn emit_data(repr: &DataRepr, payload: &[u8], buf: &mut [u8]) -> usize {
     );
     let len = repr.buffer_len();
     let header_len = repr.header_len();
+    let payload_end = header_len + payload.len();
     let datagram = &mut buf[..len];
     repr.emit_header(datagram);
-    datagram[header_len..len - ICRC_LEN].copy_from_slice(payload);
-    seal(datagram);
+    datagram[header_len..payload_end].copy_from_slice(payload);
+    finish_trailer(datagram, payload_end);
     len
 }
 
+/// Seal an ICRC-protected datagram, or zero the authentication trailer that
+/// starts at `covered_len` for the key holder to fill.
+fn finish_trailer(datagram: &mut [u8], covered_len: usize) {
+    if datagram.len() - covered_len == ICRC_LEN {
+        seal(datagram);
+    } else {
+        datagram[covered_len..].fill(0);
+    }
+}
+
 /// Emit a full ACK (ICRC included) into `buf`, returning its length
-/// ([`AckRepr::buffer_len`]).
+/// ([`AckRepr::buffer_len`]). An authenticated ACK gets a zeroed
+/// authentication trailer, as in [`emit_data`].
 ///
 /// # Panics
 ///
@@ -278,7 +314,7 @@ pub fn emit_ack(repr: &AckRepr, buf: &mut [u8]) -> usize {
     let len = repr.buffer_len();
     let datagram = &mut buf[..len];
     repr.emit(datagram);
-    seal(datagram);
+    finish_trailer(datagram, repr.covered_len());
     len
 }
 
@@ -286,8 +322,30 @@ pub fn emit_ack(repr: &AckRepr, buf: &mut [u8]) -> usize {
 ///
 /// Parses `data`; when that succeeds, re-emits the packet, re-parses the
 /// result and asserts that nothing changed. Panics on any disagreement.
+/// Authenticated datagrams go through [`parse_authenticated`] (and must be
+/// refused by [`parse`]); their trailer, which emitting leaves to the key
+/// holder, is copied over before comparing.
 #[doc(hidden)]
 pub fn fuzz_check(data: &[u8]) {
+    if let Ok((packet, auth)) = parse_authenticated(data) {
+        assert_eq!(parse(data), Err(Error::NeedsKey), "parse accepted a tag");
+        assert_eq!(packet.buffer_len(), data.len(), "re-emitted length differs");
+        let emit_with_trailer = |packet: &Packet<'_>| {
+            let mut buf = vec![0u8; data.len()];
+            packet.emit(&mut buf);
+            auth.emit(&mut AuthTrailer::new_unchecked(&mut buf[..]));
+            buf
+        };
+        let buf = emit_with_trailer(&packet);
+        let again = parse_authenticated(&buf).expect("re-emitted packet must parse");
+        assert_eq!(again, (packet.clone(), auth), "re-parsed packet differs");
+        assert_eq!(
+            emit_with_trailer(&again.0),
+            buf,
+            "emit is not deterministic"
+        );
+        return;
+    }
     let Ok(packet) = parse(data) else {
         return;
     };

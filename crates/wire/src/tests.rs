@@ -554,6 +554,7 @@ fn error_messages_are_lowercase() {
         Error::BadOpcode(9),
         Error::BadChecksum,
         Error::Malformed("msg_len"),
+        Error::NeedsKey,
     ];
     for error in errors {
         let text = error.to_string();
@@ -570,4 +571,145 @@ fn icrc_is_standard_crc32c() {
     let mut datagram = *b"123456789\0\0\0\0";
     seal(&mut datagram);
     assert_eq!(&datagram[9..], &[0xe3, 0x06, 0x92, 0x83]);
+}
+
+// ------------------------------------------------------ authentication trailer
+
+fn authenticated(mut repr: DataRepr) -> DataRepr {
+    repr.base.flags.insert(Flags::AUTHENTICATED);
+    repr
+}
+
+/// Emit an authenticated packet and fill its trailer as a key holder would
+/// (here with made-up values: nothing in this crate checks a tag).
+fn emit_sealed(repr: &DataRepr, auth: AuthRepr) -> Vec<u8> {
+    let mut buf = emit(repr);
+    auth.emit(&mut AuthTrailer::new_unchecked(&mut buf[..]));
+    buf
+}
+
+const AUTH: AuthRepr = AuthRepr {
+    packet_number: 0x0102_0304_0506_0708,
+    tag: [0xa0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 0xaf],
+};
+
+#[test]
+fn authenticated_data_round_trips_for_every_opcode() {
+    for repr in every_opcode().into_iter().map(authenticated) {
+        let buf = emit_sealed(&repr, AUTH);
+        assert_eq!(
+            buf.len(),
+            repr.header_len() + repr.payload_len as usize + AUTH_TRAILER_LEN
+        );
+        let (packet, auth) = parse_authenticated(&buf).unwrap();
+        let payload = payload_for(&repr);
+        assert_eq!(
+            packet,
+            Packet::Data {
+                repr,
+                payload: &payload
+            }
+        );
+        assert_eq!(auth, AUTH);
+        fuzz_check(&buf);
+    }
+}
+
+#[test]
+fn authenticated_trailer_layout() {
+    let repr = authenticated(every_opcode()[0]);
+    let buf = emit_sealed(&repr, AUTH);
+    let end = buf.len();
+    assert_eq!(buf[2], (Flags::ACK_REQUEST | Flags::AUTHENTICATED).bits());
+    assert_eq!(&buf[end - 24..end - 16], &[1, 2, 3, 4, 5, 6, 7, 8]);
+    assert_eq!(&buf[end - 16..], &AUTH.tag);
+    let trailer = AuthTrailer::new_checked(&buf[..]).unwrap();
+    assert_eq!(trailer.covered(), &buf[..end - 24]);
+    assert_eq!(AuthRepr::parse(&trailer), Ok(AUTH));
+    // emit_data leaves the trailer to the key holder: zeros, never an ICRC.
+    let bare = emit(&repr);
+    assert!(bare[end - 24..].iter().all(|&b| b == 0));
+    let view = DataPacket::new_checked(&bare[..]).unwrap();
+    assert_eq!(view.trailer_len(), AUTH_TRAILER_LEN);
+    assert_eq!(view.payload().len(), 100);
+    assert!(!view.verify_icrc());
+}
+
+#[test]
+fn authenticated_ack_round_trips_with_exact_length() {
+    let mut repr = ack();
+    repr.base.flags.insert(Flags::AUTHENTICATED);
+    let mut buf = emit_ack_vec(&repr);
+    assert_eq!(buf.len(), ACK_FIXED_LEN + 2 * OP_ACK_LEN + AUTH_TRAILER_LEN);
+    assert_eq!(repr.covered_len() + AUTH_TRAILER_LEN, buf.len());
+    AUTH.emit(&mut AuthTrailer::new_unchecked(&mut buf[..]));
+    assert_eq!(
+        parse_authenticated(&buf),
+        Ok((Packet::Ack(repr.clone()), AUTH))
+    );
+    fuzz_check(&buf);
+    let mut longer = buf.clone();
+    longer.push(0);
+    assert_eq!(
+        parse_authenticated(&longer),
+        Err(Error::Malformed("ack length"))
+    );
+    assert_eq!(
+        parse_authenticated(&buf[..buf.len() - 1]),
+        Err(Error::Truncated)
+    );
+}
+
+#[test]
+fn parse_refuses_authenticated_and_parse_authenticated_refuses_plain() {
+    let repr = authenticated(every_opcode()[0]);
+    let buf = emit_sealed(&repr, AUTH);
+    assert_eq!(parse(&buf), Err(Error::NeedsKey));
+    let plain = emit(&every_opcode()[0]);
+    assert_eq!(parse_authenticated(&plain), Err(Error::Malformed("flags")));
+    // Version and length still come first.
+    assert_eq!(
+        parse_authenticated(&edited(buf.clone(), |b| b[0] = 2)),
+        Err(Error::BadVersion(2))
+    );
+    assert_eq!(parse(&buf[..4]), Err(Error::Truncated));
+}
+
+#[test]
+fn authenticated_truncated_at_every_length() {
+    let mut datagrams: Vec<Vec<u8>> = every_opcode()
+        .into_iter()
+        .map(|r| emit_sealed(&authenticated(r), AUTH))
+        .collect();
+    let mut ack = ack();
+    ack.base.flags.insert(Flags::AUTHENTICATED);
+    datagrams.push(emit_ack_vec(&ack));
+    for full in &datagrams {
+        let header_len = match parse_authenticated(full).unwrap().0 {
+            Packet::Data { repr, .. } => repr.header_len(),
+            Packet::Ack(repr) => repr.covered_len(),
+        };
+        for len in 0..full.len() {
+            let result = parse_authenticated(&full[..len]);
+            if len < header_len + AUTH_TRAILER_LEN {
+                assert_eq!(result, Err(Error::Truncated), "len {len} of {}", full.len());
+            } else {
+                // A shorter payload is structurally fine: only the tag can
+                // tell that bytes went missing.
+                assert!(result.is_ok(), "len {len}: {result:?}");
+            }
+            fuzz_check(&full[..len]);
+        }
+    }
+}
+
+#[test]
+fn trailer_len_follows_the_flag() {
+    assert_eq!(trailer_len(Flags::empty()), ICRC_LEN);
+    assert_eq!(trailer_len(Flags::RETRANSMIT), ICRC_LEN);
+    assert_eq!(trailer_len(Flags::AUTHENTICATED), AUTH_TRAILER_LEN);
+    let repr = authenticated(every_opcode()[2]);
+    assert_eq!(repr.buffer_len(), every_opcode()[2].buffer_len() + 20);
+    assert!(Flags::KNOWN.contains(Flags::AUTHENTICATED));
+    assert_eq!(Flags::AUTHENTICATED.to_string(), "AU");
 }

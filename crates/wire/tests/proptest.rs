@@ -1,8 +1,8 @@
 //! Property tests: arbitrary valid reprs round-trip; arbitrary bytes never panic.
 
 use metaroce_wire::{
-    AckRepr, BaseRepr, DataRepr, Flags, MAX_OP_ACKS, OpAck, OpHeader, Packet, SackBits, Syndrome,
-    emit_ack, emit_data, fuzz_check, parse, seal,
+    AckRepr, AuthRepr, AuthTrailer, BaseRepr, DataRepr, Error, Flags, MAX_OP_ACKS, OpAck, OpHeader,
+    Packet, SackBits, Syndrome, emit_ack, emit_data, fuzz_check, parse, parse_authenticated, seal,
 };
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -203,6 +203,58 @@ proptest! {
         }
         seal(&mut buf);
         let _ = parse(&buf);
+        fuzz_check(&buf);
+    }
+
+    /// Authenticated packets of both kinds round-trip through
+    /// `parse_authenticated` with their trailer, and `parse` refuses them.
+    #[test]
+    fn authenticated_round_trips(
+        repr in data_repr(),
+        ack in ack_repr(),
+        packet_number in any::<u64>(),
+        tag in any::<[u8; 16]>(),
+    ) {
+        let auth = AuthRepr { packet_number, tag };
+        let mut repr = repr;
+        repr.base.flags.insert(Flags::AUTHENTICATED);
+        let payload = vec![0x3c; repr.payload_len as usize];
+        let mut buf = emit_data_vec(&repr, &payload);
+        auth.emit(&mut AuthTrailer::new_unchecked(&mut buf[..]));
+        prop_assert_eq!(parse(&buf), Err(Error::NeedsKey));
+        prop_assert_eq!(
+            parse_authenticated(&buf),
+            Ok((Packet::Data { repr, payload: &payload }, auth))
+        );
+        fuzz_check(&buf);
+        let mut ack = ack;
+        ack.base.flags.insert(Flags::AUTHENTICATED);
+        let mut buf = vec![0u8; ack.buffer_len()];
+        emit_ack(&ack, &mut buf);
+        auth.emit(&mut AuthTrailer::new_unchecked(&mut buf[..]));
+        prop_assert_eq!(parse_authenticated(&buf), Ok((Packet::Ack(ack), auth)));
+        fuzz_check(&buf);
+    }
+
+    /// Mutated and cut authenticated packets never panic either parser.
+    #[test]
+    fn mutated_authenticated_packets_never_panic(
+        repr in data_repr(),
+        edits in vec((any::<prop::sample::Index>(), any::<u8>()), 1..6),
+        cut in any::<prop::sample::Index>(),
+    ) {
+        let mut repr = repr;
+        repr.base.flags.insert(Flags::AUTHENTICATED);
+        let mut buf = emit_data_vec(&repr, &vec![0xa5; repr.payload_len as usize]);
+        for (index, value) in edits {
+            let at = index.index(buf.len());
+            if at != 0 {
+                buf[at] = value;
+            }
+        }
+        buf.truncate(cut.index(buf.len() + 1).max(1));
+        let _ = parse(&buf);
+        let _ = parse_authenticated(&buf);
         fuzz_check(&buf);
     }
 }

@@ -19,8 +19,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use metaroce_wire::{
-    AckRepr, BaseRepr, DataRepr, Flags, OpAck, OpHeader, Packet, Syndrome, emit_ack, emit_data,
-    parse, seal,
+    AckRepr, AuthTrailer, BaseRepr, DataRepr, Error, Flags, OpAck, OpHeader, Packet, Syndrome,
+    emit_ack, emit_data, parse, parse_authenticated, seal,
 };
 
 fn vectors_dir() -> PathBuf {
@@ -668,6 +668,20 @@ fn cases() -> Vec<Case> {
             resealed(ack_bytes.clone(), |b| b.insert(b.len() - 4, 0)),
         ),
         case(
+            "invalid-authenticated-needs-key",
+            vec![
+                "The write-first-segment vector with AUTHENTICATED set and a zero trailer:",
+                "a packet whose integrity only the key holder can check is not parsed plain.",
+            ],
+            "NeedsKey",
+            None,
+            {
+                let mut auth = write.clone();
+                auth.0.base.flags = Flags::AUTHENTICATED;
+                emit_d(&auth)
+            },
+        ),
+        case(
             "invalid-unknown-syndrome",
             vec!["The ACK vector with syndrome 5 in its second op ack."],
             "Malformed(\"syndrome\")",
@@ -691,6 +705,67 @@ fn render(case: &Case) -> String {
         writeln!(text, "{}", hex.join(" ")).unwrap();
     }
     text
+}
+
+// ----------------------------------------------------- authenticated vectors
+
+/// `docs/spec/vectors/auth/`: authenticated packets, generated (with real
+/// tags) by the protocol crate's `auth_vectors` test, which also checks the
+/// tags. Here: structure and fields through `parse_authenticated`, the
+/// packet number and tag (`pn`, `tag`), refusal by the plain `parse`, and
+/// re-encoding byte for byte.
+#[test]
+fn auth_vectors_parse() {
+    let dir = vectors_dir().join("auth");
+    let mut paths: Vec<PathBuf> = fs::read_dir(&dir)
+        .expect("docs/spec/vectors/auth exists")
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "hex"))
+        .collect();
+    paths.sort();
+    assert!(paths.len() >= 4, "only {} auth vectors", paths.len());
+    for path in paths {
+        let vector = read_vector(&path);
+        let name = &vector.name;
+        let result = parse_authenticated(&vector.bytes);
+        if name.starts_with("invalid-") {
+            let err = result.expect_err(name);
+            assert_eq!(format!("{err:?}"), vector.expect, "{name}");
+            continue;
+        }
+        assert_eq!(parse(&vector.bytes), Err(Error::NeedsKey), "{name}");
+        let (packet, auth) = result.unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        let kind = match packet {
+            Packet::Data { .. } => "Data",
+            Packet::Ack(_) => "Ack",
+        };
+        assert_eq!(kind, vector.expect, "{name}");
+        assert!(packet.base().flags.contains(Flags::AUTHENTICATED), "{name}");
+        for (key, expected) in &vector.fields {
+            let actual = match key.as_str() {
+                "pn" => auth.packet_number.to_string(),
+                "tag" => format!(
+                    "0x{}",
+                    auth.tag
+                        .iter()
+                        .map(|b| format!("{b:02x}"))
+                        .collect::<String>()
+                ),
+                _ => actual(&packet, key)
+                    .unwrap_or_else(|| panic!("{name}: field `{key}` does not apply")),
+            };
+            let same = if key == "tag" {
+                *expected == actual
+            } else {
+                same_value(expected, &actual)
+            };
+            assert!(same, "{name}: {key} expected {expected}, decoded {actual}");
+        }
+        let mut buf = vec![0u8; packet.buffer_len()];
+        packet.emit(&mut buf);
+        auth.emit(&mut AuthTrailer::new_unchecked(&mut buf[..]));
+        assert_eq!(buf, vector.bytes, "{name}: re-encoding differs");
+    }
 }
 
 #[test]

@@ -1,0 +1,780 @@
+//! Packet authentication and state limits, driven directly on two endpoints
+//! (no network model: datagrams are handed across after every step).
+
+use metaroce_proto::{
+    AccessFlags, AuthConfig, ConfigError, Endpoint, EndpointConfig, Layout, MemoryError, MrInfo,
+    PostError, QpCaps, QpError, QpHandle, RecvWr, SendWr, Sge, WcOpcode, WcStatus, WorkQueue, WrOp,
+};
+use metaroce_wire::{self as wire, Flags};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+const A_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
+const B_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
+const PORT: u16 = 4791;
+const SECRET: [u8; 32] = [0x42; 32];
+const ALL_REMOTE: AccessFlags = AccessFlags(0xf);
+
+fn config(seed: u64, auth: Option<AuthConfig>) -> EndpointConfig {
+    EndpointConfig {
+        device_port: PORT,
+        paths_per_connection: 4,
+        mtu_payload_bytes: 1024,
+        seed,
+        auth,
+        ..EndpointConfig::default()
+    }
+}
+
+fn auth(local_ip: IpAddr, secret: [u8; 32], encrypt: bool) -> Option<AuthConfig> {
+    Some(AuthConfig {
+        job_secret: secret,
+        encrypt,
+        local_ip,
+    })
+}
+
+fn caps() -> QpCaps {
+    QpCaps {
+        max_send_wr: 64,
+        max_recv_wr: 64,
+    }
+}
+
+struct Side {
+    ep: Endpoint,
+    ip: IpAddr,
+    qp: QpHandle,
+    mr: MrInfo,
+}
+
+impl Side {
+    fn addr(&self) -> SocketAddr {
+        SocketAddr::new(self.ip, PORT)
+    }
+}
+
+fn side(ip: IpAddr, cfg: EndpointConfig) -> Side {
+    let mut ep = Endpoint::new(cfg).unwrap();
+    let pd = ep.alloc_pd();
+    let mr = ep
+        .register_memory(pd, 64 << 10, AccessFlags::LOCAL_WRITE | ALL_REMOTE)
+        .unwrap();
+    let qp = ep.create_qp(pd, caps(), ALL_REMOTE).unwrap();
+    Side { ep, ip, qp, mr }
+}
+
+/// Two endpoints with one connected QP each; with `exchange`, the session
+/// ids are handed over first (the connection manager's job).
+struct Pair {
+    a: Side,
+    b: Side,
+    now: u64,
+    /// Every datagram A sent, as it went on the wire.
+    a_sent: Vec<Vec<u8>>,
+}
+
+fn pair(a_cfg: EndpointConfig, b_cfg: EndpointConfig) -> Pair {
+    let mut a = side(A_IP, a_cfg);
+    let mut b = side(B_IP, b_cfg);
+    let (sa, sb) = (a.ep.session_id(), b.ep.session_id());
+    a.ep.set_peer_session(b.addr(), sb).unwrap();
+    b.ep.set_peer_session(a.addr(), sa).unwrap();
+    a.ep.connect_qp(a.qp, b.addr(), b.qp.qpn()).unwrap();
+    b.ep.connect_qp(b.qp, a.addr(), a.qp.qpn()).unwrap();
+    Pair {
+        a,
+        b,
+        now: 1_000,
+        a_sent: Vec::new(),
+    }
+}
+
+impl Pair {
+    /// Move datagrams both ways and fire timers, `rounds` times (5 us each).
+    fn run(&mut self, rounds: usize) {
+        let mut buf = vec![
+            0u8;
+            self.a
+                .ep
+                .max_datagram_len()
+                .max(self.b.ep.max_datagram_len())
+        ];
+        for _ in 0..rounds {
+            while let Some(t) = self.a.ep.poll_transmit(self.now, &mut buf) {
+                assert!(t.len <= self.a.ep.max_datagram_len());
+                self.a_sent.push(buf[..t.len].to_vec());
+                let src = SocketAddr::new(self.a.ip, t.src_port);
+                self.b
+                    .ep
+                    .handle_datagram(self.now, src, t.ecn, &buf[..t.len]);
+            }
+            while let Some(t) = self.b.ep.poll_transmit(self.now, &mut buf) {
+                let src = SocketAddr::new(self.b.ip, t.src_port);
+                self.a
+                    .ep
+                    .handle_datagram(self.now, src, t.ecn, &buf[..t.len]);
+            }
+            self.now += 5_000;
+            self.a.ep.handle_timeout(self.now);
+            self.b.ep.handle_timeout(self.now);
+        }
+    }
+}
+
+fn fill(ep: &mut Endpoint, mr: &MrInfo, seed: u8) {
+    for (i, b) in ep.memory_mut(mr.handle).unwrap().iter_mut().enumerate() {
+        *b = (i as u8).wrapping_mul(29) ^ seed;
+    }
+}
+
+fn sge(mr: &MrInfo, offset: u64, length: u32) -> Sge {
+    Sge {
+        addr: mr.addr + offset,
+        length,
+        lkey: mr.lkey,
+    }
+}
+
+fn completions(ep: &mut Endpoint) -> Vec<(WorkQueue, WcOpcode, WcStatus)> {
+    std::iter::from_fn(|| ep.poll_completion())
+        .map(|c| (c.queue, c.wc.opcode, c.wc.status))
+        .collect()
+}
+
+/// WRITE, READ, SEND and an atomic between `a` and `b`; checks the bytes.
+fn exchange_every_kind(p: &mut Pair) {
+    fill(&mut p.a.ep, &p.a.mr, 0x11);
+    fill(&mut p.b.ep, &p.b.mr, 0x77);
+    let (a_mr, b_mr) = (p.a.mr, p.b.mr);
+    p.b.ep
+        .post_recv(
+            p.b.qp,
+            RecvWr {
+                wr_id: 9,
+                sg_list: vec![sge(&b_mr, 40_000, 3000)],
+            },
+        )
+        .unwrap();
+    let now = p.now;
+    let post = |p: &mut Pair, id, op, sg| {
+        p.a.ep
+            .post_send(now, p.a.qp, SendWr::new(id, op, vec![sg]))
+            .unwrap();
+    };
+    post(
+        p,
+        1,
+        WrOp::Write {
+            remote_addr: b_mr.addr,
+            rkey: b_mr.rkey,
+        },
+        sge(&a_mr, 0, 10_000),
+    );
+    post(
+        p,
+        2,
+        WrOp::Read {
+            remote_addr: b_mr.addr + 20_000,
+            rkey: b_mr.rkey,
+        },
+        sge(&a_mr, 20_000, 5000),
+    );
+    post(p, 3, WrOp::Send, sge(&a_mr, 30_000, 3000));
+    post(
+        p,
+        4,
+        WrOp::FetchAdd {
+            remote_addr: b_mr.addr + 60_000,
+            rkey: b_mr.rkey,
+            add: 5,
+        },
+        sge(&a_mr, 60_000, 8),
+    );
+    let b_word = u64::from_le_bytes(
+        p.b.ep.memory(b_mr.handle).unwrap()[60_000..60_008]
+            .try_into()
+            .unwrap(),
+    );
+    let b_read_src = p.b.ep.memory(b_mr.handle).unwrap()[20_000..25_000].to_vec();
+    p.run(200);
+    let a_wcs = completions(&mut p.a.ep);
+    assert_eq!(a_wcs.len(), 4, "{a_wcs:?}");
+    assert!(a_wcs.iter().all(|w| w.2 == WcStatus::Success), "{a_wcs:?}");
+    let b_wcs = completions(&mut p.b.ep);
+    assert_eq!(
+        b_wcs,
+        vec![(WorkQueue::Recv, WcOpcode::Recv, WcStatus::Success)]
+    );
+    let a_mem = p.a.ep.memory(a_mr.handle).unwrap().to_vec();
+    let b_mem = p.b.ep.memory(b_mr.handle).unwrap().to_vec();
+    assert_eq!(b_mem[..10_000], a_mem[..10_000], "WRITE");
+    assert_eq!(a_mem[20_000..25_000], b_read_src[..], "READ");
+    assert_eq!(b_mem[40_000..43_000], a_mem[30_000..33_000], "SEND");
+    assert_eq!(
+        a_mem[60_000..60_008],
+        b_word.to_le_bytes(),
+        "FETCH_ADD result"
+    );
+    assert_eq!(
+        b_mem[60_000..60_008],
+        (b_word + 5).to_le_bytes(),
+        "FETCH_ADD"
+    );
+}
+
+// ------------------------------------------------------------ authentication
+
+#[test]
+fn authenticated_pair_runs_every_operation() {
+    for encrypt in [false, true] {
+        let mut p = pair(
+            config(1, auth(A_IP, SECRET, encrypt)),
+            config(2, auth(B_IP, SECRET, encrypt)),
+        );
+        exchange_every_kind(&mut p);
+        for d in &p.a_sent {
+            assert!(
+                wire::BaseHeader::new_checked(&d[..])
+                    .unwrap()
+                    .flags()
+                    .contains(Flags::AUTHENTICATED)
+            );
+            assert_eq!(wire::parse(d), Err(wire::Error::NeedsKey));
+            assert!(wire::parse_authenticated(d).is_ok());
+        }
+        // The WRITE's payload pattern is on the wire only in the clear.
+        let plain = p.a.ep.memory(p.a.mr.handle).unwrap()[1024..1088].to_vec();
+        let seen = p.a_sent.iter().any(|d| d.windows(64).any(|w| w == plain));
+        assert_eq!(seen, !encrypt, "encrypt={encrypt}");
+        let s = p.b.ep.stats();
+        assert_eq!(s.rx_auth_failed + s.rx_replayed + s.rx_unauthenticated, 0);
+    }
+}
+
+#[test]
+fn plain_pair_is_unchanged_on_the_wire() {
+    let mut p = pair(config(1, None), config(2, None));
+    exchange_every_kind(&mut p);
+    for d in &p.a_sent {
+        assert!(wire::parse(d).is_ok(), "plain packets carry an ICRC");
+        assert_eq!(d[2] & Flags::AUTHENTICATED.bits(), 0);
+    }
+}
+
+#[test]
+fn wrong_secret_is_refused_and_the_work_fails() {
+    let mut p = pair(
+        config(1, auth(A_IP, SECRET, false)),
+        config(2, auth(B_IP, [0x43; 32], false)),
+    );
+    let (a_mr, b_mr) = (p.a.mr, p.b.mr);
+    let wr = SendWr::new(
+        1,
+        WrOp::Write {
+            remote_addr: b_mr.addr,
+            rkey: b_mr.rkey,
+        },
+        vec![sge(&a_mr, 0, 4096)],
+    );
+    p.a.ep.post_send(p.now, p.a.qp, wr).unwrap();
+    // Long enough for the whole retry budget (7 timeouts, backing off).
+    for _ in 0..400 {
+        p.run(100);
+        p.now += 1_000_000;
+        p.a.ep.handle_timeout(p.now);
+    }
+    assert_eq!(
+        completions(&mut p.a.ep),
+        vec![(WorkQueue::Send, WcOpcode::RdmaWrite, WcStatus::RetryExcErr)]
+    );
+    assert!(p.b.ep.stats().rx_auth_failed > 0);
+    assert!(p.b.ep.memory(b_mr.handle).unwrap().iter().all(|&b| b == 0));
+}
+
+#[test]
+fn mismatched_modes_fail_closed() {
+    // Authenticating sender, plain receiver: the receiver cannot check the
+    // tag and drops the packets as unparsable.
+    let mut p = pair(config(1, auth(A_IP, SECRET, false)), config(2, None));
+    let wr = SendWr::inline(
+        1,
+        WrOp::Write {
+            remote_addr: p.b.mr.addr,
+            rkey: p.b.mr.rkey,
+        },
+        vec![1; 100],
+    );
+    p.a.ep.post_send(p.now, p.a.qp, wr).unwrap();
+    p.run(20);
+    assert!(p.b.ep.stats().rx_malformed > 0);
+    assert_eq!(p.b.ep.memory(p.b.mr.handle).unwrap()[0], 0);
+    // Plain sender, authenticating receiver: dropped as unauthenticated.
+    let mut p = pair(config(1, None), config(2, auth(B_IP, SECRET, false)));
+    let wr = SendWr::inline(
+        1,
+        WrOp::Write {
+            remote_addr: p.b.mr.addr,
+            rkey: p.b.mr.rkey,
+        },
+        vec![1; 100],
+    );
+    p.a.ep.post_send(p.now, p.a.qp, wr).unwrap();
+    p.run(20);
+    assert!(p.b.ep.stats().rx_unauthenticated > 0);
+    assert_eq!(p.b.ep.memory(p.b.mr.handle).unwrap()[0], 0);
+    // Authenticate-only against encrypting: the tags never verify.
+    let mut p = pair(
+        config(1, auth(A_IP, SECRET, true)),
+        config(2, auth(B_IP, SECRET, false)),
+    );
+    let wr = SendWr::inline(
+        1,
+        WrOp::Write {
+            remote_addr: p.b.mr.addr,
+            rkey: p.b.mr.rkey,
+        },
+        vec![1; 100],
+    );
+    p.a.ep.post_send(p.now, p.a.qp, wr).unwrap();
+    p.run(20);
+    assert!(p.b.ep.stats().rx_auth_failed > 0);
+    assert_eq!(p.b.ep.memory(p.b.mr.handle).unwrap()[0], 0);
+}
+
+#[test]
+fn replayed_datagrams_are_dropped() {
+    let mut p = pair(
+        config(1, auth(A_IP, SECRET, false)),
+        config(2, auth(B_IP, SECRET, false)),
+    );
+    exchange_every_kind(&mut p);
+    let before = *p.b.ep.stats();
+    let src = SocketAddr::new(A_IP, PORT + 1);
+    for d in p.a_sent.clone() {
+        p.b.ep
+            .handle_datagram(p.now, src, metaroce_proto::Ecn::Ect0, &d);
+    }
+    let after = *p.b.ep.stats();
+    assert_eq!(
+        after.rx_replayed - before.rx_replayed,
+        p.a_sent.len() as u64
+    );
+    assert_eq!(
+        after.rx_duplicates, before.rx_duplicates,
+        "nothing reached the paths"
+    );
+    assert_eq!(after.rx_duplicate_ops, before.rx_duplicate_ops);
+}
+
+#[test]
+fn sessions_are_required_and_fixed_per_connection() {
+    let mut a = side(A_IP, config(1, auth(A_IP, SECRET, false)));
+    let b_addr = SocketAddr::new(B_IP, PORT);
+    assert_eq!(
+        a.ep.connect_qp(a.qp, b_addr, 7),
+        Err(QpError::PeerSessionUnknown(b_addr))
+    );
+    a.ep.set_peer_session(b_addr, 1234).unwrap();
+    a.ep.set_peer_session(b_addr, 1234).unwrap();
+    a.ep.connect_qp(a.qp, b_addr, 7).unwrap();
+    // The peer restarted: a new session cannot be slipped under live keys.
+    assert_eq!(
+        a.ep.set_peer_session(b_addr, 5678),
+        Err(QpError::PeerSessionChanged(b_addr))
+    );
+    // Session ids differ between incarnations (seeds) and are stable per seed.
+    let again = Endpoint::new(config(1, None)).unwrap();
+    let other = Endpoint::new(config(2, None)).unwrap();
+    assert_eq!(again.session_id(), a.ep.session_id());
+    assert_ne!(other.session_id(), a.ep.session_id());
+    // Without auth no session is needed.
+    let mut plain = side(A_IP, config(3, None));
+    plain.ep.connect_qp(plain.qp, b_addr, 7).unwrap();
+}
+
+#[test]
+fn authenticated_transmits_are_whole_and_fit_the_buffer() {
+    let mut p = pair(
+        config(1, auth(A_IP, SECRET, false)),
+        config(2, auth(B_IP, SECRET, false)),
+    );
+    let plain = Endpoint::new(config(9, None)).unwrap();
+    assert_eq!(
+        p.a.ep.max_datagram_len(),
+        plain.max_datagram_len() - wire::ICRC_LEN + wire::AUTH_TRAILER_LEN
+    );
+    let wr = SendWr::new(
+        1,
+        WrOp::Write {
+            remote_addr: p.b.mr.addr,
+            rkey: p.b.mr.rkey,
+        },
+        vec![sge(&p.a.mr, 0, 8192)],
+    );
+    p.a.ep.post_send(p.now, p.a.qp, wr).unwrap();
+    let mut buf = vec![0; p.a.ep.max_datagram_len()];
+    let mut sent = 0;
+    while let Some((t, layout)) = p.a.ep.poll_transmit_gather(p.now, &mut buf) {
+        assert_eq!(
+            layout,
+            Layout::Whole,
+            "the tag covers the payload: no split send"
+        );
+        let src = SocketAddr::new(A_IP, t.src_port);
+        p.b.ep.handle_datagram(p.now, src, t.ecn, &buf[..t.len]);
+        sent += 1;
+    }
+    assert_eq!(sent, 8);
+    assert_eq!(p.b.ep.stats().rx_auth_failed, 0);
+    assert_eq!(
+        p.b.ep.memory(p.b.mr.handle).unwrap()[..8192],
+        p.a.ep.memory(p.a.mr.handle).unwrap()[..8192]
+    );
+}
+
+#[test]
+fn simulator_form_carries_the_flag_and_its_length() {
+    let mut p = pair(
+        config(1, auth(A_IP, SECRET, false)),
+        config(2, auth(B_IP, SECRET, false)),
+    );
+    let wr = SendWr::inline(
+        1,
+        WrOp::Write {
+            remote_addr: p.b.mr.addr,
+            rkey: p.b.mr.rkey,
+        },
+        vec![3; 100],
+    );
+    p.a.ep.post_send(p.now, p.a.qp, wr).unwrap();
+    let (t, repr) = p.a.ep.poll_packet(p.now).unwrap();
+    assert_eq!(t.len, repr.wire_len());
+    let metaroce_proto::PacketRepr::Data(data) = &repr else {
+        panic!("a data packet first");
+    };
+    assert!(data.base.flags.contains(Flags::AUTHENTICATED));
+    assert_eq!(t.len, data.header_len() + 100 + wire::AUTH_TRAILER_LEN);
+    // A plain repr is refused by an authenticating endpoint.
+    let mut plain = *data;
+    plain.base.flags.remove(Flags::AUTHENTICATED);
+    let src = SocketAddr::new(A_IP, t.src_port);
+    p.b.ep
+        .handle_packet(p.now, src, t.ecn, &metaroce_proto::PacketRepr::Data(plain));
+    assert_eq!(p.b.ep.stats().rx_unauthenticated, 1);
+    p.b.ep.handle_packet(p.now, src, t.ecn, &repr);
+    assert_eq!(p.b.ep.stats().rx_unauthenticated, 1);
+}
+
+// ------------------------------------------------------------------- limits
+
+#[test]
+fn connection_limit_and_stateless_first_contact() {
+    let mut ep = Endpoint::new(EndpointConfig {
+        max_connections: 2,
+        ..config(1, None)
+    })
+    .unwrap();
+    let pd = ep.alloc_pd();
+    let peer = |i: u8| SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 1, 0, i)), PORT);
+    for i in 1..=2 {
+        let qp = ep.create_qp(pd, caps(), ALL_REMOTE).unwrap();
+        ep.connect_qp(qp, peer(i), 5).unwrap();
+    }
+    let qp = ep.create_qp(pd, caps(), ALL_REMOTE).unwrap();
+    assert_eq!(
+        ep.connect_qp(qp, peer(3), 5),
+        Err(QpError::TooManyConnections(2))
+    );
+    // A second QP toward a known peer shares its connection: no new state.
+    ep.connect_qp(qp, peer(1), 6).unwrap();
+    assert_eq!(ep.connection_count(), 2);
+
+    // A flood of valid packets from devices we never connected to creates
+    // nothing: each is counted and dropped.
+    let mut repr = wire::DataRepr {
+        base: wire::BaseRepr {
+            flags: Flags::empty(),
+            path_slot: 0,
+            path_gen: 0,
+            src_device_port: PORT,
+        },
+        psn: 0,
+        timestamp_ns: 0,
+        dst_qpn: qp.qpn(),
+        msg_seq: 0,
+        solicited: false,
+        psn_floor_delta: 0,
+        msg_len: 8,
+        offset: 0,
+        op: wire::OpHeader::Write {
+            rkey: 1,
+            remote_addr: 0,
+        },
+        payload_len: 8,
+    };
+    let mut buf = vec![0; 256];
+    for i in 0..10_000u32 {
+        repr.psn = i;
+        let len = wire::emit_data(&repr, &[0; 8], &mut buf);
+        let src = SocketAddr::new(IpAddr::V4(Ipv4Addr::from(0x0b00_0000 + i)), 5000);
+        ep.handle_datagram(0, src, metaroce_proto::Ecn::Ect0, &buf[..len]);
+    }
+    assert_eq!(ep.stats().rx_unknown_peer, 10_000);
+    assert_eq!(ep.connection_count(), 2);
+}
+
+#[test]
+fn qp_limits() {
+    let mut ep = Endpoint::new(EndpointConfig {
+        max_queue_pairs: 3,
+        max_send_wr: 2,
+        max_recv_wr: 2,
+        ..config(1, None)
+    })
+    .unwrap();
+    let pd = ep.alloc_pd();
+    let small = QpCaps {
+        max_send_wr: 2,
+        max_recv_wr: 2,
+    };
+    assert_eq!(
+        ep.create_qp(pd, caps(), ALL_REMOTE),
+        Err(QpError::BadCaps),
+        "caps above the endpoint's per-QP limits"
+    );
+    let qps: Vec<_> = (0..3)
+        .map(|_| ep.create_qp(pd, small, ALL_REMOTE).unwrap())
+        .collect();
+    assert_eq!(
+        ep.create_qp(pd, small, ALL_REMOTE),
+        Err(QpError::TooManyQps(3))
+    );
+    ep.destroy_qp(qps[0]).unwrap();
+    ep.create_qp(pd, small, ALL_REMOTE).unwrap();
+    // Outstanding operations per QP: the send queue depth.
+    ep.connect_qp(qps[1], SocketAddr::new(B_IP, PORT), 5)
+        .unwrap();
+    let mr = ep
+        .register_memory(pd, 4096, AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    let wr = || SendWr::new(1, WrOp::Send, vec![sge(&mr, 0, 16)]);
+    ep.post_send(0, qps[1], wr()).unwrap();
+    ep.post_send(0, qps[1], wr()).unwrap();
+    assert_eq!(ep.post_send(0, qps[1], wr()), Err(PostError::QueueFull(2)));
+}
+
+#[test]
+fn outstanding_operations_per_connection_limit() {
+    let cfg = |seed| EndpointConfig {
+        max_outstanding_ops_per_connection: 3,
+        ..config(seed, None)
+    };
+    let mut p = pair(cfg(1), cfg(2));
+    // A second QP pair on the same connection.
+    let pd = p.a.ep.alloc_pd();
+    let a2 = p.a.ep.create_qp(pd, caps(), ALL_REMOTE).unwrap();
+    let b_pd = p.b.ep.alloc_pd();
+    let b2 = p.b.ep.create_qp(b_pd, caps(), ALL_REMOTE).unwrap();
+    p.a.ep.connect_qp(a2, p.b.addr(), b2.qpn()).unwrap();
+    p.b.ep.connect_qp(b2, p.a.addr(), a2.qpn()).unwrap();
+    let b_mr = p.b.mr;
+    let write = |id| {
+        SendWr::inline(
+            id,
+            WrOp::Write {
+                remote_addr: b_mr.addr,
+                rkey: b_mr.rkey,
+            },
+            vec![5; 64],
+        )
+    };
+    let (now, qp) = (p.now, p.a.qp);
+    p.a.ep.post_send(now, qp, write(1)).unwrap();
+    p.a.ep.post_send(now, qp, write(2)).unwrap();
+    p.a.ep.post_send(now, a2, write(3)).unwrap();
+    assert_eq!(
+        p.a.ep.post_send(now, a2, write(4)),
+        Err(PostError::ConnectionBusy(3))
+    );
+    p.run(50);
+    assert_eq!(completions(&mut p.a.ep).len(), 3);
+    // Room again once they completed.
+    let now = p.now;
+    p.a.ep.post_send(now, a2, write(5)).unwrap();
+}
+
+#[test]
+fn responder_executes_no_read_beyond_its_limit_and_the_requester_recovers() {
+    let mut p = pair(
+        config(1, None),
+        EndpointConfig {
+            max_outstanding_ops_per_connection: 1,
+            ..config(2, None)
+        },
+    );
+    fill(&mut p.b.ep, &p.b.mr, 0x33);
+    let (a_mr, b_mr) = (p.a.mr, p.b.mr);
+    for i in 0..4u64 {
+        let wr = SendWr::new(
+            i,
+            WrOp::Read {
+                remote_addr: b_mr.addr + i * 8192,
+                rkey: b_mr.rkey,
+            },
+            vec![sge(&a_mr, i * 8192, 8192)],
+        );
+        p.a.ep.post_send(p.now, p.a.qp, wr).unwrap();
+    }
+    for _ in 0..100 {
+        p.run(100);
+        p.now += 200_000;
+        p.a.ep.handle_timeout(p.now);
+        p.b.ep.handle_timeout(p.now);
+    }
+    let wcs = completions(&mut p.a.ep);
+    assert_eq!(wcs.len(), 4, "{wcs:?}");
+    assert!(wcs.iter().all(|w| w.2 == WcStatus::Success), "{wcs:?}");
+    assert!(p.b.ep.stats().rx_over_limit > 0, "some READs waited");
+    assert_eq!(
+        p.a.ep.memory(a_mr.handle).unwrap()[..32768],
+        p.b.ep.memory(b_mr.handle).unwrap()[..32768]
+    );
+}
+
+#[test]
+fn memory_limits() {
+    let mut ep = Endpoint::new(EndpointConfig {
+        max_memory_regions: 3,
+        max_registered_bytes: 100_000,
+        ..config(1, None)
+    })
+    .unwrap();
+    let pd = ep.alloc_pd();
+    let a = ep
+        .register_memory(pd, 60_000, AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    assert_eq!(
+        ep.register_memory(pd, 40_001, AccessFlags::LOCAL_WRITE),
+        Err(MemoryError::TooManyBytes {
+            length: 40_001,
+            limit: 100_000
+        })
+    );
+    ep.register_memory(pd, 20_000, AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    ep.register_virtual_memory(pd, 20_000, AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    assert_eq!(ep.registered_bytes(), 100_000);
+    assert_eq!(
+        ep.register_memory(pd, 1, AccessFlags::LOCAL_WRITE),
+        Err(MemoryError::TooManyRegions(3))
+    );
+    ep.deregister_memory(a.handle).unwrap();
+    assert_eq!(ep.registered_bytes(), 40_000);
+    ep.register_memory(pd, 60_000, AccessFlags::LOCAL_WRITE)
+        .unwrap();
+}
+
+/// A WRITE toward `b`'s QP from `a`'s address, on a chosen path slot and
+/// message number, straight into `b`.
+fn inject_write(p: &mut Pair, path_slot: u8, msg_seq: u32) {
+    let repr = wire::DataRepr {
+        base: wire::BaseRepr {
+            flags: Flags::empty(),
+            path_slot,
+            path_gen: 0,
+            src_device_port: PORT,
+        },
+        psn: 1 << 30,
+        timestamp_ns: 0,
+        dst_qpn: p.b.qp.qpn(),
+        msg_seq,
+        solicited: false,
+        psn_floor_delta: 0,
+        msg_len: 16,
+        offset: 0,
+        op: wire::OpHeader::Write {
+            rkey: p.b.mr.rkey,
+            remote_addr: p.b.mr.addr,
+        },
+        payload_len: 8,
+    };
+    let mut buf = vec![0; 256];
+    let len = wire::emit_data(&repr, &[9; 8], &mut buf);
+    let src = SocketAddr::new(A_IP, PORT + 1);
+    p.b.ep
+        .handle_datagram(p.now, src, metaroce_proto::Ecn::Ect0, &buf[..len]);
+}
+
+#[test]
+fn peer_path_and_incoming_window_limits() {
+    let mut p = pair(
+        config(1, None),
+        EndpointConfig {
+            max_peer_paths: 4,
+            max_incoming_ops_per_qp: 8,
+            ..config(2, None)
+        },
+    );
+    let memory = p.b.ep.connection_memory_bytes(p.a.addr()).unwrap();
+    inject_write(&mut p, 200, 0);
+    assert_eq!(p.b.ep.stats().rx_over_limit, 1);
+    assert_eq!(
+        p.b.ep.connection_memory_bytes(p.a.addr()).unwrap(),
+        memory,
+        "no receive state for a slot past the limit"
+    );
+    inject_write(&mut p, 3, 8);
+    assert_eq!(p.b.ep.stats().rx_dropped_ops, 1, "beyond the per-QP window");
+    let qp_bytes = p.b.ep.qp_memory_bytes(p.b.qp).unwrap();
+    inject_write(&mut p, 3, 7);
+    assert_eq!(p.b.ep.stats().rx_dropped_ops, 1, "inside the window");
+    assert!(p.b.ep.qp_memory_bytes(p.b.qp).unwrap() > qp_bytes);
+}
+
+#[test]
+fn new_limits_are_validated() {
+    let bad = |cfg: EndpointConfig| cfg.validate().unwrap_err().field;
+    let base = config(1, None);
+    let cases: [(EndpointConfig, &str); 5] = [
+        (
+            EndpointConfig {
+                max_registered_bytes: 0,
+                ..base.clone()
+            },
+            "max_registered_bytes",
+        ),
+        (
+            EndpointConfig {
+                max_outstanding_ops_per_connection: 0,
+                ..base.clone()
+            },
+            "max_outstanding_ops_per_connection",
+        ),
+        (
+            EndpointConfig {
+                max_incoming_ops_per_qp: (1 << 16) + 1,
+                ..base.clone()
+            },
+            "max_incoming_ops_per_qp",
+        ),
+        (
+            EndpointConfig {
+                max_peer_paths: 0,
+                ..base.clone()
+            },
+            "max_peer_paths",
+        ),
+        (
+            EndpointConfig {
+                max_peer_paths: 257,
+                ..base.clone()
+            },
+            "max_peer_paths",
+        ),
+    ];
+    for (cfg, field) in cases {
+        assert_eq!(bad(cfg), field);
+    }
+    let _: Option<ConfigError> = base.validate().err();
+}
