@@ -867,9 +867,15 @@ impl Connection {
                 }
             }
         }
-        // Path retransmission timeouts.
+        // Path retransmission timeouts and tail probes. The cached per-path
+        // deadlines are exact (refreshed on every change to a path), so only
+        // paths whose deadline has passed need a look: a connection with a
+        // hundred paths wakes for one path's timer at a time.
         let (rto_min, rto_max) = (shared.config.rto_min_ns, shared.config.rto_max_ns);
         for p in 0..self.paths.len() {
+            if self.path_deadlines[p] > now_ns {
+                continue;
+            }
             if self.paths[p]
                 .rto_deadline(rto_min, rto_max)
                 .is_some_and(|d| d <= now_ns)
@@ -882,6 +888,7 @@ impl Connection {
                 self.paths[p].probe_sent = true;
                 self.path_probes.push_back(p);
             }
+            self.refresh_path_deadline(p, shared);
         }
         // RNR backoff.
         let mut fired = Vec::new();
@@ -899,9 +906,9 @@ impl Connection {
         // The connection's retry timer: no progress at all for an RTO.
         if self.retry_deadline(shared).is_some_and(|d| d <= now_ns) {
             self.retry_timeout(now_ns, shared);
+            // Every path lost its packets: refresh them all.
+            self.refresh_all_path_deadlines(shared);
         }
-        // Timers moved paths around (lost, retired, probed): refresh them all.
-        self.refresh_all_path_deadlines(shared);
     }
 
     fn path_timeout(&mut self, now_ns: u64, shared: &mut Shared, p: usize) {
