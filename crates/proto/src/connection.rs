@@ -125,6 +125,10 @@ pub(crate) struct Connection {
     /// after every packet, reads numbers instead of recomputing every path.
     path_deadlines: Vec<u64>,
     rx_paths: Vec<Option<RxPath>>,
+    /// Receive paths with a delayed-ACK deadline set: the timer visits
+    /// these, not every receive path (with a hundred paths, walking the
+    /// large `RxPath` records was a cache miss each).
+    ack_pending: Vec<u8>,
     pub(crate) cc: Box<dyn CongestionController>,
     pub(crate) msgs: MessageSlab,
     send_queue: VecDeque<MsgRef>,
@@ -181,6 +185,7 @@ impl Connection {
             path_deadlines: vec![u64::MAX; n],
             paths,
             rx_paths: Vec::new(),
+            ack_pending: Vec::new(),
             cc,
             msgs: MessageSlab::default(),
             send_queue: VecDeque::new(),
@@ -672,6 +677,9 @@ impl Connection {
         } else if rx.ack_deadline.is_none() {
             let deadline = now_ns + shared.config.ack_delay_ns;
             rx.ack_deadline = Some(deadline);
+            if !self.ack_pending.contains(&slot) {
+                self.ack_pending.push(slot);
+            }
             self.ack_deadline = Some(self.ack_deadline.map_or(deadline, |d| d.min(deadline)));
         }
     }
@@ -852,18 +860,34 @@ impl Connection {
         // Delayed ACKs.
         if self.ack_deadline.is_some_and(|d| d <= now_ns) {
             self.ack_deadline = None;
-            for (slot, rx) in self.rx_paths.iter_mut().enumerate() {
-                let Some(rx) = rx else { continue };
+            let mut i = 0;
+            while i < self.ack_pending.len() {
+                let slot = self.ack_pending[i];
+                let Some(rx) = self
+                    .rx_paths
+                    .get_mut(usize::from(slot))
+                    .and_then(Option::as_mut)
+                else {
+                    self.ack_pending.swap_remove(i);
+                    continue;
+                };
                 match rx.ack_deadline {
                     Some(d) if d <= now_ns => {
                         rx.ack_deadline = None;
                         if !rx.ack_queued {
                             rx.ack_queued = true;
-                            self.ack_now.push_back(slot as u8);
+                            self.ack_now.push_back(slot);
                         }
+                        self.ack_pending.swap_remove(i);
                     }
-                    Some(d) => self.ack_deadline = Some(self.ack_deadline.map_or(d, |x| x.min(d))),
-                    None => {}
+                    Some(d) => {
+                        self.ack_deadline = Some(self.ack_deadline.map_or(d, |x| x.min(d)));
+                        i += 1;
+                    }
+                    // Sent since (an ACK went out for other reasons).
+                    None => {
+                        self.ack_pending.swap_remove(i);
+                    }
                 }
             }
         }
