@@ -35,6 +35,9 @@ fn key(time: Ps, seq: u64) -> Key {
     (Key::from(time) << 64) | Key::from(seq)
 }
 
+/// Emptied buckets keep their allocation up to this many entries.
+const KEEP_BUCKET_CAPACITY: usize = 4096;
+
 /// A radix heap: a monotone priority queue (nothing is ever scheduled
 /// before the last key popped, which a simulation clock guarantees).
 /// Bucket `b` holds keys whose highest bit differing from the last popped
@@ -84,9 +87,14 @@ impl RadixHeap {
             // Every key lands strictly below bucket `b`.
             self.buckets[Self::bucket(self.last, k)].push((k, kind));
         }
-        // Give the bucket its allocation back for the next fill.
-        moved.clear();
-        self.buckets[b] = moved;
+        // Give the bucket its allocation back for the next fill, unless it
+        // is a large one: high buckets fill once per clock epoch, and a
+        // hundred buckets each holding on to their largest fill would cost
+        // more memory than the events themselves.
+        if moved.capacity() <= KEEP_BUCKET_CAPACITY {
+            moved.clear();
+            self.buckets[b] = moved;
+        }
     }
 
     fn pop(&mut self) -> Option<(Key, EventKind)> {
