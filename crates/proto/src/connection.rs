@@ -126,6 +126,10 @@ pub(crate) struct Connection {
     /// after every packet, reads numbers instead of recomputing every path.
     path_deadlines: Vec<u64>,
     rx_paths: Vec<Option<RxPath>>,
+    /// Receive paths with a delayed-ACK deadline set: the timer visits
+    /// these, not every receive path (with a hundred paths, walking the
+    /// large `RxPath` records was a cache miss each).
+    ack_pending: Vec<u8>,
     pub(crate) cc: Box<dyn CongestionController>,
     pub(crate) msgs: MessageSlab,
     send_queue: VecDeque<MsgRef>,
@@ -190,6 +194,7 @@ impl Connection {
             path_deadlines: vec![u64::MAX; n],
             paths,
             rx_paths: Vec::new(),
+            ack_pending: Vec::new(),
             cc,
             msgs: MessageSlab::default(),
             send_queue: VecDeque::new(),
@@ -725,6 +730,9 @@ impl Connection {
         } else if rx.ack_deadline.is_none() {
             let deadline = now_ns + shared.config.ack_delay_ns;
             rx.ack_deadline = Some(deadline);
+            if !self.ack_pending.contains(&slot) {
+                self.ack_pending.push(slot);
+            }
             self.ack_deadline = Some(self.ack_deadline.map_or(deadline, |d| d.min(deadline)));
         }
     }
@@ -905,24 +913,46 @@ impl Connection {
         // Delayed ACKs.
         if self.ack_deadline.is_some_and(|d| d <= now_ns) {
             self.ack_deadline = None;
-            for (slot, rx) in self.rx_paths.iter_mut().enumerate() {
-                let Some(rx) = rx else { continue };
+            let mut i = 0;
+            while i < self.ack_pending.len() {
+                let slot = self.ack_pending[i];
+                let Some(rx) = self
+                    .rx_paths
+                    .get_mut(usize::from(slot))
+                    .and_then(Option::as_mut)
+                else {
+                    self.ack_pending.swap_remove(i);
+                    continue;
+                };
                 match rx.ack_deadline {
                     Some(d) if d <= now_ns => {
                         rx.ack_deadline = None;
                         if !rx.ack_queued {
                             rx.ack_queued = true;
-                            self.ack_now.push_back(slot as u8);
+                            self.ack_now.push_back(slot);
                         }
+                        self.ack_pending.swap_remove(i);
                     }
-                    Some(d) => self.ack_deadline = Some(self.ack_deadline.map_or(d, |x| x.min(d))),
-                    None => {}
+                    Some(d) => {
+                        self.ack_deadline = Some(self.ack_deadline.map_or(d, |x| x.min(d)));
+                        i += 1;
+                    }
+                    // Sent since (an ACK went out for other reasons).
+                    None => {
+                        self.ack_pending.swap_remove(i);
+                    }
                 }
             }
         }
-        // Path retransmission timeouts.
+        // Path retransmission timeouts and tail probes. The cached per-path
+        // deadlines are exact (refreshed on every change to a path), so only
+        // paths whose deadline has passed need a look: a connection with a
+        // hundred paths wakes for one path's timer at a time.
         let (rto_min, rto_max) = (shared.config.rto_min_ns, shared.config.rto_max_ns);
         for p in 0..self.paths.len() {
+            if self.path_deadlines[p] > now_ns {
+                continue;
+            }
             if self.paths[p]
                 .rto_deadline(rto_min, rto_max)
                 .is_some_and(|d| d <= now_ns)
@@ -935,6 +965,7 @@ impl Connection {
                 self.paths[p].probe_sent = true;
                 self.path_probes.push_back(p);
             }
+            self.refresh_path_deadline(p, shared);
         }
         // RNR backoff.
         let mut fired = Vec::new();
@@ -952,9 +983,9 @@ impl Connection {
         // The connection's retry timer: no progress at all for an RTO.
         if self.retry_deadline(shared).is_some_and(|d| d <= now_ns) {
             self.retry_timeout(now_ns, shared);
+            // Every path lost its packets: refresh them all.
+            self.refresh_all_path_deadlines(shared);
         }
-        // Timers moved paths around (lost, retired, probed): refresh them all.
-        self.refresh_all_path_deadlines(shared);
     }
 
     fn path_timeout(&mut self, now_ns: u64, shared: &mut Shared, p: usize) {

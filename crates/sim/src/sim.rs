@@ -70,10 +70,11 @@ pub struct Port {
     queues: [VecDeque<u32>; 2],
     /// Bytes queued (all priorities).
     pub queued_bytes: u64,
-    busy: Option<u32>,
+    /// The packet being serialized and its size (kept here so finishing
+    /// it does not have to fetch the packet's record).
+    busy: Option<(u32, u32)>,
     paused: bool,
     paused_since: Ps,
-    pipe: VecDeque<(Ps, u32)>,
     /// Counters.
     pub c: PortCounters,
 }
@@ -111,12 +112,16 @@ struct HostState<H> {
     channels: Vec<(u32, u32)>,
 }
 
-struct Pkt<P> {
+/// What the fabric reads of a packet at every hop. Kept apart from the
+/// transport's body (the core's parsed headers, ~100 B), which only the
+/// receiving host reads: the records switches touch stay small and dense,
+/// so a hop costs fewer cache misses.
+#[derive(Debug, Clone, Copy)]
+struct PktHead {
     wire: Wire,
     src: u32,
     in_port: u16,
     trimmed: bool,
-    body: Option<P>,
 }
 
 /// A flow's outcome.
@@ -171,7 +176,9 @@ pub struct Sim<F: TransportFactory> {
     ports: Vec<Port>,
     switches: Vec<SwitchState>,
     hosts: Vec<HostState<F::Host>>,
-    pkts: Vec<Pkt<<F::Host as Transport>::Packet>>,
+    pkts: Vec<PktHead>,
+    /// Transport bodies, by the same index as `pkts`.
+    bodies: Vec<Option<<F::Host as Transport>::Packet>>,
     free: Vec<u32>,
     q: EventQueue,
     rng: ChaCha8Rng,
@@ -232,7 +239,6 @@ impl<F: TransportFactory> Sim<F> {
                     busy: None,
                     paused: false,
                     paused_since: 0,
-                    pipe: VecDeque::new(),
                     c: PortCounters::default(),
                 });
             }
@@ -324,6 +330,7 @@ impl<F: TransportFactory> Sim<F> {
             switches,
             hosts,
             pkts: Vec::new(),
+            bodies: Vec::new(),
             free: Vec::new(),
             q: EventQueue::new(),
             rng: ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_fab1),
@@ -506,7 +513,7 @@ impl<F: TransportFactory> Sim<F> {
             let (now, ev) = self.q.pop().expect("peeked");
             match ev {
                 EventKind::TxDone(p) => self.tx_done(now, p),
-                EventKind::PipeArrive(p) => self.pipe_arrive(now, p),
+                EventKind::PipeArrive { port, pkt } => self.pipe_arrive(now, port, pkt),
                 EventKind::HostTimer(h) => self.host_timer(now, h),
                 EventKind::FlowStart(f) => self.flow_start(now, f),
                 EventKind::Pfc { port, pause, .. } => self.pfc(now, port, pause),
@@ -533,21 +540,23 @@ impl<F: TransportFactory> Sim<F> {
 
     // ------------------------------------------------------------ packets
 
-    fn alloc(&mut self, p: Pkt<<F::Host as Transport>::Packet>) -> u32 {
+    fn alloc(&mut self, head: PktHead, body: <F::Host as Transport>::Packet) -> u32 {
         match self.free.pop() {
             Some(i) => {
-                self.pkts[i as usize] = p;
+                self.pkts[i as usize] = head;
+                self.bodies[i as usize] = Some(body);
                 i
             }
             None => {
-                self.pkts.push(p);
+                self.pkts.push(head);
+                self.bodies.push(Some(body));
                 self.pkts.len() as u32 - 1
             }
         }
     }
 
     fn release(&mut self, i: u32) {
-        self.pkts[i as usize].body = None;
+        self.bodies[i as usize] = None;
         self.free.push(i);
     }
 
@@ -597,7 +606,7 @@ impl<F: TransportFactory> Sim<F> {
         }
         let port = &mut self.ports[p as usize];
         port.queued_bytes -= u64::from(bytes);
-        port.busy = Some(k);
+        port.busy = Some((k, bytes));
         let done = now + port.ser_ps(bytes);
         match port.owner {
             NodeRef::Switch(s) => {
@@ -628,8 +637,9 @@ impl<F: TransportFactory> Sim<F> {
 
     fn tx_done(&mut self, now: Ps, p: u32) {
         let port = &mut self.ports[p as usize];
-        let Some(k) = port.busy.take() else { return };
-        let bytes = self.pkts[k as usize].wire.bytes;
+        let Some((k, bytes)) = port.busy.take() else {
+            return;
+        };
         port.c.tx_bytes += u64::from(bytes);
         port.c.tx_packets += 1;
         let lost = self.cfg.loss > 0.0 && unit(&mut self.rng) < self.cfg.loss;
@@ -641,11 +651,13 @@ impl<F: TransportFactory> Sim<F> {
             port.c.wire_losses += 1;
             self.release(k);
         } else {
-            let at = now + port.delay_ps;
-            if port.pipe.is_empty() {
-                self.q.schedule(at, EventKind::PipeArrive(p));
-            }
-            port.pipe.push_back((at, k));
+            // The pipe is a delay line: each packet's arrival is its own
+            // event (FIFO, since departures are in time order and ties fire
+            // in insertion order), so no per-port queue is touched twice.
+            self.q.schedule(
+                now + port.delay_ps,
+                EventKind::PipeArrive { port: p, pkt: k },
+            );
         }
         self.tx_start(now, p);
         if let NodeRef::Host(h) = self.ports[p as usize].owner {
@@ -653,14 +665,8 @@ impl<F: TransportFactory> Sim<F> {
         }
     }
 
-    fn pipe_arrive(&mut self, now: Ps, p: u32) {
+    fn pipe_arrive(&mut self, now: Ps, p: u32, k: u32) {
         let port = &mut self.ports[p as usize];
-        let Some((_, k)) = port.pipe.pop_front() else {
-            return;
-        };
-        if let Some(&(next, _)) = port.pipe.front() {
-            self.q.schedule(next, EventKind::PipeArrive(p));
-        }
         if !port.up {
             port.c.down_losses += 1;
             self.release(k);
@@ -893,8 +899,10 @@ impl<F: TransportFactory> Sim<F> {
     // -------------------------------------------------------------- hosts
 
     fn host_receive(&mut self, now: Ps, h: u32, k: u32) {
-        let pkt = &mut self.pkts[k as usize];
-        let body = pkt.body.take().expect("a packet in flight has a body");
+        let body = self.bodies[k as usize]
+            .take()
+            .expect("a packet in flight has a body");
+        let pkt = &self.pkts[k as usize];
         let (wire, src, trimmed) = (pkt.wire, pkt.src, pkt.trimmed);
         self.release(k);
         if wire.payload > 0 && !trimmed {
@@ -981,13 +989,15 @@ impl<F: TransportFactory> Sim<F> {
                 plane = (plane + 1) % planes;
             }
             let p = host.ports[plane];
-            let k = self.alloc(Pkt {
-                wire,
-                src: h,
-                in_port: 0,
-                trimmed: false,
-                body: Some(body),
-            });
+            let k = self.alloc(
+                PktHead {
+                    wire,
+                    src: h,
+                    in_port: 0,
+                    trimmed: false,
+                },
+                body,
+            );
             self.m.nic_packets += 1;
             let prio = if wire.control { CTRL } else { DATA };
             let port = &mut self.ports[p as usize];
