@@ -6,8 +6,8 @@
 //! atomic-bw, atomic-lat, and the raw-UDP baselines udp-bw, udp-lat.
 
 use metaroce_udp::perf::{
-    self, Figures, LAT_DURATION_HEADER, LAT_TABLE_HEADER, LocalOpts, Params, RESULT_LINE, Session,
-    Test,
+    self, AuthOpts, Figures, LAT_DURATION_HEADER, LAT_TABLE_HEADER, LocalOpts, Params, RESULT_LINE,
+    Session, Test,
 };
 use metaroce_udp::{Impair, raw};
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
@@ -72,6 +72,45 @@ pub(crate) struct PerfArgs {
     /// Turn off UDP GSO and GRO.
     #[arg(long = "no-offload")]
     no_offload: bool,
+    /// Authenticate every packet (AES-256-GCM) with the job secret in
+    /// METAROCE_JOB_SECRET (64 hex digits; both sides must have it; with
+    /// --loopback and no secret set, a random one is used).
+    #[arg(long)]
+    auth: bool,
+    /// Encrypt payloads too (implies --auth).
+    #[arg(long)]
+    encrypt: bool,
+}
+
+/// The job secret from `METAROCE_JOB_SECRET`, or a random one for a
+/// single-process loopback run.
+fn job_secret(loopback: bool) -> Result<[u8; 32], String> {
+    match std::env::var("METAROCE_JOB_SECRET") {
+        Ok(hex) => {
+            let hex = hex.trim();
+            let bytes: Option<Vec<u8>> = (hex.len() == 64)
+                .then(|| {
+                    (0..32)
+                        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok())
+                        .collect()
+                })
+                .flatten();
+            bytes
+                .and_then(|b| <[u8; 32]>::try_from(b).ok())
+                .ok_or_else(|| "METAROCE_JOB_SECRET must be 64 hex digits (32 bytes)".into())
+        }
+        Err(_) if loopback => {
+            let mut s = [0u8; 32];
+            for (i, chunk) in s.chunks_mut(8).enumerate() {
+                chunk.copy_from_slice(
+                    &(metaroce_udp::os_seed() ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15))
+                        .to_le_bytes(),
+                );
+            }
+            Ok(s)
+        }
+        Err(_) => Err("--auth / --encrypt need the job secret in METAROCE_JOB_SECRET (64 hex digits, the same on both sides)".into()),
+    }
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -123,7 +162,16 @@ pub(crate) fn run(args: PerfArgs) -> Result<ExitCode, String> {
     } else {
         vec![size]
     };
+    let auth = if args.auth || args.encrypt {
+        Some(AuthOpts {
+            job_secret: job_secret(args.loopback)?,
+            encrypt: args.encrypt,
+        })
+    } else {
+        None
+    };
     let local = LocalOpts {
+        auth,
         impair: args.impair,
         seed: args.seed.unwrap_or_else(metaroce_udp::os_seed),
         dev_port: args.dev_port,
@@ -136,7 +184,7 @@ pub(crate) fn run(args: PerfArgs) -> Result<ExitCode, String> {
     let duration = p.duration_s > 0;
     let mut on_session = |s: &Session| {
         if !printed_header {
-            println!("{}", perf::header(test, &p));
+            println!("{}", perf::header(test, &p, &local));
             println!("{}", s.local.render("local"));
             println!("{}", s.remote.render("remote"));
             println!("{RESULT_LINE}");

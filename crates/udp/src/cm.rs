@@ -85,6 +85,19 @@ pub struct Endpoint {
     pub qpns: Vec<u32>,
     /// The buffer the peer may access.
     pub buf: RemoteBuf,
+    /// The device's session id (changes every time the device starts):
+    /// with packet authentication it enters the connection's keys, so a
+    /// restarted device never reuses a key with old packet numbers.
+    #[serde(default)]
+    pub session_id: u64,
+    /// Packet protection this side runs: "none", "authenticated" or
+    /// "encrypted". Both sides must agree; the secret itself never travels.
+    #[serde(default = "auth_none")]
+    pub auth: String,
+}
+
+fn auth_none() -> String {
+    "none".into()
 }
 
 /// Client → server.

@@ -9,7 +9,7 @@
 
 use crate::cm::{self, CmError, Done, Hello, MsgType, RemoteBuf, Report};
 use crate::{Device, DeviceConfig, DeviceStats, Impair, UdpError, now_ns};
-use metaroce_proto::{EndpointConfig, QpCaps};
+use metaroce_proto::{AuthConfig, EndpointConfig, QpCaps};
 use metaroce_verbs::{
     AccessFlags, CompletionQueue, MemoryRegion, QpAttr, QpInitAttr, QpState, QpType, QueuePair,
     RecvWr, SendWr, Sge, VerbsError, WcOpcode, WcStatus, WorkCompletion, WrOp,
@@ -206,6 +206,36 @@ pub struct LocalOpts {
     pub dev_port: u16,
     /// GSO / GRO allowed.
     pub offload: bool,
+    /// Packet authentication (and optionally encryption) with this job
+    /// secret; both sides must run the same.
+    pub auth: Option<AuthOpts>,
+}
+
+/// Packet protection for a perf run.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct AuthOpts {
+    /// The job's 32-byte secret.
+    pub job_secret: [u8; 32],
+    /// Encrypt payloads too.
+    pub encrypt: bool,
+}
+
+impl std::fmt::Debug for AuthOpts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthOpts")
+            .field("job_secret", &"<hidden>")
+            .field("encrypt", &self.encrypt)
+            .finish()
+    }
+}
+
+/// The name a side's protection goes by in the connection manager.
+fn auth_mode(auth: Option<&AuthOpts>) -> &'static str {
+    match auth {
+        None => "none",
+        Some(a) if a.encrypt => "encrypted",
+        Some(_) => "authenticated",
+    }
 }
 
 impl Default for LocalOpts {
@@ -215,6 +245,7 @@ impl Default for LocalOpts {
             seed: crate::os_seed(),
             dev_port: 0,
             offload: true,
+            auth: None,
         }
     }
 }
@@ -435,6 +466,7 @@ struct Rig {
     cq: CompletionQueue,
     qps: Vec<QueuePair>,
     mr: MemoryRegion,
+    auth: Option<AuthOpts>,
 }
 
 fn rig(
@@ -444,7 +476,13 @@ fn rig(
     buf_len: u64,
     fill: Option<u64>,
 ) -> Result<Rig, PerfError> {
-    let mut dc = DeviceConfig::new(endpoint_config(p, local), bind_ip);
+    let mut ep = endpoint_config(p, local);
+    ep.auth = local.auth.map(|a| AuthConfig {
+        job_secret: a.job_secret,
+        encrypt: a.encrypt,
+        local_ip: bind_ip,
+    });
+    let mut dc = DeviceConfig::new(ep, bind_ip);
     dc.impair = local.impair;
     dc.gso = local.offload;
     dc.gro = local.offload;
@@ -489,6 +527,7 @@ fn rig(
         cq: r.0,
         qps: r.1,
         mr: r.2,
+        auth: local.auth,
     })
 }
 
@@ -502,6 +541,9 @@ fn connect(rig: &Rig, peer_ip: IpAddr, peer: &cm::Endpoint) -> Result<(), PerfEr
     }
     let dest = SocketAddr::new(peer_ip, peer.device_port);
     rig.dev.with(|ctx, _| -> Result<(), VerbsError> {
+        // The peer's session id enters the keys when packets are
+        // authenticated; recording it is harmless otherwise.
+        ctx.set_peer_session(dest, peer.session_id)?;
         let mtu = ctx.endpoint().config().mtu_payload_bytes.min(peer.mtu);
         for (qp, &qpn) in rig.qps.iter().zip(&peer.qpns) {
             ctx.modify_qp(
@@ -541,6 +583,8 @@ fn local_endpoint(rig: &Rig, p: &Params) -> cm::Endpoint {
             rkey: rig.mr.rkey,
             len: rig.mr.length,
         },
+        session_id: rig.dev.with(|ctx, _| ctx.session_id()),
+        auth: auth_mode(rig.auth.as_ref()).into(),
     }
 }
 
@@ -989,6 +1033,16 @@ pub fn serve(
         if let Err(e) = hello.params.validate(test) {
             return Err(refuse(&mut tcp, e));
         }
+        let mine = auth_mode(local.auth.as_ref());
+        if hello.endpoint.auth != mine {
+            return Err(refuse(
+                &mut tcp,
+                format!(
+                    "packet protection differs: server runs {mine}, client {} (--auth / --encrypt and METAROCE_JOB_SECRET must match)",
+                    hello.endpoint.auth
+                ),
+            ));
+        }
         let s = server_session(&mut tcp, test, &hello, local)?;
         on_session(&s);
         if hello.last {
@@ -1219,7 +1273,7 @@ pub const RESULT_LINE: &str =
     "---------------------------------------------------------------------------------------";
 
 /// perftest's header block for a test (title and settings).
-pub fn header(test: Test, p: &Params) -> String {
+pub fn header(test: Test, p: &Params, local: &LocalOpts) -> String {
     let mut s = String::new();
     s.push_str(RESULT_LINE);
     s.push('\n');
@@ -1239,6 +1293,14 @@ pub fn header(test: Test, p: &Params) -> String {
     s.push_str(" Max inline data : 0[B]\n");
     s.push_str(" rdma_cm QPs\t : OFF\n");
     s.push_str(" Data ex. method : Ethernet (TCP side channel)\n");
+    s.push_str(&format!(
+        " Packet auth     : {}\n",
+        match auth_mode(local.auth.as_ref()) {
+            "none" => "OFF (ICRC only)",
+            "authenticated" => "AES-256-GCM, payload in clear",
+            _ => "AES-256-GCM, payload encrypted",
+        }
+    ));
     s.push_str(RESULT_LINE);
     s
 }

@@ -57,6 +57,30 @@ fn loopback_write_bw_verified() {
     check_verified(Test::WriteBw, 65_536, 200);
 }
 
+/// WRITE and READ over real sockets with every packet authenticated, then
+/// encrypted: verified, and the receiver counted no authentication failure.
+#[test]
+fn loopback_authenticated_and_encrypted_verified() {
+    for (encrypt, test) in [(false, Test::WriteBw), (true, Test::ReadBw)] {
+        let p = params(test, 65_536, 100);
+        let s = loopback(
+            test,
+            &p,
+            &LocalOpts {
+                seed: 11,
+                auth: Some(perf::AuthOpts {
+                    job_secret: [7; 32],
+                    encrypt,
+                }),
+                ..LocalOpts::default()
+            },
+        );
+        assert_eq!(s.verified, Some(true), "{}: {}", test.name(), s.detail);
+        assert_eq!(s.stats.endpoint.rx_auth_failed, 0, "{:?}", s.stats);
+        assert_eq!(s.stats.endpoint.rx_unauthenticated, 0, "{:?}", s.stats);
+    }
+}
+
 #[test]
 fn loopback_read_bw_verified() {
     check_verified(Test::ReadBw, 65_536, 200);
