@@ -43,10 +43,9 @@
 //! only: placement needs them, and they say nothing the traffic pattern does
 //! not. ACKs have no payload and are authenticated only.
 
-use aes_gcm::aead::generic_array::GenericArray;
-use aes_gcm::{AeadInPlace, Aes256Gcm, KeyInit, Tag};
 use hkdf::Hkdf;
 use metaroce_wire::{AUTH_TAG_LEN, AUTH_TRAILER_LEN, AuthRepr, AuthTrailer};
+use ring::aead::{AES_256_GCM, Aad, LessSafeKey, Nonce, Tag, UnboundKey};
 use sha2::Sha256;
 use std::net::{IpAddr, SocketAddr};
 
@@ -202,11 +201,14 @@ impl ReplayWindow {
 
 /// The keys and counters of one connection.
 pub(crate) struct ConnectionAuth {
-    tx: Aes256Gcm,
-    rx: Aes256Gcm,
+    tx: LessSafeKey,
+    rx: LessSafeKey,
     encrypt: bool,
     next_packet_number: u64,
     replay: ReplayWindow,
+    /// Where an authenticated-only payload is run through the cipher to
+    /// compute its tag (kept to avoid an allocation per packet).
+    seal_scratch: Vec<u8>,
 }
 
 impl core::fmt::Debug for ConnectionAuth {
@@ -229,17 +231,18 @@ impl ConnectionAuth {
         let tx_key = derive_key(&config.job_secret, local, peer);
         let rx_key = derive_key(&config.job_secret, peer, local);
         Self {
-            tx: Aes256Gcm::new(GenericArray::from_slice(&tx_key)),
-            rx: Aes256Gcm::new(GenericArray::from_slice(&rx_key)),
+            tx: cipher(&tx_key),
+            rx: cipher(&rx_key),
             encrypt: config.encrypt,
             next_packet_number: 0,
             replay: ReplayWindow::new(),
+            seal_scratch: Vec::new(),
         }
     }
 
     /// Bytes this state occupies (for the per-connection memory figure).
     pub(crate) fn memory_bytes(&self) -> usize {
-        size_of::<Self>()
+        size_of::<Self>() + self.seal_scratch.capacity()
     }
 
     /// Fill the authentication trailer of `datagram` (headers in
@@ -253,7 +256,14 @@ impl ConnectionAuth {
         self.next_packet_number = packet_number
             .checked_add(1)
             .expect("packet number space exhausted");
-        seal_with(&self.tx, self.encrypt, datagram, header_len, packet_number);
+        seal_with(
+            &self.tx,
+            self.encrypt,
+            datagram,
+            header_len,
+            packet_number,
+            &mut self.seal_scratch,
+        );
     }
 
     /// Check an authenticated datagram whose headers end at `header_len`
@@ -284,55 +294,88 @@ impl ConnectionAuth {
     }
 }
 
+/// An AES-256-GCM key ready for use (ring: assembly AES-GCM, using the
+/// CPU's AES and carry-less multiply instructions, vectorised where the
+/// CPU has them).
+fn cipher(key: &[u8; 32]) -> LessSafeKey {
+    LessSafeKey::new(UnboundKey::new(&AES_256_GCM, key).expect("a 32-byte key fits AES-256-GCM"))
+}
+
+/// Seal: the tag is AES-256-GCM's over (headers as associated data,
+/// payload as plaintext). Encrypted packets carry the ciphertext;
+/// authenticated-only packets carry the payload in clear and the same tag
+/// (the ciphertext is computed into `scratch` and dropped). Feeding the
+/// payload through GCM's encryption path rather than as associated data
+/// gives the same authentication and is several times faster in
+/// vectorised AES-GCM code, which is tuned for bulk plaintext, not long
+/// associated data.
 fn seal_with(
-    cipher: &Aes256Gcm,
+    cipher: &LessSafeKey,
     encrypt: bool,
     datagram: &mut [u8],
     header_len: usize,
     packet_number: u64,
+    scratch: &mut Vec<u8>,
 ) {
     let mut trailer = AuthTrailer::new_unchecked(&mut *datagram);
     trailer.set_packet_number(packet_number);
     let covered = trailer.covered_mut();
-    let nonce = nonce(packet_number);
-    let nonce = GenericArray::from_slice(&nonce);
+    let nonce = Nonce::assume_unique_for_key(nonce(packet_number));
+    let (headers, payload) = covered.split_at_mut(header_len);
     let tag = if encrypt {
-        let (headers, payload) = covered.split_at_mut(header_len);
-        cipher.encrypt_in_place_detached(nonce, headers, payload)
+        cipher.seal_in_place_separate_tag(nonce, Aad::from(&*headers), payload)
     } else {
-        cipher.encrypt_in_place_detached(nonce, covered, &mut [])
+        scratch.clear();
+        scratch.extend_from_slice(payload);
+        cipher.seal_in_place_separate_tag(nonce, Aad::from(&*headers), scratch)
     }
     .expect("AES-GCM accepts any datagram-sized input");
     let mut tag_bytes = [0u8; AUTH_TAG_LEN];
-    tag_bytes.copy_from_slice(&tag);
+    tag_bytes.copy_from_slice(tag.as_ref());
     AuthTrailer::new_unchecked(datagram).set_tag(&tag_bytes);
 }
 
+/// Open: check the tag (and decrypt into `scratch` when encrypted). An
+/// authenticated-only packet is checked by sealing its clear payload again
+/// under the same nonce and comparing tags in constant time.
 fn open_with<'a>(
-    cipher: &Aes256Gcm,
+    cipher: &LessSafeKey,
     encrypt: bool,
     datagram: &'a [u8],
     header_len: usize,
     auth: &AuthRepr,
-    plaintext: &'a mut Vec<u8>,
+    scratch: &'a mut Vec<u8>,
 ) -> Result<&'a [u8], Reject> {
     let covered = &datagram[..datagram.len() - AUTH_TRAILER_LEN];
-    let nonce = nonce(auth.packet_number);
-    let nonce = GenericArray::from_slice(&nonce);
-    let tag = Tag::from_slice(&auth.tag);
+    let nonce = Nonce::assume_unique_for_key(nonce(auth.packet_number));
+    let (headers, payload) = covered.split_at(header_len);
+    scratch.clear();
+    scratch.extend_from_slice(payload);
     if encrypt {
-        let (headers, ciphertext) = covered.split_at(header_len);
-        plaintext.clear();
-        plaintext.extend_from_slice(ciphertext);
         cipher
-            .decrypt_in_place_detached(nonce, headers, plaintext, tag)
+            .open_in_place_separate_tag(
+                nonce,
+                Aad::from(headers),
+                Tag::from(auth.tag),
+                scratch,
+                0..,
+            )
             .map_err(|_| Reject::BadTag)?;
-        Ok(plaintext)
+        Ok(scratch)
     } else {
-        cipher
-            .decrypt_in_place_detached(nonce, covered, &mut [], tag)
+        let tag = cipher
+            .seal_in_place_separate_tag(nonce, Aad::from(headers), scratch)
             .map_err(|_| Reject::BadTag)?;
-        Ok(&covered[header_len..])
+        // Constant time: how many bytes match must not show in the timing.
+        let diff = tag
+            .as_ref()
+            .iter()
+            .zip(&auth.tag)
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+        if diff != 0 {
+            return Err(Reject::BadTag);
+        }
+        Ok(payload)
     }
 }
 
@@ -357,8 +400,15 @@ pub fn seal_with_key(
     packet_number: u64,
 ) -> Option<()> {
     let header_len = header_len_of(&metaroce_wire::parse_authenticated(datagram).ok()?.0);
-    let cipher = Aes256Gcm::new(GenericArray::from_slice(key));
-    seal_with(&cipher, encrypt, datagram, header_len, packet_number);
+    let cipher = cipher(key);
+    seal_with(
+        &cipher,
+        encrypt,
+        datagram,
+        header_len,
+        packet_number,
+        &mut Vec::new(),
+    );
     Some(())
 }
 
@@ -367,7 +417,7 @@ pub fn seal_with_key(
 /// tag does not verify. No replay window: for tools and test vectors.
 pub fn open_with_key(key: &[u8; 32], encrypt: bool, datagram: &[u8]) -> Option<Vec<u8>> {
     let (packet, auth) = metaroce_wire::parse_authenticated(datagram).ok()?;
-    let cipher = Aes256Gcm::new(GenericArray::from_slice(key));
+    let cipher = cipher(key);
     let mut plaintext = Vec::new();
     let payload = open_with(
         &cipher,

@@ -215,7 +215,7 @@ fn cases() -> Vec<Case> {
             name: "write-authenticated",
             about: vec![
                 "The write-first-segment WRITE with AUTHENTICATED set: payload in the clear,",
-                "headers and payload authenticated (all of it is GCM associated data).",
+                "tag = the AES-256-GCM tag of encrypting the payload with the headers as AAD.",
                 "Packet number 5; the trailer replaces the ICRC.",
             ],
             expect: "Data opcode=Write psn=7 dst_qpn=0x11 msg_seq=3 offset=0 msg_len=48 payload_len=16",

@@ -14,9 +14,10 @@
 //!   big-endian), so it is never repeated under one key, and the receiver's
 //!   anti-replay window works on it. A changed number changes the nonce, so
 //!   it is authenticated without being part of the associated data.
-//! * `tag` is the GCM tag over the covered bytes: all of them as associated
-//!   data when only authenticating; the headers as associated data and the
-//!   payload as (encrypted) plaintext when encrypting.
+//! * `tag` is the AES-256-GCM tag of encrypting the payload with the headers
+//!   as associated data. Encrypted packets carry that ciphertext;
+//!   authenticated-only packets carry the payload in clear (the receiver
+//!   recomputes the tag). See `docs/spec/wire.md`.
 //!
 //! The tag replaces the ICRC: it detects corruption as well as forgery, so a
 //! second checksum would only cost time.
