@@ -195,11 +195,15 @@ fn chaos_run(args: &ChaosArgs) -> Result<ExitCode, String> {
     let mut failures = 0u64;
     let mut ops = 0usize;
     let mut bytes = 0u64;
+    let (mut flaps, mut restarts, mut authenticated) = (0usize, 0usize, 0usize);
     for seed in args.start..args.start.saturating_add(args.seeds) {
         match std::panic::catch_unwind(|| chaos::run_seed(seed)) {
             Ok(Ok(r)) => {
                 ops += r.ops;
                 bytes += r.bytes;
+                flaps += r.link_flaps;
+                restarts += usize::from(r.restart.is_some());
+                authenticated += usize::from(r.auth.is_some());
             }
             Ok(Err(f)) => {
                 failures += 1;
@@ -214,11 +218,14 @@ fn chaos_run(args: &ChaosArgs) -> Result<ExitCode, String> {
         }
     }
     println!(
-        "{} seeds from {}: {} operations, {} payload bytes, {} failures, {:.1} s",
+        "{} seeds from {}: {} operations, {} payload bytes, {} link flaps, {} peer restarts, {} seeds authenticated, {} failures, {:.1} s",
         args.seeds,
         args.start,
         ops,
         bytes,
+        flaps,
+        restarts,
+        authenticated,
         failures,
         wall.elapsed().as_secs_f64()
     );

@@ -6,11 +6,15 @@
 //! and delay, loss, burst loss, duplication, corruption, reordering, jitter
 //! and route flaps (blackholes switched on and off), link flaps (a device
 //! cut off from the fabric for up to half a millisecond), whether packets
-//! are authenticated (and encrypted), the PSN base (so paths wrap), and for
-//! each QP a list of operations of every kind. The run
-//! must then satisfy:
+//! are authenticated (and encrypted), the PSN base (so paths wrap), whether
+//! and when a device crashes and restarts (a new incarnation: no QPs, no
+//! memory, a new session id), and for each QP a list of operations of
+//! every kind. The run must then satisfy:
 //! - every posted work request completes exactly once, in posting order,
-//!   successfully (faults here are all survivable);
+//!   successfully (the network faults are all survivable); toward a device
+//!   that restarted, successes first, then retry-exceeded / flushed errors,
+//!   never a hang, and after closing its QPs the application reconnects to
+//!   the new incarnation and a verified WRITE goes through;
 //! - every receive completes exactly once, in order, with the right length
 //!   and immediate;
 //! - the bytes at every target equal the bytes sent (WRITE, SEND, READ);
@@ -18,7 +22,8 @@
 //!   returned, fetch-adds form one unbroken chain from the initial value to
 //!   the final counter, and every compare-and-swap succeeded once;
 //! - no panic, no livelock (bounded virtual time and event count);
-//! - state returns to zero: no message is left on any connection.
+//! - state returns to zero: no message is left on any connection, and once
+//!   every QP is destroyed no endpoint holds any connection.
 //!
 //! To study a failing seed: `METAROCE_SEED=<seed> METAROCE_CHAOS_DEBUG=1
 //! cargo test -p metaroce-harness --test chaos chaos_one_seed_from_env`
@@ -68,6 +73,8 @@ pub struct ChaosReport {
     pub auth_rejected: u64,
     /// Link flaps: times a device was cut off from the fabric and came back.
     pub link_flaps: usize,
+    /// The device that crashed and came back (a new incarnation), and when.
+    pub restart: Option<(usize, u64)>,
 }
 
 /// An invariant broke; the message names it. Rerun with the same seed.
@@ -446,16 +453,42 @@ pub fn run_seed(seed: u64) -> Result<ChaosReport, ChaosFailure> {
         total_ops += n;
     }
 
+    // Peer restart: a device crashes at a random moment and comes back as
+    // a new incarnation (no QPs, no memory, a new session id). Work toward
+    // it must end, each request exactly once and in order, in success or an
+    // error completion, never hang; what it had posted itself died with it.
+    // Drawn from its own stream: seeds without a restart are unchanged.
+    let mut restart_rng = ChaCha8Rng::seed_from_u64(seed ^ 0x7265_7374_6172_7473);
+    let restart = chance(&mut restart_rng, 0.15).then(|| {
+        (
+            pick(&mut restart_rng, nodes as u64) as usize,
+            pick(&mut restart_rng, 1_000_000),
+        )
+    });
+    if let Some((r, at_ns)) = restart {
+        net.run_for(at_ns);
+        let mut reborn = cfg.clone();
+        reborn.seed = restart_rng.next_u64();
+        net.nodes[r].restart(reborn);
+    }
+    let dead = |node: usize| restart.is_some_and(|(r, _)| r == node);
+
     // Run until every completion is in.
     let deadline = 20_000_000_000;
     let outcome = net.run_until(deadline, |nodes| {
         let mut all = true;
         for s in streams.iter_mut() {
+            if dead(s.req.node) {
+                continue; // its requester's state died with it
+            }
             s.done_send
                 .extend(poll_all(&mut nodes[s.req.node].ctx, s.req.cq));
-            s.done_recv
-                .extend(poll_all(&mut nodes[s.resp.node].ctx, s.resp.cq));
-            all &= s.done_send.len() >= s.plan.len() && s.done_recv.len() >= s.recvs;
+            if !dead(s.resp.node) {
+                s.done_recv
+                    .extend(poll_all(&mut nodes[s.resp.node].ctx, s.resp.cq));
+            }
+            all &= s.done_send.len() >= s.plan.len()
+                && (dead(s.resp.node) || s.done_recv.len() >= s.recvs);
         }
         all
     });
@@ -502,10 +535,22 @@ pub fn run_seed(seed: u64) -> Result<ChaosReport, ChaosFailure> {
     net.run_for(5_000_000);
 
     for (k, s) in streams.iter().enumerate() {
-        check_stream(&net, k, s).map_err(fail)?;
+        if dead(s.req.node) {
+            continue;
+        }
+        if dead(s.resp.node) {
+            check_cut_stream(k, s).map_err(fail)?;
+        } else {
+            check_stream(&net, k, s).map_err(fail)?;
+        }
     }
     for (i, node) in net.nodes.iter().enumerate() {
         for (j, peer) in net.nodes.iter().enumerate() {
+            // Toward a crashed peer, responses may still be retrying (their
+            // requester is gone); closing the QPs below cancels them.
+            if dead(j) {
+                continue;
+            }
             if let Some(n) = node.ctx.endpoint().outstanding_messages(peer.addr())
                 && n != 0
             {
@@ -514,6 +559,30 @@ pub fn run_seed(seed: u64) -> Result<ChaosReport, ChaosFailure> {
                 )));
             }
         }
+    }
+    // Closing: every QP destroyed, every endpoint must hold no connection.
+    for s in &streams {
+        for end in [&s.req, &s.resp] {
+            if !dead(end.node) {
+                net.nodes[end.node]
+                    .ctx
+                    .destroy_qp(end.qp)
+                    .map_err(|e| fail(format!("destroy_qp: {e}")))?;
+            }
+        }
+    }
+    for (i, node) in net.nodes.iter().enumerate() {
+        let left = node.ctx.endpoint().connection_count();
+        if left != 0 {
+            return Err(fail(format!(
+                "node {i} keeps {left} connections after every QP closed"
+            )));
+        }
+    }
+    // After a restart the application reconnects: a fresh QP pair to the new
+    // incarnation carries a verified WRITE.
+    if let Some((r, _)) = restart {
+        recover_after_restart(&mut net, (r + 1) % nodes, r, &mut restart_rng).map_err(fail)?;
     }
     let stats = net.stats();
     Ok(ChaosReport {
@@ -540,7 +609,96 @@ pub fn run_seed(seed: u64) -> Result<ChaosReport, ChaosFailure> {
             .map(|n| n.ctx.stats().rx_auth_failed + n.ctx.stats().rx_replayed)
             .sum(),
         link_flaps,
+        restart,
     })
+}
+
+/// The requests of a stream whose responder crashed: each completed exactly
+/// once, in posting order; successes first, and once one failed every later
+/// one failed too (retry exceeded, then flushed).
+fn check_cut_stream(k: usize, s: &Stream) -> Result<(), String> {
+    if s.done_send.len() != s.plan.len() {
+        return Err(format!(
+            "stream {k} (responder restarted): {} send completions for {} requests",
+            s.done_send.len(),
+            s.plan.len()
+        ));
+    }
+    let mut failed = false;
+    for (i, wc) in s.done_send.iter().enumerate() {
+        let ok = wc.status == WcStatus::Success;
+        let allowed_failure = matches!(wc.status, WcStatus::RetryExcErr | WcStatus::WrFlushErr);
+        if wc.wr_id != i as u64 || (failed && ok) || !(ok || allowed_failure) {
+            return Err(format!(
+                "stream {k} (responder restarted): send completion {i} is {wc:?}"
+            ));
+        }
+        failed |= !ok;
+    }
+    Ok(())
+}
+
+/// Connect node `a` to the restarted node `r` afresh and move a verified
+/// 64 KiB WRITE; then close both ends, back to zero connections.
+fn recover_after_restart(
+    net: &mut Network<RdmaNode>,
+    a: usize,
+    r: usize,
+    rng: &mut ChaCha8Rng,
+) -> Result<(), String> {
+    const LEN: u64 = 64 << 10;
+    let access = AccessFlags(0xf);
+    let (req, resp) = connect_qps(net, a, r, access);
+    let src = net.nodes[a]
+        .ctx
+        .reg_mr(req.pd, LEN, AccessFlags::LOCAL_WRITE)
+        .map_err(|e| e.to_string())?;
+    let dst = net.nodes[r]
+        .ctx
+        .reg_mr(resp.pd, LEN, access)
+        .map_err(|e| e.to_string())?;
+    rng.fill_bytes(net.nodes[a].ctx.mr_bytes_mut(&src));
+    let wr = SendWr::new(
+        7,
+        WrOp::Write {
+            remote_addr: dst.addr,
+            rkey: dst.rkey,
+        },
+        vec![src.sge(0, LEN as u32)],
+    );
+    let now = net.now_ns();
+    net.nodes[a]
+        .ctx
+        .post_send(now, req.qp, &[wr])
+        .map_err(|e| format!("post_send after restart: {e:?}"))?;
+    let mut done = Vec::new();
+    let until = net.now_ns() + 5_000_000_000;
+    let outcome = net.run_until(until, |nodes| {
+        done.extend(poll_all(&mut nodes[a].ctx, req.cq));
+        !done.is_empty()
+    });
+    if done.len() != 1 || done[0].status != WcStatus::Success {
+        return Err(format!(
+            "WRITE to the restarted node {r} from node {a}: {outcome:?}, {done:?}"
+        ));
+    }
+    if net.nodes[a].ctx.mr_bytes(&src) != net.nodes[r].ctx.mr_bytes(&dst) {
+        return Err(format!("WRITE to the restarted node {r}: bytes differ"));
+    }
+    for end in [req, resp] {
+        net.nodes[end.node]
+            .ctx
+            .destroy_qp(end.qp)
+            .map_err(|e| e.to_string())?;
+        let left = net.nodes[end.node].ctx.endpoint().connection_count();
+        if left != 0 {
+            return Err(format!(
+                "node {} keeps {left} connections after the reconnection closed",
+                end.node
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn check_stream(net: &Network<RdmaNode>, k: usize, s: &Stream) -> Result<(), String> {

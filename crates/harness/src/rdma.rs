@@ -37,6 +37,13 @@ impl RdmaNode {
         Self { ctx, ip, buf }
     }
 
+    /// A crash and a new incarnation at the same address: every QP, region
+    /// and connection is gone, and the device comes back with `config`
+    /// (give it a new seed: a new session id, new keys).
+    pub fn restart(&mut self, config: EndpointConfig) {
+        *self = Self::new(self.ip, config);
+    }
+
     /// The address peers use for this device: its IP and device port.
     pub fn addr(&self) -> SocketAddr {
         SocketAddr::new(self.ip, self.ctx.device_port())

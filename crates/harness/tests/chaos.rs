@@ -22,8 +22,9 @@ fn run_range(seeds: std::ops::Range<u64>) -> Vec<ChaosReport> {
     }
     let authenticated = reports.iter().filter(|r| r.auth.is_some()).count();
     let flaps: usize = reports.iter().map(|r| r.link_flaps).sum();
+    let restarts = reports.iter().filter(|r| r.restart.is_some()).count();
     eprintln!(
-        "seeds {seeds:?}: {ops} operations, {authenticated} seeds authenticated, {flaps} link flaps, {} failures",
+        "seeds {seeds:?}: {ops} operations, {authenticated} seeds authenticated, {flaps} link flaps, {restarts} peer restarts, {} failures",
         failures.len()
     );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -48,6 +49,7 @@ fn chaos_seeds_0_to_250() {
         "corruption and duplicates caught by the tag and the replay window"
     );
     assert!(reports.iter().filter(|r| r.link_flaps > 0).count() > 50);
+    assert!(reports.iter().filter(|r| r.restart.is_some()).count() > 20);
 }
 
 #[test]

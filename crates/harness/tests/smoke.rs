@@ -145,3 +145,61 @@ fn gathered_transmits_equal_copied_ones() {
     assert_eq!(streams[0].len(), 6, "4 + 2 data packets");
     assert_eq!(streams[0], streams[1]);
 }
+
+/// Destroying the last QP toward a peer closes the connection: the
+/// endpoint's state toward it returns to zero, and new QPs to the same peer
+/// start a fresh connection that works.
+#[test]
+fn closing_the_last_qp_closes_the_connection() {
+    let cfg = EndpointConfig::default();
+    let mut net = Network::new(NetConfig::seeded(3), devices(2, &cfg, 3));
+    let access = AccessFlags::REMOTE_WRITE;
+    for round in 0..2 {
+        let (a, b) = connect_qps(&mut net, 0, 1, access);
+        let (a2, b2) = connect_qps(&mut net, 0, 1, access);
+        assert_eq!(net.nodes[0].ctx.endpoint().connection_count(), 1);
+        let src = net.nodes[0]
+            .ctx
+            .reg_mr(a.pd, 8192, AccessFlags::LOCAL_WRITE)
+            .unwrap();
+        let dst = net.nodes[1]
+            .ctx
+            .reg_mr(
+                b.pd,
+                8192,
+                AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+            )
+            .unwrap();
+        net.nodes[0].ctx.mr_bytes_mut(&src).fill(round + 1);
+        let wr = SendWr::new(
+            1,
+            WrOp::Write {
+                remote_addr: dst.addr,
+                rkey: dst.rkey,
+            },
+            vec![src.sge(0, 8192)],
+        );
+        net.nodes[0].ctx.post_send(0, a.qp, &[wr]).unwrap();
+        let mut done = Vec::new();
+        net.run_until(net.now_ns() + 1_000_000_000, |n| {
+            done.extend(poll_all(&mut n[0].ctx, a.cq));
+            !done.is_empty()
+        });
+        assert_eq!(done[0].status, WcStatus::Success, "round {round}");
+        assert!(net.nodes[1].ctx.mr_bytes(&dst).iter().all(|&x| x == round + 1));
+        net.run_for(1_000_000);
+        // One QP left on each side: the connection stays.
+        net.nodes[0].ctx.destroy_qp(a.qp).unwrap();
+        net.nodes[1].ctx.destroy_qp(b.qp).unwrap();
+        assert_eq!(net.nodes[0].ctx.endpoint().connection_count(), 1);
+        // The last ones: back to zero on both sides.
+        net.nodes[0].ctx.destroy_qp(a2.qp).unwrap();
+        net.nodes[1].ctx.destroy_qp(b2.qp).unwrap();
+        assert_eq!(net.nodes[0].ctx.endpoint().connection_count(), 0);
+        assert_eq!(net.nodes[1].ctx.endpoint().connection_count(), 0);
+        assert_eq!(
+            net.nodes[0].ctx.endpoint().outstanding_messages(net.nodes[1].addr()),
+            None
+        );
+    }
+}

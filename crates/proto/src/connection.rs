@@ -164,8 +164,30 @@ impl Connection {
         shared: &Shared,
         auth: Option<ConnectionAuth>,
     ) -> Self {
+        Self::with_paths(
+            index,
+            peer,
+            shared,
+            auth,
+            shared.config.paths_per_connection,
+        )
+    }
+
+    /// What a closed connection's slot holds until it is reused: no paths,
+    /// no queues, nothing allocated, never ready and never due.
+    pub(crate) fn closed(index: u32, shared: &Shared) -> Self {
+        let nowhere = SocketAddr::from(([0, 0, 0, 0], 0));
+        Self::with_paths(index, nowhere, shared, None, 0)
+    }
+
+    fn with_paths(
+        index: u32,
+        peer: SocketAddr,
+        shared: &Shared,
+        auth: Option<ConnectionAuth>,
+        n: usize,
+    ) -> Self {
         let cfg = &shared.config;
-        let n = cfg.paths_per_connection;
         let paths = (0..n)
             .map(|slot| {
                 TxPath::new(

@@ -284,6 +284,8 @@ impl Shared {
 pub struct Endpoint {
     shared: Shared,
     conns: Vec<Connection>,
+    /// Slots of closed connections, reused before `conns` grows.
+    free_conns: Vec<u32>,
     conn_by_peer: HashMap<SocketAddr, u32>,
     ready: VecDeque<u32>,
     /// Connections' next deadlines (min-heap; entries go stale and are
@@ -325,6 +327,7 @@ impl Endpoint {
                 config,
             },
             conns: Vec::new(),
+            free_conns: Vec::new(),
             conn_by_peer: HashMap::new(),
             ready: VecDeque::new(),
             timers: BinaryHeap::new(),
@@ -497,7 +500,7 @@ impl Endpoint {
             Some(&c) => c,
             None => {
                 let limit = self.shared.config.max_connections;
-                if self.conns.len() as u32 >= limit {
+                if self.connection_count() as u32 >= limit {
                     return Err(QpError::TooManyConnections(limit));
                 }
                 let auth = match &self.shared.config.auth {
@@ -518,9 +521,18 @@ impl Endpoint {
                 };
                 // The only place a connection is created: from a local call,
                 // never from a packet (see `handle_datagram`).
-                let c = self.conns.len() as u32;
-                self.conns
-                    .push(Connection::new(c, remote, &self.shared, auth));
+                let c = match self.free_conns.pop() {
+                    Some(c) => {
+                        self.conns[c as usize] = Connection::new(c, remote, &self.shared, auth);
+                        c
+                    }
+                    None => {
+                        let c = self.conns.len() as u32;
+                        self.conns
+                            .push(Connection::new(c, remote, &self.shared, auth));
+                        c
+                    }
+                };
                 self.conn_by_peer.insert(remote, c);
                 c
             }
@@ -566,10 +578,31 @@ impl Endpoint {
             let conn = &mut self.conns[c as usize];
             conn.cancel_qp_messages(qp.index() as u32);
             conn.qps.retain(|&i| i != qp.index() as u32);
-            self.mark_ready(c);
+            if conn.qps.is_empty() {
+                self.close_connection(c);
+            } else {
+                self.mark_ready(c);
+            }
         }
         self.shared.qps[qp.index()] = None;
         Ok(())
+    }
+
+    /// The last QP toward a peer is gone: drop everything held for it
+    /// (paths, windows, queues, keys, the peer's session id), so state
+    /// returns to zero, and a peer that restarts is met by a fresh
+    /// connection under new keys. Packets still in flight from it are then
+    /// from an unknown peer, counted and dropped.
+    fn close_connection(&mut self, c: u32) {
+        let peer = self.conns[c as usize].peer;
+        self.conn_by_peer.remove(&peer);
+        self.peer_sessions.remove(&peer);
+        self.conns[c as usize] = Connection::closed(c, &self.shared);
+        self.free_conns.push(c);
+        // Its timer-heap entries are stale now (a closed slot has no
+        // deadline) and go at the next refresh; its ready-queue entry, if
+        // any, finds nothing to send.
+        self.drop_stale_timers();
     }
 
     /// The core's run state of a QP.
@@ -1107,7 +1140,7 @@ impl Endpoint {
 
     /// Connections (peers).
     pub fn connection_count(&self) -> usize {
-        self.conns.len()
+        self.conns.len() - self.free_conns.len()
     }
 
     /// Counters of the connection to `peer`.
