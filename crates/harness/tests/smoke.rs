@@ -186,7 +186,13 @@ fn closing_the_last_qp_closes_the_connection() {
             !done.is_empty()
         });
         assert_eq!(done[0].status, WcStatus::Success, "round {round}");
-        assert!(net.nodes[1].ctx.mr_bytes(&dst).iter().all(|&x| x == round + 1));
+        assert!(
+            net.nodes[1]
+                .ctx
+                .mr_bytes(&dst)
+                .iter()
+                .all(|&x| x == round + 1)
+        );
         net.run_for(1_000_000);
         // One QP left on each side: the connection stays.
         net.nodes[0].ctx.destroy_qp(a.qp).unwrap();
@@ -198,7 +204,10 @@ fn closing_the_last_qp_closes_the_connection() {
         assert_eq!(net.nodes[0].ctx.endpoint().connection_count(), 0);
         assert_eq!(net.nodes[1].ctx.endpoint().connection_count(), 0);
         assert_eq!(
-            net.nodes[0].ctx.endpoint().outstanding_messages(net.nodes[1].addr()),
+            net.nodes[0]
+                .ctx
+                .endpoint()
+                .outstanding_messages(net.nodes[1].addr()),
             None
         );
     }

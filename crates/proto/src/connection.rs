@@ -158,19 +158,44 @@ pub(crate) struct Connection {
 }
 
 impl Connection {
+    ///
+    /// The send side (paths and their congestion state, a few hundred bytes
+    /// per path) is built with the first message: a connection that only
+    /// receives, and only sends ACKs, never needs it (half the connections
+    /// of a permutation, and all 1023 of an incast receiver's).
     pub(crate) fn new(
         index: u32,
         peer: SocketAddr,
         shared: &Shared,
         auth: Option<ConnectionAuth>,
     ) -> Self {
-        Self::with_paths(
-            index,
-            peer,
+        Self::with_paths(index, peer, shared, auth, 0)
+    }
+
+    /// Build the send side if this is the connection's first message.
+    fn ensure_send_side(&mut self, shared: &Shared) {
+        if !self.paths.is_empty() {
+            return;
+        }
+        let fresh = Self::with_paths(
+            self.index,
+            self.peer,
             shared,
-            auth,
+            None,
             shared.config.paths_per_connection,
-        )
+        );
+        self.paths = fresh.paths;
+        self.path_deadlines = fresh.path_deadlines;
+        self.cc = fresh.cc;
+    }
+
+    /// UDP source port of path `slot`, also before the send side exists
+    /// (ACKs of a receive-only connection are sprayed over the same ports).
+    pub(crate) fn path_port(&self, slot: usize, shared: &Shared) -> u16 {
+        match self.paths.get(slot) {
+            Some(path) => path.src_port,
+            None => shared.config.device_port + 1 + slot as u16,
+        }
     }
 
     /// What a closed connection's slot holds until it is reused: no paths,
@@ -288,7 +313,8 @@ impl Connection {
     // ---------------------------------------------------------------- messages
 
     /// Queue a new message for transmission.
-    pub(crate) fn enqueue(&mut self, now_ns: u64, msg: TxMessage) -> MsgRef {
+    pub(crate) fn enqueue(&mut self, now_ns: u64, shared: &Shared, msg: TxMessage) -> MsgRef {
+        self.ensure_send_side(shared);
         if self.msgs.live() == 0 {
             // Work starts: the retry timer measures from here.
             self.last_progress_ns = now_ns;
@@ -661,8 +687,8 @@ impl Connection {
         // ACKs are sprayed over our own paths, round robin: one bad reverse
         // route then costs each data path only a fraction of its ACKs, which
         // the next (cumulative) ACK makes good.
-        self.ack_rr = (self.ack_rr + 1) % self.paths.len();
-        let src_port = self.paths[self.ack_rr].src_port;
+        self.ack_rr = (self.ack_rr + 1) % shared.config.paths_per_connection.max(1);
+        let src_port = self.path_port(self.ack_rr, shared);
         Transmit {
             dst: self.peer,
             src_port,

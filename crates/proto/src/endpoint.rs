@@ -792,7 +792,7 @@ impl Endpoint {
                 mtu,
             );
             let c = conn.expect("connected QPs have a connection");
-            entry.msg = Some(self.conns[c as usize].enqueue(now_ns, msg));
+            entry.msg = Some(self.conns[c as usize].enqueue(now_ns, &self.shared, msg));
             self.mark_ready(c);
         }
         let q = self.qp_mut(qp).expect("checked above");
@@ -1167,10 +1167,9 @@ impl Endpoint {
     /// Current source ports of the connection's paths, by slot.
     pub fn path_ports(&self, peer: SocketAddr) -> Option<Vec<u16>> {
         self.conn_by_peer.get(&peer).map(|&c| {
-            self.conns[c as usize]
-                .paths
-                .iter()
-                .map(|p| p.src_port)
+            let conn = &self.conns[c as usize];
+            (0..self.shared.config.paths_per_connection)
+                .map(|slot| conn.path_port(slot, &self.shared))
                 .collect()
         })
     }

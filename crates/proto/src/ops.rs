@@ -317,7 +317,7 @@ fn on_request(
         shared.stats.naks_sent += 1;
     }
     if let Some(msg) = response {
-        conn.enqueue(now_ns, msg);
+        conn.enqueue(now_ns, shared, msg);
     }
     advance_msn(conn, shared, qp_index);
     true

@@ -15,6 +15,7 @@ use metaroce_proto::{
     AccessFlags, Ecn, Endpoint, EndpointConfig, MrInfo, PacketRepr, QpCaps, QpHandle, RecvWr,
     SendWr, Sge, WcStatus, WorkQueue, WrOp,
 };
+use metaroce_wire::{AckRepr, BaseRepr, DataRepr, OpAck, SackBits};
 use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
@@ -75,6 +76,8 @@ struct Channel {
 #[derive(Debug)]
 pub struct MetaRoceHost {
     ep: Endpoint,
+    /// Reused to hand a carried ACK back to the core without allocating.
+    ack_scratch: Option<Box<AckRepr>>,
     pd: u32,
     mr: MrInfo,
     channels: Vec<Channel>,
@@ -125,14 +128,75 @@ fn ns(now: Ps) -> u64 {
     now / 1000
 }
 
-impl Transport for MetaRoceHost {
-    type Packet = PacketRepr;
+/// A MetaRoCE packet in flight in the simulator: the core's parsed headers.
+/// An ACK travels compact: the core's `AckRepr` keeps room for every
+/// op-ack an ACK may carry (320 B), while most carry none or one, and a
+/// 400G fabric holds hundreds of thousands of ACKs in flight.
+#[derive(Debug)]
+pub enum MetaRocePacket {
+    /// A data packet's headers.
+    Data(DataRepr),
+    /// An ACK.
+    Ack(Box<CompactAck>),
+}
 
-    fn poll_packet(&mut self, now: Ps) -> Option<(Wire, PacketRepr)> {
+/// An ACK's fields, with only the op-acks it carries.
+#[derive(Debug)]
+pub struct CompactAck {
+    base: BaseRepr,
+    ack_psn: u32,
+    ts_echo: u32,
+    ack_delay_ns: u32,
+    rx_packets: u32,
+    ce_packets: u32,
+    rate_hint_mbps: u32,
+    sack: SackBits,
+    op_acks: Box<[OpAck]>,
+}
+
+impl CompactAck {
+    fn from_repr(ack: &AckRepr) -> Self {
+        Self {
+            base: ack.base,
+            ack_psn: ack.ack_psn,
+            ts_echo: ack.ts_echo,
+            ack_delay_ns: ack.ack_delay_ns,
+            rx_packets: ack.rx_packets,
+            ce_packets: ack.ce_packets,
+            rate_hint_mbps: ack.rate_hint_mbps,
+            sack: ack.sack,
+            op_acks: ack.op_acks().into(),
+        }
+    }
+
+    fn fill(&self, ack: &mut AckRepr) {
+        *ack = AckRepr::new(self.base);
+        ack.ack_psn = self.ack_psn;
+        ack.ts_echo = self.ts_echo;
+        ack.ack_delay_ns = self.ack_delay_ns;
+        ack.rx_packets = self.rx_packets;
+        ack.ce_packets = self.ce_packets;
+        ack.rate_hint_mbps = self.rate_hint_mbps;
+        ack.sack = self.sack;
+        for op_ack in &self.op_acks {
+            let pushed = ack.push_op_ack(*op_ack);
+            debug_assert!(pushed, "an ACK's own op-acks fit it");
+        }
+    }
+}
+
+impl Transport for MetaRoceHost {
+    type Packet = MetaRocePacket;
+
+    fn poll_packet(&mut self, now: Ps) -> Option<(Wire, MetaRocePacket)> {
         let (t, repr) = self.ep.poll_packet(ns(now))?;
         let (payload, control) = match &repr {
             PacketRepr::Data(d) => (d.payload_len, false),
             PacketRepr::Ack(_) => (0, true),
+        };
+        let repr = match repr {
+            PacketRepr::Data(d) => MetaRocePacket::Data(d),
+            PacketRepr::Ack(a) => MetaRocePacket::Ack(Box::new(CompactAck::from_repr(&a))),
         };
         let wire = Wire {
             dst: host_index(t.dst.ip()),
@@ -153,7 +217,7 @@ impl Transport for MetaRoceHost {
         src: u32,
         wire: &Wire,
         trimmed: bool,
-        packet: &PacketRepr,
+        packet: &MetaRocePacket,
     ) {
         if trimmed {
             // MetaRoCE does not use trimming: a cut packet is a loss.
@@ -168,7 +232,24 @@ impl Transport for MetaRoceHost {
             Ecn::NotEct
         };
         let from = SocketAddr::new(host_ip(src), wire.src_port);
-        self.ep.handle_packet(ns(now), from, ecn, packet);
+        match packet {
+            MetaRocePacket::Data(d) => {
+                self.ep
+                    .handle_packet(ns(now), from, ecn, &PacketRepr::Data(*d));
+            }
+            MetaRocePacket::Ack(compact) => {
+                let mut ack = self
+                    .ack_scratch
+                    .take()
+                    .unwrap_or_else(|| Box::new(AckRepr::new(compact.base)));
+                compact.fill(&mut ack);
+                let repr = PacketRepr::Ack(ack);
+                self.ep.handle_packet(ns(now), from, ecn, &repr);
+                if let PacketRepr::Ack(ack) = repr {
+                    self.ack_scratch = Some(ack);
+                }
+            }
+        }
         self.drain_completions();
     }
 
@@ -256,6 +337,7 @@ impl TransportFactory for MetaRoceFactory {
             channels: Vec::new(),
             events: VecDeque::new(),
             trimmed_dropped: 0,
+            ack_scratch: None,
         })
     }
 
