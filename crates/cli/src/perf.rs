@@ -5,11 +5,12 @@
 //! Tests: write-bw, write-lat, read-bw, read-lat, send-bw, send-lat,
 //! atomic-bw, atomic-lat, and the raw-UDP baselines udp-bw, udp-lat.
 
+use metaroce_udp::Impair;
 use metaroce_udp::perf::{
     self, AuthOpts, Figures, LAT_DURATION_HEADER, LAT_TABLE_HEADER, LocalOpts, Params, RESULT_LINE,
     Session, Test,
 };
-use metaroce_udp::{Impair, raw};
+use metaroce_udp::raw::{self, RawParams, RawTest};
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::process::ExitCode;
 
@@ -306,32 +307,70 @@ fn write_json(path: &str, test: &str, figs: &[Figures], gbits: bool) -> Result<(
 }
 
 fn raw_baseline(args: &PerfArgs) -> Result<ExitCode, String> {
-    if !args.loopback {
-        return Err(format!("{} runs with --loopback only", args.test));
-    }
     let gbits = args.report_gbits;
-    let fig = if args.test == "udp-bw" {
-        let size = args.size.unwrap_or(65_536);
-        // Same datagram size as the device: MTU payload plus MetaRoCE headers.
-        let seg = args.mtu as usize + 56;
-        let secs = args.duration.unwrap_or(2) as f64;
-        Figures::Bw(raw::udp_bw(size, seg, secs, !args.no_offload).map_err(|e| e.to_string())?)
+    let test = if args.test == "udp-bw" {
+        RawTest::UdpBw
     } else {
-        let size = args.size.unwrap_or(2);
-        if size > 65_000 {
-            return Err(format!(
-                "-s {size}: udp-lat sends one datagram (at most 65000 B)"
-            ));
+        RawTest::UdpLat
+    };
+    let size = args.size.unwrap_or(match test {
+        RawTest::UdpBw => 65_536,
+        RawTest::UdpLat => 2,
+    });
+    if test == RawTest::UdpLat && size > 65_000 {
+        return Err(format!(
+            "-s {size}: udp-lat sends one datagram (at most 65000 B)"
+        ));
+    }
+    let p = RawParams {
+        test,
+        size,
+        // Same datagram size as the device: MTU payload plus MetaRoCE headers.
+        seg: args.mtu as usize + 56,
+        secs: match test {
+            RawTest::UdpBw => args.duration.unwrap_or(2) as f64,
+            RawTest::UdpLat => args.duration.unwrap_or(0) as f64,
+        },
+        iters: args.iters.unwrap_or(1000).max(5),
+        offload: !args.no_offload,
+    };
+    let (fig, where_) = if args.loopback {
+        if args.host.is_some() {
+            return Err("--loopback takes no host".into());
         }
-        let secs = args.duration.unwrap_or(0) as f64;
-        Figures::Lat(
-            raw::udp_lat(size as usize, args.iters.unwrap_or(1000).max(5), secs)
-                .map_err(|e| e.to_string())?,
-        )
+        let fig = match test {
+            RawTest::UdpBw => Figures::Bw(
+                raw::udp_bw(p.size, p.seg, p.secs, p.offload).map_err(|e| e.to_string())?,
+            ),
+            RawTest::UdpLat => Figures::Lat(
+                raw::udp_lat(p.size as usize, p.iters, p.secs).map_err(|e| e.to_string())?,
+            ),
+        };
+        (fig, "127.0.0.1".to_string())
+    } else if let Some(host) = &args.host {
+        let server = resolve(host, args.port)?;
+        let (bw, lat) = raw::run_raw_client(server, &p).map_err(|e| e.to_string())?;
+        let fig = match (bw, lat) {
+            (Some(b), _) => Figures::Bw(b),
+            (_, Some(l)) => Figures::Lat(l),
+            _ => return Err("the server reported nothing".into()),
+        };
+        (fig, server.to_string())
+    } else {
+        let listener = TcpListener::bind(("0.0.0.0", args.port))
+            .map_err(|e| format!("cannot listen on port {}: {e}", args.port))?;
+        println!(
+            "{RESULT_LINE}\n                    Raw UDP {} (server)\n Waiting for client on port {}\n{RESULT_LINE}",
+            test.name(),
+            args.port
+        );
+        raw::serve_raw(&listener, test, p.offload).map_err(|e| e.to_string())?;
+        println!(" run served");
+        return Ok(ExitCode::SUCCESS);
     };
     println!("{RESULT_LINE}");
     println!(
-        "                    Raw UDP {} (127.0.0.1, no protocol)",
+        "                    Raw UDP {} ({where_}, no protocol)",
         args.test
     );
     println!("{RESULT_LINE}");
