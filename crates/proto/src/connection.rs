@@ -606,7 +606,7 @@ impl Connection {
             psn: path.next_psn,
             sent_ns: now_ns,
             seg,
-            wire_bytes,
+            wire_bytes: u16::try_from(wire_bytes).unwrap_or(u16::MAX),
             state: SentState::Outstanding,
         });
         path.next_psn = path.next_psn.wrapping_add(1);
