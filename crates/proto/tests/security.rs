@@ -296,29 +296,13 @@ fn mismatched_modes_fail_closed() {
     // Authenticating sender, plain receiver: the receiver cannot check the
     // tag and drops the packets as unparsable.
     let mut p = pair(config(1, auth(A_IP, SECRET, false)), config(2, None));
-    let wr = SendWr::inline(
-        1,
-        WrOp::Write {
-            remote_addr: p.b.mr.addr,
-            rkey: p.b.mr.rkey,
-        },
-        vec![1; 100],
-    );
-    p.a.ep.post_send(p.now, p.a.qp, wr).unwrap();
+    post_inline_write(&mut p, 1);
     p.run(20);
     assert!(p.b.ep.stats().rx_malformed > 0);
     assert_eq!(p.b.ep.memory(p.b.mr.handle).unwrap()[0], 0);
     // Plain sender, authenticating receiver: dropped as unauthenticated.
     let mut p = pair(config(1, None), config(2, auth(B_IP, SECRET, false)));
-    let wr = SendWr::inline(
-        1,
-        WrOp::Write {
-            remote_addr: p.b.mr.addr,
-            rkey: p.b.mr.rkey,
-        },
-        vec![1; 100],
-    );
-    p.a.ep.post_send(p.now, p.a.qp, wr).unwrap();
+    post_inline_write(&mut p, 1);
     p.run(20);
     assert!(p.b.ep.stats().rx_unauthenticated > 0);
     assert_eq!(p.b.ep.memory(p.b.mr.handle).unwrap()[0], 0);
@@ -327,15 +311,7 @@ fn mismatched_modes_fail_closed() {
         config(1, auth(A_IP, SECRET, true)),
         config(2, auth(B_IP, SECRET, false)),
     );
-    let wr = SendWr::inline(
-        1,
-        WrOp::Write {
-            remote_addr: p.b.mr.addr,
-            rkey: p.b.mr.rkey,
-        },
-        vec![1; 100],
-    );
-    p.a.ep.post_send(p.now, p.a.qp, wr).unwrap();
+    post_inline_write(&mut p, 1);
     p.run(20);
     assert!(p.b.ep.stats().rx_auth_failed > 0);
     assert_eq!(p.b.ep.memory(p.b.mr.handle).unwrap()[0], 0);
@@ -438,15 +414,7 @@ fn simulator_form_carries_the_flag_and_its_length() {
         config(1, auth(A_IP, SECRET, false)),
         config(2, auth(B_IP, SECRET, false)),
     );
-    let wr = SendWr::inline(
-        1,
-        WrOp::Write {
-            remote_addr: p.b.mr.addr,
-            rkey: p.b.mr.rkey,
-        },
-        vec![3; 100],
-    );
-    p.a.ep.post_send(p.now, p.a.qp, wr).unwrap();
+    post_inline_write(&mut p, 3);
     let (t, repr) = p.a.ep.poll_packet(p.now).unwrap();
     assert_eq!(t.len, repr.wire_len());
     let metaroce_proto::PacketRepr::Data(data) = &repr else {
@@ -777,4 +745,17 @@ fn new_limits_are_validated() {
         assert_eq!(bad(cfg), field);
     }
     let _: Option<ConfigError> = base.validate().err();
+}
+
+/// A's QP posts a 100-byte inline WRITE of `byte` to the start of B's region.
+fn post_inline_write(p: &mut Pair, byte: u8) {
+    let wr = SendWr::inline(
+        1,
+        WrOp::Write {
+            remote_addr: p.b.mr.addr,
+            rkey: p.b.mr.rkey,
+        },
+        vec![byte; 100],
+    );
+    p.a.ep.post_send(p.now, p.a.qp, wr).unwrap();
 }

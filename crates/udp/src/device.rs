@@ -195,7 +195,9 @@ struct Io {
     gro: bool,
     rxb: RxBatch,
     slots: Vec<Vec<u8>>,
-    meta: Vec<(Transmit, Layout)>,
+    /// This flush's transmits: where each one's bytes are, and whether it
+    /// is an ACK (classified once, when polled).
+    meta: Vec<(Transmit, Layout, bool)>,
     order: Vec<usize>,
     impair: Option<ImpairState>,
     held: Option<(SocketAddr, Ecn, Vec<u8>)>,
@@ -612,7 +614,14 @@ fn flush(ctx: &mut Context, io: &mut Io, now: u64) -> usize {
                     .map(|t| (t, Layout::Whole))
             };
             match t {
-                Some(t) => io.meta.push(t),
+                Some((t, layout)) => {
+                    let is_ack = match layout {
+                        Layout::Split { .. } => false,
+                        Layout::Whole => BaseHeader::new_checked(&io.slots[k][..t.len])
+                            .is_ok_and(|h| h.packet_type() == PacketType::Ack as u8),
+                    };
+                    io.meta.push((t, layout, is_ack));
+                }
                 None => break,
             }
         }
@@ -660,14 +669,9 @@ fn send_all(ctx: &Context, io: &mut Io) {
     // for the request it answers (the ACK is not on the peer's critical
     // path; the reply is). Stable: per-path order is kept, which is all the
     // protocol needs.
-    let is_ack = |i: usize| match meta[i].1 {
-        Layout::Split { .. } => false,
-        Layout::Whole => BaseHeader::new_checked(&slots[i][..meta[i].0.len])
-            .is_ok_and(|h| h.packet_type() == PacketType::Ack as u8),
-    };
     order.sort_by_key(|&i| {
         (
-            is_ack(i),
+            meta[i].2,
             meta[i].0.src_port,
             meta[i].0.dst,
             sys::ecn_bits(meta[i].0.ecn),
@@ -677,7 +681,7 @@ fn send_all(ctx: &Context, io: &mut Io) {
     let mut parts: Vec<&[u8]> = Vec::with_capacity(meta.len() * 3);
     let mut datagram_parts: Vec<(usize, usize)> = Vec::with_capacity(meta.len());
     for &i in order.iter() {
-        let (t, layout) = &meta[i];
+        let (t, layout, _) = &meta[i];
         let from = parts.len();
         match layout {
             Layout::Whole => parts.push(&slots[i][..t.len]),
