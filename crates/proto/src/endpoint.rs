@@ -468,6 +468,10 @@ impl Endpoint {
         let index = match self.shared.qps.iter().position(Option::is_none) {
             Some(i) => i,
             None if self.shared.qps.len() < cfg.max_queue_pairs as usize => {
+                // Double from one, as for connections.
+                if self.shared.qps.len() == self.shared.qps.capacity() {
+                    self.shared.qps.reserve_exact(self.shared.qps.len().max(1));
+                }
                 self.shared.qps.push(None);
                 self.shared.qp_gens.push(0);
                 self.shared.qps.len() - 1
@@ -512,11 +516,11 @@ impl Endpoint {
                             .ok_or(QpError::PeerSessionUnknown(remote))?;
                         let local =
                             SocketAddr::new(config.local_ip, self.shared.config.device_port);
-                        Some(ConnectionAuth::new(
+                        Some(Box::new(ConnectionAuth::new(
                             config,
                             (local, self.session_id),
                             (remote, peer_session),
-                        ))
+                        )))
                     }
                 };
                 // The only place a connection is created: from a local call,
@@ -528,6 +532,12 @@ impl Endpoint {
                     }
                     None => {
                         let c = self.conns.len() as u32;
+                        // Double from one: `Vec` would start at four
+                        // connections (2.5 KiB) where most simulated hosts
+                        // talk to one or two peers.
+                        if self.conns.len() == self.conns.capacity() {
+                            self.conns.reserve_exact(self.conns.len().max(1));
+                        }
                         self.conns
                             .push(Connection::new(c, remote, &self.shared, auth));
                         c
@@ -1032,6 +1042,14 @@ impl Endpoint {
             }
         }
         self.drop_stale_timers();
+        // Entries whose deadline moved later stay in the heap until they
+        // surface; every ACK can move a retransmission deadline, so sweep
+        // them out once they outnumber the live ones (amortised O(1)).
+        if self.timers.len() > 2 * self.conns.len() + 8 {
+            let conns = &self.conns;
+            self.timers
+                .retain(|&Reverse((d, c))| conns[c as usize].timer_deadline == Some(d));
+        }
     }
 
     /// Pop heap entries that no longer match their connection's deadline,

@@ -25,6 +25,7 @@ pub mod cc;
 pub mod config;
 mod connection;
 pub mod endpoint;
+mod maybe_ns;
 pub mod memory;
 mod message;
 mod ops;

@@ -7,7 +7,6 @@ pub struct RttEstimator {
     rttvar_ns: u64,
     rtt_ns_min: u64,
     latest_ns: u64,
-    has_sample: bool,
 }
 
 impl RttEstimator {
@@ -18,18 +17,20 @@ impl RttEstimator {
             rttvar_ns: initial_rtt_ns / 2,
             rtt_ns_min: u64::MAX,
             latest_ns: initial_rtt_ns,
-            has_sample: false,
         }
     }
 
     /// Fold in one sample.
     pub fn update(&mut self, rtt_ns: u64) {
+        // `rtt_ns_min` stays `u64::MAX` until the first sample (so no flag
+        // is needed: this estimator is kept per path).
+        let rtt_ns = rtt_ns.min(u64::MAX - 1);
+        let first = self.rtt_ns_min == u64::MAX;
         self.latest_ns = rtt_ns;
         self.rtt_ns_min = self.rtt_ns_min.min(rtt_ns);
-        if !self.has_sample {
+        if first {
             self.srtt_ns = rtt_ns;
             self.rttvar_ns = rtt_ns / 2;
-            self.has_sample = true;
             return;
         }
         let err = self.srtt_ns.abs_diff(rtt_ns);

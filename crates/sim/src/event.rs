@@ -35,20 +35,54 @@ fn key(time: Ps, seq: u64) -> Key {
     (Key::from(time) << 64) | Key::from(seq)
 }
 
-/// Emptied buckets keep their allocation up to this many entries.
-const KEEP_BUCKET_CAPACITY: usize = 4096;
+/// Entries per chunk: 2 KiB. A bucket fills a chunk, then stacks it and
+/// takes another from a shared pool, so memory follows the events pending
+/// (plus one chunk per bucket), not the sum of every bucket's largest fill.
+const CHUNK_ENTRIES: usize = 64;
+
+type Entry = (Key, EventKind);
+type Chunk = [Entry; CHUNK_ENTRIES];
+
+fn new_chunk() -> Box<Chunk> {
+    Box::new([(0, EventKind::HostTimer(0)); CHUNK_ENTRIES])
+}
+
+/// One bucket: the chunk being filled and the full ones before it.
+#[derive(Debug)]
+struct Bucket {
+    tail: Box<Chunk>,
+    tail_len: usize,
+    // Boxed: chunks move between buckets and the pool as pointers, not as
+    // 2 KiB copies.
+    #[allow(clippy::vec_box)]
+    full: Vec<Box<Chunk>>,
+}
 
 /// A radix heap: a monotone priority queue (nothing is ever scheduled
 /// before the last key popped, which a simulation clock guarantees).
 /// Bucket `b` holds keys whose highest bit differing from the last popped
-/// key is bit `b - 1` (bucket 0: equal to it). Popping empties the lowest
-/// non-empty bucket into lower ones around its minimum, so each event moves
-/// down at most a few times and push / pop are amortised O(1), against a
-/// binary heap's O(log n) of 32-byte moves per operation.
+/// key is bit `b - 1`. Popping empties the lowest non-empty bucket into
+/// lower ones around its minimum, so each event moves down at most a few
+/// times and push / pop are amortised O(1), against a binary heap's
+/// O(log n) of 32-byte moves per operation.
+///
+/// Emptying a bucket hands its full chunks back to the pool as soon as
+/// their entries have moved down, where the lower buckets pick them up: a
+/// growing `Vec` per bucket instead held the moved bucket and its copy at
+/// once, and kept up to twice each fill.
 #[derive(Debug)]
 struct RadixHeap {
     last: Key,
-    buckets: Vec<Vec<(Key, EventKind)>>,
+    /// The entry whose key is `last`, once settled and until popped.
+    min: Option<Entry>,
+    /// Index `b` is bucket `b` (index 0 unused: that is `min`).
+    buckets: Vec<Bucket>,
+    /// Bit `b - 1` is set while bucket `b` holds entries.
+    nonempty: u128,
+    #[allow(clippy::vec_box)]
+    pool: Vec<Box<Chunk>>,
+    /// Stands in for a bucket's tail while that tail is being emptied.
+    spare: Option<Box<Chunk>>,
     len: usize,
 }
 
@@ -56,7 +90,17 @@ impl Default for RadixHeap {
     fn default() -> Self {
         Self {
             last: 0,
-            buckets: (0..=Key::BITS).map(|_| Vec::new()).collect(),
+            min: None,
+            buckets: (0..=Key::BITS)
+                .map(|_| Bucket {
+                    tail: new_chunk(),
+                    tail_len: 0,
+                    full: Vec::new(),
+                })
+                .collect(),
+            nonempty: 0,
+            pool: Vec::new(),
+            spare: Some(new_chunk()),
             len: 0,
         }
     }
@@ -68,45 +112,81 @@ impl RadixHeap {
     }
 
     fn push(&mut self, key: Key, kind: EventKind) {
-        debug_assert!(key >= self.last, "radix heap keys must not go back");
-        self.buckets[Self::bucket(self.last, key)].push((key, kind));
+        debug_assert!(key > self.last, "radix heap keys must not go back");
+        let b = Self::bucket(self.last, key);
+        self.push_into(b, (key, kind));
         self.len += 1;
     }
 
-    /// Bring the minimum into bucket 0 (the only key equal to `last`).
+    #[inline]
+    fn push_into(&mut self, b: usize, e: Entry) {
+        self.nonempty |= 1 << (b - 1);
+        let bucket = &mut self.buckets[b];
+        if bucket.tail_len == CHUNK_ENTRIES {
+            let fresh = self.pool.pop().unwrap_or_else(new_chunk);
+            bucket.full.push(std::mem::replace(&mut bucket.tail, fresh));
+            bucket.tail_len = 0;
+        }
+        bucket.tail[bucket.tail_len] = e;
+        bucket.tail_len += 1;
+    }
+
+    /// Move the minimum into `min`.
     fn settle(&mut self) {
-        if !self.buckets[0].is_empty() {
+        if self.min.is_some() || self.nonempty == 0 {
             return;
         }
-        let Some(b) = self.buckets.iter().position(|v| !v.is_empty()) else {
-            return;
-        };
-        let mut moved = std::mem::take(&mut self.buckets[b]);
-        self.last = moved.iter().map(|e| e.0).min().expect("non-empty bucket");
-        for &(k, kind) in &moved {
-            // Every key lands strictly below bucket `b`.
-            self.buckets[Self::bucket(self.last, k)].push((k, kind));
+        let b = self.nonempty.trailing_zeros() as usize + 1;
+        self.nonempty &= !(1 << (b - 1));
+        let bucket = &mut self.buckets[b];
+        let tail_len = std::mem::take(&mut bucket.tail_len);
+        let mut full = std::mem::take(&mut bucket.full);
+        let spare = self
+            .spare
+            .take()
+            .expect("the spare chunk is back after each settle");
+        let tail = std::mem::replace(&mut bucket.tail, spare);
+        let last = full
+            .iter()
+            .flat_map(|c| c.iter())
+            .chain(&tail[..tail_len])
+            .map(|e| e.0)
+            .min()
+            .expect("a non-empty bucket");
+        self.last = last;
+        // Every key but the minimum lands strictly below bucket `b`.
+        for &e in &tail[..tail_len] {
+            if e.0 == last {
+                self.min = Some(e);
+            } else {
+                self.push_into(Self::bucket(last, e.0), e);
+            }
         }
-        // Give the bucket its allocation back for the next fill, unless it
-        // is a large one: high buckets fill once per clock epoch, and a
-        // hundred buckets each holding on to their largest fill would cost
-        // more memory than the events themselves.
-        if moved.capacity() <= KEEP_BUCKET_CAPACITY {
-            moved.clear();
-            self.buckets[b] = moved;
+        for chunk in full.drain(..) {
+            for &e in chunk.iter() {
+                if e.0 == last {
+                    self.min = Some(e);
+                } else {
+                    self.push_into(Self::bucket(last, e.0), e);
+                }
+            }
+            self.pool.push(chunk);
         }
+        let bucket = &mut self.buckets[b];
+        self.spare = Some(std::mem::replace(&mut bucket.tail, tail));
+        bucket.full = full;
     }
 
     fn pop(&mut self) -> Option<(Key, EventKind)> {
         self.settle();
-        let e = self.buckets[0].pop()?;
+        let e = self.min.take()?;
         self.len -= 1;
         Some(e)
     }
 
     fn peek_key(&mut self) -> Option<Key> {
         self.settle();
-        self.buckets[0].last().map(|e| e.0)
+        self.min.map(|e| e.0)
     }
 }
 

@@ -23,6 +23,7 @@
 
 pub mod event;
 pub mod fabric;
+pub mod paged;
 pub mod report;
 pub mod run;
 pub mod scenario;

@@ -12,6 +12,7 @@
 use crate::Ps;
 use crate::event::{EventKind, EventQueue};
 use crate::fabric::{BufferModel, FabricConfig, Routing, ecmp_hash};
+use crate::paged::PagedVec;
 use crate::stats::{Histogram, Series};
 use crate::topology::{NodeRef, Topology};
 use crate::transport::{HostInfo, MessageEvent, Transport, TransportFactory, Wire};
@@ -176,9 +177,9 @@ pub struct Sim<F: TransportFactory> {
     ports: Vec<Port>,
     switches: Vec<SwitchState>,
     hosts: Vec<HostState<F::Host>>,
-    pkts: Vec<PktHead>,
+    pkts: PagedVec<PktHead>,
     /// Transport bodies, by the same index as `pkts`.
-    bodies: Vec<Option<<F::Host as Transport>::Packet>>,
+    bodies: PagedVec<Option<<F::Host as Transport>::Packet>>,
     free: Vec<u32>,
     q: EventQueue,
     rng: ChaCha8Rng,
@@ -329,8 +330,8 @@ impl<F: TransportFactory> Sim<F> {
             ports,
             switches,
             hosts,
-            pkts: Vec::new(),
-            bodies: Vec::new(),
+            pkts: PagedVec::new(),
+            bodies: PagedVec::new(),
             free: Vec::new(),
             q: EventQueue::new(),
             rng: ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_fab1),
@@ -362,6 +363,10 @@ impl<F: TransportFactory> Sim<F> {
     fn setup_flows(&mut self, factory: &F) -> Result<(), String> {
         // One channel per ordered (src, dst) pair, shared by its flows.
         let mut chan: HashMap<(u32, u32), u32> = HashMap::new();
+        let mut messages: HashMap<(u32, u32), u32> = HashMap::new();
+        for f in &self.work.flows {
+            *messages.entry((f.src, f.dst)).or_insert(0) += 1;
+        }
         for i in 0..self.work.flows.len() {
             let f = &self.work.flows[i];
             let (src, dst) = (f.src, f.dst);
@@ -370,7 +375,8 @@ impl<F: TransportFactory> Sim<F> {
             }
             if let std::collections::hash_map::Entry::Vacant(e) = chan.entry((src, dst)) {
                 let (a, b) = pair_mut(&mut self.hosts, src as usize, dst as usize);
-                let c = factory.open_channel(&mut a.t, src, &mut b.t, dst)?;
+                let c =
+                    factory.open_channel(&mut a.t, src, &mut b.t, dst, messages[&(src, dst)])?;
                 e.insert(c);
                 a.channels.push((dst, c));
             }

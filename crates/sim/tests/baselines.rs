@@ -106,7 +106,7 @@ fn one_forced_drop(f: &RcFactory, packets: u32) -> (RcHost, RcHost) {
         seed: 1,
     };
     let (mut a, mut b) = (f.host(&info(0)).unwrap(), f.host(&info(1)).unwrap());
-    let ch = f.open_channel(&mut a, 0, &mut b, 1).unwrap();
+    let ch = f.open_channel(&mut a, 0, &mut b, 1, 1).unwrap();
     a.post_message(0, ch, u64::from(packets) * 4096, 7).unwrap();
     let mut now: Ps = 0;
     let mut dropped = false;

@@ -62,6 +62,7 @@
 //!   window is unchanged (the other paths absorb the retired path's share).
 
 use super::{AckSample, CcConfig, CcMetrics, CongestionController, PathSlot};
+use crate::maybe_ns::MaybeNs;
 
 /// Tunables of [`MetaRoceCc`]. Out-of-range values are sanitized by
 /// [`MetaRoceCc::new`] (see each field).
@@ -174,15 +175,15 @@ struct PathState {
     /// DCTCP marked-fraction estimate in `[0, 1]`.
     alpha: f64,
     /// Start of the current alpha observation window (None until the first ACK).
-    obs_start_ns: Option<u64>,
+    obs_start_ns: MaybeNs,
     /// Packets acknowledged in the current observation window.
-    obs_acked: u64,
+    obs_acked: u32,
     /// CE-marked packets reported in the current observation window.
-    obs_ce: u64,
+    obs_ce: u32,
     /// Time of the last ECN cut.
-    last_ecn_cut_ns: Option<u64>,
+    last_ecn_cut_ns: MaybeNs,
     /// Time of the last loss (or RTO) cut.
-    last_loss_cut_ns: Option<u64>,
+    last_loss_cut_ns: MaybeNs,
     /// Latest smoothed RTT of the path (base RTT until the first sample).
     srtt_ns: u64,
     /// Doubling per RTT up to the fair share instead of additive increase.
@@ -280,11 +281,11 @@ impl MetaRoceCc {
         PathState {
             window,
             alpha: params.initial_alpha,
-            obs_start_ns: None,
+            obs_start_ns: MaybeNs::NONE,
             obs_acked: 0,
             obs_ce: 0,
-            last_ecn_cut_ns: None,
-            last_loss_cut_ns: None,
+            last_ecn_cut_ns: MaybeNs::NONE,
+            last_loss_cut_ns: MaybeNs::NONE,
             srtt_ns,
             probation,
         }
@@ -319,8 +320,9 @@ impl MetaRoceCc {
     }
 
     /// Whether a cut stamped at `last` may be repeated at `now` (one per RTT).
-    fn may_cut(last: Option<u64>, now_ns: u64, srtt_ns: u64) -> bool {
-        last.is_none_or(|t| now_ns.saturating_sub(t) >= srtt_ns)
+    fn may_cut(last: MaybeNs, now_ns: u64, srtt_ns: u64) -> bool {
+        last.get()
+            .is_none_or(|t| now_ns.saturating_sub(t) >= srtt_ns)
     }
 
     fn fair_share(&self) -> u64 {
@@ -403,13 +405,14 @@ impl CongestionController for MetaRoceCc {
         let srtt = p.srtt_ns;
 
         // DCTCP estimator: fold one RTT of ACKs into alpha.
-        let start = *p.obs_start_ns.get_or_insert(s.now_ns);
-        p.obs_acked = p.obs_acked.saturating_add(u64::from(s.acked_packets));
-        p.obs_ce = p.obs_ce.saturating_add(u64::from(s.ce_packets));
+        let start = p.obs_start_ns.get().unwrap_or(s.now_ns);
+        p.obs_start_ns = MaybeNs::some(start);
+        p.obs_acked = p.obs_acked.saturating_add(s.acked_packets);
+        p.obs_ce = p.obs_ce.saturating_add(s.ce_packets);
         if s.now_ns.saturating_sub(start) >= srtt && p.obs_acked > 0 {
             let frac = (p.obs_ce as f64 / p.obs_acked as f64).min(1.0);
             p.alpha = ((1.0 - g) * p.alpha + g * frac).clamp(0.0, 1.0);
-            p.obs_start_ns = Some(s.now_ns);
+            p.obs_start_ns = MaybeNs::some(s.now_ns);
             p.obs_acked = 0;
             p.obs_ce = 0;
         }
@@ -417,7 +420,7 @@ impl CongestionController for MetaRoceCc {
         if s.ce_packets > 0 {
             p.probation = false;
             if Self::may_cut(p.last_ecn_cut_ns, s.now_ns, srtt) {
-                p.last_ecn_cut_ns = Some(s.now_ns);
+                p.last_ecn_cut_ns = MaybeNs::some(s.now_ns);
                 let w = p.window;
                 let alpha = p.alpha;
                 let cut = f64_bytes(w as f64 * alpha / 2.0);
@@ -454,7 +457,7 @@ impl CongestionController for MetaRoceCc {
         if !Self::may_cut(p.last_loss_cut_ns, now_ns, p.srtt_ns) {
             return;
         }
-        p.last_loss_cut_ns = Some(now_ns);
+        p.last_loss_cut_ns = MaybeNs::some(now_ns);
         let w = p.window;
         self.set_path_window(path, w / 2);
         // The nominal cut, also when the one-MSS floor keeps the path window
@@ -471,8 +474,8 @@ impl CongestionController for MetaRoceCc {
         // The path is suspect: one packet at a time until clean ACKs prove it,
         // then regrow quickly (probation) to the fair share.
         p.probation = true;
-        p.last_loss_cut_ns = Some(now_ns);
-        p.obs_start_ns = None;
+        p.last_loss_cut_ns = MaybeNs::some(now_ns);
+        p.obs_start_ns = MaybeNs::NONE;
         p.obs_acked = 0;
         p.obs_ce = 0;
         let given_up = self.set_path_window(path, self.mss);

@@ -21,8 +21,11 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 /// UDP port every simulated MetaRoCE device listens on.
 pub const DEVICE_PORT: u16 = 4791;
-/// Receives kept posted per channel (replenished as they complete).
-const RECVS_PER_CHANNEL: u32 = 64;
+/// Most receives kept posted per channel (replenished as they complete):
+/// a channel pre-posts one per message the workload will send over it, up
+/// to this many. 40 B each, so posting the maximum on each of 8192 hosts'
+/// channels would cost 21 MB for permutations that need one.
+const MAX_RECVS_PER_CHANNEL: u32 = 64;
 /// Region length: any message fits (the core caps messages at 2 GiB).
 const REGION_BYTES: u64 = 1 << 32;
 
@@ -347,10 +350,12 @@ impl TransportFactory for MetaRoceFactory {
         a_index: u32,
         b: &mut MetaRoceHost,
         b_index: u32,
+        messages: u32,
     ) -> Result<u32, String> {
+        let recvs = messages.clamp(1, MAX_RECVS_PER_CHANNEL);
         let caps = QpCaps {
             max_send_wr: 1024,
-            max_recv_wr: RECVS_PER_CHANNEL,
+            max_recv_wr: recvs,
         };
         let access = AccessFlags(0xf);
         let qa =
@@ -363,7 +368,7 @@ impl TransportFactory for MetaRoceFactory {
             .map_err(|e| e.to_string())?;
         b.ep.connect_qp(qb, SocketAddr::new(host_ip(a_index), DEVICE_PORT), qa.qpn())
             .map_err(|e| e.to_string())?;
-        for _ in 0..RECVS_PER_CHANNEL {
+        for _ in 0..recvs {
             b.ep.post_recv(
                 qb,
                 RecvWr {

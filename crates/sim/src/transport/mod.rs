@@ -156,12 +156,15 @@ pub trait TransportFactory {
     fn host(&self, info: &HostInfo) -> Result<Self::Host, String>;
 
     /// Open a one-way message channel from `a` to `b`; returns `a`'s
-    /// channel number. Called once per ordered pair that carries flows.
+    /// channel number. Called once per ordered pair that carries flows;
+    /// `messages` is how many flows the workload will send over it, so a
+    /// receiver can pre-post what it needs, as an application would.
     fn open_channel(
         &self,
         a: &mut Self::Host,
         a_index: u32,
         b: &mut Self::Host,
         b_index: u32,
+        messages: u32,
     ) -> Result<u32, String>;
 }

@@ -656,6 +656,7 @@ impl TransportFactory for RcFactory {
         a_index: u32,
         b: &mut RcHost,
         b_index: u32,
+        _messages: u32,
     ) -> Result<u32, String> {
         let mut qps = Vec::new();
         for _ in 0..self.cfg.qps_per_flow.max(1) {
