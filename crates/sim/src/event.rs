@@ -27,12 +27,66 @@ pub enum EventKind {
     Credit { port: u32, bytes: u32 },
 }
 
-/// An event's place in the order: time in the high 64 bits, insertion
-/// sequence in the low 64, so keys are unique and compare in one step.
-type Key = u128;
+impl EventKind {
+    /// Ports indices fit this many bits in a packed event.
+    const INDEX_BITS: u32 = 29;
 
-fn key(time: Ps, seq: u64) -> Key {
-    (Key::from(time) << 64) | Key::from(seq)
+    /// Eight bytes: a 3-bit variant, a 29-bit port index and a 32-bit
+    /// argument. The heap moves every event a few times, and 8 bytes
+    /// instead of 12 make an entry 24 bytes instead of 32.
+    fn pack(self) -> u64 {
+        let (tag, index, arg) = match self {
+            Self::TxDone(port) => (0, port, 0),
+            Self::PipeArrive { port, pkt } => (1, port, pkt),
+            Self::HostTimer(host) => (2, 0, host),
+            Self::FlowStart(flow) => (3, 0, flow),
+            Self::Pfc { port, prio, pause } => (4, port, u32::from(prio) | u32::from(pause) << 8),
+            Self::LinkState { port, up } => (5, port, u32::from(up)),
+            Self::Credit { port, bytes } => (6, port, bytes),
+        };
+        assert!(
+            index < 1 << Self::INDEX_BITS,
+            "port index {index} beyond the event list's {} bits",
+            Self::INDEX_BITS
+        );
+        (tag << 61) | u64::from(index) << 32 | u64::from(arg)
+    }
+
+    fn unpack(packed: u64) -> Self {
+        let index = ((packed >> 32) & ((1 << Self::INDEX_BITS) - 1)) as u32;
+        let arg = packed as u32;
+        match packed >> 61 {
+            0 => Self::TxDone(index),
+            1 => Self::PipeArrive {
+                port: index,
+                pkt: arg,
+            },
+            2 => Self::HostTimer(arg),
+            3 => Self::FlowStart(arg),
+            4 => Self::Pfc {
+                port: index,
+                prio: arg as u8,
+                pause: arg >> 8 & 1 == 1,
+            },
+            5 => Self::LinkState {
+                port: index,
+                up: arg == 1,
+            },
+            _ => Self::Credit {
+                port: index,
+                bytes: arg,
+            },
+        }
+    }
+}
+
+/// An event's place in the order: time, then insertion sequence, so keys
+/// are unique. Two `u64`s rather than one `u128`, whose 16-byte alignment
+/// would pad every entry to 32 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+struct Key {
+    time: Ps,
+    seq: u64,
 }
 
 /// Entries per chunk: 2 KiB. A bucket fills a chunk, then stacks it and
@@ -40,11 +94,12 @@ fn key(time: Ps, seq: u64) -> Key {
 /// (plus one chunk per bucket), not the sum of every bucket's largest fill.
 const CHUNK_ENTRIES: usize = 64;
 
-type Entry = (Key, EventKind);
+/// A key and its packed [`EventKind`]: 24 bytes.
+type Entry = (Key, u64);
 type Chunk = [Entry; CHUNK_ENTRIES];
 
 fn new_chunk() -> Box<Chunk> {
-    Box::new([(0, EventKind::HostTimer(0)); CHUNK_ENTRIES])
+    Box::new([(Key::default(), 0); CHUNK_ENTRIES])
 }
 
 /// One bucket: the chunk being filled and the full ones before it.
@@ -89,9 +144,9 @@ struct RadixHeap {
 impl Default for RadixHeap {
     fn default() -> Self {
         Self {
-            last: 0,
+            last: Key::default(),
             min: None,
-            buckets: (0..=Key::BITS)
+            buckets: (0..=128)
                 .map(|_| Bucket {
                     tail: new_chunk(),
                     tail_len: 0,
@@ -107,14 +162,21 @@ impl Default for RadixHeap {
 }
 
 impl RadixHeap {
+    /// One more than the highest bit in which `key` differs from `last`,
+    /// reading (time, seq) as one 128-bit number.
     fn bucket(last: Key, key: Key) -> usize {
-        (Key::BITS - (key ^ last).leading_zeros()) as usize
+        let time = key.time ^ last.time;
+        if time != 0 {
+            128 - time.leading_zeros() as usize
+        } else {
+            64 - (key.seq ^ last.seq).leading_zeros() as usize
+        }
     }
 
     fn push(&mut self, key: Key, kind: EventKind) {
         debug_assert!(key > self.last, "radix heap keys must not go back");
         let b = Self::bucket(self.last, key);
-        self.push_into(b, (key, kind));
+        self.push_into(b, (key, kind.pack()));
         self.len += 1;
     }
 
@@ -179,9 +241,9 @@ impl RadixHeap {
 
     fn pop(&mut self) -> Option<(Key, EventKind)> {
         self.settle();
-        let e = self.min.take()?;
+        let (key, packed) = self.min.take()?;
         self.len -= 1;
-        Some(e)
+        Some((key, EventKind::unpack(packed)))
     }
 
     fn peek_key(&mut self) -> Option<Key> {
@@ -215,14 +277,20 @@ impl EventQueue {
     pub fn schedule(&mut self, time: Ps, kind: EventKind) {
         let time = time.max(self.now);
         self.seq += 1;
-        self.heap.push(key(time, self.seq), kind);
+        self.heap.push(
+            Key {
+                time,
+                seq: self.seq,
+            },
+            kind,
+        );
         self.max_pending = self.max_pending.max(self.heap.len);
     }
 
     /// Pop the earliest event and advance the clock to it.
     pub fn pop(&mut self) -> Option<(Ps, EventKind)> {
         let (k, kind) = self.heap.pop()?;
-        let time = (k >> 64) as Ps;
+        let time = k.time;
         debug_assert!(time >= self.now, "time went backwards");
         self.now = time;
         self.executed += 1;
@@ -231,7 +299,7 @@ impl EventQueue {
 
     /// Time of the earliest pending event.
     pub fn peek_time(&mut self) -> Option<Ps> {
-        self.heap.peek_key().map(|k| (k >> 64) as Ps)
+        self.heap.peek_key().map(|k| k.time)
     }
 
     /// Events executed so far.
@@ -277,6 +345,40 @@ mod tests {
             ]
         );
         assert_eq!(q.executed(), 4);
+    }
+
+    #[test]
+    fn packed_events_round_trip() {
+        let max = (1 << EventKind::INDEX_BITS) - 1;
+        for kind in [
+            EventKind::TxDone(0),
+            EventKind::TxDone(max),
+            EventKind::PipeArrive {
+                port: max,
+                pkt: u32::MAX,
+            },
+            EventKind::HostTimer(u32::MAX),
+            EventKind::FlowStart(7),
+            EventKind::Pfc {
+                port: 3,
+                prio: 255,
+                pause: true,
+            },
+            EventKind::Pfc {
+                port: max,
+                prio: 1,
+                pause: false,
+            },
+            EventKind::LinkState { port: 9, up: true },
+            EventKind::LinkState { port: 9, up: false },
+            EventKind::Credit {
+                port: max,
+                bytes: u32::MAX,
+            },
+        ] {
+            assert_eq!(EventKind::unpack(kind.pack()), kind);
+        }
+        assert_eq!(size_of::<Entry>(), 24);
     }
 
     #[test]

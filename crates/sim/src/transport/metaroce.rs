@@ -15,9 +15,10 @@ use metaroce_proto::{
     AccessFlags, Ecn, Endpoint, EndpointConfig, MrInfo, PacketRepr, QpCaps, QpHandle, RecvWr,
     SendWr, Sge, WcStatus, WorkQueue, WrOp,
 };
-use metaroce_wire::{AckRepr, BaseRepr, DataRepr, OpAck, SackBits};
-use std::collections::VecDeque;
+use metaroce_wire::{AckRepr, BaseRepr, DataRepr, OpAck, OpHeader, SackBits};
+use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::rc::Rc;
 
 /// UDP port every simulated MetaRoCE device listens on.
 pub const DEVICE_PORT: u16 = 4791;
@@ -86,6 +87,7 @@ pub struct MetaRoceHost {
     channels: Vec<Channel>,
     events: VecDeque<MessageEvent>,
     trimmed_dropped: u64,
+    ops: SharedOps,
 }
 
 impl MetaRoceHost {
@@ -131,19 +133,116 @@ fn ns(now: Ps) -> u64 {
     now / 1000
 }
 
-/// A MetaRoCE packet in flight in the simulator: the core's parsed headers.
-/// An ACK travels compact: the core's `AckRepr` keeps room for every
-/// op-ack an ACK may carry (320 B), while most carry none or one, and a
-/// 400G fabric holds hundreds of thousands of ACKs in flight.
+/// A MetaRoCE packet in flight in the simulator: the core's parsed headers,
+/// stored compactly, since an 8192-host 400G fabric holds over half a
+/// million packets in flight. A data packet shares its message's op header;
+/// an ACK keeps its SACK bits and op-acks out of line, and only when it has
+/// any (the core's `AckRepr` keeps room for every op-ack an ACK may carry,
+/// 320 B, while most ACKs of a clean path carry neither).
 #[derive(Debug)]
 pub enum MetaRocePacket {
     /// A data packet's headers.
-    Data(DataRepr),
+    Data(CompactData),
     /// An ACK.
-    Ack(Box<CompactAck>),
+    Ack(CompactAck),
 }
 
-/// An ACK's fields, with only the op-acks it carries.
+/// A data packet's fields, with the op header (rkey, address, immediate:
+/// 40 bytes, the same on every packet of a message) shared by reference:
+/// 48 bytes where the core's `DataRepr` takes 80.
+#[derive(Debug)]
+pub struct CompactData {
+    base: BaseRepr,
+    solicited: bool,
+    psn_floor_delta: u16,
+    psn: u32,
+    timestamp_ns: u32,
+    dst_qpn: u32,
+    msg_seq: u32,
+    msg_len: u32,
+    offset: u32,
+    payload_len: u32,
+    op: Rc<OpHeader>,
+}
+
+impl CompactData {
+    fn new(d: &DataRepr, op: Rc<OpHeader>) -> Self {
+        debug_assert_eq!(*op, d.op, "a message's packets share its op header");
+        Self {
+            base: d.base,
+            solicited: d.solicited,
+            psn_floor_delta: d.psn_floor_delta,
+            psn: d.psn,
+            timestamp_ns: d.timestamp_ns,
+            dst_qpn: d.dst_qpn,
+            msg_seq: d.msg_seq,
+            msg_len: d.msg_len,
+            offset: d.offset,
+            payload_len: d.payload_len,
+            op,
+        }
+    }
+
+    /// The core's form.
+    pub fn repr(&self) -> DataRepr {
+        DataRepr {
+            base: self.base,
+            psn: self.psn,
+            timestamp_ns: self.timestamp_ns,
+            dst_qpn: self.dst_qpn,
+            msg_seq: self.msg_seq,
+            solicited: self.solicited,
+            psn_floor_delta: self.psn_floor_delta,
+            msg_len: self.msg_len,
+            offset: self.offset,
+            op: *self.op,
+            payload_len: self.payload_len,
+        }
+    }
+}
+
+/// Which message an op header belongs to: destination host, QP and
+/// message sequence number.
+type OpKey = (u32, u32, u32);
+
+/// The op headers of the messages a host has packets of in flight, so each
+/// is stored once. Entries no packet holds any more are swept out once they
+/// outnumber the rest.
+#[derive(Debug, Default)]
+struct SharedOps {
+    last: Option<(OpKey, Rc<OpHeader>)>,
+    by_message: HashMap<OpKey, Rc<OpHeader>>,
+    live_after_sweep: usize,
+}
+
+impl SharedOps {
+    fn get(&mut self, key: OpKey, op: &OpHeader) -> Rc<OpHeader> {
+        // Consecutive packets mostly belong to one message.
+        if let Some((k, rc)) = &self.last
+            && *k == key
+            && **rc == *op
+        {
+            return rc.clone();
+        }
+        let rc = match self.by_message.get(&key) {
+            Some(rc) if **rc == *op => rc.clone(),
+            _ => {
+                let rc = Rc::new(*op);
+                self.by_message.insert(key, rc.clone());
+                if self.by_message.len() > 2 * self.live_after_sweep + 64 {
+                    // The map holds one reference: more means packets.
+                    self.by_message.retain(|_, rc| Rc::strong_count(rc) > 1);
+                    self.live_after_sweep = self.by_message.len();
+                }
+                rc
+            }
+        };
+        self.last = Some((key, rc.clone()));
+        rc
+    }
+}
+
+/// An ACK's fields; the rarely used ones out of line.
 #[derive(Debug)]
 pub struct CompactAck {
     base: BaseRepr,
@@ -153,12 +252,25 @@ pub struct CompactAck {
     rx_packets: u32,
     ce_packets: u32,
     rate_hint_mbps: u32,
+    extras: Option<Box<AckExtras>>,
+}
+
+/// SACK bits (set only after a gap on the path) and op-acks (one per
+/// completed or refused operation).
+#[derive(Debug)]
+struct AckExtras {
     sack: SackBits,
     op_acks: Box<[OpAck]>,
 }
 
 impl CompactAck {
     fn from_repr(ack: &AckRepr) -> Self {
+        let extras = (ack.sack != SackBits::EMPTY || !ack.op_acks().is_empty()).then(|| {
+            Box::new(AckExtras {
+                sack: ack.sack,
+                op_acks: ack.op_acks().into(),
+            })
+        });
         Self {
             base: ack.base,
             ack_psn: ack.ack_psn,
@@ -167,8 +279,7 @@ impl CompactAck {
             rx_packets: ack.rx_packets,
             ce_packets: ack.ce_packets,
             rate_hint_mbps: ack.rate_hint_mbps,
-            sack: ack.sack,
-            op_acks: ack.op_acks().into(),
+            extras,
         }
     }
 
@@ -180,10 +291,12 @@ impl CompactAck {
         ack.rx_packets = self.rx_packets;
         ack.ce_packets = self.ce_packets;
         ack.rate_hint_mbps = self.rate_hint_mbps;
-        ack.sack = self.sack;
-        for op_ack in &self.op_acks {
-            let pushed = ack.push_op_ack(*op_ack);
-            debug_assert!(pushed, "an ACK's own op-acks fit it");
+        if let Some(extras) = &self.extras {
+            ack.sack = extras.sack;
+            for op_ack in &extras.op_acks {
+                let pushed = ack.push_op_ack(*op_ack);
+                debug_assert!(pushed, "an ACK's own op-acks fit it");
+            }
         }
     }
 }
@@ -198,8 +311,11 @@ impl Transport for MetaRoceHost {
             PacketRepr::Ack(_) => (0, true),
         };
         let repr = match repr {
-            PacketRepr::Data(d) => MetaRocePacket::Data(d),
-            PacketRepr::Ack(a) => MetaRocePacket::Ack(Box::new(CompactAck::from_repr(&a))),
+            PacketRepr::Data(d) => {
+                let key = (host_index(t.dst.ip()), d.dst_qpn, d.msg_seq);
+                MetaRocePacket::Data(CompactData::new(&d, self.ops.get(key, &d.op)))
+            }
+            PacketRepr::Ack(a) => MetaRocePacket::Ack(CompactAck::from_repr(&a)),
         };
         let wire = Wire {
             dst: host_index(t.dst.ip()),
@@ -238,7 +354,7 @@ impl Transport for MetaRoceHost {
         match packet {
             MetaRocePacket::Data(d) => {
                 self.ep
-                    .handle_packet(ns(now), from, ecn, &PacketRepr::Data(*d));
+                    .handle_packet(ns(now), from, ecn, &PacketRepr::Data(d.repr()));
             }
             MetaRocePacket::Ack(compact) => {
                 let mut ack = self
@@ -341,6 +457,7 @@ impl TransportFactory for MetaRoceFactory {
             events: VecDeque::new(),
             trimmed_dropped: 0,
             ack_scratch: None,
+            ops: SharedOps::default(),
         })
     }
 
