@@ -23,6 +23,7 @@ pub struct EndpointConfig {
     /// Local link rate, bits/s: the initial window is one bandwidth-delay product.
     pub line_rate_bps: u64,
     /// Unloaded fabric round-trip time used for the initial window and first RTO.
+    /// At most `u32::MAX` ns (4.29 s): RTT estimates are kept in 32 bits.
     pub base_rtt_ns: u64,
     /// Lower bound of every retransmission timeout.
     pub rto_min_ns: u64,
@@ -158,6 +159,11 @@ impl EndpointConfig {
                 "base_rtt_ns, rto_min_ns must be > 0 and rto_max_ns >= rto_min_ns",
             );
         }
+        if self.base_rtt_ns > u64::from(u32::MAX) {
+            // It seeds every path's RTT estimate, which is kept in 32 bits
+            // (`RttEstimator`): a larger base would be cut.
+            return bad("base_rtt_ns", "must be at most 2^32 - 1 ns (4.29 s)");
+        }
         if self.retry_cnt > 7 || self.rnr_retry > 7 {
             return bad("retry_cnt", "retry_cnt and rnr_retry must be 0..=7");
         }
@@ -192,5 +198,22 @@ impl EndpointConfig {
             return bad("max_peer_paths", "must be 1..=256");
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base_rtt_fits_the_32_bit_rtt_estimate() {
+        let base = EndpointConfig::default();
+        let with = |base_rtt_ns| EndpointConfig {
+            base_rtt_ns,
+            ..base.clone()
+        };
+        assert_eq!(with(u64::from(u32::MAX)).validate(), Ok(()));
+        let err = with(u64::from(u32::MAX) + 1).validate().unwrap_err();
+        assert_eq!(err.field, "base_rtt_ns");
     }
 }

@@ -398,8 +398,8 @@ impl Connection {
                 .inflight
                 .iter()
                 .rev()
-                .filter(|s| s.state == SentState::Outstanding)
-                .map(|s| s.seg)
+                .filter(|s| s.state() == SentState::Outstanding)
+                .map(SentPacket::seg)
                 .find(|s| {
                     self.msgs
                         .get(s.msg)
@@ -491,10 +491,7 @@ impl Connection {
                     continue;
                 }
                 let path = &self.paths[p];
-                let psn_room = path
-                    .inflight
-                    .front()
-                    .is_none_or(|f| path.next_psn.wrapping_sub(f.psn) < PATH_PSN_WINDOW);
+                let psn_room = path.psn_span() < PATH_PSN_WINDOW;
                 let window_room = path.inflight_bytes == 0
                     || path.inflight_bytes + bytes <= self.cc.path_window(p);
                 if psn_room && window_room {
@@ -528,10 +525,8 @@ impl Connection {
         let flags = self.base_flags(flags);
         let path = &mut self.paths[p];
         path.trim_front();
-        let psn_floor_delta = path
-            .inflight
-            .front()
-            .map_or(0, |f| path.next_psn.wrapping_sub(f.psn)) as u16;
+        // How far below this packet the oldest one still in flight is.
+        let psn_floor_delta = path.psn_span() as u16;
         let repr = DataRepr {
             base: BaseRepr {
                 flags,
@@ -605,14 +600,11 @@ impl Connection {
             // The simulator carries the header only: no payload is gathered.
             Out::Repr(slot) => **slot = Some(PacketRepr::Data(repr)),
         }
-        path.inflight.push_back(SentPacket {
-            psn: path.next_psn,
-            sent_ns: now_ns,
+        path.push_sent(SentPacket::new(
+            now_ns,
             seg,
-            wire_bytes: u16::try_from(wire_bytes).unwrap_or(u16::MAX),
-            state: SentState::Outstanding,
-        });
-        path.next_psn = path.next_psn.wrapping_add(1);
+            u16::try_from(wire_bytes).unwrap_or(u16::MAX),
+        ));
         path.last_sent_ns = now_ns;
         path.inflight_bytes += u64::from(wire_bytes);
         path.stats.packets_sent += 1;
@@ -809,27 +801,29 @@ impl Connection {
         let mut newly_acked_segs = std::mem::take(&mut self.scratch_segs);
         {
             let path = &mut self.paths[p];
-            for sent in path.inflight.iter_mut() {
-                if !seq::seq_lt(sent.psn, limit) {
+            let first_psn = path.first_inflight_psn();
+            for (i, sent) in path.inflight.iter_mut().enumerate() {
+                let psn = first_psn.wrapping_add(i as u32);
+                if !seq::seq_lt(psn, limit) {
                     break;
                 }
-                if sent.state != SentState::Outstanding {
+                if sent.state() != SentState::Outstanding {
                     continue;
                 }
-                if sack_contains(ack.ack_psn, &ack.sack, sent.psn) {
-                    sent.state = SentState::Acked;
+                if sack_contains(ack.ack_psn, &ack.sack, psn) {
+                    sent.set_state(SentState::Acked);
                     acked_bytes += u64::from(sent.wire_bytes);
                     acked_packets += 1;
-                    newly_acked_segs.push(sent.seg);
+                    newly_acked_segs.push(sent.seg());
                 } else {
                     // Below the highest PSN received on an in-order route:
                     // this one is lost. Resend it at once on another path.
-                    sent.state = SentState::Lost;
+                    sent.set_state(SentState::Lost);
                     lost_bytes += u64::from(sent.wire_bytes);
                     lost_packets += 1;
                     path.stats.packets_lost += 1;
                     self.retransmit_queue.push_back(Resend {
-                        seg: sent.seg,
+                        seg: sent.seg(),
                         lost_on: Some(p as u8),
                         probe: false,
                     });
@@ -1043,7 +1037,7 @@ impl Connection {
         let oldest_sent_ns = self.paths[p]
             .inflight
             .iter()
-            .find(|s| s.state == SentState::Outstanding)
+            .find(|s| s.state() == SentState::Outstanding)
             .map(|s| s.sent_ns);
         let lost = self.mark_path_lost(p);
         self.inflight_bytes -= lost;
@@ -1077,14 +1071,14 @@ impl Connection {
         for sent in path
             .inflight
             .iter_mut()
-            .filter(|s| s.state == SentState::Outstanding)
+            .filter(|s| s.state() == SentState::Outstanding)
         {
-            sent.state = SentState::Lost;
+            sent.set_state(SentState::Lost);
             lost += u64::from(sent.wire_bytes);
             path.stats.packets_lost += 1;
             self.stats.data_packets_lost += 1;
             self.retransmit_queue.push_back(Resend {
-                seg: sent.seg,
+                seg: sent.seg(),
                 lost_on: Some(p as u8),
                 probe: false,
             });

@@ -242,7 +242,7 @@ pub(crate) struct Shared {
     qp_gens: Vec<u16>,
     pub(crate) completions: VecDeque<Completion>,
     pub(crate) stats: EndpointStats,
-    pub(crate) rng: ChaCha20Rng,
+    pub(crate) rng: crate::seeded_rng::SeededRng,
     hint_epoch: u64,
     senders_this_epoch: u32,
     senders_last_epoch: u32,
@@ -310,7 +310,7 @@ impl Endpoint {
     /// A new endpoint; refuses an invalid config.
     pub fn new(config: EndpointConfig) -> Result<Self, ConfigError> {
         config.validate()?;
-        let rng = ChaCha20Rng::seed_from_u64(config.seed);
+        let rng = crate::seeded_rng::SeededRng::new(config.seed);
         let session_id = ChaCha20Rng::seed_from_u64(config.seed ^ SESSION_SEED_DOMAIN).next_u64();
         Ok(Self {
             shared: Shared {
@@ -468,11 +468,7 @@ impl Endpoint {
         let index = match self.shared.qps.iter().position(Option::is_none) {
             Some(i) => i,
             None if self.shared.qps.len() < cfg.max_queue_pairs as usize => {
-                // Double from one, as for connections.
-                if self.shared.qps.len() == self.shared.qps.capacity() {
-                    self.shared.qps.reserve_exact(self.shared.qps.len().max(1));
-                }
-                self.shared.qps.push(None);
+                crate::grow::push(&mut self.shared.qps, None);
                 self.shared.qp_gens.push(0);
                 self.shared.qps.len() - 1
             }
@@ -532,14 +528,11 @@ impl Endpoint {
                     }
                     None => {
                         let c = self.conns.len() as u32;
-                        // Double from one: `Vec` would start at four
-                        // connections (2.5 KiB) where most simulated hosts
-                        // talk to one or two peers.
-                        if self.conns.len() == self.conns.capacity() {
-                            self.conns.reserve_exact(self.conns.len().max(1));
-                        }
-                        self.conns
-                            .push(Connection::new(c, remote, &self.shared, auth));
+                        // Most simulated hosts talk to one or two peers.
+                        crate::grow::push(
+                            &mut self.conns,
+                            Connection::new(c, remote, &self.shared, auth),
+                        );
                         c
                     }
                 };
@@ -806,7 +799,7 @@ impl Endpoint {
             self.mark_ready(c);
         }
         let q = self.qp_mut(qp).expect("checked above");
-        q.sq.push_back(entry);
+        crate::grow::push_back(&mut q.sq, entry);
         if state != SqState::Active {
             match conn {
                 Some(c) => {

@@ -25,6 +25,7 @@ pub mod cc;
 pub mod config;
 mod connection;
 pub mod endpoint;
+mod grow;
 mod maybe_ns;
 pub mod memory;
 mod message;
@@ -34,6 +35,7 @@ pub mod qp;
 pub mod range_set;
 pub mod rtt;
 pub mod sack;
+mod seeded_rng;
 pub mod work;
 
 pub use auth::AuthConfig;

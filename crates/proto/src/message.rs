@@ -201,7 +201,7 @@ impl MessageSlab {
                 generation: entry.0,
             };
         }
-        self.slots.push((0, Some(msg)));
+        crate::grow::push(&mut self.slots, (0, Some(msg)));
         MsgRef {
             slot: (self.slots.len() - 1) as u32,
             generation: 0,

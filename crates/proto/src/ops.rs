@@ -104,7 +104,7 @@ fn on_request(
     }
     let ahead = ahead as usize;
     if qp.rx_window.len() <= ahead {
-        qp.rx_window.resize_with(ahead + 1, || None);
+        crate::grow::resize_with(&mut qp.rx_window, ahead + 1, || None);
     }
     if qp.rx_window[ahead].as_ref().is_some_and(|m| m.done) {
         mark_dirty(conn, qp);

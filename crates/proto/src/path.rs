@@ -5,7 +5,7 @@
 //! Because a route delivers in order, the first ACK that reports a PSN beyond
 //! a missing one proves the missing one lost.
 
-use crate::message::SegRef;
+use crate::message::{MsgRef, SegRef};
 use crate::rtt::RttEstimator;
 use std::collections::VecDeque;
 
@@ -17,17 +17,85 @@ pub(crate) enum SentState {
     Lost,
 }
 
-/// A packet in a path's in-flight list.
-#[derive(Debug, Clone, Copy)]
+/// A packet in a path's in-flight list, in 24 bytes: a 400G fabric
+/// simulation holds hundreds of thousands of them at once.
+///
+/// What it does not store: its PSN, which follows from its position (see
+/// [`TxPath::inflight`]). What it packs: the segment reference is stored
+/// flat (a nested [`SegRef`] would carry two bytes of padding), and the
+/// state shares a word with the segment index (see [`SEG_BITS`]).
+#[derive(Clone, Copy)]
 pub(crate) struct SentPacket {
-    pub(crate) psn: u32,
     pub(crate) sent_ns: u64,
-    pub(crate) seg: SegRef,
+    msg: MsgRef,
+    /// The segment index in the low [`SEG_BITS`] bits, the state above.
+    seg_and_state: u32,
+    attempt: u16,
     /// Fits 16 bits: the configured MTU is at most 65,000 bytes of payload
-    /// (`EndpointConfig::validate`), plus 64 of headers. Keeping it small
-    /// keeps the entry at 32 bytes; a 400G fabric simulation holds millions.
+    /// (`EndpointConfig::validate`), plus 64 of headers.
     pub(crate) wire_bytes: u16,
-    pub(crate) state: SentState,
+}
+
+/// Bits of a segment index. A message has at most 2^26 segments: its
+/// payload length is a `u32` and its segments are MTU-sized, with an MTU of
+/// at least 64 bytes (`EndpointConfig::validate`), so 30 bits hold any index
+/// and leave the top two for the [`SentState`].
+const SEG_BITS: u32 = 30;
+const SEG_MASK: u32 = (1 << SEG_BITS) - 1;
+
+impl SentPacket {
+    /// A packet just sent, outstanding.
+    pub(crate) fn new(sent_ns: u64, seg: SegRef, wire_bytes: u16) -> Self {
+        // Cannot fail (see `SEG_BITS`); checked because a larger index
+        // would silently turn into a different state.
+        assert!(seg.seg <= SEG_MASK, "segment index {} too large", seg.seg);
+        let mut sent = Self {
+            sent_ns,
+            msg: seg.msg,
+            seg_and_state: seg.seg,
+            attempt: seg.attempt,
+            wire_bytes,
+        };
+        sent.set_state(SentState::Outstanding);
+        sent
+    }
+
+    /// The segment this packet carried.
+    pub(crate) fn seg(&self) -> SegRef {
+        SegRef {
+            msg: self.msg,
+            seg: self.seg_and_state & SEG_MASK,
+            attempt: self.attempt,
+        }
+    }
+
+    pub(crate) fn state(&self) -> SentState {
+        match self.seg_and_state >> SEG_BITS {
+            0 => SentState::Outstanding,
+            1 => SentState::Acked,
+            _ => SentState::Lost,
+        }
+    }
+
+    pub(crate) fn set_state(&mut self, state: SentState) {
+        let code = match state {
+            SentState::Outstanding => 0,
+            SentState::Acked => 1,
+            SentState::Lost => 2,
+        };
+        self.seg_and_state = (self.seg_and_state & SEG_MASK) | (code << SEG_BITS);
+    }
+}
+
+impl std::fmt::Debug for SentPacket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SentPacket")
+            .field("sent_ns", &self.sent_ns)
+            .field("seg", &self.seg())
+            .field("wire_bytes", &self.wire_bytes)
+            .field("state", &self.state())
+            .finish()
+    }
 }
 
 /// Counters of one path, kept across replacements of the slot.
@@ -63,6 +131,12 @@ pub(crate) struct TxPath {
     pub(crate) generation: u16,
     pub(crate) src_port: u16,
     pub(crate) next_psn: u32,
+    /// Packets sent and not yet dropped off the front, oldest first. Entry
+    /// `i` has PSN `next_psn - inflight.len() + i` (wrapping), so no entry
+    /// stores its PSN: packets are appended only by [`TxPath::push_sent`],
+    /// which assigns `next_psn`, and leave only from the front or all at
+    /// once, so the PSNs in the list are consecutive and end just below
+    /// `next_psn` (a replaced path starts a fresh list).
     pub(crate) inflight: VecDeque<SentPacket>,
     pub(crate) inflight_bytes: u64,
     pub(crate) rtt: RttEstimator,
@@ -103,13 +177,32 @@ impl TxPath {
         }
     }
 
+    /// PSN of the oldest packet in flight (`next_psn` when none is).
+    pub(crate) fn first_inflight_psn(&self) -> u32 {
+        // Exact modulo 2^32, which is all PSN arithmetic needs.
+        self.next_psn.wrapping_sub(self.inflight.len() as u32)
+    }
+
+    /// PSNs the in-flight list spans, from its oldest packet up to (not
+    /// including) `next_psn`: one per packet, as they are consecutive.
+    pub(crate) fn psn_span(&self) -> u32 {
+        self.inflight.len() as u32
+    }
+
+    /// Append a packet just sent under PSN `next_psn`, and move `next_psn`
+    /// on: the one place that keeps `inflight` and `next_psn` in step.
+    pub(crate) fn push_sent(&mut self, sent: SentPacket) {
+        self.inflight.push_back(sent);
+        self.next_psn = self.next_psn.wrapping_add(1);
+    }
+
     /// Drop acknowledged and lost packets off the front, so the front is the
     /// oldest outstanding packet.
     pub(crate) fn trim_front(&mut self) {
         while self
             .inflight
             .front()
-            .is_some_and(|p| p.state != SentState::Outstanding)
+            .is_some_and(|p| p.state() != SentState::Outstanding)
         {
             self.inflight.pop_front();
         }
@@ -145,5 +238,67 @@ mod tests {
         assert_ne!(a, initial_psn(0, 2, 0));
         assert_ne!(a, initial_psn(0, 1, 1));
         assert_eq!(initial_psn(u32::MAX, 0, 0), u32::MAX);
+    }
+
+    fn seg(slot: u32, generation: u32, seg: u32, attempt: u16) -> SegRef {
+        SegRef {
+            msg: MsgRef { slot, generation },
+            seg,
+            attempt,
+        }
+    }
+
+    #[test]
+    fn sent_packet_round_trips_every_state_and_field_limit() {
+        assert_eq!(size_of::<SentPacket>(), 24);
+        let states = [SentState::Outstanding, SentState::Acked, SentState::Lost];
+        for (slot, generation, index, attempt, wire_bytes, sent_ns) in [
+            (0, 0, 0, 0, 0, 0),
+            (u32::MAX, u32::MAX, SEG_MASK, u16::MAX, u16::MAX, u64::MAX),
+            (7, 1 << 31, 1 << 26, 1 << 15, 4160, 1 << 40),
+        ] {
+            let r = seg(slot, generation, index, attempt);
+            let mut p = SentPacket::new(sent_ns, r, wire_bytes);
+            assert_eq!(p.state(), SentState::Outstanding);
+            // Every transition, including back to outstanding.
+            for &from in &states {
+                for &to in &states {
+                    p.set_state(from);
+                    assert_eq!(p.state(), from);
+                    p.set_state(to);
+                    assert_eq!(p.state(), to);
+                    assert_eq!(p.seg(), r);
+                    assert_eq!((p.sent_ns, p.wire_bytes), (sent_ns, wire_bytes));
+                }
+            }
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "too large")]
+    fn sent_packet_refuses_an_index_that_would_clobber_the_state() {
+        SentPacket::new(0, seg(0, 0, SEG_MASK + 1, 0), 0);
+    }
+
+    #[test]
+    fn inflight_psns_follow_from_positions_across_the_wrap() {
+        let mut path = TxPath::new(0, 0, 1, u32::MAX - 1, 10_000);
+        assert_eq!(path.first_inflight_psn(), u32::MAX - 1);
+        assert_eq!(path.psn_span(), 0);
+        for i in 0..4 {
+            path.push_sent(SentPacket::new(i, seg(0, 0, i as u32, 0), 100));
+        }
+        assert_eq!(path.next_psn, 2);
+        assert_eq!(path.first_inflight_psn(), u32::MAX - 1);
+        assert_eq!(path.psn_span(), 4);
+        path.inflight[0].set_state(SentState::Acked);
+        path.inflight[1].set_state(SentState::Lost);
+        path.trim_front();
+        // The packets sent third and fourth, under PSNs 0 and 1.
+        assert_eq!(path.first_inflight_psn(), 0);
+        assert_eq!(path.inflight[0].seg().seg, 2);
+        assert_eq!(path.psn_span(), 2);
+        path.inflight.clear();
+        assert_eq!(path.first_inflight_psn(), path.next_psn);
     }
 }

@@ -1,31 +1,45 @@
 //! Round-trip time estimation from echoed timestamps (RFC 6298 smoothing).
 
 /// Smoothed RTT, variation and minimum of one path.
+///
+/// Kept in 32-bit nanoseconds (16 bytes instead of 32; there is one per
+/// path): an RTT sample is at most 2^31 ns, the span of the 32-bit echoed
+/// timestamp it is measured with, and the endpoint's base RTT, the only
+/// other starting value, is at most `u32::MAX` ns (`EndpointConfig::validate`).
+/// Every value the estimator computes is a weighted mean of such inputs, so
+/// within the protocol nothing is ever cut. Outside it, times of 4.29 s and
+/// more (a pathological RTT) saturate at `u32::MAX` ns (samples one below).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RttEstimator {
-    srtt_ns: u64,
-    rttvar_ns: u64,
-    rtt_ns_min: u64,
-    latest_ns: u64,
+    srtt_ns: u32,
+    rttvar_ns: u32,
+    /// `u32::MAX` until the first sample (so no flag is needed).
+    rtt_ns_min: u32,
+    latest_ns: u32,
+}
+
+/// `ns`, saturated to 32 bits.
+fn saturate(ns: u64) -> u32 {
+    u32::try_from(ns).unwrap_or(u32::MAX)
 }
 
 impl RttEstimator {
     /// Before any sample, assume the configured base RTT.
     pub fn new(initial_rtt_ns: u64) -> Self {
+        let initial = saturate(initial_rtt_ns);
         Self {
-            srtt_ns: initial_rtt_ns,
-            rttvar_ns: initial_rtt_ns / 2,
-            rtt_ns_min: u64::MAX,
-            latest_ns: initial_rtt_ns,
+            srtt_ns: initial,
+            rttvar_ns: initial / 2,
+            rtt_ns_min: u32::MAX,
+            latest_ns: initial,
         }
     }
 
     /// Fold in one sample.
     pub fn update(&mut self, rtt_ns: u64) {
-        // `rtt_ns_min` stays `u64::MAX` until the first sample (so no flag
-        // is needed: this estimator is kept per path).
-        let rtt_ns = rtt_ns.min(u64::MAX - 1);
-        let first = self.rtt_ns_min == u64::MAX;
+        // One below `u32::MAX`, which stands for "no sample yet".
+        let rtt_ns = saturate(rtt_ns).min(u32::MAX - 1);
+        let first = self.rtt_ns_min == u32::MAX;
         self.latest_ns = rtt_ns;
         self.rtt_ns_min = self.rtt_ns_min.min(rtt_ns);
         if first {
@@ -33,29 +47,39 @@ impl RttEstimator {
             self.rttvar_ns = rtt_ns / 2;
             return;
         }
-        let err = self.srtt_ns.abs_diff(rtt_ns);
-        self.rttvar_ns = (3 * self.rttvar_ns + err) / 4;
-        self.srtt_ns = (7 * self.srtt_ns + rtt_ns) / 8;
+        // Computed in 64 bits; each result is a weighted mean of stored
+        // values, so it is stored again without loss.
+        let (srtt, rttvar, rtt) = (
+            u64::from(self.srtt_ns),
+            u64::from(self.rttvar_ns),
+            u64::from(rtt_ns),
+        );
+        let err = srtt.abs_diff(rtt);
+        self.rttvar_ns = saturate((3 * rttvar + err) / 4);
+        self.srtt_ns = saturate((7 * srtt + rtt) / 8);
     }
 
     /// Smoothed RTT.
     pub fn srtt_ns(&self) -> u64 {
-        self.srtt_ns
+        u64::from(self.srtt_ns)
     }
 
     /// Smallest sample seen (`u64::MAX` before the first).
     pub fn rtt_ns_min(&self) -> u64 {
-        self.rtt_ns_min
+        match self.rtt_ns_min {
+            u32::MAX => u64::MAX,
+            ns => u64::from(ns),
+        }
     }
 
     /// Latest sample.
     pub fn latest_ns(&self) -> u64 {
-        self.latest_ns
+        u64::from(self.latest_ns)
     }
 
     /// Retransmission timeout: srtt + 4 rttvar, within the bounds.
     pub fn rto_ns(&self, rto_min_ns: u64, rto_max_ns: u64) -> u64 {
-        (self.srtt_ns + 4 * self.rttvar_ns).clamp(rto_min_ns, rto_max_ns)
+        (self.srtt_ns() + 4 * u64::from(self.rttvar_ns)).clamp(rto_min_ns, rto_max_ns)
     }
 }
 
@@ -75,5 +99,61 @@ mod tests {
         assert_eq!(r.rto_ns(50_000, 1_000_000), 50_000);
         r.update(40_000);
         assert!(r.srtt_ns() > 4_000 && r.srtt_ns() < 40_000);
+    }
+
+    /// The estimator as it was with 64-bit fields, before any saturation.
+    struct Wide {
+        srtt: u64,
+        rttvar: u64,
+        min: u64,
+        latest: u64,
+    }
+
+    impl Wide {
+        fn update(&mut self, rtt: u64) {
+            let first = self.min == u64::MAX;
+            self.latest = rtt;
+            self.min = self.min.min(rtt);
+            if first {
+                (self.srtt, self.rttvar) = (rtt, rtt / 2);
+                return;
+            }
+            self.rttvar = (3 * self.rttvar + self.srtt.abs_diff(rtt)) / 4;
+            self.srtt = (7 * self.srtt + rtt) / 8;
+        }
+    }
+
+    proptest::proptest! {
+        /// Within the protocol's range (a base RTT up to `u32::MAX` ns,
+        /// samples up to 2^31 ns) the 32-bit fields lose nothing.
+        #[test]
+        fn matches_64_bit_fields_in_protocol_range(
+            initial in 1..=u64::from(u32::MAX),
+            samples in proptest::collection::vec(
+                proptest::prop_oneof![1u64..=1 << 31, 1u64..100_000], 0..50),
+        ) {
+            let mut r = RttEstimator::new(initial);
+            let mut w = Wide { srtt: initial, rttvar: initial / 2, min: u64::MAX, latest: initial };
+            for rtt in samples {
+                r.update(rtt);
+                w.update(rtt);
+                proptest::prop_assert_eq!(
+                    (r.srtt_ns(), r.rtt_ns_min(), r.latest_ns()),
+                    (w.srtt, w.min, w.latest)
+                );
+                proptest::prop_assert_eq!(r.rto_ns(1, u64::MAX), w.srtt + 4 * w.rttvar);
+            }
+        }
+    }
+
+    #[test]
+    fn saturates_beyond_the_protocol_range() {
+        assert_eq!(size_of::<RttEstimator>(), 16);
+        let max = u64::from(u32::MAX);
+        let mut r = RttEstimator::new(u64::MAX);
+        assert_eq!((r.srtt_ns(), r.rtt_ns_min()), (max, u64::MAX));
+        // A sample is never taken for "none yet".
+        r.update(u64::MAX);
+        assert_eq!((r.rtt_ns_min(), r.latest_ns()), (max - 1, max - 1));
     }
 }

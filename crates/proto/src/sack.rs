@@ -25,10 +25,14 @@ pub enum RxOutcome {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SackBitmap {
     ack_psn: u32,
-    bits: [u64; 4],
+    /// Bit `i` is bit `i % 32` of word `i / 32`. Words of 32 bits rather than
+    /// 64 keep the whole bitmap 4-byte aligned: 36 bytes instead of 40 with
+    /// padding, which lets each receive path's record shrink by 8 bytes.
+    bits: [u32; WORDS],
 }
 
-const WORDS: usize = SACK_BITS / 64;
+const WORD_BITS: usize = u32::BITS as usize;
+const WORDS: usize = SACK_BITS / WORD_BITS;
 
 impl SackBitmap {
     /// A window expecting `first_psn` next.
@@ -73,7 +77,7 @@ impl SackBitmap {
         if self.bit(i) {
             return RxOutcome::Duplicate;
         }
-        self.bits[i / 64] |= 1 << (i % 64);
+        self.bits[i / WORD_BITS] |= 1 << (i % WORD_BITS);
         RxOutcome::AfterGap
     }
 
@@ -104,17 +108,16 @@ impl SackBitmap {
 
     /// The bitmap as carried in an ACK.
     pub fn to_wire(&self) -> SackBits {
+        // Byte `i / 8`, bit `i % 8` stands for bit `i`: words little-endian.
         let mut out = SackBits([0; 32]);
-        for (w, word) in self.bits.iter().enumerate() {
-            for b in 0..8 {
-                out.0[w * 8 + b] = (word >> (8 * b)) as u8;
-            }
+        for (bytes, word) in out.0.chunks_exact_mut(4).zip(&self.bits) {
+            bytes.copy_from_slice(&word.to_le_bytes());
         }
         out
     }
 
     fn bit(&self, i: usize) -> bool {
-        self.bits[i / 64] >> (i % 64) & 1 == 1
+        self.bits[i / WORD_BITS] >> (i % WORD_BITS) & 1 == 1
     }
 
     fn trailing_ones(&self) -> usize {
@@ -122,7 +125,7 @@ impl SackBitmap {
         for &w in &self.bits {
             let t = w.trailing_ones() as usize;
             n += t;
-            if t < 64 {
+            if t < WORD_BITS {
                 break;
             }
         }
@@ -134,14 +137,14 @@ impl SackBitmap {
             self.bits = [0; WORDS];
             return;
         }
-        let (words, bits) = (n / 64, n % 64);
+        let (words, bits) = (n / WORD_BITS, n % WORD_BITS);
         for i in 0..WORDS {
             let lo = self.bits.get(i + words).copied().unwrap_or(0);
             let hi = self.bits.get(i + words + 1).copied().unwrap_or(0);
             self.bits[i] = if bits == 0 {
                 lo
             } else {
-                (lo >> bits) | (hi << (64 - bits))
+                (lo >> bits) | (hi << (WORD_BITS - bits))
             };
         }
     }
@@ -175,6 +178,7 @@ mod tests {
 
     #[test]
     fn in_order_and_gaps() {
+        assert_eq!(size_of::<SackBitmap>(), 36);
         let mut w = SackBitmap::new(10);
         assert_eq!(w.record(10), RxOutcome::InOrder);
         assert_eq!(w.record(12), RxOutcome::AfterGap);

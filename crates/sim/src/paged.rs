@@ -44,11 +44,20 @@ impl<T> PagedVec<T> {
 
     /// Append `value`.
     pub fn push(&mut self, value: T) {
-        if self.len.is_multiple_of(PAGE_ENTRIES) {
+        let page = self.len / PAGE_ENTRIES;
+        if page == self.pages.len() {
             self.pages.push(Vec::with_capacity(PAGE_ENTRIES));
         }
-        self.pages.last_mut().expect("a page with room").push(value);
+        self.pages[page].push(value);
         self.len += 1;
+    }
+
+    /// Remove and return the last entry. Emptied pages stay allocated (the
+    /// vector is used as a stack that refills to its high-water mark).
+    pub fn pop(&mut self) -> Option<T> {
+        let last = self.len.checked_sub(1)?;
+        self.len = last;
+        self.pages[last / PAGE_ENTRIES].pop()
     }
 }
 
@@ -92,6 +101,28 @@ mod tests {
         v[PAGE_ENTRIES] = 7;
         assert_eq!(v[PAGE_ENTRIES], 7);
         assert_eq!(v.pages.len(), 4);
+    }
+
+    #[test]
+    fn pops_as_a_stack_across_pages_and_refills() {
+        let mut v = PagedVec::new();
+        assert_eq!(v.pop(), None::<u32>);
+        let n = PAGE_ENTRIES as u32 + 3;
+        for i in 0..n {
+            v.push(i);
+        }
+        for i in (PAGE_ENTRIES as u32 - 2..n).rev() {
+            assert_eq!(v.pop(), Some(i));
+        }
+        assert_eq!(v.len(), PAGE_ENTRIES - 2);
+        v.push(99);
+        v.push(100);
+        v.push(101);
+        assert_eq!(v[PAGE_ENTRIES - 2], 99);
+        assert_eq!(v[PAGE_ENTRIES], 101);
+        assert_eq!(v.pages.len(), 2, "the emptied page was reused");
+        while v.pop().is_some() {}
+        assert!(v.is_empty());
     }
 
     #[test]

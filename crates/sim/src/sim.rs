@@ -180,7 +180,7 @@ pub struct Sim<F: TransportFactory> {
     pkts: PagedVec<PktHead>,
     /// Transport bodies, by the same index as `pkts`.
     bodies: PagedVec<Option<<F::Host as Transport>::Packet>>,
-    free: Vec<u32>,
+    free: PagedVec<u32>,
     q: EventQueue,
     rng: ChaCha8Rng,
     work: FlowSet,
@@ -332,7 +332,7 @@ impl<F: TransportFactory> Sim<F> {
             hosts,
             pkts: PagedVec::new(),
             bodies: PagedVec::new(),
-            free: Vec::new(),
+            free: PagedVec::new(),
             q: EventQueue::new(),
             rng: ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_fab1),
             trig_got: vec![0; work.triggers.len()],

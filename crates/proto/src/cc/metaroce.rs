@@ -185,7 +185,12 @@ struct PathState {
     /// Time of the last loss (or RTO) cut.
     last_loss_cut_ns: MaybeNs,
     /// Latest smoothed RTT of the path (base RTT until the first sample).
-    srtt_ns: u64,
+    /// 32 bits, like the path's `RttEstimator` it comes from, whose values
+    /// (and the endpoint's base RTT) always fit: that saves 8 bytes per
+    /// path. Only a direct caller could pass 4.29 s or more; it is then
+    /// saturated, so a cut may follow the last one after 4.29 s rather than
+    /// after one RTT.
+    srtt_ns: u32,
     /// Doubling per RTT up to the fair share instead of additive increase.
     probation: bool,
 }
@@ -220,6 +225,11 @@ pub struct MetaRoceCc {
 fn mul_div(a: u64, b: u64, c: u64) -> u64 {
     let r = u128::from(a) * u128::from(b) / u128::from(c.max(1));
     u64::try_from(r).unwrap_or(u64::MAX)
+}
+
+/// `ns`, saturated to 32 bits (see `PathState::srtt_ns`).
+fn ns_u32(ns: u64) -> u32 {
+    u32::try_from(ns).unwrap_or(u32::MAX)
 }
 
 /// Converts a non-negative finite-or-not f64 byte count to u64 (saturating; NaN -> 0).
@@ -286,7 +296,7 @@ impl MetaRoceCc {
             obs_ce: 0,
             last_ecn_cut_ns: MaybeNs::NONE,
             last_loss_cut_ns: MaybeNs::NONE,
-            srtt_ns,
+            srtt_ns: ns_u32(srtt_ns),
             probation,
         }
     }
@@ -398,11 +408,11 @@ impl CongestionController for MetaRoceCc {
         let base_rtt = self.base_rtt_ns;
         let p = &mut self.paths[path];
         if s.srtt_ns > 0 {
-            p.srtt_ns = s.srtt_ns;
+            p.srtt_ns = ns_u32(s.srtt_ns);
         } else if p.srtt_ns == 0 {
-            p.srtt_ns = base_rtt;
+            p.srtt_ns = ns_u32(base_rtt);
         }
-        let srtt = p.srtt_ns;
+        let srtt = u64::from(p.srtt_ns);
 
         // DCTCP estimator: fold one RTT of ACKs into alpha.
         let start = p.obs_start_ns.get().unwrap_or(s.now_ns);
@@ -454,7 +464,7 @@ impl CongestionController for MetaRoceCc {
         }
         let p = &mut self.paths[path];
         p.probation = false;
-        if !Self::may_cut(p.last_loss_cut_ns, now_ns, p.srtt_ns) {
+        if !Self::may_cut(p.last_loss_cut_ns, now_ns, u64::from(p.srtt_ns)) {
             return;
         }
         p.last_loss_cut_ns = MaybeNs::some(now_ns);
