@@ -192,7 +192,9 @@ impl TxPath {
     /// Append a packet just sent under PSN `next_psn`, and move `next_psn`
     /// on: the one place that keeps `inflight` and `next_psn` in step.
     pub(crate) fn push_sent(&mut self, sent: SentPacket) {
-        self.inflight.push_back(sent);
+        // Grown from one entry: with 128 paths per connection most paths
+        // hold one or two packets at a time.
+        crate::grow::push_back(&mut self.inflight, sent);
         self.next_psn = self.next_psn.wrapping_add(1);
     }
 
