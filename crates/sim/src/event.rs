@@ -89,6 +89,20 @@ struct Key {
     seq: u64,
 }
 
+impl Key {
+    /// Time in the high half: compares as the key does.
+    fn as_u128(self) -> u128 {
+        u128::from(self.time) << 64 | u128::from(self.seq)
+    }
+
+    fn from_u128(k: u128) -> Self {
+        Self {
+            time: (k >> 64) as Ps,
+            seq: k as u64,
+        }
+    }
+}
+
 /// Entries per chunk: 2 KiB. A bucket fills a chunk, then stacks it and
 /// takes another from a shared pool, so memory follows the events pending
 /// (plus one chunk per bucket), not the sum of every bucket's largest fill.
@@ -180,7 +194,7 @@ impl RadixHeap {
         self.len += 1;
     }
 
-    #[inline]
+    #[inline(always)]
     fn push_into(&mut self, b: usize, e: Entry) {
         self.nonempty |= 1 << (b - 1);
         let bucket = &mut self.buckets[b];
@@ -208,13 +222,17 @@ impl RadixHeap {
             .take()
             .expect("the spare chunk is back after each settle");
         let tail = std::mem::replace(&mut bucket.tail, spare);
-        let last = full
-            .iter()
-            .flat_map(|c| c.iter())
-            .chain(&tail[..tail_len])
-            .map(|e| e.0)
-            .min()
-            .expect("a non-empty bucket");
+        // The minimum, as one 128-bit comparison per entry.
+        let mut last = u128::MAX;
+        for chunk in &full {
+            for e in chunk.iter() {
+                last = last.min(e.0.as_u128());
+            }
+        }
+        for e in &tail[..tail_len] {
+            last = last.min(e.0.as_u128());
+        }
+        let last = Key::from_u128(last);
         self.last = last;
         // Every key but the minimum lands strictly below bucket `b`.
         for &e in &tail[..tail_len] {
