@@ -725,26 +725,29 @@ impl<F: TransportFactory> Sim<F> {
             sw.salt,
         );
         let start = (h % live as u64) as usize;
-        let mut lives = sw
-            .up
-            .iter()
-            .copied()
-            .filter(|&i| self.ports[sw.ports[i as usize] as usize].up);
+        let ports = &self.ports;
+        let lives = || {
+            sw.up
+                .iter()
+                .copied()
+                .filter(|&i| ports[sw.ports[i as usize] as usize].up)
+        };
         match self.cfg.routing {
-            Routing::Ecmp => lives.nth(start),
+            Routing::Ecmp => lives().nth(start),
             Routing::Adaptive => {
-                let all: Vec<u16> = lives.collect();
-                let mut best = all[start];
+                // The least-queued live up-port; ties go to the first from
+                // the hashed start, so equal queues still spread flows.
+                // Walked in place: no allocation per packet.
+                let mut best = None;
                 let mut best_q = u64::MAX;
-                for j in 0..all.len() {
-                    let i = all[(start + j) % all.len()];
-                    let q = self.ports[sw.ports[i as usize] as usize].queued_bytes;
+                for i in lives().skip(start).chain(lives().take(start)) {
+                    let q = ports[sw.ports[i as usize] as usize].queued_bytes;
                     if q < best_q {
                         best_q = q;
-                        best = i;
+                        best = Some(i);
                     }
                 }
-                Some(best)
+                best
             }
         }
     }
