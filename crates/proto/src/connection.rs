@@ -21,7 +21,7 @@
 
 use crate::auth::ConnectionAuth;
 use crate::cc::{AckSample, CcConfig, CongestionController, new_controller};
-use crate::endpoint::{Ecn, Layout, PacketRepr, PayloadRef, Shared, Transmit};
+use crate::endpoint::{Ecn, Layout, PacketSlot, PayloadRef, Shared, Transmit};
 use crate::maybe_ns::MaybeNs;
 use crate::message::{MessageSlab, MsgKind, MsgRef, SegRef, TxMessage};
 use crate::ops;
@@ -40,7 +40,7 @@ pub(crate) enum Out<'a> {
     /// The whole datagram into the buffer.
     Bytes(&'a mut [u8]),
     /// Parsed headers only (the simulator).
-    Repr(&'a mut Option<PacketRepr>),
+    Repr(&'a mut PacketSlot),
     /// Headers and trailer into the buffer, the payload left in place in
     /// its memory region when it lies in one (the UDP driver's zero-copy send).
     Gather(&'a mut [u8], &'a mut Layout),
@@ -598,7 +598,7 @@ impl Connection {
                 }
             }
             // The simulator carries the header only: no payload is gathered.
-            Out::Repr(slot) => **slot = Some(PacketRepr::Data(repr)),
+            Out::Repr(slot) => slot.put_data(repr),
         }
         path.push_sent(SentPacket::new(
             now_ns,
@@ -673,7 +673,7 @@ impl Connection {
             }
             Out::Repr(slot) => {
                 let len = ack.buffer_len();
-                **slot = Some(PacketRepr::Ack(Box::new(ack)));
+                slot.put_ack(ack);
                 len
             }
         };

@@ -91,6 +91,55 @@ pub enum PacketRepr {
     Ack(Box<wire::AckRepr>),
 }
 
+/// Where [`Endpoint::poll_packet_into`] writes a packet: it keeps the box
+/// of the last ACK taken out, so a simulator polling millions of ACKs
+/// allocates one box, not one per ACK.
+#[derive(Debug, Default)]
+pub struct PacketSlot {
+    packet: Option<PacketRepr>,
+    spare_ack: Option<Box<wire::AckRepr>>,
+}
+
+impl PacketSlot {
+    /// An empty slot.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The packet last written, until the next poll.
+    pub fn packet(&self) -> Option<&PacketRepr> {
+        self.packet.as_ref()
+    }
+
+    /// Take the packet out (its ACK box is then the caller's).
+    pub fn take(&mut self) -> Option<PacketRepr> {
+        self.packet.take()
+    }
+
+    fn clear(&mut self) {
+        if let Some(PacketRepr::Ack(ack)) = self.packet.take() {
+            self.spare_ack = Some(ack);
+        }
+    }
+
+    pub(crate) fn put_data(&mut self, repr: wire::DataRepr) {
+        self.clear();
+        self.packet = Some(PacketRepr::Data(repr));
+    }
+
+    pub(crate) fn put_ack(&mut self, repr: wire::AckRepr) {
+        self.clear();
+        let ack = match self.spare_ack.take() {
+            Some(mut spare) => {
+                *spare = repr;
+                spare
+            }
+            None => Box::new(repr),
+        };
+        self.packet = Some(PacketRepr::Ack(ack));
+    }
+}
+
 impl PacketRepr {
     /// Bytes the packet occupies on the wire (UDP payload, ICRC included).
     pub fn wire_len(&self) -> usize {
@@ -1097,9 +1146,19 @@ impl Endpoint {
     /// as parsed headers and no payload is gathered (the simulator's form).
     /// `Transmit::len` is still the packet's full length on the wire.
     pub fn poll_packet(&mut self, now_ns: u64) -> Option<(Transmit, PacketRepr)> {
-        let mut slot = None;
-        let t = self.poll_out(now_ns, &mut Out::Repr(&mut slot))?;
-        Some((t, slot.expect("a transmit always produces its packet")))
+        let mut slot = PacketSlot::new();
+        let t = self.poll_packet_into(now_ns, &mut slot)?;
+        Some((
+            t,
+            slot.take().expect("a transmit always produces its packet"),
+        ))
+    }
+
+    /// [`poll_packet`](Self::poll_packet) into a reused slot (read it with
+    /// [`PacketSlot::packet`]): no allocation per ACK.
+    pub fn poll_packet_into(&mut self, now_ns: u64, slot: &mut PacketSlot) -> Option<Transmit> {
+        slot.clear();
+        self.poll_out(now_ns, &mut Out::Repr(slot))
     }
 
     fn poll_out(&mut self, now_ns: u64, out: &mut Out<'_>) -> Option<Transmit> {

@@ -42,8 +42,8 @@ pub use auth::AuthConfig;
 pub use config::{ConfigError, EndpointConfig};
 pub use connection::ConnectionStats;
 pub use endpoint::{
-    Completion, Ecn, Endpoint, EndpointStats, Layout, PacketRepr, PayloadRef, PostError, QpError,
-    Transmit,
+    Completion, Ecn, Endpoint, EndpointStats, Layout, PacketRepr, PacketSlot, PayloadRef,
+    PostError, QpError, Transmit,
 };
 pub use memory::{AccessFlags, MemoryError, MrHandle, MrInfo};
 pub use path::PathStats;

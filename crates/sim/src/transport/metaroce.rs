@@ -12,8 +12,8 @@ use super::{
 };
 use crate::Ps;
 use metaroce_proto::{
-    AccessFlags, Ecn, Endpoint, EndpointConfig, MrInfo, PacketRepr, QpCaps, QpHandle, RecvWr,
-    SendWr, Sge, WcStatus, WorkQueue, WrOp,
+    AccessFlags, Ecn, Endpoint, EndpointConfig, MrInfo, PacketRepr, PacketSlot, QpCaps, QpHandle,
+    RecvWr, SendWr, Sge, WcStatus, WorkQueue, WrOp,
 };
 use metaroce_wire::{AckRepr, BaseRepr, DataRepr, OpAck, OpHeader, SackBits};
 use std::collections::{HashMap, VecDeque};
@@ -82,6 +82,8 @@ pub struct MetaRoceHost {
     ep: Endpoint,
     /// Reused to hand a carried ACK back to the core without allocating.
     ack_scratch: Option<Box<AckRepr>>,
+    /// Reused to take packets out of the core without allocating per ACK.
+    tx_slot: PacketSlot,
     pd: u32,
     mr: MrInfo,
     channels: Vec<Channel>,
@@ -305,17 +307,14 @@ impl Transport for MetaRoceHost {
     type Packet = MetaRocePacket;
 
     fn poll_packet(&mut self, now: Ps) -> Option<(Wire, MetaRocePacket)> {
-        let (t, repr) = self.ep.poll_packet(ns(now))?;
-        let (payload, control) = match &repr {
-            PacketRepr::Data(d) => (d.payload_len, false),
-            PacketRepr::Ack(_) => (0, true),
-        };
-        let repr = match repr {
+        let t = self.ep.poll_packet_into(ns(now), &mut self.tx_slot)?;
+        let (payload, control, repr) = match self.tx_slot.packet()? {
             PacketRepr::Data(d) => {
                 let key = (host_index(t.dst.ip()), d.dst_qpn, d.msg_seq);
-                MetaRocePacket::Data(CompactData::new(&d, self.ops.get(key, &d.op)))
+                let body = CompactData::new(d, self.ops.get(key, &d.op));
+                (d.payload_len, false, MetaRocePacket::Data(body))
             }
-            PacketRepr::Ack(a) => MetaRocePacket::Ack(CompactAck::from_repr(&a)),
+            PacketRepr::Ack(a) => (0, true, MetaRocePacket::Ack(CompactAck::from_repr(a))),
         };
         let wire = Wire {
             dst: host_index(t.dst.ip()),
@@ -457,6 +456,7 @@ impl TransportFactory for MetaRoceFactory {
             events: VecDeque::new(),
             trimmed_dropped: 0,
             ack_scratch: None,
+            tx_slot: PacketSlot::new(),
             ops: SharedOps::default(),
         })
     }
