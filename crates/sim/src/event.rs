@@ -28,7 +28,7 @@ pub enum EventKind {
 }
 
 impl EventKind {
-    /// Ports indices fit this many bits in a packed event.
+    /// Port indices fit this many bits in a packed event.
     const INDEX_BITS: u32 = 29;
 
     /// Eight bytes: a 3-bit variant, a 29-bit port index and a 32-bit
