@@ -25,6 +25,8 @@ pub enum EventKind {
     /// Credit-based flow control: `bytes` of downstream buffer freed,
     /// returned to the upstream `port`.
     Credit { port: u32, bytes: u32 },
+    /// Routing has re-converged on the links' current state.
+    Reconverge,
 }
 
 impl EventKind {
@@ -43,6 +45,7 @@ impl EventKind {
             Self::Pfc { port, prio, pause } => (4, port, u32::from(prio) | u32::from(pause) << 8),
             Self::LinkState { port, up } => (5, port, u32::from(up)),
             Self::Credit { port, bytes } => (6, port, bytes),
+            Self::Reconverge => (7, 0, 0),
         };
         assert!(
             index < 1 << Self::INDEX_BITS,
@@ -72,10 +75,11 @@ impl EventKind {
                 port: index,
                 up: arg == 1,
             },
-            _ => Self::Credit {
+            6 => Self::Credit {
                 port: index,
                 bytes: arg,
             },
+            _ => Self::Reconverge,
         }
     }
 }

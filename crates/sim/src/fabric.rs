@@ -86,6 +86,13 @@ pub struct FabricConfig {
     pub sample_ps: Ps,
     /// Packets a multi-plane NIC pulls ahead into its plane queues.
     pub nic_queue_packets: u32,
+    /// Routing re-convergence delay. `None`: a switch avoids only its own
+    /// dead ports, so packets hashed toward a failure further on are lost
+    /// (`no_route`) for as long as it lasts. `Some(d)`: `d` after a link
+    /// changes state (a routing protocol withdrawing or restoring routes),
+    /// every switch learns which of its up-ports still lead to each leaf and
+    /// hashes only over those.
+    pub reconverge_ps: Option<Ps>,
 }
 
 impl Default for FabricConfig {
@@ -99,6 +106,7 @@ impl Default for FabricConfig {
             loss: 0.0,
             sample_ps: 1_000_000,
             nic_queue_packets: 2,
+            reconverge_ps: None,
         }
     }
 }

@@ -153,6 +153,10 @@ pub struct SwitchConf {
     /// Random loss per packet per link.
     #[serde(default)]
     pub loss: f64,
+    /// Routing re-convergence delay after a link or switch failure or
+    /// recovery, µs (absent: switches avoid only their own dead ports).
+    #[serde(default)]
+    pub reconverge_us: Option<f64>,
 }
 
 fn default_buffer() -> u64 {
@@ -385,6 +389,12 @@ impl Scenario {
         if !(0.0..1.0).contains(&sw.loss) {
             return bad("switch.loss", "must be in [0, 1)");
         }
+        if sw
+            .reconverge_us
+            .is_some_and(|d| !(d >= 0.0 && d.is_finite()))
+        {
+            return bad("switch.reconverge_us", "must be a finite time >= 0");
+        }
         if sw.ecn_kmax_bytes < sw.ecn_kmin_bytes {
             return bad("switch.ecn_kmax_bytes", "must be >= ecn_kmin_bytes");
         }
@@ -507,6 +517,7 @@ impl Scenario {
             loss: sw.loss,
             sample_ps: (self.sample_us * PS_PER_US as f64) as Ps,
             nic_queue_packets: 2,
+            reconverge_ps: sw.reconverge_us.map(|d| (d * PS_PER_US as f64) as Ps),
         };
         let hosts = topo.hosts;
         let mut flows = FlowSet::default();

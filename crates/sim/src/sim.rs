@@ -195,6 +195,13 @@ pub struct Sim<F: TransportFactory> {
     /// Credit-based link flow control (InfiniBand-style): credits in bytes
     /// per port; empty when off. See [`Sim::set_credit_flow_control`].
     credits: Vec<i64>,
+    /// Converged routes (with `cfg.reconverge_ps`): whether switch `s` can
+    /// still deliver to leaf `l`, at `s * leaves + l`. Empty when off.
+    reach: Vec<bool>,
+    /// Leaves per plane (one more than the largest `host_leaf`).
+    leaves: usize,
+    /// A re-convergence already scheduled at this time.
+    reconverge_at: Option<Ps>,
 }
 
 fn ip(h: u32) -> u32 {
@@ -354,9 +361,21 @@ impl<F: TransportFactory> Sim<F> {
             error: None,
             bin_ps,
             credits: Vec::new(),
+            reach: Vec::new(),
+            leaves: 0,
+            reconverge_at: None,
             topo,
         };
         sim.setup_flows(factory)?;
+        if sim.cfg.reconverge_ps.is_some() {
+            sim.leaves = sim
+                .topo
+                .host_leaf
+                .iter()
+                .max()
+                .map_or(0, |&l| l as usize + 1);
+            sim.recompute_reach();
+        }
         Ok(sim)
     }
 
@@ -525,6 +544,10 @@ impl<F: TransportFactory> Sim<F> {
                 EventKind::Pfc { port, pause, .. } => self.pfc(now, port, pause),
                 EventKind::LinkState { port, up } => self.link_state(now, port, up),
                 EventKind::Credit { port, bytes } => self.credit(now, port, bytes),
+                EventKind::Reconverge => {
+                    self.reconverge_at = None;
+                    self.recompute_reach();
+                }
             }
             if let Some(e) = self.error.take() {
                 return Err(e);
@@ -708,11 +731,21 @@ impl<F: TransportFactory> Sim<F> {
             let i = *sw.down.get(key)?;
             return (i != u16::MAX && self.ports[sw.ports[i as usize] as usize].up).then_some(i);
         }
-        let live = sw
-            .up
-            .iter()
-            .filter(|&&i| self.ports[sw.ports[i as usize] as usize].up)
-            .count();
+        let ports = &self.ports;
+        // With converged routes, an up-port also needs a next switch that
+        // can still reach the destination's leaf.
+        let (reach, leaves) = (&self.reach, self.leaves);
+        let leaf = topo.host_leaf[dst] as usize;
+        let usable = |i: u16| {
+            let port = &ports[sw.ports[i as usize] as usize];
+            port.up
+                && (reach.is_empty()
+                    || match port.peer {
+                        NodeRef::Switch(next) => reach[next as usize * leaves + leaf],
+                        NodeRef::Host(_) => true,
+                    })
+        };
+        let live = sw.up.iter().filter(|&&i| usable(i)).count();
         if live == 0 {
             return None;
         }
@@ -725,13 +758,7 @@ impl<F: TransportFactory> Sim<F> {
             sw.salt,
         );
         let start = (h % live as u64) as usize;
-        let ports = &self.ports;
-        let lives = || {
-            sw.up
-                .iter()
-                .copied()
-                .filter(|&i| ports[sw.ports[i as usize] as usize].up)
-        };
+        let lives = || sw.up.iter().copied().filter(|&i| usable(i));
         match self.cfg.routing {
             Routing::Ecmp => lives().nth(start),
             Routing::Adaptive => {
@@ -750,6 +777,80 @@ impl<F: TransportFactory> Sim<F> {
                 best
             }
         }
+    }
+
+    /// Recompute which switches can still deliver to which leaf, from the
+    /// links' state now (what a routing protocol converges to).
+    fn recompute_reach(&mut self) {
+        let n = self.switches.len();
+        // One host per leaf stands for it: reachability is per leaf, as
+        // routes are (a host's own link is its last hop, which no other
+        // route replaces).
+        let mut rep = vec![u32::MAX; self.leaves];
+        for (h, &l) in self.topo.host_leaf.iter().enumerate() {
+            if rep[l as usize] == u32::MAX {
+                rep[l as usize] = h as u32;
+            }
+        }
+        // 0 unknown, 1 reachable, 2 not.
+        let mut memo = vec![0u8; n * self.leaves];
+        for s in 0..n {
+            for (l, &h) in rep.iter().enumerate() {
+                if h != u32::MAX {
+                    self.can_reach(s as u32, l, h, &mut memo);
+                }
+            }
+        }
+        self.reach = memo.iter().map(|&m| m == 1).collect();
+    }
+
+    /// Whether switch `s` can deliver to leaf `leaf` (host `h` on it): down
+    /// the one port toward it when it lies below `s`, else up through any
+    /// live port whose next switch can. Up then down, so no loops.
+    fn can_reach(&self, s: u32, leaf: usize, h: u32, memo: &mut [u8]) -> bool {
+        let at = s as usize * self.leaves + leaf;
+        if memo[at] != 0 {
+            return memo[at] == 1;
+        }
+        let sw = &self.switches[s as usize];
+        let topo = &self.topo;
+        let dst = h as usize;
+        let below = match (sw.tier, topo.tiers) {
+            (_, _) if sw.top => true,
+            (0, _) => topo.host_leaf[dst] == topo.switches[s as usize].index,
+            (1, 3) => topo.host_pod[dst] == sw.pod,
+            _ => false,
+        };
+        let next = |i: u16| {
+            let port = &self.ports[sw.ports[i as usize] as usize];
+            match port.peer {
+                NodeRef::Switch(c) if port.up => Some(c),
+                _ => None,
+            }
+        };
+        let ok = if below {
+            if sw.tier == 0 {
+                true
+            } else {
+                let key = match (sw.tier, topo.tiers) {
+                    (1, 3) => topo.host_leaf_in_pod[dst],
+                    (_, 3) => topo.host_pod[dst],
+                    _ => topo.host_leaf[dst],
+                } as usize;
+                sw.down
+                    .get(key)
+                    .and_then(|&i| (i != u16::MAX).then_some(i))
+                    .and_then(next)
+                    .is_some_and(|c| self.can_reach(c, leaf, h, memo))
+            }
+        } else {
+            sw.up
+                .iter()
+                .filter_map(|&i| next(i))
+                .any(|c| self.can_reach(c, leaf, h, memo))
+        };
+        memo[at] = if ok { 1 } else { 2 };
+        ok
     }
 
     fn switch_receive(&mut self, now: Ps, s: u32, in_port: u16, k: u32) {
@@ -871,6 +972,15 @@ impl<F: TransportFactory> Sim<F> {
     }
 
     fn link_state(&mut self, now: Ps, p: u32, up: bool) {
+        if let Some(delay) = self.cfg.reconverge_ps {
+            // A switch failure changes all its links at one instant: one
+            // re-convergence covers them.
+            let at = now + delay;
+            if self.reconverge_at != Some(at) {
+                self.reconverge_at = Some(at);
+                self.q.schedule(at, EventKind::Reconverge);
+            }
+        }
         let r = self.ports[p as usize].reverse;
         for d in [p, r] {
             self.ports[d as usize].up = up;

@@ -1,0 +1,78 @@
+//! Routing around a failure further on in the fabric.
+//!
+//! A switch always avoids its own dead ports. A failure one hop further on
+//! (a spine's link down to one leaf) is invisible to the leaves, which keep
+//! hashing flows toward that spine until routing re-converges; the
+//! packets meanwhile reach a spine with no way down and are lost
+//! (`no_route`). `switch.reconverge_us` models that delay.
+
+use metaroce_sim::{Scenario, run_scenario};
+
+fn run(reconverge: &str) -> metaroce_sim::run::Outcome {
+    let text = format!(
+        r#"
+name = "remote link failure"
+seed = 3
+end_us = 20000
+
+[topology]
+kind = "leaf_spine"
+hosts = 16
+hosts_per_leaf = 8
+spines = 4
+link_gbps = 100
+latency_ns = 1000
+
+[switch]
+buffer_bytes = 400000
+{reconverge}
+
+[transport]
+paths = 16
+
+[[workload]]
+kind = "permutation"
+bytes = 2000000
+
+[[failure]]
+link = ["spine0", "leaf1"]
+at_us = 20
+"#
+    );
+    let s = Scenario::parse(&text, "remote-failure.toml").expect("valid scenario");
+    run_scenario(&s, None, &mut |_, _, _, _| {}).expect("runs")
+}
+
+#[test]
+fn faster_reconvergence_loses_fewer_packets_to_a_remote_failure() {
+    let mut lost = Vec::new();
+    for reconverge in [
+        "",
+        "reconverge_us = 100",
+        "reconverge_us = 10",
+        "reconverge_us = 0",
+    ] {
+        let out = run(reconverge);
+        assert!(out.results.finished, "{reconverge}: every flow completes");
+        lost.push(out.results.fabric.no_route);
+    }
+    // Without re-convergence the dead end lasts the whole run; each shorter
+    // delay loses strictly less; at zero only the packets already past the
+    // leaf when the link died are lost.
+    assert!(
+        lost.windows(2).all(|w| w[0] > w[1]),
+        "no_route by delay: {lost:?}"
+    );
+    assert!(lost[0] > 100, "{lost:?}");
+    assert!(lost[3] < 16, "{lost:?}");
+}
+
+#[test]
+fn a_negative_delay_is_refused_by_name() {
+    let text = "name = \"x\"\n[topology]\nkind = \"star\"\nhosts = 4\nlink_gbps = 100\n[switch]\nreconverge_us = -1\n";
+    let e = Scenario::parse(text, "x.toml").unwrap_err().0;
+    assert_eq!(
+        e,
+        "x.toml:7: switch.reconverge_us: must be a finite time >= 0"
+    );
+}
