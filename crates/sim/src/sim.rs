@@ -710,9 +710,9 @@ impl<F: TransportFactory> Sim<F> {
 
     // ----------------------------------------------------------- switches
 
-    fn route(&mut self, s: u32, k: u32) -> Option<u16> {
-        let pkt = &self.pkts[k as usize];
-        let dst = pkt.wire.dst as usize;
+    /// If host `dst` lies below switch `s` (the route goes down), the
+    /// entry of `s`'s down-port table toward it; `None`: the route goes up.
+    fn down_key(&self, s: u32, dst: usize) -> Option<usize> {
         let sw = &self.switches[s as usize];
         let topo = &self.topo;
         let below = match (sw.tier, topo.tiers) {
@@ -721,13 +721,24 @@ impl<F: TransportFactory> Sim<F> {
             (1, 3) => topo.host_pod[dst] == sw.pod,
             _ => false,
         };
-        if below {
-            let key = match (sw.tier, topo.tiers) {
-                (0, _) => topo.host_slot[dst],
-                (1, 3) => topo.host_leaf_in_pod[dst],
-                (_, 3) => topo.host_pod[dst],
-                _ => topo.host_leaf[dst],
-            } as usize;
+        if !below {
+            return None;
+        }
+        let key = match (sw.tier, topo.tiers) {
+            (0, _) => topo.host_slot[dst],
+            (1, 3) => topo.host_leaf_in_pod[dst],
+            (_, 3) => topo.host_pod[dst],
+            _ => topo.host_leaf[dst],
+        };
+        Some(key as usize)
+    }
+
+    fn route(&mut self, s: u32, k: u32) -> Option<u16> {
+        let pkt = &self.pkts[k as usize];
+        let dst = pkt.wire.dst as usize;
+        let sw = &self.switches[s as usize];
+        let topo = &self.topo;
+        if let Some(key) = self.down_key(s, dst) {
             let i = *sw.down.get(key)?;
             return (i != u16::MAX && self.ports[sw.ports[i as usize] as usize].up).then_some(i);
         }
@@ -813,14 +824,6 @@ impl<F: TransportFactory> Sim<F> {
             return memo[at] == 1;
         }
         let sw = &self.switches[s as usize];
-        let topo = &self.topo;
-        let dst = h as usize;
-        let below = match (sw.tier, topo.tiers) {
-            (_, _) if sw.top => true,
-            (0, _) => topo.host_leaf[dst] == topo.switches[s as usize].index,
-            (1, 3) => topo.host_pod[dst] == sw.pod,
-            _ => false,
-        };
         let next = |i: u16| {
             let port = &self.ports[sw.ports[i as usize] as usize];
             match port.peer {
@@ -828,26 +831,20 @@ impl<F: TransportFactory> Sim<F> {
                 _ => None,
             }
         };
-        let ok = if below {
-            if sw.tier == 0 {
-                true
-            } else {
-                let key = match (sw.tier, topo.tiers) {
-                    (1, 3) => topo.host_leaf_in_pod[dst],
-                    (_, 3) => topo.host_pod[dst],
-                    _ => topo.host_leaf[dst],
-                } as usize;
-                sw.down
-                    .get(key)
-                    .and_then(|&i| (i != u16::MAX).then_some(i))
-                    .and_then(next)
-                    .is_some_and(|c| self.can_reach(c, leaf, h, memo))
-            }
-        } else {
-            sw.up
+        let ok = match self.down_key(s, h as usize) {
+            // The leaf itself: the last hop is the host's own link.
+            Some(_) if sw.tier == 0 => true,
+            Some(key) => sw
+                .down
+                .get(key)
+                .and_then(|&i| (i != u16::MAX).then_some(i))
+                .and_then(next)
+                .is_some_and(|c| self.can_reach(c, leaf, h, memo)),
+            None => sw
+                .up
                 .iter()
                 .filter_map(|&i| next(i))
-                .any(|c| self.can_reach(c, leaf, h, memo))
+                .any(|c| self.can_reach(c, leaf, h, memo)),
         };
         memo[at] = if ok { 1 } else { 2 };
         ok
