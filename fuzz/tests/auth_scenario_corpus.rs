@@ -5,27 +5,14 @@
 //! `cd fuzz && cargo test` runs them; `cargo test -- --ignored write_`
 //! rewrites `corpus/auth_packets/seed-*` and `corpus/scenario_parse/seed-*`.
 
-use std::fs;
-use std::path::{Path, PathBuf};
+mod common;
 
+use std::fs;
+use std::path::Path;
+
+use common::{corpus_dir as dir, files, replay_corpus};
 use metaroce_fuzz::auth::{self, Step, encode};
 use metaroce_fuzz::scenario;
-
-fn dir(target: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("corpus")
-        .join(target)
-}
-
-fn files(dir: &Path) -> Vec<PathBuf> {
-    let mut entries: Vec<_> = fs::read_dir(dir)
-        .unwrap_or_else(|err| panic!("{dir:?}: {err}"))
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.is_file())
-        .collect();
-    entries.sort();
-    entries
-}
 
 /// One seed per kind of step, in both payload modes.
 fn auth_seeds() -> Vec<(String, Vec<u8>)> {
@@ -111,30 +98,12 @@ fn auth_seeds_run_clean() {
 
 #[test]
 fn auth_corpus_passes() {
-    let entries = files(&dir("auth_packets"));
-    assert!(
-        entries.len() >= 10,
-        "auth seed corpus has {} files",
-        entries.len()
-    );
-    for path in entries {
-        eprintln!("replaying {}", path.display());
-        auth::run(&fs::read(&path).unwrap());
-    }
+    replay_corpus("auth_packets", 10, auth::run);
 }
 
 #[test]
 fn scenario_corpus_passes() {
-    let entries = files(&dir("scenario_parse"));
-    assert!(
-        entries.len() >= 10,
-        "scenario seed corpus has {} files",
-        entries.len()
-    );
-    for path in entries {
-        eprintln!("replaying {}", path.display());
-        scenario::run(&fs::read(&path).unwrap());
-    }
+    replay_corpus("scenario_parse", 10, scenario::run);
 }
 
 /// Broken scenarios next to the committed ones: each must be an error.

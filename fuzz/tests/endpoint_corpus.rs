@@ -6,25 +6,18 @@
 //! `cd fuzz && cargo test` runs them; `cargo test -- --ignored
 //! write_seed_corpus` rewrites `corpus/endpoint_packets/seed-*`.
 
-use std::fs;
-use std::path::{Path, PathBuf};
+mod common;
 
+use std::fs;
+use std::path::Path;
+
+use common::{files, replay_corpus};
 use metaroce_fuzz::endpoint::{
     Addr, AckStep, DataStep, Key, OpAckStep, OpStep, Origin, Qpn, SendStep, Step, decode, encode, run,
 };
 
-fn corpus_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus/endpoint_packets")
-}
-
-fn files(dir: &Path) -> Vec<PathBuf> {
-    let mut entries: Vec<_> = fs::read_dir(dir)
-        .unwrap_or_else(|err| panic!("{dir:?}: {err}"))
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.is_file())
-        .collect();
-    entries.sort();
-    entries
+fn corpus_dir() -> std::path::PathBuf {
+    common::corpus_dir("endpoint_packets")
 }
 
 fn data(origin: Origin, msg_seq: i8, psn_delta: i16, msg_len: u16, offset: u16, payload_len: u16, op: OpStep) -> Step {
@@ -202,12 +195,9 @@ fn seeds_run_clean() {
 
 #[test]
 fn corpus_passes() {
-    let entries = files(&corpus_dir());
-    assert!(entries.len() >= 10, "endpoint seed corpus has {} files", entries.len());
-    for path in entries {
-        eprintln!("replaying {}", path.display());
-        run(&fs::read(&path).unwrap());
-    }
+    replay_corpus("endpoint_packets", 10, |input| {
+        run(input);
+    });
 }
 
 /// Three SENDs that all name receive index 0, arriving last-first while two

@@ -7,8 +7,8 @@
 use crate::{Datagram, Ecn, Network, Node};
 use metaroce_proto::{Ecn as CoreEcn, EndpointConfig, QpCaps};
 use metaroce_verbs::{
-    AccessFlags, CompletionQueue, Context, ProtectionDomain, QpAttr, QpInitAttr, QpState, QpType,
-    QueuePair, WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpAttr, QpInitAttr,
+    QpState, QpType, QueuePair, WcOpcode, WcStatus, WorkCompletion,
 };
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
@@ -112,6 +112,20 @@ pub struct QpEnd {
     pub qp: QueuePair,
     /// Its CQ (send and receive).
     pub cq: CompletionQueue,
+}
+
+/// Register `len` bytes with `access` on `end`'s node, in its protection
+/// domain (so `end`'s QP may use the region).
+pub fn reg_mr(
+    net: &mut Network<RdmaNode>,
+    end: &QpEnd,
+    len: u64,
+    access: AccessFlags,
+) -> MemoryRegion {
+    net.nodes[end.node]
+        .ctx
+        .reg_mr(end.pd, len, access)
+        .expect("register a test region")
 }
 
 /// Create an RC QP on node `a` and one on node `b`, each accepting `access`

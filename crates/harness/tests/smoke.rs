@@ -14,18 +14,13 @@ fn one_mib_write_no_faults() {
     let access = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
     let (a, b) = connect_qps(&mut net, 0, 1, access);
     let len = 1 << 20;
-    let src = net.nodes[0]
-        .ctx
-        .reg_mr(a.pd, len, AccessFlags::LOCAL_WRITE)
-        .unwrap();
-    let dst = net.nodes[1]
-        .ctx
-        .reg_mr(
-            b.pd,
-            len,
-            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-        )
-        .unwrap();
+    let src = reg_mr(&mut net, &a, len, AccessFlags::LOCAL_WRITE);
+    let dst = reg_mr(
+        &mut net,
+        &b,
+        len,
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+    );
     for (i, b) in net.nodes[0].ctx.mr_bytes_mut(&src).iter_mut().enumerate() {
         *b = (i * 7 % 251) as u8;
     }
@@ -73,18 +68,13 @@ fn gathered_transmits_equal_copied_ones() {
     for (k, net) in nets.iter_mut().enumerate() {
         let (a, b) = connect_qps(net, 0, 1, access);
         let len = 3 * 4096 + 100;
-        let src = net.nodes[0]
-            .ctx
-            .reg_mr(a.pd, len, AccessFlags::LOCAL_WRITE)
-            .unwrap();
-        let dst = net.nodes[1]
-            .ctx
-            .reg_mr(
-                b.pd,
-                2 * len,
-                AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-            )
-            .unwrap();
+        let src = reg_mr(net, &a, len, AccessFlags::LOCAL_WRITE);
+        let dst = reg_mr(
+            net,
+            &b,
+            2 * len,
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        );
         for (i, byte) in net.nodes[0].ctx.mr_bytes_mut(&src).iter_mut().enumerate() {
             *byte = (i * 13 % 253) as u8;
         }

@@ -547,26 +547,23 @@ impl Connection {
         };
         let header_len = repr.header_len();
         let total = repr.buffer_len();
+        // The whole datagram in `buf`: header, the payload gathered behind
+        // it, then the ICRC or the authentication trailer.
+        let write_whole = |buf: &mut [u8], auth: &mut Option<Box<ConnectionAuth>>| {
+            repr.emit_header(&mut buf[..header_len]);
+            msg.source.gather(
+                &shared.regions,
+                u64::from(offset),
+                &mut buf[header_len..header_len + payload_len as usize],
+            );
+            seal(auth, &mut buf[..total], header_len);
+        };
         match out {
-            Out::Bytes(buf) => {
-                repr.emit_header(&mut buf[..header_len]);
-                msg.source.gather(
-                    &shared.regions,
-                    u64::from(offset),
-                    &mut buf[header_len..header_len + payload_len as usize],
-                );
-                seal(&mut self.auth, &mut buf[..total], header_len);
-            }
+            Out::Bytes(buf) => write_whole(buf, &mut self.auth),
             // An authenticated packet is written whole: its tag covers (and,
             // encrypted, rewrites) the payload, which the AEAD takes as one slice.
             Out::Gather(buf, layout) if self.auth.is_some() => {
-                repr.emit_header(&mut buf[..header_len]);
-                msg.source.gather(
-                    &shared.regions,
-                    u64::from(offset),
-                    &mut buf[header_len..header_len + payload_len as usize],
-                );
-                seal(&mut self.auth, &mut buf[..total], header_len);
+                write_whole(buf, &mut self.auth);
                 **layout = Layout::Whole;
             }
             Out::Gather(buf, layout) => {
@@ -587,13 +584,7 @@ impl Connection {
                         payload: PayloadRef(span),
                     };
                 } else {
-                    repr.emit_header(&mut buf[..header_len]);
-                    msg.source.gather(
-                        &shared.regions,
-                        u64::from(offset),
-                        &mut buf[header_len..header_len + payload_len as usize],
-                    );
-                    wire::seal(&mut buf[..total]);
+                    write_whole(buf, &mut self.auth);
                     **layout = Layout::Whole;
                 }
             }
