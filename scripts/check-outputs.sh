@@ -50,7 +50,7 @@ for which in old new; do
   bin=$old; [ $which = new ] && bin=$new
   "$bin" sim sweep scenarios/sweeps/paths-loss.toml -q --out "$work/$which/sweep" >/dev/null
   "$bin" harness | grep -v '^perf' > "$work/$which/harness.txt"
-  "$bin" chaos --seeds 200 > "$work/$which/chaos.txt" 2>&1 || true
+  "$bin" chaos --seeds 200 2>&1 | sed -E "s/, [0-9.]+ s\$//" > "$work/$which/chaos.txt" || true
 done
 for f in harness.txt chaos.txt; do
   cmp -s "$work/old/$f" "$work/new/$f" || { echo "DIFFERS: $f"; fail=1; }
