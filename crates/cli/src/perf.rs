@@ -5,12 +5,12 @@
 //! Tests: write-bw, write-lat, read-bw, read-lat, send-bw, send-lat,
 //! atomic-bw, atomic-lat, and the raw-UDP baselines udp-bw, udp-lat.
 
-use metaroce_udp::Impair;
-use metaroce_udp::perf::{
-    self, AuthOpts, Figures, LAT_DURATION_HEADER, LAT_TABLE_HEADER, LocalOpts, Params, RESULT_LINE,
-    Session, Test,
+use metaroce_perf::raw::{self, RawParams, RawTest};
+use metaroce_perf::{
+    self as perf, AuthOpts, Figures, LAT_DURATION_HEADER, LAT_TABLE_HEADER, LocalOpts, Params,
+    RESULT_LINE, Session, Test,
 };
-use metaroce_udp::raw::{self, RawParams, RawTest};
+use metaroce_udp::Impair;
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::process::ExitCode;
 

@@ -1,20 +1,18 @@
 //! MetaRoCE real UDP datapath: sockets per path, batched I/O (sendmmsg /
-//! recvmmsg, UDP GSO / GRO), ECN, a progress engine per device, a TCP
-//! connection manager and the perftest-style tools behind `metaroce perf`.
+//! recvmmsg, UDP GSO / GRO), ECN, a progress engine per device.
 //!
 //! - [`Device`]: a device bound to an IP and a port range, driving a
 //!   [`metaroce_verbs::Context`] on real sockets;
-//! - [`cm`]: the connection manager's wire messages (see
-//!   `docs/spec/connection-manager.md`);
-//! - [`perf`]: perftest-style bandwidth and latency tests, and the raw-UDP
-//!   baselines;
+//! - [`batch`]: the batched socket I/O the device runs on, for tools that
+//!   want it without the protocol (the raw-UDP baselines);
 //! - [`Impair`]: receive-side loss / reorder / duplication for tests.
+//!
+//! The connection manager that sets devices up across hosts is
+//! `metaroce-cm`; the perftest-style tools are `metaroce-perf`.
 
-pub mod cm;
+pub mod batch;
 mod device;
 mod impair;
-pub mod perf;
-pub mod raw;
 mod sys;
 
 pub use device::{Device, DeviceConfig, DeviceStats, IoStats, UdpError, now_ns, os_seed};

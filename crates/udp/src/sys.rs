@@ -18,9 +18,9 @@ const UDP_SEGMENT: libc::c_int = 103;
 const UDP_GRO: libc::c_int = 104;
 
 /// Most segments the kernel accepts in one GSO send.
-pub(crate) const GSO_MAX_SEGMENTS: usize = 64;
+pub const GSO_MAX_SEGMENTS: usize = 64;
 /// Most bytes in one GSO send (UDP payload limit, minus headroom for headers).
-pub(crate) const GSO_MAX_BYTES: usize = 65_000;
+pub const GSO_MAX_BYTES: usize = 65_000;
 /// Receive buffer size: room for a GRO super-datagram.
 pub(crate) const RX_BUF_LEN: usize = 65_536;
 
@@ -138,7 +138,7 @@ pub(crate) fn enable_gro(s: &Socket) -> bool {
 /// several slices (headers in a buffer, payload in a memory region):
 /// segments are cut by length, not by slice.
 #[derive(Clone, Copy)]
-pub(crate) struct OutMsg<'a> {
+pub struct OutMsg<'a> {
     pub(crate) dst: SocketAddr,
     pub(crate) tos: u8,
     pub(crate) segment: Option<u16>,
@@ -299,15 +299,19 @@ fn send_chunk_with(
 /// A received message: `len` bytes in its buffer, from `src`, with the TOS
 /// byte and (under GRO) the segment size the bytes are split at.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct InMeta {
-    pub(crate) src: Option<SocketAddr>,
-    pub(crate) len: usize,
-    pub(crate) tos: u8,
-    pub(crate) segment: Option<usize>,
+pub struct InMeta {
+    /// The sender (None: an address family this code does not read).
+    pub src: Option<SocketAddr>,
+    /// Bytes received (under GRO, several datagrams back to back).
+    pub len: usize,
+    /// The TOS / traffic-class byte (ECN in its low two bits).
+    pub tos: u8,
+    /// Under GRO, the size of each coalesced datagram but the last.
+    pub segment: Option<usize>,
 }
 
 /// Receive buffers for `recvmmsg`.
-pub(crate) struct RxBatch {
+pub struct RxBatch {
     bufs: Vec<Vec<u8>>,
     pub(crate) meta: Vec<InMeta>,
     // The `recvmmsg` descriptors, allocated once: an idle busy-poll calls
@@ -326,7 +330,9 @@ pub(crate) struct RxBatch {
 unsafe impl Send for RxBatch {}
 
 impl RxBatch {
-    pub(crate) fn new(n: usize) -> Self {
+    /// Room for `n` messages per [`RxBatch::recv`], each up to 64 KiB (a
+    /// GRO super-datagram).
+    pub fn new(n: usize) -> Self {
         Self {
             bufs: (0..n).map(|_| vec![0; RX_BUF_LEN]).collect(),
             meta: Vec::with_capacity(n),
@@ -339,13 +345,15 @@ impl RxBatch {
         }
     }
 
-    /// The bytes of received message `i`.
-    pub(crate) fn data(&self, i: usize) -> &[u8] {
+    /// The bytes of received message `i` (panics unless `i` is below what
+    /// the last [`RxBatch::recv`] returned).
+    pub fn data(&self, i: usize) -> &[u8] {
         &self.bufs[i][..self.meta[i].len]
     }
 
-    /// One non-blocking `recvmmsg`; fills `meta`. Returns how many messages.
-    pub(crate) fn recv(&mut self, sock: &Socket) -> io::Result<usize> {
+    /// One non-blocking `recvmmsg`; fills `meta`. Returns how many messages
+    /// (0 when none is waiting).
+    pub fn recv(&mut self, sock: &Socket) -> io::Result<usize> {
         self.meta.clear();
         let n = self.bufs.len();
         let Self {

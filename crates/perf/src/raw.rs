@@ -6,14 +6,12 @@
 //! (`docs/spec/connection-manager.md` frames, bodies below) and the data goes
 //! over UDP between the two hosts.
 
-use crate::cm::{self, MsgType};
-use crate::now_ns;
-use crate::perf::{BwFigures, LatFigures, PerfError};
-use crate::sys::{self, OutMsg, RxBatch};
+use crate::{BwFigures, LatFigures, PerfError};
+use metaroce_cm::{self as cm, MsgType};
+use metaroce_udp::batch::{self, OutMsg, RxBatch, Socket};
+use metaroce_udp::now_ns;
 use serde::{Deserialize, Serialize};
-use socket2::Socket;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -73,10 +71,10 @@ struct RawReport {
 }
 
 fn bind(ip: IpAddr, offload: bool) -> Result<(Socket, SocketAddr), PerfError> {
-    let s = sys::bind_udp(SocketAddr::new(ip, 0))
+    let s = batch::bind(SocketAddr::new(ip, 0))
         .map_err(|e| PerfError::Other(format!("bind UDP on {ip}: {e}")))?;
     if offload {
-        sys::enable_gro(&s);
+        batch::enable_gro(&s);
     }
     let a = s
         .local_addr()
@@ -97,7 +95,7 @@ fn receive_all(rx: &Socket, stop: &AtomicBool) -> (u64, u64, u64) {
             if stop.load(Ordering::Relaxed) && now_ns() > last + 50_000_000 {
                 break;
             }
-            sys::wait_readable(&[rx.as_raw_fd()], Some(10_000_000));
+            batch::wait_readable(rx, Some(10_000_000));
             continue;
         }
         let t = now_ns();
@@ -106,7 +104,7 @@ fn receive_all(rx: &Socket, stop: &AtomicBool) -> (u64, u64, u64) {
         }
         last = t;
         for i in 0..n {
-            bytes += b.meta[i].len as u64;
+            bytes += b.meta()[i].len as u64;
         }
     }
     (bytes, first, last)
@@ -116,22 +114,22 @@ fn receive_all(rx: &Socket, stop: &AtomicBool) -> (u64, u64, u64) {
 fn blast(tx: &Socket, dst: SocketAddr, p: &RawParams) {
     let seg = p.seg.min(p.size as usize).max(1);
     let payload = vec![0xa5u8; seg];
-    let per_msg = (sys::GSO_MAX_BYTES / seg).clamp(1, sys::GSO_MAX_SEGMENTS);
-    let gso = p.offload && sys::probe_gso(tx);
+    let per_msg = (batch::GSO_MAX_BYTES / seg).clamp(1, batch::GSO_MAX_SEGMENTS);
+    let gso = p.offload && batch::probe_gso(tx);
     let parts_v: Vec<&[u8]> = vec![&payload[..]; if gso { per_msg } else { 1 }];
     let end = now_ns() + (p.secs * 1e9) as u64;
     while now_ns() < end {
         let msgs: Vec<OutMsg<'_>> = (0..16)
-            .map(|_| OutMsg {
-                dst,
-                tos: 0,
-                segment: (parts_v.len() > 1).then_some(seg as u16),
-                parts: &parts_v,
-                datagrams: parts_v.len(),
+            .map(|_| {
+                if parts_v.len() > 1 {
+                    OutMsg::segmented(dst, &parts_v, seg as u16)
+                } else {
+                    OutMsg::datagram(dst, &parts_v)
+                }
             })
             .collect();
-        if sys::send_batch(tx, &msgs).unwrap_or(0) == 0 {
-            sys::wait_writable(tx.as_raw_fd(), 1_000_000);
+        if batch::send_batch(tx, &msgs).unwrap_or(0) == 0 {
+            batch::wait_writable(tx, 1_000_000);
         }
     }
 }
@@ -153,17 +151,13 @@ fn echo(sock: &Socket, stop: &AtomicBool) {
     let mut rb = RxBatch::new(1);
     while !stop.load(Ordering::Relaxed) {
         if rb.recv(sock).unwrap_or(0) == 1 {
-            let Some(from) = rb.meta[0].src else { continue };
+            let Some(from) = rb.meta()[0].src else {
+                continue;
+            };
             let data = rb.data(0).to_vec();
             let parts = [&data[..]];
-            let m = OutMsg {
-                dst: from,
-                tos: 0,
-                segment: None,
-                parts: &parts,
-                datagrams: 1,
-            };
-            let _ = sys::send_batch(sock, std::slice::from_ref(&m));
+            let m = OutMsg::datagram(from, &parts);
+            let _ = batch::send_batch(sock, std::slice::from_ref(&m));
         }
     }
 }
@@ -184,14 +178,8 @@ fn ping(sock: &Socket, dst: SocketAddr, p: &RawParams) -> LatFigures {
     let mut samples = Vec::new();
     while (samples.len() as u64) < target && end.is_none_or(|e| now_ns() < e) {
         let t0 = now_ns();
-        let m = OutMsg {
-            dst,
-            tos: 0,
-            segment: None,
-            parts: &parts,
-            datagrams: 1,
-        };
-        let _ = sys::send_batch(sock, std::slice::from_ref(&m));
+        let m = OutMsg::datagram(dst, &parts);
+        let _ = batch::send_batch(sock, std::slice::from_ref(&m));
         loop {
             if rb.recv(sock).unwrap_or(0) == 1 {
                 break;

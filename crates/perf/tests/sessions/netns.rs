@@ -4,7 +4,7 @@
 //! the UDP datagrams arriving in the server's namespace. Skips (passing,
 //! with a message) where namespaces cannot be made.
 
-use crate::perf::{self, LocalOpts, Test};
+use metaroce_perf::{self as perf, LocalOpts, Test};
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::os::fd::AsRawFd;
 use std::process::Command;

@@ -1,13 +1,11 @@
-//! Connection manager: the out-of-band exchange over a TCP side channel
-//! (perftest's model, default port 18515). Specified in
-//! `docs/spec/connection-manager.md`.
+//! The connection manager's frame and message types.
 //!
 //! Frame: `"MRCM"` (4 bytes), version (1 byte, = 1), type (1 byte),
 //! body length (u32, big-endian, at most [`MAX_BODY`]), then a UTF-8 JSON
 //! body. Unknown JSON fields are ignored, so later versions can add fields.
 
+use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
 
 /// Frame magic.
@@ -17,17 +15,19 @@ pub const VERSION: u8 = 1;
 /// Largest body accepted.
 pub const MAX_BODY: u32 = 64 * 1024;
 
-/// Message types.
+/// Message types. Which body each carries is the tool's (see
+/// [`crate::Hello`] for the usual opening); the connection manager checks
+/// only that the type is the one expected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum MsgType {
-    /// Client → server: test parameters and the client's device.
+    /// Client → server: what the client asks for, and its device.
     Hello = 1,
-    /// Server → client: the server's device.
+    /// Server → client: the server's device (or where to send).
     Accept = 2,
-    /// Client → server: the run is over (with its counts).
+    /// Client → server: the run is over (with what the client counted).
     Done = 3,
-    /// Server → client: the server's verdict.
+    /// Server → client: the server's verdict on the run.
     Report = 4,
     /// Either way: refusal, with a reason; the connection closes after it.
     Error = 5,
@@ -58,77 +58,6 @@ pub enum CmError {
     /// The peer refused.
     #[error("peer refused: {0}")]
     Refused(String),
-}
-
-/// One memory buffer the peer may access.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-pub struct RemoteBuf {
-    /// First address.
-    pub addr: u64,
-    /// Remote key.
-    pub rkey: u64,
-    /// Length in bytes.
-    pub len: u64,
-}
-
-/// One side's device and QPs. The device's IP is the IP of that side's
-/// end of the TCP connection; only the port travels here.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Endpoint {
-    /// MetaRoCE device port (data and ACKs arrive there).
-    pub device_port: u16,
-    /// Path source-port span (informational, for firewalls).
-    pub path_port_span: u16,
-    /// MTU payload bytes of the device.
-    pub mtu: u32,
-    /// QP numbers, in the order the QPs pair up.
-    pub qpns: Vec<u32>,
-    /// The buffer the peer may access.
-    pub buf: RemoteBuf,
-    /// The device's session id (changes every time the device starts):
-    /// with packet authentication it enters the connection's keys, so a
-    /// restarted device never reuses a key with old packet numbers.
-    #[serde(default)]
-    pub session_id: u64,
-    /// Packet protection this side runs: "none", "authenticated" or
-    /// "encrypted". Both sides must agree; the secret itself never travels.
-    #[serde(default = "auth_none")]
-    pub auth: String,
-}
-
-fn auth_none() -> String {
-    "none".into()
-}
-
-/// Client → server.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Hello {
-    /// The test (`write-bw`, ...).
-    pub test: String,
-    /// Test parameters.
-    pub params: crate::perf::Params,
-    /// The client's device.
-    pub endpoint: Endpoint,
-    /// No further session follows this one (the server may exit).
-    pub last: bool,
-}
-
-/// Client → server at the end.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-pub struct Done {
-    /// Operations the client completed.
-    pub completed: u64,
-}
-
-/// Server → client at the end.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct Report {
-    /// The server checked the data it holds (None: nothing to check there).
-    pub verified: Option<bool>,
-    /// What was checked or what differs.
-    pub detail: String,
-    /// Datagrams the server's core counted as malformed.
-    pub rx_malformed: u64,
 }
 
 /// Write one frame.
@@ -185,6 +114,12 @@ pub fn recv<T: DeserializeOwned>(r: &mut impl Read, want: MsgType) -> Result<T, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A body of the shape the perf tools' `Done` has.
+    #[derive(Debug, Serialize, serde::Deserialize)]
+    struct Done {
+        completed: u64,
+    }
 
     #[test]
     fn frame_round_trip_and_rejects() {

@@ -1,0 +1,343 @@
+//! The client (requester) side: connect over the side channel, run one
+//! session of a test, and measure it.
+
+use crate::figures::peak_bps;
+use crate::messages::{Done, Hello, Report};
+use crate::rig::{
+    PP_RECVS, Rig, STALL_NS, connect, empty_wcs, local_endpoint, post_recvs, rig, wc_error,
+};
+use crate::verify::{first_diff, pattern};
+use crate::{
+    AddrLine, BwFigures, CQ_MOD, Figures, LatFigures, LocalOpts, Params, PerfError, Session, Test,
+};
+use metaroce_cm::{self as cm, Endpoint, MsgType, RemoteBuf};
+use metaroce_udp::now_ns;
+use metaroce_verbs::{MemoryRegion, SendWr, Sge, WcOpcode, WcStatus, WrOp};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+// ------------------------------------------------------------ client
+
+/// Connect to a server at `server`, run one session of `test`, and return
+/// what it measured. `last` tells the server no session follows.
+pub fn run_client(
+    test: Test,
+    server: SocketAddr,
+    p: &Params,
+    local: &LocalOpts,
+    last: bool,
+) -> Result<Session, PerfError> {
+    p.validate(test).map_err(PerfError::Other)?;
+    let mut tcp = TcpStream::connect_timeout(&server, Duration::from_secs(5))
+        .map_err(|e| PerfError::Other(format!("cannot reach server {server}: {e}")))?;
+    tcp.set_nodelay(true)?;
+    let my_ip = tcp.local_addr()?.ip();
+    let peer_ip = tcp.peer_addr()?.ip();
+    let slots = p.slots(test);
+    let buf_len = if test.is_atomic() {
+        slots * 8
+    } else {
+        slots * p.size
+    };
+    let fill = matches!(
+        test,
+        Test::WriteBw | Test::SendBw | Test::WriteLat | Test::SendLat
+    )
+    .then_some(p.pattern_seed);
+    let rig = rig(my_ip, p, local, buf_len, fill)?;
+    let hello = Hello {
+        test: test.name().into(),
+        params: p.clone(),
+        endpoint: local_endpoint(&rig, p),
+        last,
+    };
+    cm::send(&mut tcp, MsgType::Hello, &hello)?;
+    let peer: Endpoint = cm::recv(&mut tcp, MsgType::Accept)?;
+    connect(&rig, peer_ip, &peer)?;
+    let remote = peer.buf;
+    let (figures, completed) = if test.is_lat() {
+        client_lat(test, &rig, p, remote)?
+    } else {
+        client_bw(test, &rig, p, remote, slots)?
+    };
+    // Client-side verification (READ data lands here).
+    let (mut verified, mut detail) = (None, String::new());
+    if p.verify && matches!(test, Test::ReadBw | Test::ReadLat) {
+        let n = if test == Test::ReadLat {
+            1
+        } else {
+            completed.min(slots)
+        };
+        let len = (n * p.size) as usize;
+        let expect = pattern(p.pattern_seed, len);
+        let bad = rig
+            .dev
+            .with(|ctx, _| first_diff(&ctx.mr_bytes(&rig.mr)[..len], &expect));
+        verified = Some(bad.is_none());
+        detail = match bad {
+            None => format!("{len} bytes read back intact"),
+            Some(at) => format!("read data differs at byte {at}"),
+        };
+    }
+    cm::send(&mut tcp, MsgType::Done, &Done { completed })?;
+    let report: Report = cm::recv(&mut tcp, MsgType::Report)?;
+    if let Some(v) = report.verified {
+        verified = Some(v && verified.unwrap_or(true));
+        if detail.is_empty() {
+            detail = report.detail.clone();
+        } else {
+            detail = format!("{detail}; {}", report.detail);
+        }
+    }
+    let local_line = AddrLine {
+        dev: rig.dev.addr(),
+        qpn: rig.qps[0].qp_num(),
+        rkey: rig.mr.rkey,
+        vaddr: rig.mr.addr,
+    };
+    let remote_line = AddrLine {
+        dev: SocketAddr::new(peer_ip, peer.device_port),
+        qpn: peer.qpns[0],
+        rkey: remote.rkey,
+        vaddr: remote.addr,
+    };
+    let stats = rig.dev.stats();
+    if std::env::var_os("METAROCE_STATS").is_some() {
+        let peer_dev = remote_line.dev;
+        rig.dev.with(|ctx, _| {
+            let ep = ctx.endpoint();
+            eprintln!("client cc: {:?}", ep.cc_metrics(peer_dev));
+            eprintln!("client connection: {:?}", ep.connection_stats(peer_dev));
+        });
+    }
+    rig.dev.shutdown();
+    Ok(Session {
+        figures,
+        verified,
+        detail,
+        local: local_line,
+        remote: remote_line,
+        stats,
+        server_rx_malformed: report.rx_malformed,
+    })
+}
+
+fn bw_wr(
+    test: Test,
+    k: u64,
+    p: &Params,
+    slots: u64,
+    mr: &MemoryRegion,
+    remote: RemoteBuf,
+) -> SendWr {
+    let slot = k % slots;
+    match test {
+        Test::AtomicBw | Test::AtomicLat => SendWr::new(
+            k,
+            WrOp::FetchAdd {
+                remote_addr: remote.addr + slot * 8,
+                rkey: remote.rkey,
+                add: 1,
+            },
+            vec![mr.sge(slot * 8, 8)],
+        ),
+        _ => {
+            let off = slot * p.size;
+            let op = match test {
+                Test::ReadBw | Test::ReadLat => WrOp::Read {
+                    remote_addr: remote.addr + off,
+                    rkey: remote.rkey,
+                },
+                Test::SendBw | Test::SendLat => WrOp::Send,
+                _ => WrOp::Write {
+                    remote_addr: remote.addr + off,
+                    rkey: remote.rkey,
+                },
+            };
+            SendWr::new(k, op, vec![mr.sge(off, p.size as u32)])
+        }
+    }
+}
+
+fn client_bw(
+    test: Test,
+    rig: &Rig,
+    p: &Params,
+    remote: RemoteBuf,
+    slots: u64,
+) -> Result<(Figures, u64), PerfError> {
+    let nq = rig.qps.len();
+    let depth = u64::from(p.tx_depth);
+    let target = if p.duration_s == 0 { p.iters } else { u64::MAX };
+    let mut outstanding = vec![0u64; nq];
+    let (mut posted, mut completed) = (0u64, 0u64);
+    let mut wcs = empty_wcs();
+    let start = now_ns();
+    let end_at = (p.duration_s > 0).then(|| start + p.duration_s * 1_000_000_000);
+    let mut marks = vec![start];
+    let mut last_done = start;
+    let mut last_progress = start;
+    let mut batch: Vec<Vec<SendWr>> = vec![Vec::new(); nq];
+    loop {
+        let stop_posting = end_at.is_some_and(|e| now_ns() >= e);
+        // Post as much as the depth allows, one lock for all QPs.
+        let mut any = false;
+        for (q, b) in batch.iter_mut().enumerate() {
+            b.clear();
+            while !stop_posting && outstanding[q] < depth && posted < target {
+                // Message k goes on QP k % nq.
+                if posted % nq as u64 != q as u64 {
+                    break;
+                }
+                b.push(bw_wr(test, posted, p, slots, &rig.mr, remote));
+                outstanding[q] += 1;
+                posted += 1;
+                any = true;
+                if b.len() >= 32 {
+                    break;
+                }
+            }
+        }
+        if any {
+            rig.dev.with(|ctx, now| -> Result<(), PerfError> {
+                for (q, b) in batch.iter().enumerate() {
+                    if !b.is_empty() {
+                        ctx.post_send(now, rig.qps[q], b)
+                            .map_err(|(i, e)| PerfError::Other(format!("post_send #{i}: {e}")))?;
+                    }
+                }
+                Ok(())
+            })?;
+        }
+        let n = rig.dev.poll_cq(rig.cq, &mut wcs)?;
+        let now = now_ns();
+        for wc in &wcs[..n] {
+            if wc.status != WcStatus::Success {
+                return Err(wc_error(wc));
+            }
+            let q = rig
+                .qps
+                .iter()
+                .position(|qp| qp.qp_num() == wc.qp_num)
+                .unwrap_or(0);
+            outstanding[q] = outstanding[q].saturating_sub(1);
+            completed += 1;
+            if completed.is_multiple_of(CQ_MOD) {
+                marks.push(now);
+            }
+            last_done = now;
+            last_progress = now;
+        }
+        if completed >= target || (stop_posting && outstanding.iter().all(|&o| o == 0)) {
+            break;
+        }
+        if now.saturating_sub(last_progress) > STALL_NS {
+            return Err(PerfError::Other(format!(
+                "no completion for {} s ({completed} of {posted} done)",
+                STALL_NS / 1_000_000_000
+            )));
+        }
+    }
+    let elapsed = last_done.saturating_sub(start).max(1) as f64 / 1e9;
+    let bytes = (completed * p.size) as f64;
+    let peak = peak_bps(&marks, CQ_MOD * p.size);
+    let avg = bytes / elapsed;
+    Ok((
+        Figures::Bw(BwFigures {
+            size: p.size,
+            iters: completed,
+            // A run shorter than the window, or one whose only full window
+            // caught a slow stretch, still reports a peak no lower than its
+            // average (as perftest does).
+            peak_bps: peak.max(avg),
+            avg_bps: avg,
+            msg_rate_mpps: completed as f64 / elapsed / 1e6,
+        }),
+        completed,
+    ))
+}
+
+fn client_lat(
+    test: Test,
+    rig: &Rig,
+    p: &Params,
+    remote: RemoteBuf,
+) -> Result<(Figures, u64), PerfError> {
+    let qp = rig.qps[0];
+    let pingpong = matches!(test, Test::WriteLat | Test::SendLat);
+    let recv_sge = |_: u64| -> Vec<Sge> {
+        if test == Test::SendLat {
+            vec![rig.mr.sge(0, p.size as u32)]
+        } else {
+            Vec::new()
+        }
+    };
+    if pingpong {
+        post_recvs(rig, qp, (0..PP_RECVS).map(|i| (i, recv_sge(i))))?;
+    }
+    let target = if p.duration_s == 0 { p.iters } else { u64::MAX };
+    let start = now_ns();
+    let end_at = (p.duration_s > 0).then(|| start + p.duration_s * 1_000_000_000);
+    let mut samples = Vec::with_capacity(target.min(1 << 20) as usize);
+    let mut wcs = empty_wcs();
+    let mut k = 0u64;
+    while k < target && end_at.is_none_or(|e| now_ns() < e) {
+        let wr = match test {
+            Test::WriteLat => {
+                let mut w = SendWr::new(
+                    k,
+                    WrOp::WriteImm {
+                        remote_addr: remote.addr,
+                        rkey: remote.rkey,
+                        imm: k as u32,
+                    },
+                    vec![rig.mr.sge(0, p.size as u32)],
+                );
+                w.signaled = false;
+                w
+            }
+            Test::SendLat => {
+                let mut w = SendWr::new(k, WrOp::Send, vec![rig.mr.sge(0, p.size as u32)]);
+                w.signaled = false;
+                w
+            }
+            _ => bw_wr(test, k, p, 1, &rig.mr, remote),
+        };
+        let t0 = now_ns();
+        rig.dev.with(|ctx, now| {
+            ctx.post_send(now, qp, std::slice::from_ref(&wr))
+                .map_err(|(_, e)| PerfError::Other(format!("post_send: {e}")))
+        })?;
+        // Wait for the answer: a receive (ping-pong) or the completion.
+        let t1 = loop {
+            let n = rig.dev.poll_cq(rig.cq, &mut wcs)?;
+            let mut got = None;
+            for wc in &wcs[..n] {
+                if wc.status != WcStatus::Success {
+                    return Err(wc_error(wc));
+                }
+                let is_recv = matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm);
+                if pingpong == is_recv {
+                    got = Some(now_ns());
+                }
+            }
+            if let Some(t) = got {
+                break t;
+            }
+            if now_ns().saturating_sub(t0) > STALL_NS {
+                return Err(PerfError::Other("no answer for 30 s".into()));
+            }
+        };
+        if pingpong {
+            post_recvs(rig, qp, std::iter::once((k + PP_RECVS, recv_sge(k))))?;
+        }
+        let rtt = t1 - t0;
+        samples.push(if pingpong { rtt / 2 } else { rtt });
+        k += 1;
+    }
+    let elapsed = now_ns() - start;
+    Ok((
+        Figures::Lat(LatFigures::from_samples(p.size, samples, elapsed)),
+        k,
+    ))
+}

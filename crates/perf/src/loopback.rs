@@ -1,0 +1,47 @@
+//! `--loopback`: both ends in one process.
+
+use crate::{LocalOpts, Params, PerfError, Session, Test, run_client, serve};
+use std::net::{TcpListener, TcpStream};
+use std::time::Duration;
+
+/// Run the server on a thread and the client here: both ends in one
+/// process over 127.0.0.1 (`--loopback`). `sizes` are run as sessions in
+/// order; `on_session` sees each client session as it finishes.
+pub fn run_loopback(
+    test: Test,
+    listener: TcpListener,
+    sizes: &[u64],
+    p: &Params,
+    local: &LocalOpts,
+    on_session: &mut dyn FnMut(&Session),
+) -> Result<(), PerfError> {
+    let server_addr = listener.local_addr()?;
+    let mut server_local = local.clone();
+    server_local.seed = local.seed ^ 0x5151_5151;
+    let server = std::thread::Builder::new()
+        .name("mr-perf-server".into())
+        .spawn(move || serve(&listener, test, &server_local, &mut |_| {}))
+        .map_err(|e| PerfError::Other(format!("spawn server: {e}")))?;
+    let mut result = Ok(());
+    for (i, &size) in sizes.iter().enumerate() {
+        let mut pp = p.clone();
+        pp.size = size;
+        match run_client(test, server_addr, &pp, local, i + 1 == sizes.len()) {
+            Ok(s) => on_session(&s),
+            Err(e) => {
+                result = Err(e);
+                break;
+            }
+        }
+    }
+    if result.is_err() {
+        // Unblock a server waiting in accept.
+        let _ = TcpStream::connect_timeout(&server_addr, Duration::from_millis(200));
+        drop(server);
+        return result;
+    }
+    match server.join() {
+        Ok(r) => r,
+        Err(_) => Err(PerfError::Other("server thread panicked".into())),
+    }
+}

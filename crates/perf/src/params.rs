@@ -1,0 +1,141 @@
+//! What a run is asked to do: the parameters the client sends and the
+//! server adopts ([`Params`]), with their limits, and each side's own
+//! options that never travel ([`LocalOpts`]).
+
+use crate::Test;
+use metaroce_udp::Impair;
+use serde::{Deserialize, Serialize};
+
+/// Parameters the client sends; the server adopts them.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Params {
+    /// Message size in bytes.
+    pub size: u64,
+    /// Iterations (ignored when `duration_s > 0`).
+    pub iters: u64,
+    /// Run for this many seconds instead (0: by iterations).
+    pub duration_s: u64,
+    /// QPs.
+    pub qps: u32,
+    /// Outstanding work requests per QP.
+    pub tx_depth: u32,
+    /// Verify data.
+    pub verify: bool,
+    /// MTU payload bytes.
+    pub mtu: u32,
+    /// Paths per connection.
+    pub paths: u32,
+    /// Seed of the verification pattern.
+    pub pattern_seed: u64,
+}
+
+/// Largest message size.
+pub const MAX_SIZE: u64 = 64 << 20;
+/// Most bytes of buffer per side.
+const BUF_CAP: u64 = 64 << 20;
+/// Most slots per buffer.
+const MAX_SLOTS: u64 = 1024;
+/// CQ moderation used for the peak figure (perftest's default).
+pub const CQ_MOD: u64 = 100;
+
+impl Params {
+    /// Check ranges; the error is one line naming the option.
+    pub fn validate(&self, test: Test) -> Result<(), String> {
+        if test.is_atomic() && self.size != 8 {
+            return Err(format!(
+                "-s {}: atomic tests use 8-byte operands",
+                self.size
+            ));
+        }
+        if self.size == 0 || self.size > MAX_SIZE {
+            return Err(format!("-s {} must be 1 ..= {MAX_SIZE}", self.size));
+        }
+        if self.duration_s == 0 && self.iters < 5 {
+            return Err(format!("-n {} must be at least 5", self.iters));
+        }
+        if self.duration_s > 3600 {
+            return Err(format!("-D {} must be at most 3600 s", self.duration_s));
+        }
+        if !(1..=64).contains(&self.qps) {
+            return Err(format!("-q {} must be 1..=64", self.qps));
+        }
+        if !(1..=2048).contains(&self.tx_depth) {
+            return Err(format!("-t {} must be 1..=2048", self.tx_depth));
+        }
+        if !(64..=65_000).contains(&self.mtu) {
+            return Err(format!("--mtu {} must be 64..=65000", self.mtu));
+        }
+        if !(1..=128).contains(&self.paths) {
+            return Err(format!("--paths {} must be 1..=128", self.paths));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn slots(&self, test: Test) -> u64 {
+        let by_cap = (BUF_CAP / self.size).clamp(1, MAX_SLOTS);
+        let mut s = if self.duration_s == 0 {
+            by_cap.min(self.iters)
+        } else {
+            by_cap
+        };
+        if test.is_atomic() {
+            s = 64;
+        }
+        s.max(1)
+    }
+}
+
+/// Local options of either side (not sent to the peer).
+#[derive(Debug, Clone)]
+pub struct LocalOpts {
+    /// Receive-side impairment.
+    pub impair: Option<Impair>,
+    /// Seed of the core (keys, PSNs, ports).
+    pub seed: u64,
+    /// Device port (0: pick a free range).
+    pub dev_port: u16,
+    /// GSO / GRO allowed.
+    pub offload: bool,
+    /// Packet authentication (and optionally encryption) with this job
+    /// secret; both sides must run the same.
+    pub auth: Option<AuthOpts>,
+}
+
+/// Packet protection for a perf run.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct AuthOpts {
+    /// The job's 32-byte secret.
+    pub job_secret: [u8; 32],
+    /// Encrypt payloads too.
+    pub encrypt: bool,
+}
+
+impl std::fmt::Debug for AuthOpts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthOpts")
+            .field("job_secret", &"<hidden>")
+            .field("encrypt", &self.encrypt)
+            .finish()
+    }
+}
+
+/// The name a side's protection goes by in the connection manager.
+pub(crate) fn auth_mode(auth: Option<&AuthOpts>) -> &'static str {
+    match auth {
+        None => "none",
+        Some(a) if a.encrypt => "encrypted",
+        Some(_) => "authenticated",
+    }
+}
+
+impl Default for LocalOpts {
+    fn default() -> Self {
+        Self {
+            impair: None,
+            seed: metaroce_udp::os_seed(),
+            dev_port: 0,
+            offload: true,
+            auth: None,
+        }
+    }
+}
