@@ -87,3 +87,60 @@ pub enum SimError {
     #[error("need 0 <= i < n")]
     ShardOutOfRange,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_name_what_went_wrong() {
+        let cases = [
+            (
+                SimError::NoLink {
+                    a: "h0".into(),
+                    b: "h1".into(),
+                },
+                "no link h0 - h1",
+            ),
+            (
+                SimError::FlowFileLine {
+                    line: 3,
+                    problem: "bad src".into(),
+                },
+                "line 3: bad src",
+            ),
+            (
+                SimError::PostRefused {
+                    flow: 0,
+                    src: 0,
+                    dst: 1,
+                    bytes: 5_000_000_000,
+                    cause: TransportError::MessageOver4GiB {
+                        bytes: 5_000_000_000,
+                    },
+                },
+                "flow 0 (0->1, 5000000000 B): message of 5000000000 B > 4 GiB",
+            ),
+            (
+                TransportError::NoChannel {
+                    transport: Some("rocev2"),
+                    channel: 3,
+                }
+                .into(),
+                "rocev2: no channel 3",
+            ),
+            (
+                TransportError::NoChannel {
+                    transport: None,
+                    channel: 3,
+                }
+                .into(),
+                "no channel 3",
+            ),
+            (SimError::ShardOutOfRange, "need 0 <= i < n"),
+        ];
+        for (error, text) in cases {
+            assert_eq!(error.to_string(), text);
+        }
+    }
+}

@@ -2,30 +2,16 @@
 //! event loop that drives them, and the measurements the report is built
 //! from.
 //!
-//! Each fabric element is a file of `impl Sim` blocks over this one arena
-//! ([`Sim`] owns every port, switch, host and packet; elements name each
-//! other by index, never by pointer):
+//! [`Sim`] owns every port, switch, host and packet; elements name each
+//! other by index, never by pointer. Each element is one file under
+//! `sim/` of `impl Sim` blocks over this arena (the crate docs map which
+//! file holds which): `host.rs`, `packet.rs`, `port.rs`, `pipe.rs`,
+//! `switch.rs`, `pfc.rs`, `credit.rs`, `routing.rs`, `failure.rs`,
+//! `flow.rs`. The event loop ([`Sim::run`]) hands each event to its
+//! element; a packet goes `host_pull` → `tx_start` / `tx_done` →
+//! `pipe_enter` / `pipe_arrive` → `switch_receive` → (port and pipe again,
+//! hop by hop) → `host_receive`.
 //!
-//! | file | element |
-//! |---|---|
-//! | `sim/host.rs` | a host: its transport, its timer, the NIC pulling packets onto a plane |
-//! | `sim/packet.rs` | the packet slab: the fabric's view of a packet, and its transport body |
-//! | `sim/port.rs` | a port (one link direction): priority queues and the serializer |
-//! | `sim/pipe.rs` | the wire behind a port: random loss, dead links, propagation delay |
-//! | `sim/switch.rs` | a switch: route, admit, trim or drop, mark, enqueue; buffer accounting |
-//! | `sim/pfc.rs` | priority flow control: ingress thresholds, PAUSE and RESUME frames |
-//! | `sim/credit.rs` | credit-based link flow control (InfiniBand-style, instead of PFC) |
-//! | `sim/routing.rs` | down tables, ECMP and adaptive up-port choice, re-convergence |
-//! | `sim/failure.rs` | link and switch failures and recoveries |
-//! | `sim/flow.rs` | the workload: channels, flow starts, completions, triggers |
-//!
-//! A packet's way through them: a transport hands its NIC a packet
-//! (`host_pull`), which picks a plane and queues it at the host's port;
-//! the port serializes it (`tx_start`, `tx_done`) into the pipe
-//! (`pipe_enter`), which delivers it a link delay later (`pipe_arrive`) to
-//! a switch (`switch_receive`: route, admit, mark, enqueue at the egress
-//! port, whose serializer and pipe carry it on) and at last to the
-//! destination host (`host_receive`), whose transport answers.
 //! Packets live in a slab and are recycled, so the steady state allocates
 //! nothing per packet (the protocol core's own ACK records aside).
 

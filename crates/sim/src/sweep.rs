@@ -220,11 +220,9 @@ impl Plan {
 
 /// Set the value at dotted `key` (`a.b`, `workload.0.bytes`) in `t`.
 fn set_dotted(t: &mut toml::Table, key: &str, val: toml::Value) -> Result<(), SimError> {
-    fn walk<'a>(
-        mut cur: &'a mut toml::Value,
-        parts: &[&str],
-    ) -> Result<&'a mut toml::Value, String> {
-        for part in parts {
+    fn walk<'a>(mut cur: &'a mut toml::Value, key: &str) -> Result<&'a mut toml::Value, SimError> {
+        let bad = |why: String| SimError::Scenario(format!("grid key {key}: {why}"));
+        for part in key.split('.') {
             cur = match cur {
                 toml::Value::Table(tb) => tb
                     .entry(part.to_string())
@@ -232,22 +230,21 @@ fn set_dotted(t: &mut toml::Table, key: &str, val: toml::Value) -> Result<(), Si
                 toml::Value::Array(a) => {
                     let i: usize = part
                         .parse()
-                        .map_err(|_| format!("'{part}' is not an index"))?;
+                        .map_err(|_| bad(format!("'{part}' is not an index")))?;
                     a.get_mut(i)
-                        .ok_or_else(|| format!("index {i} out of range"))?
+                        .ok_or_else(|| bad(format!("index {i} out of range")))?
                 }
-                _ => return Err(format!("'{part}' is inside a value")),
+                _ => return Err(bad(format!("'{part}' is inside a value"))),
             };
         }
         Ok(cur)
     }
-    let parts: Vec<&str> = key.split('.').collect();
     let mut root = toml::Value::Table(std::mem::take(t));
-    let r = walk(&mut root, &parts).map(|slot| *slot = val);
+    let r = walk(&mut root, key).map(|slot| *slot = val);
     if let toml::Value::Table(tb) = root {
         *t = tb;
     }
-    r.map_err(|e| SimError::Scenario(format!("grid key {key}: {e}")))
+    r
 }
 
 /// Run the shard's points on `threads` threads; `progress(done, total)`.

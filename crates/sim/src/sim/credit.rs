@@ -1,10 +1,6 @@
-//! Credit-based link flow control (InfiniBand-style, instead of PFC).
-//!
-//! Every port facing a switch holds credit for that switch's receive
-//! buffer on the link. A data packet leaves only if its length is covered;
-//! the credit goes back to the sending port (one link delay later) when
-//! the downstream switch forwards the packet. Data is then never dropped
-//! for lack of buffer, and no PAUSE is ever sent.
+//! Credit-based link flow control (InfiniBand-style, instead of PFC): see
+//! [`Sim::set_credit_flow_control`]. Credits are bytes of the downstream
+//! switch's receive buffer, per port; only data spends them.
 
 use super::Sim;
 use crate::event::EventKind;
