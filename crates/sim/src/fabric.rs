@@ -1,4 +1,9 @@
-//! Switch and link behaviour: buffers, ECN, PFC, trimming, routing knobs.
+//! Switch and link policies and their knobs: buffer admission, ECN
+//! marking, PFC thresholds, trimming, up-port choice, the ECMP hash.
+//!
+//! Each policy is a pure function of its configuration and the counts it
+//! reads; the switch element (`sim/switch.rs`, `sim/pfc.rs`) applies them
+//! to its ports and buffers.
 
 use crate::Ps;
 
@@ -18,6 +23,23 @@ pub enum BufferModel {
         /// Dynamic-threshold factor.
         alpha: f64,
     },
+}
+
+impl BufferModel {
+    /// Admission: whether a packet of `packet_bytes` may join an egress
+    /// queue holding `queue_bytes`, at a switch whose buffer holds
+    /// `switch_bytes` over all its ports.
+    #[inline]
+    pub fn admits(&self, switch_bytes: u64, queue_bytes: u64, packet_bytes: u64) -> bool {
+        match *self {
+            Self::PerPort { bytes: cap } => queue_bytes + packet_bytes <= cap,
+            // The free space is read only once the packet fits at all.
+            Self::Shared { bytes: cap, alpha } => {
+                switch_bytes + packet_bytes <= cap
+                    && (queue_bytes + packet_bytes) as f64 <= alpha * (cap - switch_bytes) as f64
+            }
+        }
+    }
 }
 
 /// RED-style ECN marking on the egress queue length at enqueue.
@@ -55,6 +77,28 @@ pub struct PfcConfig {
     /// Bytes above `xoff` still accepted (in flight when the pause lands);
     /// beyond it packets are dropped and counted.
     pub headroom_bytes: u64,
+}
+
+impl PfcConfig {
+    /// Whether a packet of `packet_bytes` arriving at an ingress port
+    /// holding `ingress_bytes` overflows the headroom: the pause came too
+    /// late for it, and it is dropped.
+    #[inline]
+    pub fn beyond_headroom(&self, ingress_bytes: u64, packet_bytes: u64) -> bool {
+        ingress_bytes + packet_bytes > self.xoff_bytes + self.headroom_bytes
+    }
+
+    /// Whether an ingress port holding `ingress_bytes` must pause its upstream.
+    #[inline]
+    pub fn must_pause(&self, ingress_bytes: u64) -> bool {
+        ingress_bytes >= self.xoff_bytes
+    }
+
+    /// Whether a paused ingress port holding `ingress_bytes` may resume its upstream.
+    #[inline]
+    pub fn may_resume(&self, ingress_bytes: u64) -> bool {
+        ingress_bytes <= self.xon_bytes
+    }
 }
 
 /// How a switch picks among its up-ports.
@@ -151,5 +195,33 @@ mod tests {
         assert!((e.mark_probability(250) - 0.15).abs() < 1e-12);
         assert_eq!(e.mark_probability(300), 1.0);
         assert_eq!(e.mark_probability(10_000), 1.0);
+    }
+
+    #[test]
+    fn admission_per_port_and_shared() {
+        let per_port = BufferModel::PerPort { bytes: 1000 };
+        assert!(per_port.admits(u64::MAX / 2, 900, 100));
+        assert!(!per_port.admits(0, 901, 100));
+        // Shared: the switch must have room, and the queue may hold up to
+        // alpha times the free space.
+        let shared = BufferModel::Shared {
+            bytes: 1000,
+            alpha: 1.0,
+        };
+        assert!(shared.admits(400, 500, 100));
+        assert!(!shared.admits(400, 600, 100));
+        assert!(!shared.admits(950, 0, 100));
+    }
+
+    #[test]
+    fn pfc_thresholds() {
+        let pfc = PfcConfig {
+            xoff_bytes: 100,
+            xon_bytes: 50,
+            headroom_bytes: 20,
+        };
+        assert!(!pfc.must_pause(99) && pfc.must_pause(100));
+        assert!(pfc.may_resume(50) && !pfc.may_resume(51));
+        assert!(!pfc.beyond_headroom(100, 20) && pfc.beyond_headroom(101, 20));
     }
 }

@@ -3,10 +3,10 @@
 
 use crate::sim::{Measurements, Port, base_rtt};
 use crate::stats::sorted_quantile;
+use crate::time::{Ps, ps_to_us};
 use crate::topology::Topology;
 use crate::transport::TransportStats;
 use crate::workload::{CollKind, FlowSet};
-use crate::{PS_PER_US, Ps};
 use serde::Serialize;
 use std::fmt::Write as _;
 
@@ -174,7 +174,6 @@ pub fn results(
     finished: bool,
     events: u64,
 ) -> Results {
-    let us = |ps: Ps| ps as f64 / PS_PER_US as f64;
     let mut fcts: Vec<f64> = Vec::new();
     let (mut flows, mut failed, mut bytes_done) = (0, 0, 0u64);
     for (f, r) in work.flows.iter().zip(&m.flows) {
@@ -184,7 +183,7 @@ pub fn results(
         flows += 1;
         failed += usize::from(r.failed);
         if let (Some(s), Some(rx), Some(_)) = (r.started, r.received, r.sent) {
-            fcts.push(us(rx - s));
+            fcts.push(ps_to_us(rx - s));
             bytes_done += f.bytes;
         }
     }
@@ -223,7 +222,7 @@ pub fn results(
         let t = if first == Ps::MAX {
             0.0
         } else {
-            us(last.saturating_sub(first))
+            ps_to_us(last.saturating_sub(first))
         };
         let algbw = if t > 0.0 {
             spec.bytes as f64 / (t * 1e3)
@@ -275,7 +274,7 @@ pub fn results(
             trims: sum(|p| p.c.trims),
             ecn_marks: sum(|p| p.c.ecn_marks),
             pauses: sum(|p| p.c.pauses),
-            paused_us: round3(us(sum(|p| p.c.paused_ps))),
+            paused_us: round3(ps_to_us(sum(|p| p.c.paused_ps))),
         });
     }
     for p in ports {
@@ -298,8 +297,8 @@ pub fn results(
         hosts: topo.hosts,
         switches: topo.switches.len(),
         links: topo.links.len(),
-        base_rtt_us: round3(us(base_rtt(topo))),
-        makespan_us: round3(us(makespan)),
+        base_rtt_us: round3(ps_to_us(base_rtt(topo))),
+        makespan_us: round3(ps_to_us(makespan)),
         finished,
         fct: FctStats {
             min_us: round3(fct.min_us),
@@ -315,7 +314,7 @@ pub fn results(
         goodput_gbps: if makespan == 0 {
             0.0
         } else {
-            round3(bytes_done as f64 * 8.0 / us(makespan) / 1e3)
+            round3(bytes_done as f64 * 8.0 / ps_to_us(makespan) / 1e3)
         },
         tiers,
         fabric: fab,
@@ -330,7 +329,7 @@ fn round3(x: f64) -> f64 {
 
 /// The time series of a run.
 pub fn time_series(topo: &Topology, m: &Measurements, bin_ps: Ps) -> TimeSeries {
-    let bin_us = bin_ps as f64 / PS_PER_US as f64;
+    let bin_us = ps_to_us(bin_ps);
     TimeSeries {
         bin_us,
         goodput_gbps: m
@@ -469,15 +468,16 @@ pub fn summary_table(r: &Results) -> String {
 /// Per-flow CSV: `flow,src,dst,bytes,start_us,fct_us,sender_done_us,failed`.
 pub fn flows_csv(work: &FlowSet, m: &Measurements) -> String {
     let mut s = String::from("flow,src,dst,bytes,start_us,fct_us,sender_done_us,failed\n");
-    let us = |ps: Ps| ps as f64 / PS_PER_US as f64;
     for (i, (f, r)) in work.flows.iter().zip(&m.flows).enumerate() {
-        let st = r.started.map_or(String::new(), |t| format!("{:.3}", us(t)));
+        let st = r
+            .started
+            .map_or(String::new(), |t| format!("{:.3}", ps_to_us(t)));
         let fct = match (r.started, r.received) {
-            (Some(a), Some(b)) => format!("{:.3}", us(b - a)),
+            (Some(a), Some(b)) => format!("{:.3}", ps_to_us(b - a)),
             _ => String::new(),
         };
         let sd = match (r.started, r.sent) {
-            (Some(a), Some(b)) => format!("{:.3}", us(b - a)),
+            (Some(a), Some(b)) => format!("{:.3}", ps_to_us(b - a)),
             _ => String::new(),
         };
         let _ = writeln!(
@@ -635,7 +635,7 @@ pub fn fct_cdf_svg(work: &FlowSet, m: &Measurements) -> String {
         .iter()
         .zip(&m.flows)
         .filter(|(w, _)| !w.background)
-        .filter_map(|(_, r)| Some((r.received? - r.started?) as f64 / PS_PER_US as f64))
+        .filter_map(|(_, r)| Some(ps_to_us(r.received? - r.started?)))
         .collect();
     f.sort_by(f64::total_cmp);
     let n = f.len().max(1) as f64;

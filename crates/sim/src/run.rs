@@ -1,11 +1,12 @@
 //! Running a scenario end to end: build, simulate, report.
 
+use crate::error::SimError;
 use crate::report::{self, Results, TimeSeries};
-use crate::scenario::{Scenario, ScenarioError};
+use crate::scenario::Scenario;
 use crate::sim::Sim;
+use crate::time::{Ps, ps_to_us};
 use crate::transport::TransportFactory;
 use crate::transport::metaroce::MetaRoceFactory;
-use crate::{PS_PER_US, Ps};
 use std::time::{Duration, Instant};
 
 /// Wall-clock figures of a run (not deterministic; never in `results.json`).
@@ -68,7 +69,7 @@ pub fn run_scenario(
     scn: &Scenario,
     seed: Option<u64>,
     progress: ProgressFn<'_>,
-) -> Result<Outcome, ScenarioError> {
+) -> Result<Outcome, SimError> {
     let seed = seed.unwrap_or(scn.seed);
     let t0 = Instant::now();
     let mut built = scn.build(seed)?;
@@ -123,7 +124,7 @@ fn run_with<F: TransportFactory>(
     seed: u64,
     t0: Instant,
     progress: ProgressFn<'_>,
-) -> Result<Outcome, ScenarioError> {
+) -> Result<Outcome, SimError> {
     let total = built.flows.flows.iter().filter(|f| !f.background).count();
     let bin_ps = built.fabric.sample_ps.max(1);
     let mut sim = Sim::new(
@@ -133,28 +134,19 @@ fn run_with<F: TransportFactory>(
         built.flows,
         seed,
         built.end_ps,
-    )
-    .map_err(ScenarioError)?;
+    )?;
     if let Some(c) = credit_bytes {
         sim.set_credit_flow_control(c);
     }
     for &(a, b, at, up) in &built.failures {
-        sim.schedule_link(a, b, at, up).map_err(ScenarioError)?;
+        sim.schedule_link(a, b, at, up)?;
     }
     for &(s, at, up) in &built.switch_failures {
-        sim.schedule_switch(s, at, up).map_err(ScenarioError)?;
+        sim.schedule_switch(s, at, up)?;
     }
     let setup = t0.elapsed();
     let t1 = Instant::now();
-    sim.run(|s| {
-        progress(
-            s.now() as f64 / PS_PER_US as f64,
-            s.waiting(),
-            total,
-            s.perf().events,
-        )
-    })
-    .map_err(ScenarioError)?;
+    sim.run(|s| progress(ps_to_us(s.now()), s.waiting(), total, s.perf().events))?;
     let run = t1.elapsed().max(Duration::from_nanos(1));
     let finished = sim.waiting() == 0;
     let makespan: Ps = if finished { sim.last_done() } else { sim.now() };

@@ -3,10 +3,11 @@
 //! A bad file gives one line naming the file, the line and the key:
 //! `scenarios/x.toml:12: unknown field `hostz`, expected one of ...`.
 
+use crate::error::SimError;
 use crate::fabric::{BufferModel, EcnConfig, FabricConfig, PfcConfig, Routing};
+use crate::time::{PS_PER_NS, Ps, us_to_ps};
 use crate::topology::{LinkParams, NodeRef, Topology};
 use crate::workload::FlowSet;
-use crate::{PS_PER_NS, PS_PER_US, Ps};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -279,11 +280,6 @@ pub struct FailureConf {
     pub switch: String,
 }
 
-/// A scenario file error: one line.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ScenarioError(pub String);
-
 /// Everything a run needs, built from a [`Scenario`].
 #[derive(Debug, Clone)]
 pub struct Built {
@@ -314,13 +310,13 @@ fn line_of(text: &str, key: &str) -> usize {
 
 impl Scenario {
     /// Parse `text`; `origin` names it in errors.
-    pub fn parse(text: &str, origin: &str) -> Result<Self, ScenarioError> {
+    pub fn parse(text: &str, origin: &str) -> Result<Self, SimError> {
         let mut s: Self = toml::from_str(text).map_err(|e| {
             let line = e.span().map_or(1, |sp| {
                 text[..sp.start.min(text.len())].matches('\n').count() + 1
             });
             let msg = e.message().replace('\n', " ");
-            ScenarioError(format!("{origin}:{line}: {msg}"))
+            SimError::Scenario(format!("{origin}:{line}: {msg}"))
         })?;
         s.validate(text, origin)?;
         s.base_dir = Path::new(origin)
@@ -331,9 +327,9 @@ impl Scenario {
     }
 
     /// Read and parse a file.
-    pub fn load(path: &Path) -> Result<Self, ScenarioError> {
+    pub fn load(path: &Path) -> Result<Self, SimError> {
         let text = std::fs::read_to_string(path)
-            .map_err(|e| ScenarioError(format!("{}: {e}", path.display())))?;
+            .map_err(|e| SimError::Scenario(format!("{}: {e}", path.display())))?;
         Self::parse(&text, &path.display().to_string())
     }
 
@@ -343,9 +339,9 @@ impl Scenario {
             .expect("the embedded default scenario is valid")
     }
 
-    fn validate(&self, text: &str, origin: &str) -> Result<(), ScenarioError> {
+    fn validate(&self, text: &str, origin: &str) -> Result<(), SimError> {
         let bad = |key: &str, why: &str| {
-            Err(ScenarioError(format!(
+            Err(SimError::Scenario(format!(
                 "{origin}:{}: {key}: {why}",
                 line_of(text, key)
             )))
@@ -440,9 +436,9 @@ impl Scenario {
     }
 
     /// Build the topology, switch config, flows and failures.
-    pub fn build(&self, seed: u64) -> Result<Built, ScenarioError> {
+    pub fn build(&self, seed: u64) -> Result<Built, SimError> {
         let t = &self.topology;
-        let e = |m: String| ScenarioError(m);
+        let e = SimError::Scenario;
         let lp = LinkParams {
             host_bps: t.link_gbps * 1_000_000_000,
             fabric_bps: if t.fabric_gbps == 0 {
@@ -515,14 +511,14 @@ impl Scenario {
                 Routing::Ecmp
             },
             loss: sw.loss,
-            sample_ps: (self.sample_us * PS_PER_US as f64) as Ps,
+            sample_ps: us_to_ps(self.sample_us),
             nic_queue_packets: 2,
-            reconverge_ps: sw.reconverge_us.map(|d| (d * PS_PER_US as f64) as Ps),
+            reconverge_ps: sw.reconverge_us.map(us_to_ps),
         };
         let hosts = topo.hosts;
         let mut flows = FlowSet::default();
         for (i, w) in self.workload.iter().enumerate() {
-            let start = (w.start_us * PS_PER_US as f64) as Ps;
+            let start = us_to_ps(w.start_us);
             let n = if w.ranks == 0 {
                 hosts
             } else {
@@ -560,7 +556,7 @@ impl Scenario {
                         topo.host_rate_bps * u64::from(topo.planes),
                         w.bytes,
                         start,
-                        (until * PS_PER_US as f64) as Ps,
+                        us_to_ps(until),
                         wseed,
                     );
                 }
@@ -573,15 +569,21 @@ impl Scenario {
                     } else {
                         flows.from_csv(&text, hosts)
                     };
-                    r.map_err(|m| e(format!("{}:{m}", path.display()).replace(":line ", ":")))?;
+                    // `file:line: problem`, as for the scenario file itself.
+                    r.map_err(|err| match err {
+                        SimError::FlowFileLine { line, problem } => {
+                            e(format!("{}:{line}: {problem}", path.display()))
+                        }
+                        other => other,
+                    })?;
                 }
             }
         }
         let mut failures = Vec::new();
         let mut switch_failures = Vec::new();
         for f in &self.failure {
-            let at = (f.at_us * PS_PER_US as f64) as Ps;
-            let up = f.up_at_us.map(|u| (u * PS_PER_US as f64) as Ps);
+            let at = us_to_ps(f.at_us);
+            let up = f.up_at_us.map(us_to_ps);
             if !f.switch.is_empty() {
                 let Some(NodeRef::Switch(s)) = topo.find_node(&f.switch) else {
                     return Err(e(format!("failure.switch: no switch named '{}'", f.switch)));
@@ -610,7 +612,7 @@ impl Scenario {
             flows,
             failures,
             switch_failures,
-            end_ps: (self.end_us * PS_PER_US as f64) as Ps,
+            end_ps: us_to_ps(self.end_us),
         })
     }
 }
@@ -629,7 +631,7 @@ mod tests {
     fn unknown_key_names_key_and_line() {
         let text =
             "name = \"x\"\n[topology]\nkind = \"star\"\nhosts = 4\nlink_gbps = 100\nhostz = 3\n";
-        let e = Scenario::parse(text, "x.toml").unwrap_err().0;
+        let e = Scenario::parse(text, "x.toml").unwrap_err().to_string();
         assert!(e.starts_with("x.toml:6:"), "{e}");
         assert!(e.contains("hostz"), "{e}");
         assert!(!e.contains('\n'));
@@ -638,7 +640,7 @@ mod tests {
     #[test]
     fn bad_value_names_key_and_line() {
         let text = "name = \"x\"\n[topology]\nkind = \"star\"\nhosts = 4\nlink_gbps = 100\n[switch]\nrouting = \"spray\"\n";
-        let e = Scenario::parse(text, "x.toml").unwrap_err().0;
+        let e = Scenario::parse(text, "x.toml").unwrap_err().to_string();
         assert_eq!(e, "x.toml:7: switch.routing: must be ecmp or adaptive");
     }
 }

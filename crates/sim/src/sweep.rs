@@ -13,8 +13,9 @@
 //! "workload.0.bytes" = { from = 100000, to = 400000, step = 100000 }
 //! ```
 
+use crate::error::SimError;
 use crate::report::line_chart;
-use crate::scenario::{Scenario, ScenarioError};
+use crate::scenario::Scenario;
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -45,12 +46,12 @@ pub struct Shard {
 
 impl Shard {
     /// Parse `i/n`.
-    pub fn parse(s: &str) -> Result<Self, String> {
-        let (i, n) = s.split_once('/').ok_or("expected i/n")?;
-        let index: usize = i.trim().parse().map_err(|_| "bad i")?;
-        let count: usize = n.trim().parse().map_err(|_| "bad n")?;
+    pub fn parse(s: &str) -> Result<Self, SimError> {
+        let (i, n) = s.split_once('/').ok_or(SimError::ShardSyntax)?;
+        let index: usize = i.trim().parse().map_err(|_| SimError::ShardIndex)?;
+        let count: usize = n.trim().parse().map_err(|_| SimError::ShardCount)?;
         if count == 0 || index >= count {
-            return Err("need 0 <= i < n".into());
+            return Err(SimError::ShardOutOfRange);
         }
         Ok(Self { index, count })
     }
@@ -94,15 +95,15 @@ pub struct SweepResult {
 
 impl Plan {
     /// Read a plan file.
-    pub fn load(path: &Path) -> Result<Self, ScenarioError> {
+    pub fn load(path: &Path) -> Result<Self, SimError> {
         let origin = path.display().to_string();
-        let text =
-            std::fs::read_to_string(path).map_err(|e| ScenarioError(format!("{origin}: {e}")))?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| SimError::Scenario(format!("{origin}: {e}")))?;
         let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
             let line = e.span().map_or(1, |s| {
                 text[..s.start.min(text.len())].matches('\n').count() + 1
             });
-            ScenarioError(format!(
+            SimError::Scenario(format!(
                 "{origin}:{line}: {}",
                 e.message().replace('\n', " ")
             ))
@@ -112,7 +113,7 @@ impl Plan {
                 .lines()
                 .position(|l| l.contains(key))
                 .map_or(1, |i| i + 1);
-            ScenarioError(format!("{origin}:{line}: {key}: {why}"))
+            SimError::Scenario(format!("{origin}:{line}: {key}: {why}"))
         };
         for k in table.keys() {
             if !["scenario", "seeds", "grid"].contains(&k.as_str()) {
@@ -203,28 +204,25 @@ impl Plan {
     }
 
     /// The scenario of point `p`.
-    pub fn scenario(&self, p: usize) -> Result<Scenario, ScenarioError> {
+    pub fn scenario(&self, p: usize) -> Result<Scenario, SimError> {
         let origin = self.base_path.display().to_string();
-        let mut table: toml::Table = self
-            .base
-            .parse()
-            .map_err(|e: toml::de::Error| ScenarioError(format!("{origin}: {}", e.message())))?;
+        let mut table: toml::Table = self.base.parse().map_err(|e: toml::de::Error| {
+            SimError::Scenario(format!("{origin}: {}", e.message()))
+        })?;
         for (key, val) in self.params(p) {
-            set_dotted(&mut table, &key, val)
-                .map_err(|e| ScenarioError(format!("grid key {key}: {e}")))?;
+            set_dotted(&mut table, &key, val)?;
         }
-        let text = toml::to_string(&table).map_err(|e| ScenarioError(e.to_string()))?;
+        let text = toml::to_string(&table).map_err(|e| SimError::Scenario(e.to_string()))?;
         Scenario::parse(&text, &origin)
-            .map_err(|e| ScenarioError(format!("grid point {p}: {}", e.0)))
+            .map_err(|e| SimError::Scenario(format!("grid point {p}: {e}")))
     }
 }
 
-fn set_dotted(t: &mut toml::Table, key: &str, val: toml::Value) -> Result<(), String> {
-    fn walk<'a>(
-        mut cur: &'a mut toml::Value,
-        parts: &[&str],
-    ) -> Result<&'a mut toml::Value, String> {
-        for part in parts {
+/// Set the value at dotted `key` (`a.b`, `workload.0.bytes`) in `t`.
+fn set_dotted(t: &mut toml::Table, key: &str, val: toml::Value) -> Result<(), SimError> {
+    fn walk<'a>(mut cur: &'a mut toml::Value, key: &str) -> Result<&'a mut toml::Value, SimError> {
+        let bad = |why: String| SimError::Scenario(format!("grid key {key}: {why}"));
+        for part in key.split('.') {
             cur = match cur {
                 toml::Value::Table(tb) => tb
                     .entry(part.to_string())
@@ -232,18 +230,17 @@ fn set_dotted(t: &mut toml::Table, key: &str, val: toml::Value) -> Result<(), St
                 toml::Value::Array(a) => {
                     let i: usize = part
                         .parse()
-                        .map_err(|_| format!("'{part}' is not an index"))?;
+                        .map_err(|_| bad(format!("'{part}' is not an index")))?;
                     a.get_mut(i)
-                        .ok_or_else(|| format!("index {i} out of range"))?
+                        .ok_or_else(|| bad(format!("index {i} out of range")))?
                 }
-                _ => return Err(format!("'{part}' is inside a value")),
+                _ => return Err(bad(format!("'{part}' is inside a value"))),
             };
         }
         Ok(cur)
     }
-    let parts: Vec<&str> = key.split('.').collect();
     let mut root = toml::Value::Table(std::mem::take(t));
-    let r = walk(&mut root, &parts).map(|slot| *slot = val);
+    let r = walk(&mut root, key).map(|slot| *slot = val);
     if let toml::Value::Table(tb) = root {
         *t = tb;
     }
@@ -256,7 +253,7 @@ pub fn run_plan(
     shard: Shard,
     threads: usize,
     progress: &mut (dyn FnMut(usize, usize) + Send),
-) -> Result<SweepResult, ScenarioError> {
+) -> Result<SweepResult, SimError> {
     let jobs: Vec<(usize, u64)> = (0..plan.points())
         .flat_map(|p| plan.seeds.iter().map(move |&s| (p, s)))
         .enumerate()
@@ -324,7 +321,7 @@ fn run_point(plan: &Plan, p: usize, seed: u64) -> Row {
             row.drops = r.fabric.drops;
             row.retransmissions = r.transport_stats.retransmissions;
         }
-        Err(e) => row.error = Some(e.0),
+        Err(e) => row.error = Some(e.to_string()),
     }
     row
 }

@@ -6,7 +6,8 @@
 //! have sent or received (htsim's connection-matrix triggers, which is also
 //! how a ring all-reduce step waits for the previous step's data).
 
-use crate::{PS_PER_US, Ps};
+use crate::error::SimError;
+use crate::time::{Ps, us_to_ps};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
 
@@ -258,7 +259,7 @@ impl FlowSet {
 
     /// Flows from CSV lines `src,dst,bytes,start_us` (a header line and `#`
     /// comments are skipped).
-    pub fn from_csv(&mut self, text: &str, hosts: u32) -> Result<(), String> {
+    pub fn from_csv(&mut self, text: &str, hosts: u32) -> Result<(), SimError> {
         let g = self.groups.len() as u32;
         let mut total = 0;
         for (i, line) in text.lines().enumerate() {
@@ -270,7 +271,10 @@ impl FlowSet {
                 continue;
             }
             let cols: Vec<&str> = line.split(',').map(str::trim).collect();
-            let bad = || format!("line {}: expected src,dst,bytes,start_us", i + 1);
+            let bad = || SimError::FlowFileLine {
+                line: i + 1,
+                problem: "expected src,dst,bytes,start_us".into(),
+            };
             if cols.len() < 3 {
                 return Err(bad());
             }
@@ -282,7 +286,7 @@ impl FlowSet {
                 .map_or(Ok(0.0), |s| s.parse())
                 .map_err(|_| bad())?;
             check_hosts(src, dst, hosts, i + 1)?;
-            let mut f = FlowSpec::at(src, dst, bytes, (start_us * PS_PER_US as f64) as Ps);
+            let mut f = FlowSpec::at(src, dst, bytes, us_to_ps(start_us));
             f.group = Some(g);
             total += bytes;
             self.flows.push(f);
@@ -296,7 +300,7 @@ impl FlowSet {
     /// [size B] [trigger K] [send_done_trigger K] [recv_done_trigger K]
     /// [prio P]` lines and `trigger id K oneshot|multishot|barrier` lines.
     /// Start times are in microseconds.
-    pub fn from_cm(&mut self, text: &str, hosts: u32) -> Result<(), String> {
+    pub fn from_cm(&mut self, text: &str, hosts: u32) -> Result<(), SimError> {
         let g = self.groups.len() as u32;
         let first_flow = self.flows.len();
         let mut trig_ids: Vec<(u64, u32)> = Vec::new(); // (cm id, our index)
@@ -314,7 +318,10 @@ impl FlowSet {
             let lineno = i + 1;
             let toks: Vec<&str> = line.split_whitespace().collect();
             let Some(&first) = toks.first() else { continue };
-            let bad = |what: &str| format!("line {lineno}: {what}");
+            let bad = |what: &str| SimError::FlowFileLine {
+                line: lineno,
+                problem: what.into(),
+            };
             match first {
                 "Nodes" => {
                     let n: u32 = toks
@@ -357,7 +364,7 @@ impl FlowSet {
                         };
                         match key {
                             "id" | "prio" => {}
-                            "start" => f.start = Some((num()? * PS_PER_US as f64) as Ps),
+                            "start" => f.start = Some(us_to_ps(num()?)),
                             "size" => f.bytes = num()? as u64,
                             "trigger" => {
                                 f.trigger = Some(map_trigger(self, num()? as u64));
@@ -393,14 +400,15 @@ impl FlowSet {
     }
 }
 
-fn check_hosts(src: u32, dst: u32, hosts: u32, line: usize) -> Result<(), String> {
+fn check_hosts(src: u32, dst: u32, hosts: u32, line: usize) -> Result<(), SimError> {
+    let bad = |problem: String| Err(SimError::FlowFileLine { line, problem });
     if src >= hosts || dst >= hosts {
-        return Err(format!(
-            "line {line}: host index out of range (topology has {hosts} hosts)"
+        return bad(format!(
+            "host index out of range (topology has {hosts} hosts)"
         ));
     }
     if src == dst {
-        return Err(format!("line {line}: flow from a host to itself"));
+        return bad("flow from a host to itself".into());
     }
     Ok(())
 }
@@ -440,6 +448,9 @@ mod tests {
         s.from_cm(cm, 4).unwrap();
         assert_eq!(s.flows.len(), 2);
         assert_eq!(s.flows[1].trigger, s.flows[0].on_send);
-        assert!(s.from_cm("0->9 size 5", 4).unwrap_err().contains("line 1"));
+        assert_eq!(
+            s.from_cm("0->9 size 5", 4).unwrap_err().to_string(),
+            "line 1: host index out of range (topology has 4 hosts)"
+        );
     }
 }

@@ -1,5 +1,6 @@
 //! Closed-form checks of the fabric model.
 
+use metaroce_sim::address::host_ipv4_bits;
 use metaroce_sim::fabric::{FabricConfig, ecmp_hash};
 use metaroce_sim::sim::Sim;
 use metaroce_sim::topology::{LinkParams, Topology};
@@ -128,7 +129,14 @@ fn ecmp_spreads_source_ports_evenly() {
     let uplinks = 8u64;
     let mut counts = [0u32; 8];
     for sport in 0..4096u16 {
-        let h = ecmp_hash(0x0a00_0001, 0x0a00_0002, 49152 + sport, 4791, 17, 0x1234);
+        let h = ecmp_hash(
+            host_ipv4_bits(0),
+            host_ipv4_bits(1),
+            49152 + sport,
+            4791,
+            17,
+            0x1234,
+        );
         counts[(h % uplinks) as usize] += 1;
     }
     for c in counts {

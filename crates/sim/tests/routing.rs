@@ -70,7 +70,7 @@ fn faster_reconvergence_loses_fewer_packets_to_a_remote_failure() {
 #[test]
 fn a_negative_delay_is_refused_by_name() {
     let text = "name = \"x\"\n[topology]\nkind = \"star\"\nhosts = 4\nlink_gbps = 100\n[switch]\nreconverge_us = -1\n";
-    let e = Scenario::parse(text, "x.toml").unwrap_err().0;
+    let e = Scenario::parse(text, "x.toml").unwrap_err().to_string();
     assert_eq!(
         e,
         "x.toml:7: switch.reconverge_us: must be a finite time >= 0"

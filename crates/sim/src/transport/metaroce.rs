@@ -8,16 +8,18 @@
 //! (its send completion).
 
 use super::{
-    FRAME_OVERHEAD_BYTES, HostInfo, MessageEvent, Transport, TransportFactory, TransportStats, Wire,
+    FRAME_OVERHEAD_BYTES, HostInfo, MessageEvent, Transport, TransportError, TransportFactory,
+    TransportStats, Wire,
 };
-use crate::Ps;
+use crate::address::{host_index, host_ip};
+use crate::time::{Ps, ns_to_ps, ps_to_ns};
 use metaroce_proto::{
     AccessFlags, Ecn, Endpoint, EndpointConfig, MrInfo, PacketRepr, PacketSlot, QpCaps, QpHandle,
     RecvWr, SendWr, Sge, WcStatus, WorkQueue, WrOp,
 };
 use metaroce_wire::{AckRepr, BaseRepr, DataRepr, OpAck, OpHeader, SackBits};
 use std::collections::{HashMap, VecDeque};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::rc::Rc;
 
 /// UDP port every simulated MetaRoCE device listens on.
@@ -29,20 +31,6 @@ pub const DEVICE_PORT: u16 = 4791;
 const MAX_RECVS_PER_CHANNEL: u32 = 64;
 /// Region length: any message fits (the core caps messages at 2 GiB).
 const REGION_BYTES: u64 = 1 << 32;
-
-/// The in-memory IPv4 address of host `i` (never a socket).
-pub fn host_ip(i: u32) -> IpAddr {
-    let v = 0x0a00_0000 | (i + 1);
-    IpAddr::V4(Ipv4Addr::from(v))
-}
-
-/// The host index of an address made by [`host_ip`].
-pub fn host_index(ip: IpAddr) -> u32 {
-    match ip {
-        IpAddr::V4(v4) => (u32::from(v4) & 0x00ff_ffff) - 1,
-        IpAddr::V6(_) => u32::MAX,
-    }
-}
 
 /// Knobs of the MetaRoCE hosts.
 #[derive(Debug, Clone)]
@@ -129,10 +117,6 @@ impl MetaRoceHost {
             }
         }
     }
-}
-
-fn ns(now: Ps) -> u64 {
-    now / 1000
 }
 
 /// A MetaRoCE packet in flight in the simulator: the core's parsed headers,
@@ -307,7 +291,7 @@ impl Transport for MetaRoceHost {
     type Packet = MetaRocePacket;
 
     fn poll_packet(&mut self, now: Ps) -> Option<(Wire, MetaRocePacket)> {
-        let t = self.ep.poll_packet_into(ns(now), &mut self.tx_slot)?;
+        let t = self.ep.poll_packet_into(ps_to_ns(now), &mut self.tx_slot)?;
         let (payload, control, repr) = match self.tx_slot.packet()? {
             PacketRepr::Data(d) => {
                 let key = (host_index(t.dst.ip()), d.dst_qpn, d.msg_seq);
@@ -353,7 +337,7 @@ impl Transport for MetaRoceHost {
         match packet {
             MetaRocePacket::Data(d) => {
                 self.ep
-                    .handle_packet(ns(now), from, ecn, &PacketRepr::Data(d.repr()));
+                    .handle_packet(ps_to_ns(now), from, ecn, &PacketRepr::Data(d.repr()));
             }
             MetaRocePacket::Ack(compact) => {
                 let mut ack = self
@@ -362,7 +346,7 @@ impl Transport for MetaRoceHost {
                     .unwrap_or_else(|| Box::new(AckRepr::new(compact.base)));
                 compact.fill(&mut ack);
                 let repr = PacketRepr::Ack(ack);
-                self.ep.handle_packet(ns(now), from, ecn, &repr);
+                self.ep.handle_packet(ps_to_ns(now), from, ecn, &repr);
                 if let PacketRepr::Ack(ack) = repr {
                     self.ack_scratch = Some(ack);
                 }
@@ -372,20 +356,29 @@ impl Transport for MetaRoceHost {
     }
 
     fn poll_timeout(&self) -> Option<Ps> {
-        self.ep.poll_timeout().map(|t| t.saturating_mul(1000))
+        self.ep.poll_timeout().map(ns_to_ps)
     }
 
     fn handle_timeout(&mut self, now: Ps) {
-        self.ep.handle_timeout(ns(now));
+        self.ep.handle_timeout(ps_to_ns(now));
         self.drain_completions();
     }
 
-    fn post_message(&mut self, now: Ps, channel: u32, bytes: u64, tag: u32) -> Result<(), String> {
+    fn post_message(
+        &mut self,
+        now: Ps,
+        channel: u32,
+        bytes: u64,
+        tag: u32,
+    ) -> Result<(), TransportError> {
         let ch = self
             .channels
             .get(channel as usize)
-            .ok_or_else(|| format!("no channel {channel}"))?;
-        let length = u32::try_from(bytes).map_err(|_| format!("message of {bytes} B > 4 GiB"))?;
+            .ok_or(TransportError::NoChannel {
+                transport: None,
+                channel,
+            })?;
+        let length = u32::try_from(bytes).map_err(|_| TransportError::MessageOver4GiB { bytes })?;
         let wr = SendWr::new(
             u64::from(tag),
             WrOp::WriteImm {
@@ -400,8 +393,8 @@ impl Transport for MetaRoceHost {
             }],
         );
         self.ep
-            .post_send(ns(now), ch.qp, wr)
-            .map_err(|e| format!("post_send: {e}"))?;
+            .post_send(ps_to_ns(now), ch.qp, wr)
+            .map_err(TransportError::PostSend)?;
         self.drain_completions();
         Ok(())
     }
@@ -427,7 +420,7 @@ impl Transport for MetaRoceHost {
 impl TransportFactory for MetaRoceFactory {
     type Host = MetaRoceHost;
 
-    fn host(&self, info: &HostInfo) -> Result<MetaRoceHost, String> {
+    fn host(&self, info: &HostInfo) -> Result<MetaRoceHost, TransportError> {
         let cfg = EndpointConfig {
             device_port: DEVICE_PORT,
             paths_per_connection: self.paths,
@@ -436,18 +429,18 @@ impl TransportFactory for MetaRoceFactory {
             line_rate_bps: info.line_rate_bps,
             base_rtt_ns: self
                 .base_rtt_override_ns
-                .unwrap_or((info.base_rtt_ps / 1000).max(1)),
+                .unwrap_or(ps_to_ns(info.base_rtt_ps).max(1)),
             seed: info
                 .seed
                 .wrapping_mul(0x9e37_79b9_7f4a_7c15)
                 .wrapping_add(u64::from(info.index)),
             ..self.base.clone()
         };
-        let mut ep = Endpoint::new(cfg).map_err(|e| e.to_string())?;
+        let mut ep = Endpoint::new(cfg)?;
         let pd = ep.alloc_pd();
         let mr = ep
             .register_virtual_memory(pd, REGION_BYTES, AccessFlags(0xf))
-            .map_err(|e| format!("register memory: {e}"))?;
+            .map_err(TransportError::RegisterMemory)?;
         Ok(MetaRoceHost {
             ep,
             pd,
@@ -468,23 +461,17 @@ impl TransportFactory for MetaRoceFactory {
         b: &mut MetaRoceHost,
         b_index: u32,
         messages: u32,
-    ) -> Result<u32, String> {
+    ) -> Result<u32, TransportError> {
         let recvs = messages.clamp(1, MAX_RECVS_PER_CHANNEL);
         let caps = QpCaps {
             max_send_wr: 1024,
             max_recv_wr: recvs,
         };
         let access = AccessFlags(0xf);
-        let qa =
-            a.ep.create_qp(a.pd, caps, access)
-                .map_err(|e| e.to_string())?;
-        let qb =
-            b.ep.create_qp(b.pd, caps, access)
-                .map_err(|e| e.to_string())?;
-        a.ep.connect_qp(qa, SocketAddr::new(host_ip(b_index), DEVICE_PORT), qb.qpn())
-            .map_err(|e| e.to_string())?;
-        b.ep.connect_qp(qb, SocketAddr::new(host_ip(a_index), DEVICE_PORT), qa.qpn())
-            .map_err(|e| e.to_string())?;
+        let qa = a.ep.create_qp(a.pd, caps, access)?;
+        let qb = b.ep.create_qp(b.pd, caps, access)?;
+        a.ep.connect_qp(qa, SocketAddr::new(host_ip(b_index), DEVICE_PORT), qb.qpn())?;
+        b.ep.connect_qp(qb, SocketAddr::new(host_ip(a_index), DEVICE_PORT), qa.qpn())?;
         for _ in 0..recvs {
             b.ep.post_recv(
                 qb,
@@ -493,7 +480,7 @@ impl TransportFactory for MetaRoceFactory {
                     sg_list: Vec::new(),
                 },
             )
-            .map_err(|e| e.to_string())?;
+            .map_err(TransportError::PostRecv)?;
         }
         a.channels.push(Channel {
             qp: qa,
@@ -501,17 +488,5 @@ impl TransportFactory for MetaRoceFactory {
             raddr: b.mr.addr,
         });
         Ok(a.channels.len() as u32 - 1)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn host_ips_round_trip() {
-        for i in [0, 1, 255, 256, 8191, 65_535, 1 << 20] {
-            assert_eq!(host_index(host_ip(i)), i);
-        }
     }
 }

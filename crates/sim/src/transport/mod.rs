@@ -14,6 +14,7 @@ pub mod rc;
 pub mod rocev2;
 
 use crate::Ps;
+use metaroce_proto::{ConfigError, MemoryError, PostError, QpError};
 
 /// Ethernet (14 + 4 FCS), IPv4 (20) and UDP (8) bytes around a UDP payload.
 pub const FRAME_OVERHEAD_BYTES: u32 = 46;
@@ -92,6 +93,51 @@ impl TransportStats {
     }
 }
 
+/// Why a transport refused to build a host, open a channel or take a message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TransportError {
+    /// `post_message` named a channel `open_channel` never returned.
+    #[error("{}no channel {channel}", transport_prefix(*.transport))]
+    NoChannel {
+        /// The baseline's name, when a baseline refused it.
+        transport: Option<&'static str>,
+        /// The channel named.
+        channel: u32,
+    },
+    /// One RDMA WRITE carries at most 4 GiB.
+    #[error("message of {bytes} B > 4 GiB")]
+    MessageOver4GiB {
+        /// Message length.
+        bytes: u64,
+    },
+    /// A part of a message needs more packets than a PSN space holds.
+    #[error("message too large")]
+    MessageTooManyPackets {
+        /// Packets the part needs.
+        packets: u64,
+    },
+    /// The protocol core refused the endpoint configuration.
+    #[error(transparent)]
+    EndpointConfig(#[from] ConfigError),
+    /// The protocol core refused to register the host's memory region.
+    #[error("register memory: {0}")]
+    RegisterMemory(MemoryError),
+    /// The protocol core refused to create or connect a QP.
+    #[error(transparent)]
+    Qp(#[from] QpError),
+    /// The protocol core refused to post a message's send.
+    #[error("post_send: {0}")]
+    PostSend(PostError),
+    /// The protocol core refused to post a receive for a channel.
+    #[error(transparent)]
+    PostRecv(PostError),
+}
+
+/// `"name: "` for a named baseline, nothing for MetaRoCE.
+fn transport_prefix(transport: Option<&'static str>) -> String {
+    transport.map_or_else(String::new, |t| format!("{t}: "))
+}
+
 /// One host's transport (one NIC).
 pub trait Transport {
     /// What a packet carries besides its [`Wire`] headers.
@@ -119,7 +165,13 @@ pub trait Transport {
 
     /// Start sending a message of `bytes` on `channel` (from
     /// [`TransportFactory::open_channel`]); events carry `tag`.
-    fn post_message(&mut self, now: Ps, channel: u32, bytes: u64, tag: u32) -> Result<(), String>;
+    fn post_message(
+        &mut self,
+        now: Ps,
+        channel: u32,
+        bytes: u64,
+        tag: u32,
+    ) -> Result<(), TransportError>;
 
     /// The next message event.
     fn poll_event(&mut self) -> Option<MessageEvent>;
@@ -153,7 +205,7 @@ pub trait TransportFactory {
     type Host: Transport;
 
     /// A new host.
-    fn host(&self, info: &HostInfo) -> Result<Self::Host, String>;
+    fn host(&self, info: &HostInfo) -> Result<Self::Host, TransportError>;
 
     /// Open a one-way message channel from `a` to `b`; returns `a`'s
     /// channel number. Called once per ordered pair that carries flows;
@@ -166,5 +218,5 @@ pub trait TransportFactory {
         b: &mut Self::Host,
         b_index: u32,
         messages: u32,
-    ) -> Result<u32, String>;
+    ) -> Result<u32, TransportError>;
 }

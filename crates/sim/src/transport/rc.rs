@@ -12,7 +12,8 @@
 
 use super::dcqcn::{Dcqcn, DcqcnParams};
 use super::{
-    FRAME_OVERHEAD_BYTES, HostInfo, MessageEvent, Transport, TransportFactory, TransportStats, Wire,
+    FRAME_OVERHEAD_BYTES, HostInfo, MessageEvent, Transport, TransportError, TransportFactory,
+    TransportStats, Wire,
 };
 use crate::{PS_PER_US, Ps};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -563,11 +564,20 @@ impl Transport for RcHost {
         }
     }
 
-    fn post_message(&mut self, _now: Ps, channel: u32, bytes: u64, tag: u32) -> Result<(), String> {
+    fn post_message(
+        &mut self,
+        _now: Ps,
+        channel: u32,
+        bytes: u64,
+        tag: u32,
+    ) -> Result<(), TransportError> {
         let qps = self
             .channels
             .get(channel as usize)
-            .ok_or_else(|| format!("{}: no channel {channel}", self.cfg.name))?
+            .ok_or(TransportError::NoChannel {
+                transport: Some(self.cfg.name),
+                channel,
+            })?
             .clone();
         let n = (qps.len() as u64).min(bytes.max(1));
         let mtu = u64::from(self.cfg.mtu);
@@ -583,7 +593,8 @@ impl Transport for RcHost {
             };
             let q = &mut self.sqps[qi as usize];
             let pkts = part.div_ceil(mtu).max(1);
-            let pkts = u32::try_from(pkts).map_err(|_| "message too large".to_string())?;
+            let pkts = u32::try_from(pkts)
+                .map_err(|_| TransportError::MessageTooManyPackets { packets: pkts })?;
             let start = q.next_psn;
             q.next_psn += pkts;
             q.msgs.push_back(Msg {
@@ -620,7 +631,7 @@ pub struct RcFactory {
 impl TransportFactory for RcFactory {
     type Host = RcHost;
 
-    fn host(&self, info: &HostInfo) -> Result<RcHost, String> {
+    fn host(&self, info: &HostInfo) -> Result<RcHost, TransportError> {
         let window = self.cfg.window_packets.map(|w| {
             if w > 0 {
                 w
@@ -657,7 +668,7 @@ impl TransportFactory for RcFactory {
         b: &mut RcHost,
         b_index: u32,
         _messages: u32,
-    ) -> Result<u32, String> {
+    ) -> Result<u32, TransportError> {
         let mut qps = Vec::new();
         for _ in 0..self.cfg.qps_per_flow.max(1) {
             let sqp = a.sqps.len() as u32;

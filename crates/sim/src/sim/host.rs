@@ -1,0 +1,183 @@
+//! A host: one NIC running a transport, with a port per plane.
+//!
+//! The transport is a sans-IO state machine; the host drives it as a real
+//! datapath would. After every input (a packet, a timer, a posted
+//! message) `host_service` takes its message events, lets the NIC pull
+//! packets, and re-arms its timer. The NIC pulls only while a plane can
+//! send at once, hashing each packet's 5-tuple to pick the plane.
+
+use super::Sim;
+use super::packet::PacketHead;
+use super::routing::five_tuple_hash;
+use crate::error::SimError;
+use crate::event::EventKind;
+use crate::time::Ps;
+use crate::topology::Topology;
+use crate::transport::{HostInfo, Transport, TransportFactory, Wire};
+
+/// One host's transport, ports and timer.
+pub(super) struct HostState<H> {
+    /// The transport (one NIC).
+    pub(super) transport: H,
+    /// Its port on each plane.
+    pub(super) ports: Vec<u32>,
+    /// The transport's current deadline.
+    timer_at: Option<Ps>,
+    /// Earliest timer event in the queue for this host. Deadlines that move
+    /// later (an RTO pushed back by every ACK) schedule nothing: the early
+    /// event fires, sees the deadline has moved, and re-arms once.
+    armed_at: Option<Ps>,
+    /// Packets the NIC pulled that have not started serializing.
+    pub(super) queued: u32,
+    /// (destination host, channel) of every channel it sends on.
+    pub(super) channels: Vec<(u32, u32)>,
+}
+
+/// A transport per host from `factory`, each with its ports from `build_ports`.
+pub(super) fn build_hosts<F: TransportFactory>(
+    topo: &Topology,
+    factory: &F,
+    host_ports: Vec<Vec<u32>>,
+    seed: u64,
+) -> Result<Vec<HostState<F::Host>>, SimError> {
+    let base_rtt_ps = super::base_rtt(topo);
+    let mut hosts = Vec::with_capacity(topo.hosts as usize);
+    for (h, ports) in (0..topo.hosts).zip(host_ports) {
+        let info = HostInfo {
+            index: h,
+            line_rate_bps: topo.host_rate_bps * u64::from(topo.planes),
+            base_rtt_ps,
+            seed,
+        };
+        hosts.push(HostState {
+            transport: factory.host(&info)?,
+            ports,
+            timer_at: None,
+            armed_at: None,
+            queued: 0,
+            channels: Vec::new(),
+        });
+    }
+    Ok(hosts)
+}
+
+impl<F: TransportFactory> Sim<F> {
+    /// Packet `k` reaches its destination host `h`.
+    #[inline]
+    pub(super) fn host_receive(&mut self, now: Ps, h: u32, k: u32) {
+        let body = self
+            .packets
+            .take_body(k)
+            .expect("a packet in flight has a body");
+        let head = self.packets.head(k);
+        let (wire, src, trimmed) = (head.wire, head.src, head.trimmed);
+        self.packets.release(k);
+        if wire.payload > 0 && !trimmed {
+            self.measured
+                .delivered
+                .add_at(now / self.bin_ps, u64::from(wire.payload));
+            self.measured.delivered_packets += 1;
+        }
+        self.hosts[h as usize]
+            .transport
+            .handle_packet(now, src, &wire, trimmed, &body);
+        self.host_service(now, h);
+    }
+
+    /// After any input to host `h`: take its message events, let its NIC
+    /// pull packets, re-arm its timer.
+    #[inline]
+    pub(super) fn host_service(&mut self, now: Ps, h: u32) {
+        while let Some(ev) = self.hosts[h as usize].transport.poll_event() {
+            self.message_event(now, ev);
+        }
+        self.host_pull(now, h);
+        let host = &mut self.hosts[h as usize];
+        host.timer_at = host.transport.poll_timeout().map(|t| t.max(now));
+        self.arm_timer(h);
+    }
+
+    /// Schedule host `h`'s timer event unless one at or before its
+    /// deadline is already queued.
+    #[inline]
+    fn arm_timer(&mut self, h: u32) {
+        let host = &mut self.hosts[h as usize];
+        if let Some(t) = host.timer_at
+            && host.armed_at.is_none_or(|a| t < a)
+        {
+            host.armed_at = Some(t);
+            self.events.schedule(t, EventKind::HostTimer(h));
+        }
+    }
+
+    /// Host `h`'s timer event: fire the transport's timers if due, else
+    /// re-arm for the deadline that moved.
+    pub(super) fn host_timer(&mut self, now: Ps, h: u32) {
+        let host = &mut self.hosts[h as usize];
+        if host.armed_at != Some(now) {
+            return; // superseded by an earlier arming
+        }
+        host.armed_at = None;
+        match host.timer_at {
+            Some(t) if t <= now => {
+                host.transport.handle_timeout(now);
+                self.host_service(now, h);
+            }
+            _ => self.arm_timer(h),
+        }
+    }
+
+    /// Host `h`'s NIC takes packets from its transport while a plane can
+    /// send now and its pull-ahead queue has room.
+    #[inline]
+    pub(super) fn host_pull(&mut self, now: Ps, h: u32) {
+        let planes = self.hosts[h as usize].ports.len();
+        loop {
+            let host = &self.hosts[h as usize];
+            let idle = host
+                .ports
+                .iter()
+                .any(|&p| self.ports[p as usize].wants_packet());
+            if !idle || host.queued >= self.cfg.nic_queue_packets.max(1) * planes as u32 {
+                return;
+            }
+            let Some((wire, body)) = self.hosts[h as usize].transport.poll_packet(now) else {
+                return;
+            };
+            let p = self.nic_plane_port(h, &wire);
+            let head = PacketHead {
+                wire,
+                src: h,
+                in_port: 0,
+                trimmed: false,
+            };
+            let prio = head.priority();
+            let k = self.packets.alloc(head, body);
+            self.measured.nic_packets += 1;
+            self.ports[p as usize].enqueue(prio, k, u64::from(wire.bytes));
+            self.hosts[h as usize].queued += 1;
+            self.tx_start(now, p);
+        }
+    }
+
+    /// The port host `h`'s NIC puts `wire` on: its plane by the 5-tuple
+    /// hash (as switches spread flows, unsalted), or the next live plane
+    /// if that one's link is down (the NIC knows its own links).
+    #[inline]
+    fn nic_plane_port(&self, h: u32, wire: &Wire) -> u32 {
+        let ports = &self.hosts[h as usize].ports;
+        let planes = ports.len();
+        let mut plane = if planes == 1 {
+            0
+        } else {
+            (five_tuple_hash(h, wire, 0) % planes as u64) as usize
+        };
+        for _ in 0..planes {
+            if self.ports[ports[plane] as usize].up {
+                break;
+            }
+            plane = (plane + 1) % planes;
+        }
+        ports[plane]
+    }
+}

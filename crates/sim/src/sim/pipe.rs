@@ -1,0 +1,54 @@
+//! The pipe: the wire behind a port. A delay line: each packet's arrival
+//! at the far end is its own event, one propagation delay after its last
+//! bit left the serializer (FIFO, since departures are in time order and
+//! ties fire in insertion order), so no per-port queue is touched twice.
+//!
+//! Packets die on the wire two ways: random loss (`FabricConfig::loss`,
+//! drawn once per packet per link) and a link that is down when the packet
+//! leaves or arrives.
+
+use super::{Sim, unit};
+use crate::event::EventKind;
+use crate::time::Ps;
+use crate::topology::NodeRef;
+use crate::transport::TransportFactory;
+
+impl<F: TransportFactory> Sim<F> {
+    /// Packet `k`'s last bit left port `p`: it crosses the wire unless lost.
+    #[inline]
+    pub(super) fn pipe_enter(&mut self, now: Ps, p: u32, k: u32) {
+        // Drawn for every packet, even on a dead link, so one failure does
+        // not shift every later random choice.
+        let lost = self.cfg.loss > 0.0 && unit(&mut self.rng) < self.cfg.loss;
+        let port = &mut self.ports[p as usize];
+        if !port.up {
+            port.c.down_losses += 1;
+            self.packets.release(k);
+        } else if lost {
+            port.c.wire_losses += 1;
+            self.packets.release(k);
+        } else {
+            self.events.schedule(
+                now + port.delay_ps,
+                EventKind::PipeArrive { port: p, pkt: k },
+            );
+        }
+    }
+
+    /// Packet `k` reaches the far end of port `p`'s link: a switch forwards
+    /// it, a host takes it, unless the link died while it was in flight.
+    #[inline]
+    pub(super) fn pipe_arrive(&mut self, now: Ps, p: u32, k: u32) {
+        let port = &mut self.ports[p as usize];
+        if !port.up {
+            port.c.down_losses += 1;
+            self.packets.release(k);
+            return;
+        }
+        let (peer, peer_in) = (port.peer, port.peer_in);
+        match peer {
+            NodeRef::Switch(s) => self.switch_receive(now, s, peer_in, k),
+            NodeRef::Host(h) => self.host_receive(now, h, k),
+        }
+    }
+}
