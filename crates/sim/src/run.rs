@@ -91,14 +91,14 @@ pub fn run_scenario(
             built.fabric.pfc = None;
             built.fabric.ecn = None;
             built.fabric.routing = crate::fabric::Routing::Adaptive;
-            // Receive buffer per ingress link: an eighth of a port's buffer,
-            // at most 64 KiB (a switch's per-port input buffer), always more
-            // than the credit loop of a 1 us link at 100-400 Gb/s.
-            let credit = match built.fabric.buffer {
-                crate::fabric::BufferModel::PerPort { bytes } => bytes / 8,
-                crate::fabric::BufferModel::Shared { bytes, .. } => bytes / 64,
-            }
-            .clamp(16 << 10, 64 << 10);
+            // Credit per link sized from the link's own credit loop (rate x
+            // round trip + frames), recovered by periodic resynchronisation
+            // when packets die on the wire (see `sim/credit.rs`).
+            let credit = crate::sim::CreditConfig {
+                bytes: None,
+                resync_ps: crate::time::us_to_ps(1.0),
+                max_frame_bytes: tc.mtu_bytes + crate::transport::MAX_HEADER_BYTES,
+            };
             let f = crate::transport::ib::factory(tc.mtu_bytes, tc.qps);
             run_with(scn, built, &f, Some(credit), seed, t0, progress)
         }
@@ -120,7 +120,7 @@ fn run_with<F: TransportFactory>(
     scn: &Scenario,
     built: crate::scenario::Built,
     factory: &F,
-    credit_bytes: Option<u64>,
+    credit: Option<crate::sim::CreditConfig>,
     seed: u64,
     t0: Instant,
     progress: ProgressFn<'_>,
@@ -135,7 +135,7 @@ fn run_with<F: TransportFactory>(
         seed,
         built.end_ps,
     )?;
-    if let Some(c) = credit_bytes {
+    if let Some(c) = credit {
         sim.set_credit_flow_control(c);
     }
     for &(a, b, at, up) in &built.failures {

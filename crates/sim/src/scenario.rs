@@ -142,9 +142,10 @@ pub struct SwitchConf {
     /// PFC XON, bytes.
     #[serde(default = "default_xon")]
     pub pfc_xon_bytes: u64,
-    /// PFC headroom, bytes.
-    #[serde(default = "default_headroom")]
-    pub pfc_headroom_bytes: u64,
+    /// PFC headroom per ingress port, bytes (absent: computed per ingress
+    /// from its link's rate and delay and the MTU, the standard formula).
+    #[serde(default)]
+    pub pfc_headroom_bytes: Option<u64>,
     /// Trim instead of drop.
     #[serde(default)]
     pub trimming: bool,
@@ -171,9 +172,6 @@ fn default_xoff() -> u64 {
 }
 fn default_xon() -> u64 {
     32 << 10
-}
-fn default_headroom() -> u64 {
-    64 << 10
 }
 fn default_routing() -> String {
     "ecmp".into()
@@ -503,6 +501,7 @@ impl Scenario {
                 xoff_bytes: sw.pfc_xoff_bytes,
                 xon_bytes: sw.pfc_xon_bytes,
                 headroom_bytes: sw.pfc_headroom_bytes,
+                max_frame_bytes: self.transport.mtu_bytes + crate::transport::MAX_HEADER_BYTES,
             }),
             trimming: sw.trimming,
             routing: if sw.routing == "adaptive" {

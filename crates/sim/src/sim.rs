@@ -26,6 +26,7 @@ mod port;
 mod routing;
 mod switch;
 
+pub use credit::{CreditConfig, credit_loop_bytes};
 pub use port::{Port, PortCounters};
 pub use switch::TRIM_BYTES;
 
@@ -128,6 +129,10 @@ pub struct Sim<F: TransportFactory> {
     /// Credit-based link flow control (InfiniBand-style): credits in bytes
     /// per port; empty when off. See [`Sim::set_credit_flow_control`].
     credits: Vec<i64>,
+    /// Each port's credit at start (and after its link comes back up).
+    credit_initial: Vec<i64>,
+    /// Credit settings, when credits are on.
+    credit_cfg: Option<CreditConfig>,
     /// Converged routes (with `cfg.reconverge_ps`): whether switch `s` can
     /// still deliver to leaf `l`, at `s * leaves + l`. Empty when off.
     reach: Vec<bool>,
@@ -148,7 +153,7 @@ impl<F: TransportFactory> Sim<F> {
         end_ps: Ps,
     ) -> Result<Self, SimError> {
         let (ports, host_ports, switch_ports) = port::build_ports(&topo);
-        let switches = switch::build_switches(&topo, &ports, switch_ports, seed);
+        let switches = switch::build_switches(&topo, &ports, switch_ports, cfg.pfc, seed);
         let hosts = host::build_hosts(&topo, factory, host_ports, seed)?;
         let labels = topo.labels.len();
         let bin_ps = cfg.sample_ps.max(1);
@@ -179,6 +184,8 @@ impl<F: TransportFactory> Sim<F> {
             error: None,
             bin_ps,
             credits: Vec::new(),
+            credit_initial: Vec::new(),
+            credit_cfg: None,
             reach: Vec::new(),
             leaves: 0,
             reconverge_at: None,

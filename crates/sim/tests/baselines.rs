@@ -26,7 +26,8 @@ fn pfc_fabric() -> FabricConfig {
             xoff_bytes: 50_000,
             xon_bytes: 25_000,
             // Covers a pause's round trip on a 1 us, 400G link (100 KB).
-            headroom_bytes: 120_000,
+            headroom_bytes: Some(120_000),
+            max_frame_bytes: 4200,
         }),
         ..FabricConfig::default()
     }
@@ -48,7 +49,8 @@ fn dcqcn_two_flows_converge_to_fair_rates() {
         pfc: Some(PfcConfig {
             xoff_bytes: 400_000,
             xon_bytes: 300_000,
-            headroom_bytes: 120_000,
+            headroom_bytes: Some(120_000),
+            max_frame_bytes: 4200,
         }),
         ..FabricConfig::default()
     };

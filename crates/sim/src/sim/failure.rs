@@ -58,15 +58,17 @@ impl<F: TransportFactory> Sim<F> {
         for d in [p, r] {
             self.ports[d as usize].up = up;
             if up {
+                self.credit_reset(d);
                 self.wake_port(now, d);
             } else {
-                self.flush_dead_port(d);
+                self.flush_dead_port(now, d);
             }
         }
     }
 
-    /// Port `d`'s link died: the packets queued there are lost.
-    fn flush_dead_port(&mut self, d: u32) {
+    /// Port `d`'s link died: the packets queued there are lost (their
+    /// buffer, and with credits the credit their ingress spent, freed).
+    fn flush_dead_port(&mut self, now: Ps, d: u32) {
         for prio in [DATA, CTRL] {
             while let Some(k) = self.ports[d as usize].queues[prio].pop_front() {
                 let head = self.packets.head(k);
@@ -75,7 +77,12 @@ impl<F: TransportFactory> Sim<F> {
                 port.queued_bytes -= bytes;
                 port.c.down_losses += 1;
                 match port.owner {
-                    NodeRef::Switch(s) => self.buffer_release(s, prio, in_port, bytes),
+                    NodeRef::Switch(s) => {
+                        self.buffer_release(s, prio, in_port, bytes);
+                        if prio == DATA && !self.credits.is_empty() {
+                            self.credit_free_ingress(now, s, in_port, bytes as u32);
+                        }
+                    }
                     NodeRef::Host(h) => self.hosts[h as usize].queued -= 1,
                 }
                 self.packets.release(k);

@@ -18,10 +18,9 @@ impl<F: TransportFactory> Sim<F> {
     #[inline]
     pub(super) fn pfc_beyond_headroom(&self, s: u32, in_port: u16, bytes: u64) -> bool {
         self.cfg.pfc.is_some_and(|pfc| {
-            pfc.beyond_headroom(
-                self.switches[s as usize].ingress_bytes[in_port as usize],
-                bytes,
-            )
+            let sw = &self.switches[s as usize];
+            let i = in_port as usize;
+            pfc.beyond_headroom(sw.ingress_bytes[i], bytes, sw.pfc_headroom[i])
         })
     }
 

@@ -7,6 +7,7 @@
 //! drawn once per packet per link) and a link that is down when the packet
 //! leaves or arrives.
 
+use super::port::DATA;
 use super::{Sim, unit};
 use crate::event::EventKind;
 use crate::time::Ps;
@@ -14,6 +15,18 @@ use crate::topology::NodeRef;
 use crate::transport::TransportFactory;
 
 impl<F: TransportFactory> Sim<F> {
+    /// Packet `k`, sent by port `p`, died on the wire: free it, and let the
+    /// link layer recover the credit it spent (credits only).
+    #[inline]
+    fn lost_on_wire(&mut self, now: Ps, p: u32, k: u32) {
+        let head = self.packets.head(k);
+        if !self.credits.is_empty() && head.priority() == DATA {
+            let bytes = head.wire.bytes;
+            self.credit_lost_on_wire(now, p, bytes);
+        }
+        self.packets.release(k);
+    }
+
     /// Packet `k`'s last bit left port `p`: it crosses the wire unless lost.
     #[inline]
     pub(super) fn pipe_enter(&mut self, now: Ps, p: u32, k: u32) {
@@ -23,10 +36,10 @@ impl<F: TransportFactory> Sim<F> {
         let port = &mut self.ports[p as usize];
         if !port.up {
             port.c.down_losses += 1;
-            self.packets.release(k);
+            self.lost_on_wire(now, p, k);
         } else if lost {
             port.c.wire_losses += 1;
-            self.packets.release(k);
+            self.lost_on_wire(now, p, k);
         } else {
             self.events.schedule(
                 now + port.delay_ps,
@@ -42,7 +55,7 @@ impl<F: TransportFactory> Sim<F> {
         let port = &mut self.ports[p as usize];
         if !port.up {
             port.c.down_losses += 1;
-            self.packets.release(k);
+            self.lost_on_wire(now, p, k);
             return;
         }
         let (peer, peer_in) = (port.peer, port.peer_in);

@@ -6,8 +6,8 @@
 //! 1. **route** (`routing.rs`): pick the egress port, or drop for want of
 //!    a live route;
 //! 2. **admission** (`admits`): the buffer model decides whether it fits;
-//!    lossless data (PFC or credits) is never refused here, only beyond
-//!    PFC headroom;
+//!    lossless traffic (data under PFC; everything under credits) is never
+//!    refused here, only beyond PFC headroom;
 //! 3. **trimming** (`trim`) or a drop, for data that does not fit;
 //! 4. **ECN marking** (`mark_ecn`) on the queue the packet found;
 //! 5. **enqueue** at the egress port, hold its bytes in the buffer
@@ -20,6 +20,7 @@ use super::Sim;
 use super::port::{CTRL, DATA, Port};
 use super::routing::routing_tables;
 use super::unit;
+use crate::fabric::PfcConfig;
 use crate::time::Ps;
 use crate::topology::Topology;
 use crate::transport::{FRAME_OVERHEAD_BYTES, TransportFactory};
@@ -49,6 +50,8 @@ pub(super) struct Switch {
     pub(super) ingress_bytes: Vec<u64>,
     /// Ingress ports whose upstream is paused.
     pub(super) paused_upstream: Vec<bool>,
+    /// PFC headroom of each ingress port, bytes (empty with PFC off).
+    pub(super) pfc_headroom: Vec<u64>,
 }
 
 /// Every switch, with its routing tables, from the ports `build_ports` made.
@@ -56,6 +59,7 @@ pub(super) fn build_switches(
     topo: &Topology,
     ports: &[Port],
     switch_ports: Vec<Vec<u32>>,
+    pfc: Option<PfcConfig>,
     seed: u64,
 ) -> Vec<Switch> {
     topo.switches
@@ -65,6 +69,15 @@ pub(super) fn build_switches(
         .map(|(s, (spec, own))| {
             let (up, down) = routing_tables(topo, ports, spec, &own);
             let n = own.len();
+            // An ingress is fed by the link of the port with its index.
+            let pfc_headroom = pfc.map_or_else(Vec::new, |pfc| {
+                own.iter()
+                    .map(|&p| {
+                        let link = &ports[p as usize];
+                        pfc.headroom_for(link.rate_bps, link.delay_ps)
+                    })
+                    .collect()
+            });
             Switch {
                 ports: own,
                 up,
@@ -77,6 +90,7 @@ pub(super) fn build_switches(
                 used_bytes: 0,
                 ingress_bytes: vec![0; n],
                 paused_upstream: vec![false; n],
+                pfc_headroom,
             }
         })
         .collect()
@@ -88,6 +102,12 @@ impl<F: TransportFactory> Sim<F> {
     pub(super) fn switch_receive(&mut self, now: Ps, s: u32, in_port: u16, k: u32) {
         let Some(out) = self.route(s, k) else {
             self.measured.no_route += 1;
+            let head = self.packets.head(k);
+            if !self.credits.is_empty() && head.priority() == DATA {
+                // Never buffered: the ingress credit is free again at once.
+                let bytes = head.wire.bytes;
+                self.credit_free_ingress(now, s, in_port, bytes);
+            }
             self.packets.release(k);
             return;
         };
@@ -100,7 +120,10 @@ impl<F: TransportFactory> Sim<F> {
         let queue_bytes = port.queued_bytes;
         self.measured
             .sample_queue(port.label, now / self.bin_ps, queue_bytes);
-        let lossless = prio == DATA && (self.cfg.pfc.is_some() || !self.credits.is_empty());
+        // PFC makes the data priority lossless; InfiniBand's credited link
+        // layer makes every packet lossless (ACKs ride a credited VL too,
+        // and are too few to need credits of their own in this model).
+        let lossless = (prio == DATA && self.cfg.pfc.is_some()) || !self.credits.is_empty();
         if lossless {
             if self.pfc_beyond_headroom(s, in_port, bytes) {
                 self.measured.headroom_drops += 1;

@@ -18,6 +18,10 @@ use metaroce_proto::{ConfigError, MemoryError, PostError, QpError};
 
 /// Ethernet (14 + 4 FCS), IPv4 (20) and UDP (8) bytes around a UDP payload.
 pub const FRAME_OVERHEAD_BYTES: u32 = 46;
+/// The most header bytes any transport here adds to a packet's payload on
+/// the wire (frame, plus MetaRoCE's data header and ICRC): what sizes
+/// buffers that must hold whole frames (PFC headroom, credits).
+pub const MAX_HEADER_BYTES: u32 = FRAME_OVERHEAD_BYTES + 64;
 
 /// Headers of a packet as the fabric sees them: enough for ECMP (the
 /// 5-tuple), queueing (its length) and marking (its ECN bits).
