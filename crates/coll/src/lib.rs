@@ -10,6 +10,7 @@ pub mod half;
 pub mod imm;
 pub mod kernels;
 mod plan;
+pub mod report;
 pub mod spec;
 pub mod staging;
 pub mod testing;
