@@ -92,7 +92,8 @@ pub enum WritePurpose {
 /// peer's staging area at `remote_offset`, with immediate data `imm`.
 ///
 /// `len` may be zero (credits, barrier messages): a WRITE_WITH_IMM without
-/// payload, which still consumes a receive at the peer and delivers `imm`.
+/// payload (no scatter-gather entry; `src` and `remote_offset` mean nothing
+/// then), which still consumes a receive at the peer and delivers `imm`.
 /// The source bytes must stay unchanged until the driver reports
 /// [`on_write_done`](crate::Communicator::on_write_done) with this
 /// [`id`](Self::id); the state machine never touches them before.

@@ -49,7 +49,10 @@ pub struct LocalBuffers<'a> {
 fn span(loc: Loc, len: u64, buf_len: usize) -> Result<(usize, usize), ExecError> {
     let oob = ExecError::OutOfBounds { loc, len, buf_len };
     let start = usize::try_from(loc.offset).map_err(|_| oob.clone())?;
-    let end = usize::try_from(len).ok().and_then(|l| start.checked_add(l)).ok_or(oob.clone())?;
+    let end = usize::try_from(len)
+        .ok()
+        .and_then(|l| start.checked_add(l))
+        .ok_or(oob.clone())?;
     if end > buf_len {
         return Err(oob);
     }
@@ -89,8 +92,14 @@ impl LocalBuffers<'_> {
     ) -> Result<(&mut [u8], [&[u8]; K]), ExecError> {
         let (target, others): (&mut [u8], [(Buf, &[u8]); 2]) = match dst.buf {
             Buf::Send => return Err(ExecError::ReadOnly(dst)),
-            Buf::Recv => (&mut *self.recv, [(Buf::Send, self.send), (Buf::Staging, &*self.staging)]),
-            Buf::Staging => (&mut *self.staging, [(Buf::Send, self.send), (Buf::Recv, &*self.recv)]),
+            Buf::Recv => (
+                &mut *self.recv,
+                [(Buf::Send, self.send), (Buf::Staging, &*self.staging)],
+            ),
+            Buf::Staging => (
+                &mut *self.staging,
+                [(Buf::Send, self.send), (Buf::Recv, &*self.recv)],
+            ),
         };
         let (d0, d1) = span(dst, len, target.len())?;
         let (left, rest) = target.split_at_mut(d0);
@@ -174,40 +183,89 @@ mod tests {
         let send = [1u8, 2, 3, 4];
         let mut recv = [10u8, 20, 30, 40];
         let mut staging = [0u8; 8];
-        let mut b = LocalBuffers { send: &send, recv: &mut recv, staging: &mut staging };
+        let mut b = LocalBuffers {
+            send: &send,
+            recv: &mut recv,
+            staging: &mut staging,
+        };
         let at = |buf, o| Loc::new(buf, o);
         // Staging-to-staging with disjoint halves.
-        b.execute(&compute(ComputeKind::Copy { dst: at(Buf::Staging, 0), src: at(Buf::Send, 0) }, 4)).unwrap();
         b.execute(&compute(
-            ComputeKind::Reduce { dst: at(Buf::Staging, 4), a: at(Buf::Recv, 0), b: at(Buf::Staging, 0) },
+            ComputeKind::Copy {
+                dst: at(Buf::Staging, 0),
+                src: at(Buf::Send, 0),
+            },
+            4,
+        ))
+        .unwrap();
+        b.execute(&compute(
+            ComputeKind::Reduce {
+                dst: at(Buf::Staging, 4),
+                a: at(Buf::Recv, 0),
+                b: at(Buf::Staging, 0),
+            },
             4,
         ))
         .unwrap();
         assert_eq!(&b.staging[4..], &[11, 22, 33, 44]);
         // In place.
         b.execute(&compute(
-            ComputeKind::Reduce { dst: at(Buf::Recv, 0), a: at(Buf::Recv, 0), b: at(Buf::Send, 0) },
+            ComputeKind::Reduce {
+                dst: at(Buf::Recv, 0),
+                a: at(Buf::Recv, 0),
+                b: at(Buf::Send, 0),
+            },
             4,
         ))
         .unwrap();
         assert_eq!(b.recv, &[11, 22, 33, 44]);
-        b.execute(&compute(ComputeKind::PostDivide { dst: at(Buf::Recv, 0) }, 4)).unwrap();
+        b.execute(&compute(
+            ComputeKind::PostDivide {
+                dst: at(Buf::Recv, 0),
+            },
+            4,
+        ))
+        .unwrap();
         assert_eq!(b.recv, &[5, 11, 16, 22]);
         // Errors, not panics.
         assert!(matches!(
-            b.execute(&compute(ComputeKind::Copy { dst: at(Buf::Recv, 1), src: at(Buf::Recv, 0) }, 2)),
+            b.execute(&compute(
+                ComputeKind::Copy {
+                    dst: at(Buf::Recv, 1),
+                    src: at(Buf::Recv, 0)
+                },
+                2
+            )),
             Err(ExecError::Overlap { .. })
         ));
         assert!(matches!(
-            b.execute(&compute(ComputeKind::Copy { dst: at(Buf::Recv, 2), src: at(Buf::Send, 0) }, 4)),
+            b.execute(&compute(
+                ComputeKind::Copy {
+                    dst: at(Buf::Recv, 2),
+                    src: at(Buf::Send, 0)
+                },
+                4
+            )),
             Err(ExecError::OutOfBounds { .. })
         ));
         assert!(matches!(
-            b.execute(&compute(ComputeKind::Copy { dst: at(Buf::Send, 0), src: at(Buf::Recv, 0) }, 1)),
+            b.execute(&compute(
+                ComputeKind::Copy {
+                    dst: at(Buf::Send, 0),
+                    src: at(Buf::Recv, 0)
+                },
+                1
+            )),
             Err(ExecError::ReadOnly(_))
         ));
         assert!(matches!(
-            b.execute(&compute(ComputeKind::Copy { dst: at(Buf::Recv, u64::MAX), src: at(Buf::Send, 0) }, 1)),
+            b.execute(&compute(
+                ComputeKind::Copy {
+                    dst: at(Buf::Recv, u64::MAX),
+                    src: at(Buf::Send, 0)
+                },
+                1
+            )),
             Err(ExecError::OutOfBounds { .. })
         ));
     }

@@ -118,9 +118,19 @@ impl Link {
     fn new(slots: u32) -> Self {
         Self {
             tx_base: 0,
-            tx: (0..u64::from(slots)).map(|s| TxSlot { next_seq: s, busy: None }).collect(),
+            tx: (0..u64::from(slots))
+                .map(|s| TxSlot {
+                    next_seq: s,
+                    busy: None,
+                })
+                .collect(),
             rx_base: 0,
-            rx: (0..u64::from(slots)).map(|s| RxSlot { expected_seq: s, arrived: None }).collect(),
+            rx: (0..u64::from(slots))
+                .map(|s| RxSlot {
+                    expected_seq: s,
+                    arrived: None,
+                })
+                .collect(),
         }
     }
 }
@@ -178,12 +188,16 @@ struct Active {
 impl Active {
     fn send_task_for(&self, peer: Rank, seq: u64) -> Option<u32> {
         let i = seq.checked_sub(self.send_base[peer as usize])?;
-        self.send_task[peer as usize].get(usize::try_from(i).ok()?).copied()
+        self.send_task[peer as usize]
+            .get(usize::try_from(i).ok()?)
+            .copied()
     }
 
     fn recv_task_for(&self, peer: Rank, seq: u64) -> Option<u32> {
         let i = seq.checked_sub(self.recv_base[peer as usize])?;
-        self.recv_task[peer as usize].get(usize::try_from(i).ok()?).copied()
+        self.recv_task[peer as usize]
+            .get(usize::try_from(i).ok()?)
+            .copied()
     }
 }
 
@@ -216,7 +230,9 @@ impl Communicator {
     pub fn new(rank: Rank, world: u32, config: CommConfig) -> Result<Self, CollError> {
         config.validate()?;
         if world == 0 || rank >= world {
-            return Err(SpecError::Invalid(format!("rank {rank} is not in a world of {world}")).into());
+            return Err(
+                SpecError::Invalid(format!("rank {rank} is not in a world of {world}")).into(),
+            );
         }
         Ok(Self {
             rank,
@@ -287,7 +303,9 @@ impl Communicator {
 
     /// The algorithm an operation would run with, without starting it.
     pub fn algorithm_for(&self, spec: &OpSpec) -> Result<Algorithm, CollError> {
-        Ok(spec.algorithm.resolve(&spec.collective, spec.bytes(), &self.config)?)
+        Ok(spec
+            .algorithm
+            .resolve(&spec.collective, spec.bytes(), &self.config)?)
     }
 
     /// The next action for the driver, if any.
@@ -320,7 +338,11 @@ impl Communicator {
     pub fn on_write_arrived(&mut self, peer: Rank, imm: u32, len: u64) -> Result<(), CollError> {
         self.check_alive()?;
         if peer >= self.world || peer == self.rank {
-            return self.fail(CollError::BadPeer { peer, rank: self.rank, world: self.world });
+            return self.fail(CollError::BadPeer {
+                peer,
+                rank: self.rank,
+                world: self.world,
+            });
         }
         let slots = self.config.slots;
         let protocol = |what: String| CollError::Protocol { peer, what };
@@ -347,7 +369,11 @@ impl Communicator {
                 }
                 self.links[peer as usize].rx[slot as usize].arrived = Some(len);
                 let seq = rx.expected_seq;
-                if let Some(t) = self.active.as_ref().and_then(|a| a.recv_task_for(peer, seq)) {
+                if let Some(t) = self
+                    .active
+                    .as_ref()
+                    .and_then(|a| a.recv_task_for(peer, seq))
+                {
                     self.ready.push(t);
                 }
             }
@@ -379,7 +405,10 @@ impl Communicator {
         let Some(task) = self.computes.remove(&id) else {
             return self.fail(CollError::UnknownCompute(id));
         };
-        let active = self.active.as_mut().expect("a computation belongs to the running operation");
+        let active = self
+            .active
+            .as_mut()
+            .expect("a computation belongs to the running operation");
         let Phase::Computing(i) = active.state[task as usize].phase else {
             unreachable!("an outstanding computation's task is computing");
         };
@@ -416,14 +445,20 @@ impl Communicator {
         tx.busy = None;
         tx.next_seq = b.seq + slots;
         let next = tx.next_seq;
-        if let Some(t) = self.active.as_ref().and_then(|a| a.send_task_for(peer, next)) {
+        if let Some(t) = self
+            .active
+            .as_ref()
+            .and_then(|a| a.send_task_for(peer, next))
+        {
             self.ready.push(t);
         }
     }
 
     fn activate_next(&mut self) {
         while self.active.is_none() {
-            let Some(q) = self.queue.pop_front() else { return };
+            let Some(q) = self.queue.pop_front() else {
+                return;
+            };
             let world = self.world as usize;
             let n = q.plan.tasks.len();
             let mut dependents = vec![Vec::new(); n];
@@ -440,7 +475,10 @@ impl Communicator {
                 for &d in &t.deps {
                     dependents[d as usize].push(i as u32);
                 }
-                state.push(TaskState { deps_left: t.deps.len() as u32, phase: Phase::Waiting });
+                state.push(TaskState {
+                    deps_left: t.deps.len() as u32,
+                    phase: Phase::Waiting,
+                });
                 if let Some(s) = t.send {
                     send_task[s.peer as usize][s.index as usize] = i as u32;
                 }
@@ -457,7 +495,8 @@ impl Communicator {
                 link.tx_base += u64::from(q.plan.sends_to[p]);
                 link.rx_base += u64::from(q.plan.recvs_from[p]);
             }
-            self.ready.extend((0..n as u32).filter(|&i| state[i as usize].deps_left == 0));
+            self.ready
+                .extend((0..n as u32).filter(|&i| state[i as usize].deps_left == 0));
             if n == 0 {
                 self.actions.push_back(Action::Done(q.id));
                 self.stats.ops_done += 1;
@@ -466,7 +505,11 @@ impl Communicator {
             self.active = Some(Active {
                 id: q.id,
                 dtype: q.spec.dtype,
-                reduce_op: if q.spec.collective.reduces() { q.spec.op } else { ReduceOp::Sum },
+                reduce_op: if q.spec.collective.reduces() {
+                    q.spec.op
+                } else {
+                    ReduceOp::Sum
+                },
                 plan: q.plan,
                 state,
                 dependents,
@@ -491,15 +534,21 @@ impl Communicator {
     /// arrived and its sending slot is free.
     fn try_start(&mut self, t: u32) -> Result<(), CollError> {
         let slots = u64::from(self.config.slots);
-        let Some(active) = self.active.as_ref() else { return Ok(()) };
+        let Some(active) = self.active.as_ref() else {
+            return Ok(());
+        };
         let st = active.state[t as usize];
         if st.deps_left > 0 || st.phase != Phase::Waiting {
             return Ok(());
         }
         let task = &active.plan.tasks[t as usize];
         let has_steps = !task.steps.is_empty();
-        let recv = task.recv.map(|r| (r, active.recv_base[r.peer as usize] + u64::from(r.index)));
-        let send = task.send.map(|s| (s, active.send_base[s.peer as usize] + u64::from(s.index)));
+        let recv = task
+            .recv
+            .map(|r| (r, active.recv_base[r.peer as usize] + u64::from(r.index)));
+        let send = task
+            .send
+            .map(|s| (s, active.send_base[s.peer as usize] + u64::from(s.index)));
         if let Some((r, seq)) = recv {
             let rx = &self.links[r.peer as usize].rx[(seq % slots) as usize];
             if rx.expected_seq != seq {
@@ -520,7 +569,11 @@ impl Communicator {
                 return Ok(());
             }
             // Claim the slot now: the steps may be filling its outgoing half.
-            tx.busy = Some(TxBusy { seq, written: false, credited: false });
+            tx.busy = Some(TxBusy {
+                seq,
+                written: false,
+                credited: false,
+            });
         }
         if has_steps {
             let active = self.active.as_mut().expect("checked above");
@@ -534,33 +587,59 @@ impl Communicator {
 
     fn resolve(&self, t: u32, op: Operand) -> Loc {
         let slots = u64::from(self.config.slots);
-        let active = self.active.as_ref().expect("operands resolve in the active operation");
+        let active = self
+            .active
+            .as_ref()
+            .expect("operands resolve in the active operation");
         let task = &active.plan.tasks[t as usize];
         match op {
             Operand::User(loc) => loc,
             Operand::InSlot => {
-                let r = task.recv.expect("an in-slot operand belongs to a receiving task");
+                let r = task
+                    .recv
+                    .expect("an in-slot operand belongs to a receiving task");
                 let seq = active.recv_base[r.peer as usize] + u64::from(r.index);
-                Loc::new(Buf::Staging, self.layout.in_slot(r.peer, (seq % slots) as u32))
+                Loc::new(
+                    Buf::Staging,
+                    self.layout.in_slot(r.peer, (seq % slots) as u32),
+                )
             }
             Operand::OutSlot => {
-                let s = task.send.expect("an out-slot operand belongs to a sending task");
+                let s = task
+                    .send
+                    .expect("an out-slot operand belongs to a sending task");
                 let seq = active.send_base[s.peer as usize] + u64::from(s.index);
-                Loc::new(Buf::Staging, self.layout.out_slot(s.peer, (seq % slots) as u32))
+                Loc::new(
+                    Buf::Staging,
+                    self.layout.out_slot(s.peer, (seq % slots) as u32),
+                )
             }
         }
     }
 
     fn emit_step(&mut self, t: u32, i: usize) {
-        let active = self.active.as_ref().expect("steps run in the active operation");
+        let active = self
+            .active
+            .as_ref()
+            .expect("steps run in the active operation");
         let task = &active.plan.tasks[t as usize];
         let (step, len) = (task.steps[i], task.step_len);
         let (op, dtype, reduce_op) = (active.id, active.dtype, active.reduce_op);
         let r = |x| self.resolve(t, x);
         let kind = match step {
-            Step::Copy { dst, src } => ComputeKind::Copy { dst: r(dst), src: r(src) },
-            Step::Reduce { dst, a, b } => ComputeKind::Reduce { dst: r(dst), a: r(a), b: r(b) },
-            Step::Premultiply { dst, src } => ComputeKind::Premultiply { dst: r(dst), src: r(src) },
+            Step::Copy { dst, src } => ComputeKind::Copy {
+                dst: r(dst),
+                src: r(src),
+            },
+            Step::Reduce { dst, a, b } => ComputeKind::Reduce {
+                dst: r(dst),
+                a: r(a),
+                b: r(b),
+            },
+            Step::Premultiply { dst, src } => ComputeKind::Premultiply {
+                dst: r(dst),
+                src: r(src),
+            },
             Step::PostDivide { dst } => ComputeKind::PostDivide { dst: r(dst) },
         };
         let id = ComputeId(self.next_compute);
@@ -586,8 +665,12 @@ impl Communicator {
         let active = self.active.as_ref().expect("task of the active operation");
         let op = active.id;
         let task = &active.plan.tasks[t as usize];
-        let recv = task.recv.map(|r| (r, active.recv_base[r.peer as usize] + u64::from(r.index)));
-        let send = task.send.map(|s| (s, active.send_base[s.peer as usize] + u64::from(s.index)));
+        let recv = task
+            .recv
+            .map(|r| (r, active.recv_base[r.peer as usize] + u64::from(r.index)));
+        let send = task
+            .send
+            .map(|s| (s, active.send_base[s.peer as usize] + u64::from(s.index)));
         if let Some((r, seq)) = recv {
             let slot = (seq % slots) as usize;
             let rx = &mut self.links[r.peer as usize].rx[slot];
@@ -618,7 +701,14 @@ impl Communicator {
         let id = self.write_id();
         let active = self.active.as_mut().expect("task of the active operation");
         active.state[t as usize].phase = Phase::Writing;
-        self.writes.insert(id, WriteRecord::Data { peer: s.peer, seq, task: t });
+        self.writes.insert(
+            id,
+            WriteRecord::Data {
+                peer: s.peer,
+                seq,
+                task: t,
+            },
+        );
         self.stats.data_writes += 1;
         self.stats.data_bytes += s.len;
         self.actions.push_back(Action::Write(Write {

@@ -75,12 +75,18 @@ impl Imm {
 
     /// A data immediate for message `seq` in `slot`.
     pub const fn data(slot: u8, seq: u64) -> Self {
-        Self::Data { slot, seq_low: (seq & SEQ_BITS_MASK) as u32 }
+        Self::Data {
+            slot,
+            seq_low: (seq & SEQ_BITS_MASK) as u32,
+        }
     }
 
     /// A credit immediate for the consumed message `seq` in `slot`.
     pub const fn credit(slot: u8, seq: u64) -> Self {
-        Self::Credit { slot, seq_low: (seq & SEQ_BITS_MASK) as u32 }
+        Self::Credit {
+            slot,
+            seq_low: (seq & SEQ_BITS_MASK) as u32,
+        }
     }
 }
 
@@ -100,6 +106,12 @@ mod tests {
     fn layout() {
         assert_eq!(Imm::data(3, 5).encode(), 0x0180_0005);
         assert_eq!(Imm::credit(255, (1 << 23) + 7).encode(), 0xff80_0007);
-        assert_eq!(Imm::decode(0x8000_0001), Imm::Credit { slot: 0, seq_low: 1 });
+        assert_eq!(
+            Imm::decode(0x8000_0001),
+            Imm::Credit {
+                slot: 0,
+                seq_low: 1
+            }
+        );
     }
 }

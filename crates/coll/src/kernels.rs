@@ -170,13 +170,13 @@ trait Canonical {
 impl Canonical for f32 {
     #[inline(always)]
     fn canonical(self) -> Self {
-        if self.is_nan() { f32::NAN } else { self }
+        if self.is_nan() { Self::NAN } else { self }
     }
 }
 impl Canonical for f64 {
     #[inline(always)]
     fn canonical(self) -> Self {
-        if self.is_nan() { f64::NAN } else { self }
+        if self.is_nan() { Self::NAN } else { self }
     }
 }
 #[inline(always)]
@@ -259,7 +259,7 @@ fn to_typed<T: Elem>(op: ReduceOp, dst: &mut [u8], a: &[u8], b: &[u8]) {
 
 fn check_len(dtype: DataType, len: usize) -> Result<(), KernelError> {
     let elem = dtype.size_bytes();
-    if len % elem != 0 {
+    if !len.is_multiple_of(elem) {
         return Err(KernelError::PartialElement { len, dtype, elem });
     }
     Ok(())
@@ -392,7 +392,11 @@ pub fn premultiply(
 }
 
 /// [`premultiply`] with the destination as its own source.
-pub fn premultiply_in_place(dtype: DataType, data: &mut [u8], world: u32) -> Result<(), KernelError> {
+pub fn premultiply_in_place(
+    dtype: DataType,
+    data: &mut [u8],
+    world: u32,
+) -> Result<(), KernelError> {
     premultiply_inner(dtype, data, None, world)
 }
 

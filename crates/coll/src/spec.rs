@@ -48,7 +48,7 @@ impl CommConfig {
                 self.slots
             )));
         }
-        if self.slot_bytes == 0 || self.slot_bytes % 8 != 0 {
+        if self.slot_bytes == 0 || !self.slot_bytes.is_multiple_of(8) {
             return Err(SpecError::Config(format!(
                 "slot bytes must be a positive multiple of 8, got {}",
                 self.slot_bytes
@@ -94,7 +94,10 @@ pub enum Collective {
 impl Collective {
     /// True for the collectives that combine data with a [`ReduceOp`].
     pub const fn reduces(&self) -> bool {
-        matches!(self, Self::AllReduce | Self::ReduceScatter | Self::Reduce { .. })
+        matches!(
+            self,
+            Self::AllReduce | Self::ReduceScatter | Self::Reduce { .. }
+        )
     }
 
     /// The collective's name in nccl-tests' program names (`all_reduce`, ...).
@@ -141,8 +144,16 @@ impl P2pGroup {
     pub fn ring_neighbours(rank: Rank, world: u32, count: u64) -> Self {
         let world = world.max(1);
         Self {
-            sends: vec![P2p { peer: (rank + 1) % world, offset: 0, count }],
-            recvs: vec![P2p { peer: (rank + world - 1) % world, offset: 0, count }],
+            sends: vec![P2p {
+                peer: (rank + 1) % world,
+                offset: 0,
+                count,
+            }],
+            recvs: vec![P2p {
+                peer: (rank + world - 1) % world,
+                offset: 0,
+                count,
+            }],
         }
     }
 }
@@ -311,14 +322,28 @@ impl OpSpec {
             Collective::Reduce { root } => (c, if *root == rank { c } else { 0 }),
             Collective::Barrier => (0, 0),
             Collective::SendRecv(g) => (
-                g.sends.iter().map(|p| p.offset + p.count).max().unwrap_or(0),
-                g.recvs.iter().map(|p| p.offset + p.count).max().unwrap_or(0),
+                g.sends
+                    .iter()
+                    .map(|p| p.offset + p.count)
+                    .max()
+                    .unwrap_or(0),
+                g.recvs
+                    .iter()
+                    .map(|p| p.offset + p.count)
+                    .max()
+                    .unwrap_or(0),
             ),
         };
         if self.in_place {
-            BufferSizes { send_bytes: 0, recv_bytes: send.max(recv) * e }
+            BufferSizes {
+                send_bytes: 0,
+                recv_bytes: send.max(recv) * e,
+            }
         } else {
-            BufferSizes { send_bytes: send * e, recv_bytes: recv * e }
+            BufferSizes {
+                send_bytes: send * e,
+                recv_bytes: recv * e,
+            }
         }
     }
 
@@ -365,13 +390,28 @@ mod tests {
     fn auto_choice_by_size() {
         let c = CommConfig::default();
         let ar = Collective::AllReduce;
-        assert_eq!(Algorithm::Auto.resolve(&ar, 8, &c), Ok(Algorithm::RecursiveDoubling));
-        assert_eq!(Algorithm::Auto.resolve(&ar, 64 * 1024, &c), Ok(Algorithm::RecursiveDoubling));
-        assert_eq!(Algorithm::Auto.resolve(&ar, 64 * 1024 + 1, &c), Ok(Algorithm::Ring));
+        assert_eq!(
+            Algorithm::Auto.resolve(&ar, 8, &c),
+            Ok(Algorithm::RecursiveDoubling)
+        );
+        assert_eq!(
+            Algorithm::Auto.resolve(&ar, 64 * 1024, &c),
+            Ok(Algorithm::RecursiveDoubling)
+        );
+        assert_eq!(
+            Algorithm::Auto.resolve(&ar, 64 * 1024 + 1, &c),
+            Ok(Algorithm::Ring)
+        );
         let bc = Collective::Broadcast { root: 0 };
         assert_eq!(Algorithm::Auto.resolve(&bc, 8, &c), Ok(Algorithm::Tree));
-        assert_eq!(Algorithm::Auto.resolve(&bc, 1 << 20, &c), Ok(Algorithm::Ring));
-        assert_eq!(Algorithm::Auto.resolve(&Collective::AllToAll, 8, &c), Ok(Algorithm::Direct));
+        assert_eq!(
+            Algorithm::Auto.resolve(&bc, 1 << 20, &c),
+            Ok(Algorithm::Ring)
+        );
+        assert_eq!(
+            Algorithm::Auto.resolve(&Collective::AllToAll, 8, &c),
+            Ok(Algorithm::Direct)
+        );
         assert!(matches!(
             Algorithm::Tree.resolve(&Collective::AllGather, 8, &c),
             Err(SpecError::UnsupportedAlgorithm { .. })
@@ -380,17 +420,54 @@ mod tests {
 
     #[test]
     fn buffer_sizes_follow_nccl() {
-        let s = OpSpec::new(Collective::ReduceScatter, DataType::Float32, ReduceOp::Sum, 10);
-        assert_eq!(s.buffer_sizes(0, 4), BufferSizes { send_bytes: 160, recv_bytes: 40 });
-        assert_eq!(s.clone().in_place().buffer_sizes(0, 4), BufferSizes { send_bytes: 0, recv_bytes: 160 });
+        let s = OpSpec::new(
+            Collective::ReduceScatter,
+            DataType::Float32,
+            ReduceOp::Sum,
+            10,
+        );
+        assert_eq!(
+            s.buffer_sizes(0, 4),
+            BufferSizes {
+                send_bytes: 160,
+                recv_bytes: 40
+            }
+        );
+        assert_eq!(
+            s.clone().in_place().buffer_sizes(0, 4),
+            BufferSizes {
+                send_bytes: 0,
+                recv_bytes: 160
+            }
+        );
         let g = OpSpec::new(Collective::AllGather, DataType::Uint8, ReduceOp::Sum, 3);
-        assert_eq!(g.buffer_sizes(1, 3), BufferSizes { send_bytes: 3, recv_bytes: 9 });
+        assert_eq!(
+            g.buffer_sizes(1, 3),
+            BufferSizes {
+                send_bytes: 3,
+                recv_bytes: 9
+            }
+        );
     }
 
     #[test]
     fn config_checks() {
         assert!(CommConfig::default().validate().is_ok());
-        assert!(CommConfig { slots: 1, ..CommConfig::default() }.validate().is_err());
-        assert!(CommConfig { slot_bytes: 12, ..CommConfig::default() }.validate().is_err());
+        assert!(
+            CommConfig {
+                slots: 1,
+                ..CommConfig::default()
+            }
+            .validate()
+            .is_err()
+        );
+        assert!(
+            CommConfig {
+                slot_bytes: 12,
+                ..CommConfig::default()
+            }
+            .validate()
+            .is_err()
+        );
     }
 }

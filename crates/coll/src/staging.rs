@@ -31,7 +31,12 @@ pub struct StagingLayout {
 impl StagingLayout {
     /// The layout of `rank` in a communicator of `world` ranks.
     pub const fn new(world: u32, rank: Rank, slots: u32, slot_bytes: u64) -> Self {
-        Self { world, rank, slots, slot_bytes }
+        Self {
+            world,
+            rank,
+            slots,
+            slot_bytes,
+        }
     }
 
     /// Total bytes the rank must register.
@@ -55,7 +60,11 @@ impl StagingLayout {
 
     /// Index of `peer` among `viewer`'s peers.
     const fn peer_index(viewer: Rank, peer: Rank) -> u64 {
-        if peer < viewer { peer as u64 } else { peer as u64 - 1 }
+        if peer < viewer {
+            peer as u64
+        } else {
+            peer as u64 - 1
+        }
     }
 
     /// Offset of incoming slot `slot` for messages from `peer`.
@@ -66,7 +75,8 @@ impl StagingLayout {
     /// Offset of outgoing slot `slot` for messages to `peer`.
     pub const fn out_slot(&self, peer: Rank, slot: u32) -> u64 {
         let half = self.peer_count() * self.slots as u64 * self.slot_bytes;
-        half + (Self::peer_index(self.rank, peer) * self.slots as u64 + slot as u64) * self.slot_bytes
+        half + (Self::peer_index(self.rank, peer) * self.slots as u64 + slot as u64)
+            * self.slot_bytes
     }
 
     /// Offset, in `peer`'s staging area, of its incoming slot `slot` for

@@ -80,19 +80,31 @@ pub(super) fn send_recv(b: &mut Builder, ctx: &Ctx, group: &P2pGroup) -> Result<
                 s.count, r.count
             )));
         }
-        let src = Area { base: s.offset * ctx.elem, ..input };
-        let dst = Area { base: r.offset * ctx.elem, ..output };
+        let src = Area {
+            base: s.offset * ctx.elem,
+            ..input
+        };
+        let dst = Area {
+            base: r.offset * ctx.elem,
+            ..output
+        };
         b.copy(dst.at((0, s.count)), src.at((0, s.count)));
     }
     for s in group.sends.iter().filter(|p| p.peer != ctx.rank) {
-        let src = Area { base: s.offset * ctx.elem, ..input };
+        let src = Area {
+            base: s.offset * ctx.elem,
+            ..input
+        };
         let blocks = Blocks::single(s.count, ctx.chunk);
         for j in 0..blocks.rounds() {
             b.send(s.peer, src.at(blocks.chunk(0, j)), tag(0, j));
         }
     }
     for r in group.recvs.iter().filter(|p| p.peer != ctx.rank) {
-        let dst = Area { base: r.offset * ctx.elem, ..output };
+        let dst = Area {
+            base: r.offset * ctx.elem,
+            ..output
+        };
         let blocks = Blocks::single(r.count, ctx.chunk);
         for j in 0..blocks.rounds() {
             b.recv_copy(r.peer, dst.at(blocks.chunk(0, j)));

@@ -29,12 +29,18 @@ pub(super) fn all_reduce(b: &mut Builder, ctx: &Ctx) {
             f(b, j);
         }
     };
-    let p = if n.is_power_of_two() { n } else { n.next_power_of_two() / 2 };
+    let p = if n.is_power_of_two() {
+        n
+    } else {
+        n.next_power_of_two() / 2
+    };
     let rem = n - p;
     // Pre-step: fold pairs below 2·rem.
     let new_rank = if r < 2 * rem {
         if r % 2 == 0 {
-            chunks(b, &mut |b, j| b.send(r + 1, output.at(blocks.chunk(0, j)), tag(0, j)));
+            chunks(b, &mut |b, j| {
+                b.send(r + 1, output.at(blocks.chunk(0, j)), tag(0, j))
+            });
             None
         } else {
             chunks(b, &mut |b, j| {
@@ -62,9 +68,13 @@ pub(super) fn all_reduce(b: &mut Builder, ctx: &Ctx) {
         }
         b.post_divide(output.at(all));
         if r < 2 * rem {
-            chunks(b, &mut |b, j| b.send(r - 1, output.at(blocks.chunk(0, j)), tag(step, j)));
+            chunks(b, &mut |b, j| {
+                b.send(r - 1, output.at(blocks.chunk(0, j)), tag(step, j))
+            });
         }
     } else {
-        chunks(b, &mut |b, j| b.recv_copy(r + 1, output.at(blocks.chunk(0, j))));
+        chunks(b, &mut |b, j| {
+            b.recv_copy(r + 1, output.at(blocks.chunk(0, j)))
+        });
     }
 }

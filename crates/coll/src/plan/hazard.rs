@@ -53,22 +53,37 @@ impl Hazards {
         split(map, end);
         // Fill holes so that every byte of the range has a segment.
         let mut cursor = start;
-        let keys: Vec<(u64, u64)> = map.range(start..end).map(|(&s, seg)| (s, seg.end)).collect();
+        let keys: Vec<(u64, u64)> = map
+            .range(start..end)
+            .map(|(&s, seg)| (s, seg.end))
+            .collect();
         for (s, e) in keys {
             if s > cursor {
-                map.insert(cursor, Segment { end: s, ..Segment::default() });
+                map.insert(
+                    cursor,
+                    Segment {
+                        end: s,
+                        ..Segment::default()
+                    },
+                );
             }
             cursor = e;
         }
         if cursor < end {
-            map.insert(cursor, Segment { end, ..Segment::default() });
+            map.insert(
+                cursor,
+                Segment {
+                    end,
+                    ..Segment::default()
+                },
+            );
         }
         for (_, seg) in map.range_mut(start..end) {
             if let Some(w) = seg.writer {
                 deps.push(w);
             }
             if write {
-                deps.extend(seg.readers.drain(..));
+                deps.append(&mut seg.readers);
                 seg.writer = Some(task);
             } else if seg.readers.last() != Some(&task) {
                 seg.readers.push(task);
@@ -133,6 +148,14 @@ mod tests {
         // Other buffers are independent; untouched bytes have no history.
         assert!(deps_of(&mut h, 6, &[r(Buf::Send, 0, 100)], &[r(Buf::Recv, 200, 10)]).is_empty());
         // Read-modify-write of the same bytes does not depend on itself.
-        assert_eq!(deps_of(&mut h, 7, &[r(Buf::Recv, 200, 10)], &[r(Buf::Recv, 200, 10)]), [6]);
+        assert_eq!(
+            deps_of(
+                &mut h,
+                7,
+                &[r(Buf::Recv, 200, 10)],
+                &[r(Buf::Recv, 200, 10)]
+            ),
+            [6]
+        );
     }
 }

@@ -34,7 +34,7 @@ mod tree;
 
 use crate::action::{Buf, Loc, Rank, WritePurpose};
 use crate::datatype::{DataType, ReduceOp};
-use crate::spec::{Algorithm, CommConfig, Collective, OpSpec, SpecError};
+use crate::spec::{Algorithm, Collective, CommConfig, OpSpec, SpecError};
 
 /// A byte range in a user buffer ([`Buf::Send`] or [`Buf::Recv`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,10 +64,22 @@ pub(crate) enum Operand {
 /// A planned computation ([`crate::ComputeKind`] with symbolic slots).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Step {
-    Copy { dst: Operand, src: Operand },
-    Reduce { dst: Operand, a: Operand, b: Operand },
-    Premultiply { dst: Operand, src: Operand },
-    PostDivide { dst: Operand },
+    Copy {
+        dst: Operand,
+        src: Operand,
+    },
+    Reduce {
+        dst: Operand,
+        a: Operand,
+        b: Operand,
+    },
+    Premultiply {
+        dst: Operand,
+        src: Operand,
+    },
+    PostDivide {
+        dst: Operand,
+    },
 }
 
 /// A message this task waits for.
@@ -123,8 +135,16 @@ impl Plan {
     /// Lengths of the messages to and from every rank, in order.
     #[cfg(test)]
     pub(crate) fn message_lens(&self) -> (Vec<Vec<u64>>, Vec<Vec<u64>>) {
-        let mut sends: Vec<Vec<u64>> = self.sends_to.iter().map(|&c| vec![u64::MAX; c as usize]).collect();
-        let mut recvs: Vec<Vec<u64>> = self.recvs_from.iter().map(|&c| vec![u64::MAX; c as usize]).collect();
+        let mut sends: Vec<Vec<u64>> = self
+            .sends_to
+            .iter()
+            .map(|&c| vec![u64::MAX; c as usize])
+            .collect();
+        let mut recvs: Vec<Vec<u64>> = self
+            .recvs_from
+            .iter()
+            .map(|&c| vec![u64::MAX; c as usize])
+            .collect();
         for t in &self.tasks {
             if let Some(s) = t.send {
                 sends[s.peer as usize][s.index as usize] = s.len;
@@ -209,11 +229,23 @@ impl Builder {
         RecvPart { peer, index, len }
     }
 
-    fn send_part(&mut self, peer: Rank, len: u64, src: SendSource, purpose: WritePurpose) -> SendPart {
+    fn send_part(
+        &mut self,
+        peer: Rank,
+        len: u64,
+        src: SendSource,
+        purpose: WritePurpose,
+    ) -> SendPart {
         let slot = &mut self.plan.sends_to[peer as usize];
         let index = *slot;
         *slot += 1;
-        SendPart { peer, index, len, src, purpose }
+        SendPart {
+            peer,
+            index,
+            len,
+            src,
+            purpose,
+        }
     }
 
     /// `dst ← src` (nothing if empty or the same bytes).
@@ -223,7 +255,10 @@ impl Builder {
             return;
         }
         let task = Task {
-            steps: vec![Step::Copy { dst: Operand::User(dst.loc()), src: Operand::User(src.loc()) }],
+            steps: vec![Step::Copy {
+                dst: Operand::User(dst.loc()),
+                src: Operand::User(src.loc()),
+            }],
             step_len: dst.len,
             ..Task::default()
         };
@@ -255,7 +290,9 @@ impl Builder {
             return;
         }
         let task = Task {
-            steps: vec![Step::PostDivide { dst: Operand::User(r.loc()) }],
+            steps: vec![Step::PostDivide {
+                dst: Operand::User(r.loc()),
+            }],
             step_len: r.len,
             ..Task::default()
         };
@@ -268,7 +305,15 @@ impl Builder {
             return;
         }
         let send = self.send_part(peer, src.len, SendSource::User(src.loc()), purpose);
-        self.push(Task { send: Some(send), ..Task::default() }, &[src], &[], &[]);
+        self.push(
+            Task {
+                send: Some(send),
+                ..Task::default()
+            },
+            &[src],
+            &[],
+            &[],
+        );
     }
 
     /// Sends the rank's own input, pre-multiplied (through an outgoing slot)
@@ -282,7 +327,10 @@ impl Builder {
         }
         let send = self.send_part(peer, src.len, SendSource::OutSlot, purpose);
         let task = Task {
-            steps: vec![Step::Premultiply { dst: Operand::OutSlot, src: Operand::User(src.loc()) }],
+            steps: vec![Step::Premultiply {
+                dst: Operand::OutSlot,
+                src: Operand::User(src.loc()),
+            }],
             step_len: src.len,
             send: Some(send),
             ..Task::default()
@@ -298,7 +346,10 @@ impl Builder {
         let recv = self.recv_part(peer, dst.len);
         let task = Task {
             recv: Some(recv),
-            steps: vec![Step::Copy { dst: Operand::User(dst.loc()), src: Operand::InSlot }],
+            steps: vec![Step::Copy {
+                dst: Operand::User(dst.loc()),
+                src: Operand::InSlot,
+            }],
             step_len: dst.len,
             ..Task::default()
         };
@@ -311,9 +362,17 @@ impl Builder {
         match with {
             Input::Own(_) if self.scale_own => vec![
                 Step::Premultiply { dst, src: a },
-                Step::Reduce { dst, a: dst, b: Operand::InSlot },
+                Step::Reduce {
+                    dst,
+                    a: dst,
+                    b: Operand::InSlot,
+                },
             ],
-            _ => vec![Step::Reduce { dst, a, b: Operand::InSlot }],
+            _ => vec![Step::Reduce {
+                dst,
+                a,
+                b: Operand::InSlot,
+            }],
         }
     }
 
@@ -335,7 +394,13 @@ impl Builder {
 
     /// Receives a message from `from`, folds it with `with` into an
     /// outgoing slot and sends that to `to`: one ring or chain step.
-    pub(crate) fn recv_fold_send(&mut self, from: Rank, to: Rank, with: Input, purpose: WritePurpose) {
+    pub(crate) fn recv_fold_send(
+        &mut self,
+        from: Rank,
+        to: Rank,
+        with: Input,
+        purpose: WritePurpose,
+    ) {
         let len = with.region().len;
         if len == 0 {
             return;
@@ -355,13 +420,29 @@ impl Builder {
     /// A zero-length message to `peer` after `after`.
     pub(crate) fn signal(&mut self, peer: Rank, after: &[u32], purpose: WritePurpose) -> u32 {
         let send = self.send_part(peer, 0, SendSource::User(Loc::new(Buf::Recv, 0)), purpose);
-        self.push(Task { send: Some(send), ..Task::default() }, &[], &[], after)
+        self.push(
+            Task {
+                send: Some(send),
+                ..Task::default()
+            },
+            &[],
+            &[],
+            after,
+        )
     }
 
     /// Waits for a zero-length message from `peer`.
     pub(crate) fn wait_signal(&mut self, peer: Rank) -> u32 {
         let recv = self.recv_part(peer, 0);
-        self.push(Task { recv: Some(recv), ..Task::default() }, &[], &[], &[])
+        self.push(
+            Task {
+                recv: Some(recv),
+                ..Task::default()
+            },
+            &[],
+            &[],
+            &[],
+        )
     }
 
     fn finish(mut self, algorithm: Algorithm) -> Plan {
@@ -386,7 +467,11 @@ impl Blocks {
         let bound = |b: u64| ((u128::from(b) * u128::from(count)) / u128::from(n64)) as u64;
         let starts: Vec<u64> = (0..n64).map(bound).collect();
         let lens = (0..n64).map(|b| bound(b + 1) - bound(b)).collect();
-        Self { starts, lens, chunk }
+        Self {
+            starts,
+            lens,
+            chunk,
+        }
     }
 
     /// `n` blocks of `count` elements each.
@@ -436,7 +521,11 @@ impl Area {
     pub(crate) fn at(self, (start, len): (u64, u64)) -> Region {
         // `base` may be "negative" (wrapped) when an area is shifted so that
         // one block's element range maps onto a smaller buffer.
-        Region { buf: self.buf, offset: self.base.wrapping_add(start * self.elem), len: len * self.elem }
+        Region {
+            buf: self.buf,
+            offset: self.base.wrapping_add(start * self.elem),
+            len: len * self.elem,
+        }
     }
 }
 
@@ -456,12 +545,20 @@ impl Ctx {
     /// The input area, element 0 of the whole input.
     pub(crate) fn input(&self) -> Area {
         let buf = if self.in_place { Buf::Recv } else { Buf::Send };
-        Area { buf, base: 0, elem: self.elem }
+        Area {
+            buf,
+            base: 0,
+            elem: self.elem,
+        }
     }
 
     /// The output area.
     pub(crate) fn output(&self) -> Area {
-        Area { buf: Buf::Recv, base: 0, elem: self.elem }
+        Area {
+            buf: Buf::Recv,
+            base: 0,
+            elem: self.elem,
+        }
     }
 
     pub(crate) fn next(&self) -> Rank {
@@ -481,7 +578,9 @@ pub(crate) fn build(
     config: &CommConfig,
 ) -> Result<Plan, SpecError> {
     if world == 0 || rank >= world {
-        return Err(SpecError::Invalid(format!("rank {rank} is not in a world of {world}")));
+        return Err(SpecError::Invalid(format!(
+            "rank {rank} is not in a world of {world}"
+        )));
     }
     let elem = spec.dtype.size_bytes() as u64;
     let chunk_bytes = spec.chunk_bytes.unwrap_or(config.slot_bytes);
@@ -493,13 +592,20 @@ pub(crate) fn build(
     }
     // Every byte offset must be representable: the largest buffer is
     // world × count elements.
-    let too_big = || SpecError::Invalid(format!("{} elements overflow a 64-bit byte count", spec.count));
+    let too_big = || {
+        SpecError::Invalid(format!(
+            "{} elements overflow a 64-bit byte count",
+            spec.count
+        ))
+    };
     spec.count
         .checked_mul(u64::from(world))
         .and_then(|x| x.checked_mul(elem))
         .ok_or_else(too_big)?;
     let reduces = spec.collective.reduces();
-    let algorithm = spec.algorithm.resolve(&spec.collective, spec.bytes(), config)?;
+    let algorithm = spec
+        .algorithm
+        .resolve(&spec.collective, spec.bytes(), config)?;
     let ctx = Ctx {
         rank,
         world,
@@ -511,7 +617,9 @@ pub(crate) fn build(
     let mut b = Builder::new(world, spec.dtype, spec.op, reduces);
     let check_root = |root: Rank| {
         if root >= world {
-            Err(SpecError::Invalid(format!("root {root} is not in a world of {world}")))
+            Err(SpecError::Invalid(format!(
+                "root {root} is not in a world of {world}"
+            )))
         } else {
             Ok(())
         }
@@ -538,7 +646,10 @@ pub(crate) fn build(
         (Collective::Barrier, _) => direct::barrier(&mut b, &ctx),
         (Collective::SendRecv(group), _) => direct::send_recv(&mut b, &ctx, group)?,
         (c, a) => {
-            return Err(SpecError::UnsupportedAlgorithm { collective: c.name(), algorithm: a });
+            return Err(SpecError::UnsupportedAlgorithm {
+                collective: c.name(),
+                algorithm: a,
+            });
         }
     }
     Ok(b.finish(algorithm))
@@ -548,7 +659,11 @@ pub(crate) fn build(
 pub(crate) mod binomial {
     /// The lowest set bit of `q`, or a bit above `n` for the root.
     fn low_bit(q: u32, n: u32) -> u32 {
-        if q == 0 { n.next_power_of_two().max(1) * 2 } else { q & q.wrapping_neg() }
+        if q == 0 {
+            n.next_power_of_two().max(1) * 2
+        } else {
+            q & q.wrapping_neg()
+        }
     }
 
     /// Parent of relative rank `q > 0`: `q` without its lowest set bit.

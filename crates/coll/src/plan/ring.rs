@@ -21,7 +21,14 @@ use super::{Area, Blocks, Builder, Ctx, Input, tag};
 
 /// The reduce-scatter part of round `j` for blocks of `input`, ending with
 /// rank's own block folded into `own_out`.
-fn reduce_scatter_round(b: &mut Builder, ctx: &Ctx, blocks: &Blocks, input: Area, own_out: Area, j: u32) {
+fn reduce_scatter_round(
+    b: &mut Builder,
+    ctx: &Ctx,
+    blocks: &Blocks,
+    input: Area,
+    own_out: Area,
+    j: u32,
+) {
     let (n, r) = (ctx.world, ctx.rank);
     let (prev, next) = (ctx.prev(), ctx.next());
     let block = |s: u32| (r + 2 * n - s - 1) % n;
@@ -80,11 +87,18 @@ pub(super) fn reduce_scatter(b: &mut Builder, ctx: &Ctx) {
     let input = ctx.input();
     // Out of place the output is its own buffer; in place it is block
     // `rank` of the input.
-    let out_base = if ctx.in_place { u64::from(ctx.rank) * ctx.count * ctx.elem } else { 0 };
+    let out_base = if ctx.in_place {
+        u64::from(ctx.rank) * ctx.count * ctx.elem
+    } else {
+        0
+    };
     // Shift the output area so that block `rank`'s element range lands at
     // out_base.
     let own_start = u64::from(ctx.rank) * ctx.count * ctx.elem;
-    let output = Area { base: out_base.wrapping_sub(own_start), ..ctx.output() };
+    let output = Area {
+        base: out_base.wrapping_sub(own_start),
+        ..ctx.output()
+    };
     let blocks = Blocks::equal(ctx.count, ctx.world, ctx.chunk);
     if ctx.world == 1 {
         let all = blocks.whole(0);
@@ -106,9 +120,15 @@ pub(super) fn all_gather(b: &mut Builder, ctx: &Ctx) {
     let input = if ctx.in_place {
         output
     } else {
-        Area { base: 0u64.wrapping_sub(own_start), ..ctx.input() }
+        Area {
+            base: 0u64.wrapping_sub(own_start),
+            ..ctx.input()
+        }
     };
-    b.copy(output.at(blocks.whole(ctx.rank)), input.at(blocks.whole(ctx.rank)));
+    b.copy(
+        output.at(blocks.whole(ctx.rank)),
+        input.at(blocks.whole(ctx.rank)),
+    );
     if ctx.world == 1 {
         return;
     }

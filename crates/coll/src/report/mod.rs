@@ -135,7 +135,10 @@ impl PerfCollective {
     /// every operator); the others print `none`. nccl-tests' sendrecv loops
     /// over operators too although it reduces nothing.
     pub const fn has_redop(self) -> bool {
-        matches!(self, Self::AllReduce | Self::ReduceScatter | Self::Reduce | Self::SendRecv)
+        matches!(
+            self,
+            Self::AllReduce | Self::ReduceScatter | Self::Reduce | Self::SendRecv
+        )
     }
 
     /// True when the collective has a root (the others print `-1`).
@@ -237,11 +240,24 @@ pub struct ResultRow {
 
 impl ResultRow {
     /// A row's label columns for a collective.
-    pub fn labels(collective: PerfCollective, dtype: DataType, op: ReduceOp, root: u32) -> (String, String, i64) {
+    pub fn labels(
+        collective: PerfCollective,
+        dtype: DataType,
+        op: ReduceOp,
+        root: u32,
+    ) -> (String, String, i64) {
         (
             dtype.nccl_name().to_owned(),
-            if collective.has_redop() { op.nccl_name().to_owned() } else { "none".to_owned() },
-            if collective.has_root() { i64::from(root) } else { -1 },
+            if collective.has_redop() {
+                op.nccl_name().to_owned()
+            } else {
+                "none".to_owned()
+            },
+            if collective.has_root() {
+                i64::from(root)
+            } else {
+                -1
+            },
         )
     }
 }
@@ -297,9 +313,17 @@ pub struct RunHeader {
 /// The header block up to and including the device list.
 pub fn format_header(h: &RunHeader) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "# nccl-tests version {NCCL_TESTS_FORMAT_VERSION} format, written by {}", h.writer);
+    let _ = writeln!(
+        s,
+        "# nccl-tests version {NCCL_TESTS_FORMAT_VERSION} format, written by {}",
+        h.writer
+    );
     let _ = writeln!(s, "# Collective test starting: {}", h.program);
-    let (step, unit) = if h.step_factor > 1 { (h.step_factor, "factor") } else { (h.step_bytes, "bytes") };
+    let (step, unit) = if h.step_factor > 1 {
+        (h.step_factor, "factor")
+    } else {
+        (h.step_bytes, "bytes")
+    };
     let _ = writeln!(
         s,
         "# nThread 1 nGpus 1 minBytes {} maxBytes {} step: {step}({unit}) warmup iters: {} iters: {} agg iters: {} validation: {} graph: 0 unalign: 0",
@@ -336,12 +360,36 @@ pub fn format_table_header() -> String {
     let _ = writeln!(
         s,
         "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6} ",
-        "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong"
+        "size",
+        "count",
+        "type",
+        "redop",
+        "root",
+        "time",
+        "algbw",
+        "busbw",
+        "#wrong",
+        "time",
+        "algbw",
+        "busbw",
+        "#wrong"
     );
     let _ = writeln!(
         s,
         "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6} ",
-        "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", ""
+        "(B)",
+        "(elements)",
+        "",
+        "",
+        "",
+        "(us)",
+        "(GB/s)",
+        "(GB/s)",
+        "",
+        "(us)",
+        "(GB/s)",
+        "(GB/s)",
+        ""
     );
     s
 }
@@ -384,14 +432,23 @@ pub fn out_of_bounds(rows: &[ResultRow]) -> u64 {
 /// nccl-tests' `Avg bus bandwidth`: the mean busbw over every measurement,
 /// out-of-place and in-place alike (NaN without rows, as in nccl-tests).
 pub fn average_bus_bw(rows: &[ResultRow]) -> f64 {
-    let sum: f64 = rows.iter().map(|r| r.out_of_place.bus_bw + r.in_place.bus_bw).sum();
+    let sum: f64 = rows
+        .iter()
+        .map(|r| r.out_of_place.bus_bw + r.in_place.bus_bw)
+        .sum();
     sum / (2 * rows.len()) as f64
 }
 
 /// The footer: failed measurements, average bus bandwidth (checked against
 /// `min_bw` the way `NCCL_TESTS_MIN_BW` is: FAILED below 90 % of it), the
 /// closing lines, and an error line or an empty line.
-pub fn format_footer(out_of_bounds: u64, avg_bus_bw: f64, min_bw: Option<f64>, program: &str, error: Option<&str>) -> String {
+pub fn format_footer(
+    out_of_bounds: u64,
+    avg_bus_bw: f64,
+    min_bw: Option<f64>,
+    program: &str,
+    error: Option<&str>,
+) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -405,7 +462,12 @@ pub fn format_footer(out_of_bounds: u64, avg_bus_bw: f64, min_bw: Option<f64>, p
         Some(min) if avg_bus_bw < min * 0.9 => "FAILED",
         Some(_) => "OK",
     };
-    let _ = writeln!(s, "# {:<20} : {} {verdict}", "Avg bus bandwidth", c_g(avg_bus_bw));
+    let _ = writeln!(
+        s,
+        "# {:<20} : {} {verdict}",
+        "Avg bus bandwidth",
+        c_g(avg_bus_bw)
+    );
     s.push_str("#\n");
     let _ = writeln!(s, "# Collective test concluded: {program}");
     s.push_str("#\n");
@@ -426,12 +488,20 @@ fn c_exp(value: f64, prec: usize) -> String {
     let r = format!("{value:.prec$e}");
     let (mantissa, exp) = r.split_once('e').expect("exponent notation");
     let exp: i32 = exp.parse().expect("integer exponent");
-    format!("{mantissa}e{}{:02}", if exp < 0 { '-' } else { '+' }, exp.abs())
+    format!(
+        "{mantissa}e{}{:02}",
+        if exp < 0 { '-' } else { '+' },
+        exp.abs()
+    )
 }
 
 fn c_special(value: f64) -> String {
     if value.is_nan() {
-        if value.is_sign_negative() { "-nan".into() } else { "nan".into() }
+        if value.is_sign_negative() {
+            "-nan".into()
+        } else {
+            "nan".into()
+        }
     } else if value > 0.0 {
         "inf".into()
     } else {
@@ -465,7 +535,11 @@ pub fn c_g(value: f64) -> String {
         return c_special(value);
     }
     if value == 0.0 {
-        return if value.is_sign_negative() { "-0".into() } else { "0".into() };
+        return if value.is_sign_negative() {
+            "-0".into()
+        } else {
+            "0".into()
+        };
     }
     // The exponent after rounding to P significant digits decides the form.
     let e = format!("{value:.*e}", (P - 1) as usize);

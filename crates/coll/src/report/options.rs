@@ -146,7 +146,11 @@ fn option_of(name: &str) -> Option<char> {
 }
 
 fn bad(option: char, value: &str, why: impl fmt::Display) -> OptionsError {
-    OptionsError::BadValue { option: format!("-{option}"), value: value.to_owned(), why: why.to_string() }
+    OptionsError::BadValue {
+        option: format!("-{option}"),
+        value: value.to_owned(),
+        why: why.to_string(),
+    }
 }
 
 /// nccl-tests' `parsesize`: a number, optionally fractional (or
@@ -171,7 +175,7 @@ pub fn parse_size(s: &str) -> Option<u64> {
         None => num.parse().ok()?,
     };
     let bytes = v * mult;
-    if !bytes.is_finite() || bytes < 0.0 || bytes >= 18_446_744_073_709_551_616.0 {
+    if !(0.0..18_446_744_073_709_551_616.0).contains(&bytes) {
         return None;
     }
     Some(bytes as u64)
@@ -220,7 +224,10 @@ where
                 Some((n, v)) => (format!("--{n}"), Some(v.to_owned())),
                 None => (arg.to_owned(), None),
             }
-        } else if arg.starts_with('-') && arg.len() > 2 && !arg[1..].starts_with(|c: char| c.is_ascii_digit()) {
+        } else if arg.starts_with('-')
+            && arg.len() > 2
+            && !arg[1..].starts_with(|c: char| c.is_ascii_digit())
+        {
             (arg[..2].to_owned(), Some(arg[2..].to_owned()))
         } else {
             (arg.to_owned(), None)
@@ -239,7 +246,10 @@ where
                 .ok_or_else(|| OptionsError::MissingValue(name.clone()))?,
         };
         let v = value.as_str();
-        let size = || parse_size(v).ok_or_else(|| bad(opt, v, "not a size (a number with an optional K, M or G)"));
+        let size = || {
+            parse_size(v)
+                .ok_or_else(|| bad(opt, v, "not a size (a number with an optional K, M or G)"))
+        };
         match opt {
             'b' => o.min_bytes = size()?,
             'e' => o.max_bytes = size()?,
@@ -249,8 +259,20 @@ where
             'w' => o.warmup_iters = parse_u32(opt, v, u32::MAX)?,
             'm' => o.agg_iters = parse_u32(opt, v, u32::MAX)?.max(1),
             'c' => o.check = parse_u32(opt, v, u32::MAX)?,
-            'o' => o.op = if v == "all" { None } else { Some(v.parse().map_err(|e| bad(opt, v, e))?) },
-            'd' => o.dtype = if v == "all" { None } else { Some(v.parse().map_err(|e| bad(opt, v, e))?) },
+            'o' => {
+                o.op = if v == "all" {
+                    None
+                } else {
+                    Some(v.parse().map_err(|e| bad(opt, v, e))?)
+                }
+            }
+            'd' => {
+                o.dtype = if v == "all" {
+                    None
+                } else {
+                    Some(v.parse().map_err(|e| bad(opt, v, e))?)
+                }
+            }
             'r' => {
                 o.root = match v {
                     "all" | "-1" => None,
@@ -275,7 +297,9 @@ where
             ));
         }
         if o.step_factor <= 1 && o.step_bytes == 0 {
-            return Err(OptionsError::Inconsistent("stepbytes 0 without a step factor never grows".into()));
+            return Err(OptionsError::Inconsistent(
+                "stepbytes 0 without a step factor never grows".into(),
+            ));
         }
     }
     Ok(o)
@@ -310,7 +334,8 @@ impl PerfOptions {
 
     /// The types to run, in nccl-tests' order for `all`.
     pub fn dtypes(&self) -> Vec<DataType> {
-        self.dtype.map_or_else(|| DataType::ALL.to_vec(), |d| vec![d])
+        self.dtype
+            .map_or_else(|| DataType::ALL.to_vec(), |d| vec![d])
     }
 
     /// The roots to run in a world of `world` ranks.
@@ -328,7 +353,10 @@ mod tests {
         let o = parse_perf_args(Vec::<String>::new()).unwrap();
         assert_eq!(o, PerfOptions::default());
         assert_eq!(o.sizes(), [32 << 20]);
-        assert_eq!((o.iters, o.warmup_iters, o.check, o.average, o.blocking), (20, 1, 1, 1, 0));
+        assert_eq!(
+            (o.iters, o.warmup_iters, o.check, o.average, o.blocking),
+            (20, 1, 1, 1, 0)
+        );
     }
 
     #[test]
@@ -343,16 +371,52 @@ mod tests {
     #[test]
     fn forms_and_values() {
         let o = parse_perf_args([
-            "-b1K", "--maxbytes=1.5M", "-i", "0x1000", "-n", "010", "--warmup_iters", "3", "-c0", "-o", "all",
-            "-d", "bfloat16", "-r", "all", "-z", "3", "-a", "2", "-m", "4",
+            "-b1K",
+            "--maxbytes=1.5M",
+            "-i",
+            "0x1000",
+            "-n",
+            "010",
+            "--warmup_iters",
+            "3",
+            "-c0",
+            "-o",
+            "all",
+            "-d",
+            "bfloat16",
+            "-r",
+            "all",
+            "-z",
+            "3",
+            "-a",
+            "2",
+            "-m",
+            "4",
         ])
         .unwrap();
-        assert_eq!((o.min_bytes, o.max_bytes, o.step_bytes), (1024, 1536 * 1024, 4096));
-        assert_eq!((o.iters, o.warmup_iters, o.check, o.agg_iters), (8, 3, 0, 4));
-        assert_eq!((o.op, o.dtype, o.root, o.blocking, o.average), (None, Some(DataType::Bfloat16), None, 3, 2));
+        assert_eq!(
+            (o.min_bytes, o.max_bytes, o.step_bytes),
+            (1024, 1536 * 1024, 4096)
+        );
+        assert_eq!(
+            (o.iters, o.warmup_iters, o.check, o.agg_iters),
+            (8, 3, 0, 4)
+        );
+        assert_eq!(
+            (o.op, o.dtype, o.root, o.blocking, o.average),
+            (None, Some(DataType::Bfloat16), None, 3, 2)
+        );
         assert_eq!(o.ops().len(), 5);
         assert_eq!(o.dtypes(), [DataType::Bfloat16]);
-        assert_eq!(PerfOptions { dtype: None, ..o.clone() }.dtypes().len(), 10);
+        assert_eq!(
+            PerfOptions {
+                dtype: None,
+                ..o.clone()
+            }
+            .dtypes()
+            .len(),
+            10
+        );
         assert_eq!(o.roots(3), [0, 1, 2]);
         let additive = parse_perf_args(["-b", "1M", "-e", "3M"]).unwrap();
         assert_eq!(additive.sizes(), [1 << 20, 2 << 20, 3 << 20]);
@@ -365,17 +429,53 @@ mod tests {
     #[test]
     fn errors_are_clear() {
         assert_eq!(parse_perf_args(["-h"]), Err(OptionsError::Help));
-        assert!(matches!(parse_perf_args(["-t", "2"]), Err(OptionsError::Unknown(_))));
-        assert!(matches!(parse_perf_args(["-n"]), Err(OptionsError::MissingValue(_))));
-        assert!(matches!(parse_perf_args(["-b", "8X"]), Err(OptionsError::BadValue { .. })));
-        assert!(matches!(parse_perf_args(["-n", "ten"]), Err(OptionsError::BadValue { .. })));
-        assert!(matches!(parse_perf_args(["-d", "float8"]), Err(OptionsError::BadValue { .. })));
-        assert!(matches!(parse_perf_args(["-o", "mulsum"]), Err(OptionsError::BadValue { .. })));
-        assert!(matches!(parse_perf_args(["-z", "4"]), Err(OptionsError::BadValue { .. })));
-        assert!(matches!(parse_perf_args(["-b", "-5"]), Err(OptionsError::BadValue { .. })));
-        assert!(matches!(parse_perf_args(["-b", "2M", "-e", "1M"]), Err(OptionsError::Inconsistent(_))));
-        assert!(matches!(parse_perf_args(["-b", "0", "-e", "1M", "-f", "2"]), Err(OptionsError::Inconsistent(_))));
-        assert!(matches!(parse_perf_args(["-b", "0", "-e", "1M", "-i", "0"]), Err(OptionsError::Inconsistent(_))));
-        assert!(matches!(parse_perf_args(["all_reduce"]), Err(OptionsError::Unknown(_))));
+        assert!(matches!(
+            parse_perf_args(["-t", "2"]),
+            Err(OptionsError::Unknown(_))
+        ));
+        assert!(matches!(
+            parse_perf_args(["-n"]),
+            Err(OptionsError::MissingValue(_))
+        ));
+        assert!(matches!(
+            parse_perf_args(["-b", "8X"]),
+            Err(OptionsError::BadValue { .. })
+        ));
+        assert!(matches!(
+            parse_perf_args(["-n", "ten"]),
+            Err(OptionsError::BadValue { .. })
+        ));
+        assert!(matches!(
+            parse_perf_args(["-d", "float8"]),
+            Err(OptionsError::BadValue { .. })
+        ));
+        assert!(matches!(
+            parse_perf_args(["-o", "mulsum"]),
+            Err(OptionsError::BadValue { .. })
+        ));
+        assert!(matches!(
+            parse_perf_args(["-z", "4"]),
+            Err(OptionsError::BadValue { .. })
+        ));
+        assert!(matches!(
+            parse_perf_args(["-b", "-5"]),
+            Err(OptionsError::BadValue { .. })
+        ));
+        assert!(matches!(
+            parse_perf_args(["-b", "2M", "-e", "1M"]),
+            Err(OptionsError::Inconsistent(_))
+        ));
+        assert!(matches!(
+            parse_perf_args(["-b", "0", "-e", "1M", "-f", "2"]),
+            Err(OptionsError::Inconsistent(_))
+        ));
+        assert!(matches!(
+            parse_perf_args(["-b", "0", "-e", "1M", "-i", "0"]),
+            Err(OptionsError::Inconsistent(_))
+        ));
+        assert!(matches!(
+            parse_perf_args(["all_reduce"]),
+            Err(OptionsError::Unknown(_))
+        ));
     }
 }

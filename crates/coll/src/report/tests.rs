@@ -51,12 +51,23 @@ fn counts_follow_nccl_tests() {
     use PerfCollective::*;
     let f = DataType::Float32;
     let ag = AllGather.counts(1 << 20, f, 8);
-    assert_eq!((ag.send_count, ag.recv_count, ag.param_count), (32768, 262144, 32768));
+    assert_eq!(
+        (ag.send_count, ag.recv_count, ag.param_count),
+        (32768, 262144, 32768)
+    );
     assert_eq!(ag.size_bytes(f), 1 << 20);
     assert_eq!(ag.send_in_place_offset, 32768);
     // Per-rank blocks round down to 16 bytes: 250 / 3 = 83 floats -> 80.
     let rs = ReduceScatter.counts(1000, f, 3);
-    assert_eq!((rs.send_count, rs.recv_count, rs.param_count, rs.recv_in_place_offset), (240, 80, 80, 80));
+    assert_eq!(
+        (
+            rs.send_count,
+            rs.recv_count,
+            rs.param_count,
+            rs.recv_in_place_offset
+        ),
+        (240, 80, 80, 80)
+    );
     assert_eq!(rs.size_bytes(f), 960);
     let a2a = AllToAll.counts(1000, DataType::Float64, 3);
     assert_eq!((a2a.param_count, a2a.send_count), (40, 120));
@@ -75,7 +86,12 @@ fn names() {
         assert_eq!(c.program_name().parse(), Ok(c));
     }
     assert_eq!(
-        ResultRow::labels(PerfCollective::AllGather, DataType::Float16, ReduceOp::Max, 3),
+        ResultRow::labels(
+            PerfCollective::AllGather,
+            DataType::Float16,
+            ReduceOp::Max,
+            3
+        ),
         ("half".into(), "none".into(), -1)
     );
     assert_eq!(
@@ -91,8 +107,18 @@ fn row() -> ResultRow {
         type_name: "float".into(),
         redop: "sum".into(),
         root: -1,
-        out_of_place: Measurement { time_us: 95.123, alg_bw: 11.0234, bus_bw: 20.669, wrong: Some(0) },
-        in_place: Measurement { time_us: 94.8, alg_bw: 11.06, bus_bw: 20.74, wrong: None },
+        out_of_place: Measurement {
+            time_us: 95.123,
+            alg_bw: 11.0234,
+            bus_bw: 20.669,
+            wrong: Some(0),
+        },
+        in_place: Measurement {
+            time_us: 94.8,
+            alg_bw: 11.06,
+            bus_bw: 20.74,
+            wrong: None,
+        },
     }
 }
 
@@ -119,9 +145,15 @@ fn table() {
     );
     // Data columns line up under their names.
     let data = format_row(&row());
-    for name in ["size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong"] {
+    for name in [
+        "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong",
+    ] {
         let end = lines[2].find(name).unwrap() + name.len();
-        assert_eq!(&data[end..end + 1], if end == data.len() - 1 { "\n" } else { " " }, "{name}");
+        assert_eq!(
+            &data[end..end + 1],
+            if end == data.len() - 1 { "\n" } else { " " },
+            "{name}"
+        );
         assert_ne!(&data[end - 1..end], " ", "{name}");
     }
 }
@@ -176,7 +208,12 @@ fn header() {
          # Using devices\n\
          #  Rank  0 Group  0 Pid   1234 on  localhost device  0 [0000:00:00] MetaRoCE over UDP\n"
     );
-    let z = RunHeader { step_factor: 1, blocking: 1, devices: vec![], ..h };
+    let z = RunHeader {
+        step_factor: 1,
+        blocking: 1,
+        devices: vec![],
+        ..h
+    };
     let s = format_header(&z);
     assert!(s.contains("step: 1048576(bytes)"));
     assert!(s.contains("# Blocking Enabled: wait and barrier after each inner iteration (-m) \n"));

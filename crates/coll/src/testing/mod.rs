@@ -17,7 +17,7 @@
 //! same state machine. [`TestNet::trace`] records what each rank asked for,
 //! so the two modes can be compared action for action.
 //!
-//! [`reference`] builds inputs whose reductions are exact and the expected
+//! [`reference`](mod@reference) builds inputs whose reductions are exact and the expected
 //! outputs of every collective, and [`check`] runs an operation end to end
 //! and compares element by element.
 
@@ -120,11 +120,25 @@ pub enum TraceEntry {
 #[derive(Debug)]
 enum Event {
     /// A posted write reaches its target's memory.
-    Place { from: Rank, write: Write, bytes: Vec<u8> },
+    Place {
+        from: Rank,
+        write: Write,
+        bytes: Vec<u8>,
+    },
     /// The target's receive completion.
-    Arrive { to: Rank, from: Rank, imm: u32, len: u64 },
+    Arrive {
+        to: Rank,
+        from: Rank,
+        imm: u32,
+        len: u64,
+    },
     /// The writer's local completion.
-    WriteDone { at: Rank, id: WriteId, src: Loc, bytes: Vec<u8> },
+    WriteDone {
+        at: Rank,
+        id: WriteId,
+        src: Loc,
+        bytes: Vec<u8>,
+    },
     /// A computation finishes.
     ComputeDone { at: Rank, compute: Compute },
 }
@@ -140,7 +154,11 @@ struct Node {
 
 impl Node {
     fn buffers(&mut self) -> LocalBuffers<'_> {
-        LocalBuffers { send: &self.send, recv: &mut self.recv, staging: &mut self.staging }
+        LocalBuffers {
+            send: &self.send,
+            recv: &mut self.recv,
+            staging: &mut self.staging,
+        }
     }
 }
 
@@ -179,7 +197,12 @@ pub struct TestNet {
 
 impl TestNet {
     /// A network of `world` ranks sharing `config`.
-    pub fn new(world: u32, config: CommConfig, delivery: Delivery, payload: Payload) -> Result<Self, CollError> {
+    pub fn new(
+        world: u32,
+        config: CommConfig,
+        delivery: Delivery,
+        payload: Payload,
+    ) -> Result<Self, CollError> {
         let mut nodes = Vec::with_capacity(world as usize);
         for rank in 0..world {
             let comm = Communicator::new(rank, world, config)?;
@@ -187,7 +210,13 @@ impl TestNet {
                 Payload::Bytes => vec![0u8; comm.staging_layout().bytes() as usize],
                 Payload::SizesOnly => Vec::new(),
             };
-            nodes.push(Node { comm, send: Vec::new(), recv: Vec::new(), staging, done: Vec::new() });
+            nodes.push(Node {
+                comm,
+                send: Vec::new(),
+                recv: Vec::new(),
+                staging,
+                done: Vec::new(),
+            });
         }
         Ok(Self {
             nodes,
@@ -260,20 +289,34 @@ impl TestNet {
         while let Some(action) = self.nodes[rank as usize].comm.poll_action() {
             match action {
                 Action::Write(w) => {
-                    self.trace.push(TraceEntry::Write { rank, peer: w.peer, len: w.len, purpose: w.purpose });
+                    self.trace.push(TraceEntry::Write {
+                        rank,
+                        peer: w.peer,
+                        len: w.len,
+                        purpose: w.purpose,
+                    });
                     let bytes = match self.payload {
                         Payload::Bytes => {
                             let node = &mut self.nodes[rank as usize];
                             let b = node.buffers();
-                            b.read(w.src, w.len).map_err(|error| NetError::Exec { rank, error })?.to_vec()
+                            b.read(w.src, w.len)
+                                .map_err(|error| NetError::Exec { rank, error })?
+                                .to_vec()
                         }
                         Payload::SizesOnly => Vec::new(),
                     };
-                    self.events.push_back(Event::Place { from: rank, write: w, bytes });
+                    self.events.push_back(Event::Place {
+                        from: rank,
+                        write: w,
+                        bytes,
+                    });
                 }
                 Action::Compute(c) => {
                     self.trace.push(TraceEntry::Compute { rank, len: c.len });
-                    self.events.push_back(Event::ComputeDone { at: rank, compute: c });
+                    self.events.push_back(Event::ComputeDone {
+                        at: rank,
+                        compute: c,
+                    });
                 }
                 Action::Done(op) => {
                     self.trace.push(TraceEntry::Done { rank, op });
@@ -284,12 +327,22 @@ impl TestNet {
         Ok(())
     }
 
-    fn source_unchanged(&mut self, rank: Rank, id: WriteId, src: Loc, bytes: &[u8]) -> Result<(), NetError> {
+    fn source_unchanged(
+        &mut self,
+        rank: Rank,
+        id: WriteId,
+        src: Loc,
+        bytes: &[u8],
+    ) -> Result<(), NetError> {
         if self.payload == Payload::SizesOnly {
             return Ok(());
         }
         let node = &mut self.nodes[rank as usize];
-        let now = node.buffers().read(src, bytes.len() as u64).map_err(|error| NetError::Exec { rank, error })?.to_vec();
+        let now = node
+            .buffers()
+            .read(src, bytes.len() as u64)
+            .map_err(|error| NetError::Exec { rank, error })?
+            .to_vec();
         if now != bytes {
             return Err(NetError::SourceChanged { rank, write: id });
         }
@@ -320,8 +373,18 @@ impl TestNet {
                         .map_err(|error| NetError::Exec { rank: to, error })?
                         .copy_from_slice(&bytes);
                 }
-                self.events.push_back(Event::Arrive { to, from, imm: write.imm, len: write.len });
-                self.events.push_back(Event::WriteDone { at: from, id: write.id, src: write.src, bytes });
+                self.events.push_back(Event::Arrive {
+                    to,
+                    from,
+                    imm: write.imm,
+                    len: write.len,
+                });
+                self.events.push_back(Event::WriteDone {
+                    at: from,
+                    id: write.id,
+                    src: write.src,
+                    bytes,
+                });
             }
             Event::Arrive { to, from, imm, len } => {
                 self.nodes[to as usize]
@@ -341,7 +404,9 @@ impl TestNet {
             Event::ComputeDone { at, compute } => {
                 if self.payload == Payload::Bytes {
                     let node = &mut self.nodes[at as usize];
-                    node.buffers().execute(&compute).map_err(|error| NetError::Exec { rank: at, error })?;
+                    node.buffers()
+                        .execute(&compute)
+                        .map_err(|error| NetError::Exec { rank: at, error })?;
                 }
                 self.nodes[at as usize]
                     .comm
@@ -357,7 +422,9 @@ impl TestNet {
     /// deadlock.
     pub fn run(&mut self) -> Result<(), NetError> {
         while self.step()? {}
-        let pending: Vec<Rank> = (0..self.world()).filter(|&r| !self.nodes[r as usize].comm.is_idle()).collect();
+        let pending: Vec<Rank> = (0..self.world())
+            .filter(|&r| !self.nodes[r as usize].comm.is_idle())
+            .collect();
         if !pending.is_empty() {
             return Err(NetError::Stalled { pending });
         }

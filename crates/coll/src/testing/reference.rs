@@ -17,7 +17,7 @@ use crate::comm::CommStats;
 use crate::datatype::{DataType, ReduceOp};
 use crate::half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 use crate::kernels;
-use crate::spec::{CommConfig, Collective, OpSpec};
+use crate::spec::{Collective, CommConfig, OpSpec};
 
 /// `count` elements of `dtype` whose reduction under `op` is exact in any
 /// order (`op` `None`: data that is only moved), drawn from `seed`.
@@ -125,7 +125,9 @@ pub fn expected_outputs(specs: &[OpSpec], inputs: &[Vec<u8>], before: &[Vec<u8>]
         Collective::Barrier => {}
         Collective::SendRecv(_) => {
             for (q, o) in out.iter_mut().enumerate() {
-                let Collective::SendRecv(mine) = &specs[q].collective else { continue };
+                let Collective::SendRecv(mine) = &specs[q].collective else {
+                    continue;
+                };
                 let mut seen = vec![0usize; world as usize];
                 for r in &mine.recvs {
                     let Collective::SendRecv(theirs) = &specs[r.peer as usize].collective else {
@@ -133,10 +135,12 @@ pub fn expected_outputs(specs: &[OpSpec], inputs: &[Vec<u8>], before: &[Vec<u8>]
                     };
                     let k = seen[r.peer as usize];
                     seen[r.peer as usize] += 1;
-                    let Some(s) = theirs.sends.iter().filter(|s| s.peer as usize == q).nth(k) else {
+                    let Some(s) = theirs.sends.iter().filter(|s| s.peer as usize == q).nth(k)
+                    else {
                         continue;
                     };
-                    let src = &inputs[r.peer as usize][s.offset as usize * e..][..s.count as usize * e];
+                    let src =
+                        &inputs[r.peer as usize][s.offset as usize * e..][..s.count as usize * e];
                     o[r.offset as usize * e..][..r.count as usize * e].copy_from_slice(src);
                 }
             }
@@ -198,7 +202,8 @@ pub fn check(
     seed: u64,
 ) -> Result<CheckReport, NetError> {
     let specs: Vec<OpSpec> = (0..world).map(spec_of).collect();
-    let mut net = TestNet::new(world, config, delivery, Payload::Bytes).map_err(|error| NetError::Comm { rank: 0, error })?;
+    let mut net = TestNet::new(world, config, delivery, Payload::Bytes)
+        .map_err(|error| NetError::Comm { rank: 0, error })?;
     let mut inputs = Vec::new();
     let mut before = Vec::new();
     let mut sends = Vec::new();
