@@ -21,91 +21,132 @@ pub const F16_NAN: u16 = 0x7e00;
 /// Bit pattern of a canonical quiet bfloat16 NaN.
 pub const BF16_NAN: u16 = 0x7fc0;
 
-const F16_SIGN: u16 = 0x8000;
 const F16_INF: u16 = 0x7c00;
 
+// The conversions below compute every case and select one, without
+// branches, so that a kernel looping over them vectorizes; the tests
+// compare them with the case-by-case definitions exhaustively.
+
 /// Converts a half bit pattern to f32, exactly.
+#[inline(always)]
 pub fn f16_to_f32(h: u16) -> f32 {
-    let sign = u32::from(h & F16_SIGN) << 16;
-    let exp = u32::from((h >> 10) & 0x1f);
-    let man = u32::from(h & 0x03ff);
-    let bits = match exp {
-        // Zero or subnormal: man × 2^-24, exact in f32.
-        0 => {
-            let magnitude = man as f32 * f32::from_bits(0x3380_0000); // 2^-24
-            return if sign != 0 { -magnitude } else { magnitude };
-        }
-        // Infinity or NaN; a NaN's payload moves up unchanged, so it stays a NaN.
-        0x1f => sign | 0x7f80_0000 | (man << 13),
-        _ => sign | ((exp + 127 - 15) << 23) | (man << 13),
+    let h = u32::from(h);
+    let sign = (h & 0x8000) << 16;
+    let exp = h & 0x7c00;
+    // Exponent and mantissa moved to their f32 places, still biased by 15.
+    let mag = (h & 0x7fff) << 13;
+    // Normal: rebias 15 → 127.
+    let normal = mag + ((127 - 15) << 23);
+    // Infinity or NaN: all exponent bits set, the payload kept.
+    let special = mag | 0x7f80_0000;
+    // Zero or subnormal, man × 2^-24: read the mantissa as the fraction of
+    // 1.man × 2^-14 and take 2^-14 away, exactly.
+    let two_m14 = f32::from_bits(113 << 23);
+    let sub = (f32::from_bits(mag + (113 << 23)) - two_m14).to_bits();
+    let bits = if exp == 0x7c00 {
+        special
+    } else if exp == 0 {
+        sub
+    } else {
+        normal
     };
-    f32::from_bits(bits)
+    f32::from_bits(bits | sign)
 }
 
 /// Rounds an f32 to the nearest half (ties to even) and returns its bits.
+#[inline(always)]
 pub fn f32_to_f16(x: f32) -> u16 {
     let bits = x.to_bits();
-    let sign = ((bits >> 16) & 0x8000) as u16;
-    let exp = ((bits >> 23) & 0xff) as i32;
-    let man = bits & 0x007f_ffff;
-    if exp == 0xff {
-        if man == 0 {
-            return sign | F16_INF;
-        }
-        // Quiet NaN with the top payload bits; the quiet bit keeps it a NaN
-        // even when those bits are all zero.
-        return sign | F16_INF | 0x0200 | (man >> 13) as u16;
-    }
-    let e = exp - 127; // unbiased exponent (f32 subnormals land far below half's range)
-    if e > 15 {
-        return sign | F16_INF;
-    }
-    if e >= -14 {
-        // Normal half: keep 10 mantissa bits, round on the 13 dropped ones.
-        // A carry out of the mantissa bumps the exponent, and a carry out of
-        // the largest exponent gives exactly the infinity pattern.
-        let base = (((e + 15) as u32) << 10) | (man >> 13);
-        let dropped = man & 0x1fff;
-        let round_up = dropped > 0x1000 || (dropped == 0x1000 && base & 1 == 1);
-        return sign | (base + u32::from(round_up)) as u16;
-    }
-    // Subnormal half (or zero): the value in units of 2^-24 is
-    // (1.man) × 2^(e+24) = full × 2^(e+1), full being the 24-bit significand.
-    let shift = (-e - 1) as u32; // 14 for e = -15, 24 for e = -25
-    if shift > 24 {
-        return sign; // below half the smallest subnormal: rounds to zero
-    }
-    let full = man | 0x0080_0000;
-    let kept = full >> shift;
-    let dropped = full & ((1 << shift) - 1);
-    let half_unit = 1 << (shift - 1);
-    let round_up = dropped > half_unit || (dropped == half_unit && kept & 1 == 1);
-    // Rounding up from the largest subnormal yields 0x0400, the smallest normal.
-    sign | (kept + u32::from(round_up)) as u16
+    let sign = (bits >> 16) & 0x8000;
+    let abs = bits & 0x7fff_ffff;
+    // NaN: quiet, with the top payload bits (the quiet bit keeps it a NaN
+    // even when those are all zero).
+    let nan = 0x7e00 | ((abs >> 13) & 0x03ff);
+    // Normal half, |x| in [2^-14, 2^16): rebias, then round on the 13
+    // dropped bits, to even on a tie. A carry out of the mantissa bumps the
+    // exponent, and out of the largest one gives exactly infinity (|x| ≥ 65520).
+    let odd = (abs >> 13) & 1;
+    let normal = abs
+        .wrapping_sub((127 - 15) << 23)
+        .wrapping_add(0x0fff + odd)
+        >> 13;
+    // Below 2^-14 (subnormal half or zero): adding 0.5 puts the f32 ulp at
+    // 2^-24, the half subnormal unit, so the FPU's own round-to-nearest-even
+    // does the rounding; rounding up from the largest subnormal yields the
+    // smallest normal pattern 0x0400.
+    let sub = (f32::from_bits(abs) + 0.5)
+        .to_bits()
+        .wrapping_sub(0x3f00_0000);
+    let mag = if abs > 0x7f80_0000 {
+        nan
+    } else if abs >= 0x4780_0000 {
+        F16_INF as u32 // 2^16 and beyond, infinity included
+    } else if abs < 0x3880_0000 {
+        sub
+    } else {
+        normal
+    };
+    (sign | mag) as u16
 }
 
 /// Converts a bfloat16 bit pattern to f32, exactly.
+#[inline(always)]
 pub fn bf16_to_f32(b: u16) -> f32 {
     f32::from_bits(u32::from(b) << 16)
 }
 
 /// Rounds an f32 to the nearest bfloat16 (ties to even) and returns its bits.
+#[inline(always)]
 pub fn f32_to_bf16(x: f32) -> u16 {
     let bits = x.to_bits();
-    if x.is_nan() {
-        // Truncate the payload and force the quiet bit so it stays a NaN.
-        return ((bits >> 16) as u16) | 0x0040;
-    }
     // Add just under half an ulp, plus one more when the kept part is odd:
     // ties go to even, and a carry into the exponent (up to infinity) is the
     // correct rounding. Works unchanged for subnormals.
     let lsb = (bits >> 16) & 1;
-    (bits.wrapping_add(0x7fff + lsb) >> 16) as u16
+    let rounded = bits.wrapping_add(0x7fff + lsb) >> 16;
+    // A NaN keeps its top payload bits and is forced quiet so it stays a NaN.
+    let nan = (bits >> 16) | 0x0040;
+    (if bits & 0x7fff_ffff > 0x7f80_0000 {
+        nan
+    } else {
+        rounded
+    }) as u16
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Case-by-case definition of half → f32.
+    fn f16_to_f32_cases(h: u16) -> f32 {
+        let sign = if h & 0x8000 != 0 { -1.0f32 } else { 1.0 };
+        let exp = i32::from((h >> 10) & 0x1f);
+        let man = u32::from(h & 0x03ff);
+        match exp {
+            0 => sign * man as f32 * 2f32.powi(-24),
+            0x1f => f32::from_bits((u32::from(h & 0x8000) << 16) | 0x7f80_0000 | (man << 13)),
+            _ => sign * (1.0 + man as f32 / 1024.0) * 2f32.powi(exp - 15),
+        }
+    }
+
+    #[test]
+    fn f16_to_f32_matches_its_definition_exhaustively() {
+        for h in 0..=u16::MAX {
+            assert_eq!(
+                f16_to_f32(h).to_bits(),
+                f16_to_f32_cases(h).to_bits(),
+                "{h:#06x}"
+            );
+        }
+    }
+
+    #[test]
+    fn nan_payloads() {
+        assert_eq!(f32_to_f16(f32::from_bits(0x7fc0_2000)), 0x7e01);
+        assert_eq!(f32_to_f16(f32::from_bits(0xff80_0001)), 0xfe00);
+        assert_eq!(f32_to_bf16(f32::from_bits(0xffa0_0000)), 0xffe0);
+        assert_eq!(f16_to_f32(0x7c01).to_bits(), 0x7f80_2000);
+    }
 
     #[test]
     fn f16_round_trips_every_non_nan_value() {

@@ -132,30 +132,29 @@ macro_rules! float_elem {
             fn prod(a: Self, b: Self) -> Self {
                 canonical(a * b)
             }
+            // maxNum / minNum written as selects (no branches, so the loop
+            // vectorizes): a NaN loses to a number, two NaNs give the
+            // canonical NaN, and equal operands (+0 and -0 among them)
+            // combine their bits so that max prefers +0 and min -0.
             #[inline(always)]
             fn max(a: Self, b: Self) -> Self {
-                if a.is_nan() {
-                    canonical(b)
-                } else if b.is_nan() || a > b {
-                    a
-                } else if b > a {
-                    b
-                } else {
-                    // Equal: identical bits, or +0 and -0 (max takes +0).
+                let m = if a > b || b.is_nan() { a } else { b };
+                let m = if a == b {
                     <$t>::from_bits(a.to_bits() & b.to_bits())
-                }
+                } else {
+                    m
+                };
+                canonical(m)
             }
             #[inline(always)]
             fn min(a: Self, b: Self) -> Self {
-                if a.is_nan() {
-                    canonical(b)
-                } else if b.is_nan() || a < b {
-                    a
-                } else if b < a {
-                    b
-                } else {
+                let m = if a < b || b.is_nan() { a } else { b };
+                let m = if a == b {
                     <$t>::from_bits(a.to_bits() | b.to_bits())
-                }
+                } else {
+                    m
+                };
+                canonical(m)
             }
         }
     };
@@ -239,6 +238,105 @@ fn fold_to<T: Elem>(dst: &mut [u8], a: &[u8], b: &[u8], f: impl Fn(T, T) -> T) {
     }
 }
 
+/// Elements per block in the 16-bit kernels: decoded into f32 arrays,
+/// combined, encoded back. Fixed-size arrays let the compiler vectorize the
+/// conversions, which it does not do element by element.
+const NARROW_BLOCK: usize = 16;
+
+/// A 16-bit float format.
+trait Narrow: Elem {
+    fn widen(bits: u16) -> f32;
+    fn narrow(x: f32) -> u16;
+}
+impl Narrow for F16 {
+    #[inline(always)]
+    fn widen(bits: u16) -> f32 {
+        f16_to_f32(bits)
+    }
+    #[inline(always)]
+    fn narrow(x: f32) -> u16 {
+        f32_to_f16(x)
+    }
+}
+impl Narrow for Bf16 {
+    #[inline(always)]
+    fn widen(bits: u16) -> f32 {
+        bf16_to_f32(bits)
+    }
+    #[inline(always)]
+    fn narrow(x: f32) -> u16 {
+        f32_to_bf16(x)
+    }
+}
+
+#[inline(always)]
+fn widen_block<N: Narrow>(bytes: &[u8]) -> [f32; NARROW_BLOCK] {
+    let mut out = [0f32; NARROW_BLOCK];
+    for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+        *o = N::widen(u16::from_ne_bytes([b[0], b[1]]));
+    }
+    out
+}
+
+#[inline(always)]
+fn narrow_block<N: Narrow>(x: [f32; NARROW_BLOCK], bytes: &mut [u8]) {
+    let mut bits = [0u16; NARROW_BLOCK];
+    for (b, v) in bits.iter_mut().zip(x) {
+        *b = N::narrow(v);
+    }
+    for (d, b) in bytes.chunks_exact_mut(2).zip(bits) {
+        d.copy_from_slice(&b.to_ne_bytes());
+    }
+}
+
+/// `dst ← a ⊕ b` for a 16-bit format, `a` being `dst` itself when `None`.
+#[inline(always)]
+fn fold_narrow<N: Narrow>(dst: &mut [u8], a: Option<&[u8]>, b: &[u8], f: impl Fn(f32, f32) -> f32) {
+    let block = 2 * NARROW_BLOCK;
+    let whole = dst.len() / block * block;
+    let (dst_blocks, dst_tail) = dst.split_at_mut(whole);
+    let (b_blocks, b_tail) = b.split_at(whole);
+    for (i, (d, y)) in dst_blocks
+        .chunks_exact_mut(block)
+        .zip(b_blocks.chunks_exact(block))
+        .enumerate()
+    {
+        let x = match a {
+            Some(a) => widen_block::<N>(&a[i * block..(i + 1) * block]),
+            None => widen_block::<N>(d),
+        };
+        let y = widen_block::<N>(y);
+        let mut r = [0f32; NARROW_BLOCK];
+        for ((r, x), y) in r.iter_mut().zip(x).zip(y) {
+            *r = f(x, y);
+        }
+        narrow_block::<N>(r, d);
+    }
+    // The last partial block, element by element.
+    let a_tail = a.map(|a| &a[whole..]);
+    for (i, (d, y)) in dst_tail
+        .chunks_exact_mut(2)
+        .zip(b_tail.chunks_exact(2))
+        .enumerate()
+    {
+        let x = match a_tail {
+            Some(a) => u16::from_ne_bytes([a[2 * i], a[2 * i + 1]]),
+            None => u16::from_ne_bytes([d[0], d[1]]),
+        };
+        let r = f(N::widen(x), N::widen(u16::from_ne_bytes([y[0], y[1]])));
+        d.copy_from_slice(&N::narrow(r).to_ne_bytes());
+    }
+}
+
+fn narrow_typed<N: Narrow>(op: ReduceOp, dst: &mut [u8], a: Option<&[u8]>, b: &[u8]) {
+    match op.combiner() {
+        ReduceOp::Sum | ReduceOp::Avg => fold_narrow::<N>(dst, a, b, <f32 as Elem>::sum),
+        ReduceOp::Prod => fold_narrow::<N>(dst, a, b, <f32 as Elem>::prod),
+        ReduceOp::Max => fold_narrow::<N>(dst, a, b, <f32 as Elem>::max),
+        ReduceOp::Min => fold_narrow::<N>(dst, a, b, <f32 as Elem>::min),
+    }
+}
+
 fn in_place_typed<T: Elem>(op: ReduceOp, dst: &mut [u8], src: &[u8]) {
     match op.combiner() {
         ReduceOp::Sum | ReduceOp::Avg => fold_in_place(dst, src, T::sum),
@@ -288,10 +386,10 @@ pub fn reduce_in_place(
         DataType::Uint32 => in_place_typed::<u32>(op, dst, src),
         DataType::Int64 => in_place_typed::<i64>(op, dst, src),
         DataType::Uint64 => in_place_typed::<u64>(op, dst, src),
-        DataType::Float16 => in_place_typed::<F16>(op, dst, src),
+        DataType::Float16 => narrow_typed::<F16>(op, dst, None, src),
         DataType::Float32 => in_place_typed::<f32>(op, dst, src),
         DataType::Float64 => in_place_typed::<f64>(op, dst, src),
-        DataType::Bfloat16 => in_place_typed::<Bf16>(op, dst, src),
+        DataType::Bfloat16 => narrow_typed::<Bf16>(op, dst, None, src),
     }
     Ok(())
 }
@@ -315,10 +413,10 @@ pub fn reduce(
         DataType::Uint32 => to_typed::<u32>(op, dst, a, b),
         DataType::Int64 => to_typed::<i64>(op, dst, a, b),
         DataType::Uint64 => to_typed::<u64>(op, dst, a, b),
-        DataType::Float16 => to_typed::<F16>(op, dst, a, b),
+        DataType::Float16 => narrow_typed::<F16>(op, dst, Some(a), b),
         DataType::Float32 => to_typed::<f32>(op, dst, a, b),
         DataType::Float64 => to_typed::<f64>(op, dst, a, b),
-        DataType::Bfloat16 => to_typed::<Bf16>(op, dst, a, b),
+        DataType::Bfloat16 => narrow_typed::<Bf16>(op, dst, Some(a), b),
     }
     Ok(())
 }

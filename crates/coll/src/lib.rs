@@ -28,7 +28,9 @@
 //!    - [`Action::Write`]: post a WRITE_WITH_IMM of `len` bytes (possibly
 //!      zero: no scatter-gather entry) from the local [`Loc`] to the peer's
 //!      staging area at `remote_offset`, with `imm` as immediate data and
-//!      the [`WriteId`] as work-request id. The source must stay untouched
+//!      the [`WriteId`] as work-request id. The source may be in any of the
+//!      three buffers, so the driver registers the operation's user buffers
+//!      too (or keeps a registration cache). The source must stay untouched
 //!      until the write completes, and the state machine guarantees it is.
 //!    - [`Action::Compute`]: run it ([`LocalBuffers::execute`], or the
 //!      driver's own kernels) and report

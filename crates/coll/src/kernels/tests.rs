@@ -258,7 +258,7 @@ fn operands_of(
 /// subnormal edges.
 fn edge_f32(bf16: bool) -> impl Strategy<Value = f32> {
     let max_bits: u16 = if bf16 { 0x7f7f } else { 0x7bff };
-    (0..max_bits, -1i32..=1, any::<bool>()).prop_map(move |(b, nudge, neg)| {
+    (0..=max_bits, -1i32..=1, any::<bool>()).prop_map(move |(b, nudge, neg)| {
         let dec = if bf16 { bf16_to_f32 } else { f16_to_f32 };
         let lo = dec(b);
         let hi = if b < max_bits {
