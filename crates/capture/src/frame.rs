@@ -175,7 +175,15 @@ mod tests {
     fn headers_carry_lengths_and_verifying_checksums() {
         let mut frame = Vec::new();
         let payload = b"odd-length payload!";
-        build_udp_frame(&mut frame, addr(1, 4794), addr(2, 4793), Ecn::Ce, 7, payload).unwrap();
+        build_udp_frame(
+            &mut frame,
+            addr(1, 4794),
+            addr(2, 4793),
+            Ecn::Ce,
+            7,
+            payload,
+        )
+        .unwrap();
         assert_eq!(frame.len(), FRAME_OVERHEAD + payload.len());
         assert_eq!(&frame[0..6], &[2, 0, 10, 0, 0, 2]);
         assert_eq!(&frame[6..12], &[2, 0, 10, 0, 0, 1]);
@@ -205,7 +213,15 @@ mod tests {
         let big = vec![0u8; MAX_UDP_PAYLOAD + 1];
         let err = build_udp_frame(&mut frame, addr(1, 1), addr(2, 2), Ecn::NotEct, 0, &big);
         assert!(matches!(err, Err(CaptureError::TooLong(n)) if n == big.len()));
-        build_udp_frame(&mut frame, addr(1, 1), addr(2, 2), Ecn::NotEct, 0, &big[1..]).unwrap();
+        build_udp_frame(
+            &mut frame,
+            addr(1, 1),
+            addr(2, 2),
+            Ecn::NotEct,
+            0,
+            &big[1..],
+        )
+        .unwrap();
     }
 
     #[test]

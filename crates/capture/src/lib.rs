@@ -33,8 +33,8 @@ mod pcap;
 
 pub use frame::Ecn;
 pub use pcap::{
-    DEFAULT_SNAPLEN, LINKTYPE_ETHERNET, PCAP_MAGIC_NANOS, PcapWriter, RECORD_HEADER_LEN,
-    FILE_HEADER_LEN,
+    DEFAULT_SNAPLEN, FILE_HEADER_LEN, LINKTYPE_ETHERNET, PCAP_MAGIC_NANOS, PcapWriter,
+    RECORD_HEADER_LEN,
 };
 
 /// Why a packet could not be captured.

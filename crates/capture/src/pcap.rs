@@ -112,8 +112,7 @@ impl<W: Write> PcapWriter<W> {
         header[8..12].copy_from_slice(&captured_len.to_le_bytes());
         header[12..16].copy_from_slice(&original_len.to_le_bytes());
         self.out.write_all(&header)?;
-        self.out
-            .write_all(&self.frame[..captured_len as usize])?;
+        self.out.write_all(&self.frame[..captured_len as usize])?;
         self.packets += 1;
         Ok(())
     }

@@ -15,8 +15,8 @@ use std::process::Command;
 
 use metaroce_capture::{DEFAULT_SNAPLEN, Ecn, PcapWriter};
 use metaroce_wire::{
-    AckRepr, AuthRepr, AuthTrailer, BaseRepr, DataRepr, Flags, OpAck, OpHeader, SackBits,
-    Syndrome, emit_ack, emit_data,
+    AckRepr, AuthRepr, AuthTrailer, BaseRepr, DataRepr, Flags, OpAck, OpHeader, SackBits, Syndrome,
+    emit_ack, emit_data,
 };
 
 /// MetaRoCE's default device port, where the dissector registers.
@@ -42,7 +42,9 @@ fn tshark_available() -> bool {
         .is_ok_and(|out| out.status.success());
     if !found {
         if std::env::var("METAROCE_REQUIRE_TSHARK").is_ok_and(|v| v == "1") {
-            panic!("tshark is not installed but METAROCE_REQUIRE_TSHARK=1 (apt-get install tshark)");
+            panic!(
+                "tshark is not installed but METAROCE_REQUIRE_TSHARK=1 (apt-get install tshark)"
+            );
         }
         println!("SKIPPED: tshark is not installed (apt-get install tshark); dissector not tested");
     }
@@ -140,10 +142,16 @@ fn data_fields(repr: &DataRepr, payload: &[u8]) -> Vec<(&'static str, String)> {
     let mut f = vec![
         ("metaroce.version", "1".to_string()),
         ("metaroce.packet_type", "1".into()),
-        ("metaroce.flags", format!("0x{:02x}", repr.base.flags.bits())),
+        (
+            "metaroce.flags",
+            format!("0x{:02x}", repr.base.flags.bits()),
+        ),
         ("metaroce.path_slot", repr.base.path_slot.to_string()),
         ("metaroce.path_gen", repr.base.path_gen.to_string()),
-        ("metaroce.src_device_port", repr.base.src_device_port.to_string()),
+        (
+            "metaroce.src_device_port",
+            repr.base.src_device_port.to_string(),
+        ),
         ("metaroce.psn", repr.psn.to_string()),
         ("metaroce.timestamp_ns", repr.timestamp_ns.to_string()),
         ("metaroce.dst_qpn", repr.dst_qpn.to_string()),
@@ -167,8 +175,14 @@ fn data_fields(repr: &DataRepr, payload: &[u8]) -> Vec<(&'static str, String)> {
     let (mut rkey, mut addr, mut recv, mut imm) = (None, None, None, None);
     let (mut add, mut compare, mut swap, mut original) = (None, None, None, None);
     match repr.op {
-        OpHeader::Write { rkey: k, remote_addr: a }
-        | OpHeader::ReadRequest { rkey: k, remote_addr: a } => (rkey, addr) = (Some(k), Some(a)),
+        OpHeader::Write {
+            rkey: k,
+            remote_addr: a,
+        }
+        | OpHeader::ReadRequest {
+            rkey: k,
+            remote_addr: a,
+        } => (rkey, addr) = (Some(k), Some(a)),
         OpHeader::WriteImm {
             rkey: k,
             remote_addr: a,
@@ -176,7 +190,10 @@ fn data_fields(repr: &DataRepr, payload: &[u8]) -> Vec<(&'static str, String)> {
             imm: i,
         } => (rkey, addr, recv, imm) = (Some(k), Some(a), Some(r), Some(i)),
         OpHeader::Send { recv_index: r } => recv = Some(r),
-        OpHeader::SendImm { recv_index: r, imm: i } => (recv, imm) = (Some(r), Some(i)),
+        OpHeader::SendImm {
+            recv_index: r,
+            imm: i,
+        } => (recv, imm) = (Some(r), Some(i)),
         OpHeader::ReadResponse => {}
         OpHeader::FetchAdd {
             rkey: k,
@@ -307,7 +324,8 @@ fn authenticate(case: &mut Case, packet_number: u64) {
         .push(("metaroce.packet_number", packet_number.to_string()));
     case.expect.push(("metaroce.tag", hex_bytes(&tag)));
     case.expect.push(("metaroce.icrc", String::new()));
-    case.expect.push(("metaroce.flags.authenticated", "1".into()));
+    case.expect
+        .push(("metaroce.flags.authenticated", "1".into()));
 }
 
 fn sample_ack(ack_psn: u32, sack_bits: &[usize], op_acks: &[OpAck]) -> AckRepr {
@@ -335,7 +353,16 @@ fn valid_cases() -> Vec<Case> {
     let mut cases = vec![
         data_case(
             "write",
-            data_repr(100, OpHeader::Write { rkey, remote_addr: addr }, 8192, 4096, 64),
+            data_repr(
+                100,
+                OpHeader::Write {
+                    rkey,
+                    remote_addr: addr,
+                },
+                8192,
+                4096,
+                64,
+            ),
         ),
         data_case("write_imm, solicited, ACK_REQUEST", {
             let mut r = data_repr(
@@ -360,11 +387,29 @@ fn valid_cases() -> Vec<Case> {
         ),
         data_case(
             "send_imm",
-            data_repr(103, OpHeader::SendImm { recv_index: 4, imm: 77 }, 5, 0, 5),
+            data_repr(
+                103,
+                OpHeader::SendImm {
+                    recv_index: 4,
+                    imm: 77,
+                },
+                5,
+                0,
+                5,
+            ),
         ),
         data_case(
             "read request",
-            data_repr(104, OpHeader::ReadRequest { rkey, remote_addr: addr }, 4096, 0, 0),
+            data_repr(
+                104,
+                OpHeader::ReadRequest {
+                    rkey,
+                    remote_addr: addr,
+                },
+                4096,
+                0,
+                0,
+            ),
         ),
         data_case("read response, retransmitted", {
             let mut r = data_repr(105, OpHeader::ReadResponse, 4096, 1024, 100);
@@ -405,7 +450,16 @@ fn valid_cases() -> Vec<Case> {
             data_repr(108, OpHeader::AtomicResponse { original: 41 }, 8, 0, 0),
         ),
         data_case("write at the PSN wrap", {
-            let mut r = data_repr(u32::MAX, OpHeader::Write { rkey, remote_addr: addr }, 64, 0, 8);
+            let mut r = data_repr(
+                u32::MAX,
+                OpHeader::Write {
+                    rkey,
+                    remote_addr: addr,
+                },
+                64,
+                0,
+                8,
+            );
             r.psn_floor_delta = 10;
             r.base.flags = Flags::COMPLETION_PROBE;
             r
@@ -443,7 +497,16 @@ fn valid_cases() -> Vec<Case> {
         ),
     ];
 
-    let mut auth_write = data_repr(200, OpHeader::Write { rkey, remote_addr: addr }, 32, 0, 32);
+    let mut auth_write = data_repr(
+        200,
+        OpHeader::Write {
+            rkey,
+            remote_addr: addr,
+        },
+        32,
+        0,
+        32,
+    );
     auth_write.base.flags = Flags::AUTHENTICATED;
     let mut case = data_case("authenticated write", auth_write);
     authenticate(&mut case, 0x0102_0304_0506);
@@ -527,7 +590,10 @@ fn tshark_decodes_every_field_as_written() {
         // Severities (printed in decimal): chat 0x200000, note 0x400000,
         // warn 0x600000, error 0x800000. Notes (a NAK) and chats (a
         // retransmission) are expected; warnings and errors are not.
-        for severity in row["_ws.expert.severity"].split(',').filter(|s| !s.is_empty()) {
+        for severity in row["_ws.expert.severity"]
+            .split(',')
+            .filter(|s| !s.is_empty())
+        {
             let level: u32 = severity.parse().unwrap_or(u32::MAX);
             if level >= EXPERT_WARN {
                 failures.push(format!(
@@ -539,7 +605,10 @@ fn tshark_decodes_every_field_as_written() {
     }
     std::fs::remove_file(&path).ok();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
-    println!("tshark decoded {} packets with every field as written", cases.len());
+    println!(
+        "tshark decoded {} packets with every field as written",
+        cases.len()
+    );
 }
 
 #[test]
@@ -549,7 +618,16 @@ fn tshark_flags_broken_packets() {
     }
     let write = data_case(
         "w",
-        data_repr(1, OpHeader::Write { rkey: 1, remote_addr: 2 }, 64, 0, 16),
+        data_repr(
+            1,
+            OpHeader::Write {
+                rkey: 1,
+                remote_addr: 2,
+            },
+            64,
+            0,
+            16,
+        ),
     )
     .bytes;
     let ack = ack_case("a", sample_ack(1, &[], &[])).bytes;
@@ -572,9 +650,17 @@ fn tshark_flags_broken_packets() {
         ("bad type", bad_type, "metaroce.bad_type"),
         ("bad opcode", bad_opcode, "metaroce.bad_opcode"),
         ("truncated data", write[..30].to_vec(), "metaroce.truncated"),
-        ("truncated ack", ack[..ack.len() - 1].to_vec(), "metaroce.truncated"),
+        (
+            "truncated ack",
+            ack[..ack.len() - 1].to_vec(),
+            "metaroce.truncated",
+        ),
         ("ack too long", long_ack, "metaroce.too_long"),
-        ("offset + payload > msg_len", field_rule, "metaroce.field_rule"),
+        (
+            "offset + payload > msg_len",
+            field_rule,
+            "metaroce.field_rule",
+        ),
     ];
     let cases: Vec<Case> = broken
         .iter()
@@ -596,7 +682,11 @@ fn tshark_flags_broken_packets() {
             .split(',')
             .filter_map(|s| s.parse::<u32>().ok())
             .max();
-        assert_eq!(worst, Some(EXPERT_ERROR), "{what}: wanted an error ({expert})");
+        assert_eq!(
+            worst,
+            Some(EXPERT_ERROR),
+            "{what}: wanted an error ({expert})"
+        );
     }
     // Each broken packet matches the display filter of its own expert item,
     // and no other packet does.
@@ -634,7 +724,16 @@ fn tshark_decodes_headers_of_snapped_packets() {
     let (rkey, addr) = (7, 0x1000);
     let case = data_case(
         "big write",
-        data_repr(55, OpHeader::Write { rkey, remote_addr: addr }, 4096, 0, 4096),
+        data_repr(
+            55,
+            OpHeader::Write {
+                rkey,
+                remote_addr: addr,
+            },
+            4096,
+            0,
+            4096,
+        ),
     );
     let path = temp_pcap("snapped");
     // Ethernet + IPv4 + UDP (42) + MetaRoCE headers (52) + 6 payload bytes.
