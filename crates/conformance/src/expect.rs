@@ -21,36 +21,6 @@ pub fn ack_state(ack: &AckRepr, ack_psn: u32, sack_bits: &[usize]) -> Result<(),
     ))
 }
 
-/// Whether an ACK is consistent with a receiver that got no PSN outside
-/// `sent` since the path began at `first_psn`: it may only acknowledge
-/// (cumulatively or by SACK) PSNs that were sent, and any PSN it calls
-/// received below `ack_psn` must have been sent or lie below a floor the
-/// sender announced (`floor`). Used where the exact state is not specified.
-pub fn ack_claims_only(ack: &AckRepr, sent: &[u32], floor: u32) -> Result<(), String> {
-    for i in ack.sack.iter_set() {
-        let psn = ack.ack_psn.wrapping_add(1 + i as u32);
-        if !sent.contains(&psn) {
-            return Err(format!(
-                "SACK bit {i} claims PSN {psn}, which was never sent"
-            ));
-        }
-    }
-    if seq::seq_gt(ack.ack_psn, floor) {
-        // Everything in floor .. ack_psn must have been sent.
-        let mut p = floor;
-        while p != ack.ack_psn {
-            if !sent.contains(&p) {
-                return Err(format!(
-                    "ack_psn {} claims PSN {p}, which was never sent and is above the floor {floor}",
-                    ack.ack_psn
-                ));
-            }
-            p = p.wrapping_add(1);
-        }
-    }
-    Ok(())
-}
-
 /// Whether `op` reports message `msg_seq` executed: `msn` past it, no NAK
 /// about it (wire.md §5.1: every request with `msg_seq < msn` executed).
 pub fn executed(op: &OpAck, msg_seq: u32) -> bool {
@@ -181,15 +151,13 @@ pub fn atomic_response(
     msg_seq: u32,
     original: u64,
 ) -> Result<(), String> {
-    let got = match repr.op {
-        metaroce_wire::OpHeader::AtomicResponse { original } => original,
-        _ => {
-            return Err(format!(
-                "answered with {}, not ATOMIC_RESPONSE",
-                repr.opcode()
-            ));
-        }
+    let metaroce_wire::OpHeader::AtomicResponse { original: got } = repr.op else {
+        return Err(format!(
+            "answered with {}, not ATOMIC_RESPONSE",
+            repr.opcode()
+        ));
     };
+
     if repr.dst_qpn != local_qpn || repr.msg_seq != msg_seq {
         return Err(format!(
             "the response names QP {} msg_seq {}, expected QP {local_qpn} msg_seq {msg_seq}",

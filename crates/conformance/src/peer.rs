@@ -34,6 +34,9 @@ pub(crate) struct Path {
 
 /// What the target sent, decoded (and, with authentication, verified).
 #[derive(Debug, Clone, PartialEq, Eq)]
+// ACKs hold their op-acks inline (as the wire crate's repr does); the log
+// is short-lived and small, boxing would buy nothing.
+#[expect(clippy::large_enum_variant)]
 pub(crate) enum Event {
     /// An ACK (for one of the suite's paths).
     Ack(AckRepr),
@@ -501,6 +504,12 @@ impl<L: Link> Peer<L> {
         got
     }
 
+    /// Process `bytes` as if the target had sent them.
+    #[cfg(test)]
+    pub(crate) fn inject(&mut self, bytes: &[u8]) {
+        self.on_datagram(bytes);
+    }
+
     fn on_datagram(&mut self, bytes: &[u8]) {
         let (packet, payload) = if let Some(key) = &self.rx_key {
             let Ok((packet, auth)) = parse_authenticated(bytes) else {
@@ -763,7 +772,7 @@ impl<L: Link> Peer<L> {
             .iter()
             .filter_map(|e| match e {
                 Event::Data { repr, .. } if repr.dst_qpn == qpn && repr.msg_seq == msg_seq => {
-                    Some(repr.clone())
+                    Some(*repr)
                 }
                 _ => None,
             })
@@ -789,7 +798,7 @@ impl<L: Link> Peer<L> {
         let timeout = self.config.answer_timeout;
         let answer = self.wait_for(mark, timeout, |e| match e {
             Event::Data { repr, .. } if repr.dst_qpn == local_qpn && repr.msg_seq == msg_seq => {
-                Some(Ok(repr.clone()))
+                Some(Ok(*repr))
             }
             Event::Ack(a) => a
                 .op_acks()

@@ -764,7 +764,7 @@ fn judge_dropped<L: Link>(
     let not_counted = peer
         .wait_ack_state(probe_mark, path, p, &[0])
         .map(drop)
-        .map_err(|e| format!("the rejected PSN was counted: {e}"));
+        .map_err(|e| format!("the next ACK must show the rejected PSN missing: {e}"));
     let placed = peer
         .read_back(offset, fill.len() as u32)
         .and_then(|got| expect::same_bytes(&got, fill))
