@@ -22,7 +22,8 @@
 --     "Try heuristic sub-dissectors first" in the UDP preferences
 --     (-o udp.try_heuristic_first:TRUE) to decode them as MetaRoCE.
 --
--- Works with Wireshark 3.x and 4.x (Lua 5.2 to 5.4).
+-- Tested with Wireshark 4.0 (Lua 5.2); the bit operations and CRC also
+-- run under Lua 5.4, which newer Wireshark releases embed.
 
 local metaroce = Proto("metaroce", "MetaRoCE")
 
