@@ -19,15 +19,12 @@ scenarios=(scenarios/A-perm-128-ft.toml scenarios/B-perm-1024-ft.toml scenarios/
   scenarios/default.toml scenarios/incast-16-pfc.toml scenarios/multiplane-failure.toml
   scenarios/remote-failure-reconverge.toml scenarios/small-mix.toml)
 [ "$with_d" = --with-d ] && scenarios+=(scenarios/D-perm-8192-ls-400g.toml)
-compare() { # name
+compare() { # name: every output file of the two runs (wall-clock perf.json and plots aside)
   local name=$1
-  for f in results.json timeseries.json flows.csv; do
-    if [ -e "$work/old/$name/$f" ] || [ -e "$work/new/$name/$f" ]; then
-      if ! cmp -s "$work/old/$name/$f" "$work/new/$name/$f"; then
-        echo "DIFFERS: $name/$f"; fail=1
-      fi
-    fi
-  done
+  if ! diff -rq -x perf.json -x '*.svg' "$work/old/$name" "$work/new/$name" >/dev/null 2>&1; then
+    echo "DIFFERS: $name"
+    fail=1
+  fi
 }
 for s in "${scenarios[@]}"; do
   name=$(basename "$s" .toml)

@@ -60,6 +60,7 @@ pub mod address;
 pub mod error;
 pub mod event;
 pub mod fabric;
+pub mod hostset;
 pub mod paged;
 pub mod report;
 pub mod run;

@@ -5,9 +5,10 @@
 
 use crate::error::SimError;
 use crate::fabric::{BufferModel, EcnConfig, FabricConfig, PfcConfig, Routing};
+use crate::hostset::{HostSetConf, shuffled};
 use crate::time::{PS_PER_NS, Ps, us_to_ps};
 use crate::topology::{LinkParams, NodeRef, Topology};
-use crate::workload::FlowSet;
+use crate::workload::{FlowSet, StepTrigger};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -210,6 +211,12 @@ pub struct TransportConf {
 fn yes() -> bool {
     true
 }
+fn default_order() -> String {
+    "rank".into()
+}
+fn default_step_trigger() -> String {
+    "received".into()
+}
 fn default_transport() -> String {
     "metaroce".into()
 }
@@ -238,10 +245,26 @@ pub struct WorkloadConf {
     /// Start time, µs.
     #[serde(default)]
     pub start_us: f64,
-    /// Hosts taking part (the first N; default all).
+    /// Name in reports (default: the kind and its size, e.g. `permutation 128`).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Hosts taking part, in order (see [`crate::hostset`]; default all).
+    #[serde(default)]
+    pub hosts: Option<HostSetConf>,
+    /// Hosts taking part: the first N of `hosts` (default all of them).
     #[serde(default)]
     pub ranks: u32,
-    /// Incast senders.
+    /// Ring all-reduce: walk the ring in `"rank"` order (the order of
+    /// `hosts`) or a seeded `"random"` order (htsim's generator).
+    #[serde(default = "default_order")]
+    pub order: String,
+    /// Ring all-reduce: a step starts when the previous one was `"received"`
+    /// (the data dependency) or when the rank's own send of it was
+    /// acknowledged, `"sent"` (htsim's generator).
+    #[serde(default = "default_step_trigger")]
+    pub step_trigger: String,
+    /// Incast senders: the first N of `hosts` other than the receiver
+    /// (default all of them).
     #[serde(default)]
     pub senders: u32,
     /// Incast receiver.
@@ -306,7 +329,98 @@ fn line_of(text: &str, key: &str) -> usize {
         .map_or(1, |i| i + 1)
 }
 
+/// The line of `key` inside the `index`-th `[[table]]` of `text` (the
+/// table's header line if the key is not written there).
+fn line_in_table(text: &str, table: &str, index: usize, key: &str) -> usize {
+    let header = format!("[[{table}]]");
+    let mut seen = 0;
+    let mut start = None;
+    for (i, l) in text.lines().enumerate() {
+        let t = l.trim();
+        if t == header {
+            if seen == index {
+                start = Some(i);
+            } else if start.is_some() {
+                break;
+            }
+            seen += 1;
+        } else if let Some(from) = start {
+            if t.starts_with('[') {
+                return from + 1;
+            }
+            if t.strip_prefix(key)
+                .is_some_and(|r| r.trim_start().starts_with('='))
+            {
+                return i + 1;
+            }
+        }
+    }
+    start.map_or(1, |i| i + 1)
+}
+
+/// The hosts and roles a workload of `w` runs on, out of `hosts`.
+struct Placement {
+    /// The hosts, in order (incast: the senders).
+    hosts: Vec<u32>,
+}
+
+fn place(w: &WorkloadConf, hosts: u32, seed: u64) -> Result<Placement, (&'static str, String)> {
+    let mut set = match &w.hosts {
+        Some(h) => h.resolve(hosts, seed).map_err(|e| ("hosts", e))?,
+        None => (0..hosts).collect(),
+    };
+    if w.kind == "incast" {
+        if w.receiver >= hosts {
+            return Err((
+                "receiver",
+                format!("host {} is beyond the topology's {hosts} hosts", w.receiver),
+            ));
+        }
+        set.retain(|&h| h != w.receiver);
+        if w.senders > 0 {
+            if w.senders as usize > set.len() {
+                return Err((
+                    "senders",
+                    format!("{} senders, but only {} hosts besides the receiver", w.senders, set.len()),
+                ));
+            }
+            set.truncate(w.senders as usize);
+        }
+    } else if w.ranks > 0 {
+        if w.ranks as usize > set.len() {
+            return Err((
+                "ranks",
+                format!("{} ranks, but the workload has {} hosts", w.ranks, set.len()),
+            ));
+        }
+        set.truncate(w.ranks as usize);
+    }
+    let needs_two = matches!(w.kind.as_str(), "permutation" | "all_to_all" | "ring_allreduce" | "background");
+    if needs_two && set.len() < 2 || w.kind == "incast" && set.is_empty() {
+        return Err(("hosts", format!("{} needs at least 2 hosts, has {}", w.kind, set.len() + usize::from(w.kind == "incast"))));
+    }
+    if w.kind == "ring_allreduce" && w.order == "random" {
+        set = shuffled(&set, seed);
+    }
+    Ok(Placement { hosts: set })
+}
+
 impl Scenario {
+    /// Hosts the topology will have (without building it).
+    pub fn host_count(&self) -> u32 {
+        let t = &self.topology;
+        match t.kind.as_str() {
+            "rail" => t.servers.saturating_mul(t.rails),
+            "back_to_back" => 2,
+            _ => t.hosts,
+        }
+    }
+
+    /// The seed a workload's random choices use.
+    fn workload_seed(seed: u64, i: usize) -> u64 {
+        seed.wrapping_add(i as u64 * 0x1000_0001)
+    }
+
     /// Parse `text`; `origin` names it in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Self, SimError> {
         let mut s: Self = toml::from_str(text).map_err(|e| {
@@ -430,6 +544,27 @@ impl Scenario {
                 return bad("bytes", &format!("{} workload needs bytes > 0", w.kind));
             }
         }
+        let hosts = self.host_count();
+        for (i, w) in self.workload.iter().enumerate() {
+            let at = |key: &str, why: String| {
+                Err(SimError::Scenario(format!(
+                    "{origin}:{}: workload.{key}: {why}",
+                    line_in_table(text, "workload", i, key)
+                )))
+            };
+            if !["rank", "random"].contains(&w.order.as_str()) {
+                return at("order", "must be rank or random".into());
+            }
+            if !["received", "sent"].contains(&w.step_trigger.as_str()) {
+                return at("step_trigger", "must be received or sent".into());
+            }
+            if matches!(w.kind.as_str(), "cm" | "csv") {
+                continue;
+            }
+            if let Err((key, why)) = place(w, hosts, Self::workload_seed(self.seed, i)) {
+                return at(key, why);
+            }
+        }
         Ok(())
     }
 
@@ -518,31 +653,27 @@ impl Scenario {
         let mut flows = FlowSet::default();
         for (i, w) in self.workload.iter().enumerate() {
             let start = us_to_ps(w.start_us);
-            let n = if w.ranks == 0 {
-                hosts
+            let wseed = Self::workload_seed(seed, i);
+            let placed = if matches!(w.kind.as_str(), "cm" | "csv") {
+                Vec::new()
             } else {
-                w.ranks.min(hosts)
+                place(w, hosts, wseed)
+                    .map_err(|(key, why)| e(format!("workload {i}: {key}: {why}")))?
+                    .hosts
             };
-            let ranks: Vec<u32> = (0..n).collect();
-            let wseed = seed.wrapping_add(i as u64 * 0x1000_0001);
+            let name = w.name.as_deref();
             match w.kind.as_str() {
-                "permutation" => flows.permutation(n, w.bytes, start, wseed),
-                "incast" => {
-                    let senders = if w.senders == 0 {
-                        hosts - 1
+                "permutation" => flows.permutation(&placed, w.bytes, start, wseed, name),
+                "incast" => flows.incast(&placed, w.receiver, w.bytes, start, name),
+                "all_to_all" => flows.all_to_all(&placed, w.bytes, start, w.serial, name),
+                "ring_allreduce" => {
+                    let step = if w.step_trigger == "sent" {
+                        StepTrigger::Sent
                     } else {
-                        w.senders.min(hosts - 1)
+                        StepTrigger::Received
                     };
-                    if w.receiver >= hosts {
-                        return Err(e(format!(
-                            "workload {i}: receiver {} >= hosts {hosts}",
-                            w.receiver
-                        )));
-                    }
-                    flows.incast(hosts, senders, w.receiver, w.bytes, start);
+                    flows.ring_allreduce(&placed, w.bytes, start, step, name);
                 }
-                "all_to_all" => flows.all_to_all(&ranks, w.bytes, start, w.serial),
-                "ring_allreduce" => flows.ring_allreduce(&ranks, w.bytes, start),
                 "background" => {
                     let until = if w.until_us > 0.0 {
                         w.until_us
@@ -550,7 +681,7 @@ impl Scenario {
                         self.end_us
                     };
                     flows.background(
-                        n,
+                        &placed,
                         w.load,
                         topo.host_rate_bps * u64::from(topo.planes),
                         w.bytes,

@@ -58,6 +58,18 @@ pub struct TriggerSpec {
     pub needed: u32,
 }
 
+/// When a ring all-reduce's next step may start at a rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StepTrigger {
+    /// When the rank has received the previous step's data (a data
+    /// dependency: it must reduce before it forwards).
+    #[default]
+    Received,
+    /// When the rank's own send of the previous step is acknowledged
+    /// (htsim's all-reduce generator: `send_done_trigger`).
+    Sent,
+}
+
 /// Which nccl-tests formula a collective's bandwidth follows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -113,37 +125,38 @@ impl FlowSet {
 
     /// A random permutation (derangement) among `hosts`: every host sends
     /// `bytes` to one other and receives from one.
-    pub fn permutation(&mut self, hosts: u32, bytes: u64, start: Ps, seed: u64) {
+    pub fn permutation(&mut self, hosts: &[u32], bytes: u64, start: Ps, seed: u64, name: Option<&str>) {
+        let n = hosts.len() as u32;
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let mut dst: Vec<u32> = (0..hosts).collect();
+        let mut dst: Vec<u32> = (0..n).collect();
         // Sattolo's algorithm: a single cycle, so no host sends to itself.
-        for i in (1..hosts as usize).rev() {
+        for i in (1..n as usize).rev() {
             let j = (rng.next_u64() % i as u64) as usize;
             dst.swap(i, j);
         }
         let g = self.group(
-            format!("permutation {hosts}"),
+            name.map_or_else(|| format!("permutation {n}"), str::to_string),
             CollKind::Flows,
-            hosts,
-            bytes * u64::from(hosts),
+            n,
+            bytes * u64::from(n),
         );
         for (s, &d) in dst.iter().enumerate() {
-            let mut f = FlowSpec::at(s as u32, d, bytes, start);
+            let mut f = FlowSpec::at(hosts[s], hosts[d as usize], bytes, start);
             f.group = Some(g);
             self.flows.push(f);
         }
     }
 
-    /// `senders` hosts (the lowest indices other than `receiver`) send
-    /// `bytes` each to `receiver`.
-    pub fn incast(&mut self, hosts: u32, senders: u32, receiver: u32, bytes: u64, start: Ps) {
+    /// Every host of `senders` sends `bytes` to `receiver`.
+    pub fn incast(&mut self, senders: &[u32], receiver: u32, bytes: u64, start: Ps, name: Option<&str>) {
+        let n = senders.len() as u32;
         let g = self.group(
-            format!("incast {senders}:1"),
+            name.map_or_else(|| format!("incast {n}:1"), str::to_string),
             CollKind::Flows,
-            senders + 1,
-            bytes * u64::from(senders),
+            n + 1,
+            bytes * u64::from(n),
         );
-        for s in (0..hosts).filter(|&h| h != receiver).take(senders as usize) {
+        for &s in senders {
             let mut f = FlowSpec::at(s, receiver, bytes, start);
             f.group = Some(g);
             self.flows.push(f);
@@ -154,10 +167,17 @@ impl FlowSet {
     /// `serial`: each rank sends to rank+1, rank+2, ... one after another
     /// (each waiting for the previous send to complete), as NCCL's
     /// grouped send/recv does on a bounded number of channels.
-    pub fn all_to_all(&mut self, ranks: &[u32], bytes: u64, start: Ps, serial: bool) {
+    pub fn all_to_all(
+        &mut self,
+        ranks: &[u32],
+        bytes: u64,
+        start: Ps,
+        serial: bool,
+        name: Option<&str>,
+    ) {
         let n = ranks.len() as u32;
         let g = self.group(
-            format!("all-to-all {n}"),
+            name.map_or_else(|| format!("all-to-all {n}"), str::to_string),
             CollKind::AllToAll,
             n,
             bytes * u64::from(n) * u64::from(n),
@@ -184,14 +204,24 @@ impl FlowSet {
         }
     }
 
-    /// Ring all-reduce of a `bytes` buffer among `ranks` (NCCL's ring:
-    /// reduce-scatter then all-gather, 2(n-1) steps of bytes/n each). Step
-    /// k at rank r starts when rank r has *received* step k-1 from rank r-1.
-    pub fn ring_allreduce(&mut self, ranks: &[u32], bytes: u64, start: Ps) {
+    /// Ring all-reduce of a `bytes` buffer among `ranks`, in that ring order
+    /// (NCCL's ring: reduce-scatter then all-gather, 2(n-1) steps of bytes/n
+    /// each). Step k at rank r starts when `step` says rank r is done with
+    /// step k-1: when it has *received* it from rank r-1 ([`StepTrigger::Received`],
+    /// a data dependency), or when its own send of step k-1 is acknowledged
+    /// ([`StepTrigger::Sent`], how htsim's all-reduce generator chains steps).
+    pub fn ring_allreduce(
+        &mut self,
+        ranks: &[u32],
+        bytes: u64,
+        start: Ps,
+        step: StepTrigger,
+        name: Option<&str>,
+    ) {
         let n = ranks.len();
         let chunk = bytes.div_ceil(n as u64).max(1);
         let g = self.group(
-            format!("ring all-reduce {n}"),
+            name.map_or_else(|| format!("ring all-reduce {n}"), str::to_string),
             CollKind::AllReduce,
             n as u32,
             bytes,
@@ -211,7 +241,10 @@ impl FlowSet {
                 }
                 if k + 1 < steps {
                     let t = self.trigger(1);
-                    f.on_recv = Some(t);
+                    match step {
+                        StepTrigger::Received => f.on_recv = Some(t),
+                        StepTrigger::Sent => f.on_send = Some(t),
+                    }
                     prev = Some(t);
                 }
                 self.flows.push(f);
@@ -224,7 +257,7 @@ impl FlowSet {
     #[allow(clippy::too_many_arguments)]
     pub fn background(
         &mut self,
-        hosts: u32,
+        hosts: &[u32],
         load: f64,
         rate_bps: u64,
         bytes: u64,
@@ -232,12 +265,13 @@ impl FlowSet {
         until: Ps,
         seed: u64,
     ) {
-        if hosts < 2 || load <= 0.0 {
+        let n = hosts.len() as u32;
+        if n < 2 || load <= 0.0 {
             return;
         }
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xb4c6_0000);
         // Flows per second over all hosts.
-        let per_s = load * rate_bps as f64 * f64::from(hosts) / (bytes as f64 * 8.0);
+        let per_s = load * rate_bps as f64 * f64::from(n) / (bytes as f64 * 8.0);
         let mean_gap_ps = 1e12 / per_s;
         let mut t = start as f64;
         loop {
@@ -246,12 +280,12 @@ impl FlowSet {
             if t >= until as f64 {
                 break;
             }
-            let src = (rng.next_u64() % u64::from(hosts)) as u32;
-            let mut dst = (rng.next_u64() % u64::from(hosts - 1)) as u32;
+            let src = (rng.next_u64() % u64::from(n)) as u32;
+            let mut dst = (rng.next_u64() % u64::from(n - 1)) as u32;
             if dst >= src {
                 dst += 1;
             }
-            let mut f = FlowSpec::at(src, dst, bytes, t as Ps);
+            let mut f = FlowSpec::at(hosts[src as usize], hosts[dst as usize], bytes, t as Ps);
             f.background = true;
             self.flows.push(f);
         }
@@ -303,16 +337,14 @@ impl FlowSet {
     pub fn from_cm(&mut self, text: &str, hosts: u32) -> Result<(), SimError> {
         let g = self.groups.len() as u32;
         let first_flow = self.flows.len();
-        let mut trig_ids: Vec<(u64, u32)> = Vec::new(); // (cm id, our index)
-        let mut barrier: Vec<u64> = Vec::new();
+        // The matrix's trigger ids to ours: a hash map, so loading is
+        // linear in the matrix (a scan per trigger made a 32 k-trigger
+        // all-reduce matrix quadratic).
+        let mut trig_ids: std::collections::HashMap<u64, u32> = std::collections::HashMap::new();
+        let mut barrier: Vec<u32> = Vec::new();
         let mut total = 0;
         let mut map_trigger = |set: &mut Self, id: u64| -> u32 {
-            if let Some(&(_, t)) = trig_ids.iter().find(|(k, _)| *k == id) {
-                return t;
-            }
-            let t = set.trigger(1);
-            trig_ids.push((id, t));
-            t
+            *trig_ids.entry(id).or_insert_with(|| set.trigger(1))
         };
         for (i, line) in text.lines().enumerate() {
             let lineno = i + 1;
@@ -343,7 +375,7 @@ impl FlowSet {
                         .ok_or_else(|| bad("bad trigger id"))?;
                     let t = map_trigger(self, id);
                     if toks.get(3) == Some(&"barrier") {
-                        barrier.push(u64::from(t));
+                        barrier.push(t);
                     }
                 }
                 _ if first.contains("->") => {
@@ -388,12 +420,21 @@ impl FlowSet {
                 _ => return Err(bad(&format!("unknown line '{first}'"))),
             }
         }
-        for t in barrier {
-            let feeders = self.flows[first_flow..]
-                .iter()
-                .filter(|f| f.on_send == Some(t as u32) || f.on_recv == Some(t as u32))
-                .count() as u32;
-            self.triggers[t as usize].needed = feeders.max(1);
+        if !barrier.is_empty() {
+            // A barrier fires once every flow feeding it is done: count the
+            // feeders of every trigger in one pass over the flows.
+            let mut feeders = vec![0u32; self.triggers.len()];
+            for f in &self.flows[first_flow..] {
+                if let Some(t) = f.on_send {
+                    feeders[t as usize] += 1;
+                }
+                if let Some(t) = f.on_recv.filter(|&t| f.on_send != Some(t)) {
+                    feeders[t as usize] += 1;
+                }
+            }
+            for t in barrier {
+                self.triggers[t as usize].needed = feeders[t as usize].max(1);
+            }
         }
         self.group("connection matrix".into(), CollKind::Flows, hosts, total);
         Ok(())
@@ -420,7 +461,8 @@ mod tests {
     #[test]
     fn permutation_is_a_derangement() {
         let mut s = FlowSet::default();
-        s.permutation(128, 1000, 0, 7);
+        let hosts: Vec<u32> = (0..128).collect();
+        s.permutation(&hosts, 1000, 0, 7, None);
         let mut seen = [false; 128];
         for f in &s.flows {
             assert_ne!(f.src, f.dst);
@@ -432,7 +474,7 @@ mod tests {
     #[test]
     fn ring_allreduce_chains_steps() {
         let mut s = FlowSet::default();
-        s.ring_allreduce(&[0, 1, 2, 3], 4096, 0);
+        s.ring_allreduce(&[0, 1, 2, 3], 4096, 0, StepTrigger::Received, None);
         assert_eq!(s.flows.len(), 4 * 6);
         assert_eq!(s.flows[0].bytes, 1024);
         // Step 1 of chain 0 (rank 1 -> 2) waits for step 0 (rank 0 -> 1).
