@@ -32,9 +32,9 @@
 
 use crate::rdma::{QpEnd, RdmaNode, connect_qps, devices, node_ip, poll_all};
 use crate::{Action, FaultConfig, LinkConfig, NetConfig, Network, RunOutcome};
-use metaroce_proto::{AuthConfig, EndpointConfig};
 use metaroce_verbs::{
-    AccessFlags, MemoryRegion, RecvWr, SendWr, WcOpcode, WcStatus, WorkCompletion, WrOp,
+    AccessFlags, AuthConfig, EndpointConfig, MemoryRegion, RecvWr, SendWr, WcOpcode, WcStatus,
+    WorkCompletion, WrOp,
 };
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};

@@ -2,7 +2,7 @@
 
 use crate::rdma::{connect_qps, devices, poll_all};
 use crate::{Fate, FaultConfig, LinkConfig, NetConfig, Network, RunOutcome, TapEvent};
-use metaroce_proto::EndpointConfig;
+use metaroce_verbs::EndpointConfig;
 use metaroce_verbs::{AccessFlags, SendWr, WcStatus, WrOp};
 use std::cell::Cell;
 use std::rc::Rc;

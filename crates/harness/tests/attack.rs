@@ -18,7 +18,6 @@
 
 use metaroce_harness::rdma::*;
 use metaroce_harness::*;
-use metaroce_proto::{EndpointConfig, QpCaps};
 use metaroce_verbs::*;
 use metaroce_wire::{
     AckRepr, AuthRepr, AuthTrailer, BaseRepr, DataRepr, Flags, OpHeader, emit_ack, emit_data,

@@ -2,7 +2,6 @@
 
 use metaroce_harness::rdma::*;
 use metaroce_harness::*;
-use metaroce_proto::EndpointConfig;
 use metaroce_verbs::*;
 use std::cell::Cell;
 use std::rc::Rc;

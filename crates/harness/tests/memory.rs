@@ -3,7 +3,6 @@
 
 use metaroce_harness::rdma::*;
 use metaroce_harness::*;
-use metaroce_proto::EndpointConfig;
 use metaroce_verbs::*;
 
 #[test]

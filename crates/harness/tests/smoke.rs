@@ -1,6 +1,5 @@
 use metaroce_harness::rdma::*;
 use metaroce_harness::*;
-use metaroce_proto::EndpointConfig;
 use metaroce_verbs::*;
 
 #[test]
@@ -111,12 +110,13 @@ fn gathered_transmits_equal_copied_ones() {
                     Layout::Whole => buf[..t.len].to_vec(),
                     Layout::Split {
                         header_len,
+                        trailer_len,
                         payload,
                     } => {
                         split += 1;
                         let mut v = buf[..header_len].to_vec();
                         v.extend_from_slice(ctx.payload(&payload));
-                        v.extend_from_slice(&buf[header_len..header_len + 4]);
+                        v.extend_from_slice(&buf[header_len..header_len + trailer_len]);
                         assert_eq!(v.len(), t.len);
                         v
                     }

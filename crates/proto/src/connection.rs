@@ -21,30 +21,19 @@
 
 use crate::auth::ConnectionAuth;
 use crate::cc::{AckSample, CcConfig, CongestionController, new_controller};
-use crate::endpoint::{Ecn, Layout, PacketSlot, PayloadRef, Shared, Transmit};
+use crate::ecn::Ecn;
+use crate::endpoint::Shared;
 use crate::maybe_ns::MaybeNs;
 use crate::message::{MessageSlab, MsgKind, MsgRef, SegRef, TxMessage};
 use crate::ops;
 use crate::path::{PathStats, SentPacket, SentState, TxPath, initial_psn};
 use crate::rtt::RttEstimator;
 use crate::sack::{RxOutcome, SackBitmap, sack_contains, sack_highest};
+use crate::transmit::{Layout, Out, PacketKind, PayloadRef, Transmit};
 use metaroce_wire::{self as wire, AckRepr, BaseRepr, DataRepr, Flags, ICRC_LEN, seq};
 use rand_core::Rng;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-
-/// Where an emitted packet goes: serialized into the caller's buffer (real
-/// datapath, harness) or kept as a parsed header (the simulator, which
-/// carries lengths, not bytes).
-pub(crate) enum Out<'a> {
-    /// The whole datagram into the buffer.
-    Bytes(&'a mut [u8]),
-    /// Parsed headers only (the simulator).
-    Repr(&'a mut PacketSlot),
-    /// Headers and trailer into the buffer, the payload left in place in
-    /// its memory region when it lies in one (the UDP driver's zero-copy send).
-    Gather(&'a mut [u8], &'a mut Layout),
-}
 
 /// The most packets a path may have outstanding: the span of the SACK bitmap.
 pub(crate) const PATH_PSN_WINDOW: u32 = 255;
@@ -581,6 +570,7 @@ impl Connection {
                     buf[header_len..header_len + ICRC_LEN].copy_from_slice(&crc.to_be_bytes());
                     **layout = Layout::Split {
                         header_len,
+                        trailer_len: ICRC_LEN,
                         payload: PayloadRef(span),
                     };
                 } else {
@@ -608,6 +598,7 @@ impl Connection {
             src_port,
             ecn: Ecn::Ect0,
             len: total,
+            kind: PacketKind::Data,
         }
     }
 
@@ -680,6 +671,7 @@ impl Connection {
             src_port,
             ecn: Ecn::NotEct,
             len,
+            kind: PacketKind::Ack,
         }
     }
 }

@@ -15,14 +15,20 @@
 
 use crate::auth::{ConnectionAuth, Reject};
 use crate::config::{ConfigError, EndpointConfig};
-use crate::connection::{Connection, ConnectionStats, Out};
+use crate::connection::{Connection, ConnectionStats};
+use crate::ecn::Ecn;
 use crate::memory::{AccessFlags, KeyKind, MemoryError, MrHandle, MrInfo, RegionTable, Span};
 use crate::message::{MsgKind, Source, TxMessage};
 use crate::ops;
+use crate::packet_repr::{PacketRepr, PacketSlot};
 use crate::path::PathStats;
 use crate::qp::{Qp, QpCaps, QpHandle, QpRunState, SqEntry, SqState};
 use crate::range_set::RangeSet;
-use crate::work::{RecvWr, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion, WorkQueue, WrOp};
+use crate::stats::EndpointStats;
+use crate::transmit::{Layout, Out, PayloadRef, Transmit};
+use crate::work::{
+    Completion, RecvWr, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion, WorkQueue, WrOp,
+};
 use metaroce_wire::{self as wire, OpHeader};
 use rand_chacha::ChaCha20Rng;
 use rand_core::{Rng, SeedableRng};
@@ -30,200 +36,8 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::net::SocketAddr;
 
-/// ECN codepoint of a datagram (RFC 3168).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
-pub enum Ecn {
-    /// Not ECN-capable.
-    #[default]
-    NotEct,
-    /// ECN-capable, not marked.
-    Ect0,
-    /// Congestion experienced.
-    Ce,
-}
-
-/// A datagram the endpoint wrote into the caller's buffer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[must_use]
-pub struct Transmit {
-    /// Destination: the peer's address and device port.
-    pub dst: SocketAddr,
-    /// UDP source port: the path's port (its ECMP entropy).
-    pub src_port: u16,
-    /// ECN codepoint to send with.
-    pub ecn: Ecn,
-    /// Bytes written at the start of the buffer.
-    pub len: usize,
-}
-
-/// How a datagram from [`Endpoint::poll_transmit_gather`] lies in memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Layout {
-    /// All `Transmit::len` bytes are at the start of the buffer.
-    Whole,
-    /// The buffer holds the headers (`header_len` bytes) followed by the
-    /// 4-byte ICRC trailer; the payload stays in its memory region
-    /// ([`Endpoint::payload`]). On the wire: headers, payload, trailer.
-    Split {
-        /// Header bytes at the start of the buffer; the trailer follows.
-        header_len: usize,
-        /// Where the payload is.
-        payload: PayloadRef,
-    },
-}
-
-/// A payload left in place in a registered memory region, valid until the
-/// endpoint is next changed (resolve it with [`Endpoint::payload`] before
-/// handling more input or polling again).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PayloadRef(pub(crate) Span);
-
-/// A packet as parsed headers, without payload bytes: what the fabric
-/// simulator carries between endpoints ([`Endpoint::poll_packet`],
-/// [`Endpoint::handle_packet`]). The same protocol code runs on it as on
-/// real datagrams; only serialization, the ICRC and payload copies are
-/// skipped.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PacketRepr {
-    /// A data packet; its payload is `repr.payload_len` bytes of nothing.
-    Data(wire::DataRepr),
-    /// An ACK.
-    Ack(Box<wire::AckRepr>),
-}
-
-/// Where [`Endpoint::poll_packet_into`] writes a packet: it keeps the box
-/// of the last ACK taken out, so a simulator polling millions of ACKs
-/// allocates one box, not one per ACK.
-#[derive(Debug, Default)]
-pub struct PacketSlot {
-    packet: Option<PacketRepr>,
-    spare_ack: Option<Box<wire::AckRepr>>,
-}
-
-impl PacketSlot {
-    /// An empty slot.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// The packet last written, until the next poll.
-    pub fn packet(&self) -> Option<&PacketRepr> {
-        self.packet.as_ref()
-    }
-
-    /// Take the packet out (its ACK box is then the caller's).
-    pub fn take(&mut self) -> Option<PacketRepr> {
-        self.packet.take()
-    }
-
-    fn clear(&mut self) {
-        if let Some(PacketRepr::Ack(ack)) = self.packet.take() {
-            self.spare_ack = Some(ack);
-        }
-    }
-
-    pub(crate) fn put_data(&mut self, repr: wire::DataRepr) {
-        self.clear();
-        self.packet = Some(PacketRepr::Data(repr));
-    }
-
-    pub(crate) fn put_ack(&mut self, repr: wire::AckRepr) {
-        self.clear();
-        let ack = match self.spare_ack.take() {
-            Some(mut spare) => {
-                *spare = repr;
-                spare
-            }
-            None => Box::new(repr),
-        };
-        self.packet = Some(PacketRepr::Ack(ack));
-    }
-}
-
-impl PacketRepr {
-    /// Bytes the packet occupies on the wire (UDP payload, ICRC included).
-    pub fn wire_len(&self) -> usize {
-        match self {
-            Self::Data(d) => d.buffer_len(),
-            Self::Ack(a) => a.buffer_len(),
-        }
-    }
-}
-
 /// Zeros standing in for payload bytes of packets handled as reprs.
 static ZERO_PAYLOAD: [u8; 65_536] = [0; 65_536];
-
-/// A work completion and where it belongs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Completion {
-    /// The QP it belongs to.
-    pub qp: QpHandle,
-    /// Its queue (picks the send or receive CQ).
-    pub queue: WorkQueue,
-    /// The completion itself.
-    pub wc: WorkCompletion,
-}
-
-/// Counters of an endpoint. Every dropped input is counted under its cause.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct EndpointStats {
-    /// Datagrams handed to `handle_datagram`.
-    pub rx_datagrams: u64,
-    /// Datagrams that failed to parse (bad version, length, checksum, field).
-    pub rx_malformed: u64,
-    /// Datagrams from a device with no connection.
-    pub rx_unknown_peer: u64,
-    /// Packets naming a QP that is not ours or not bound to that peer.
-    pub rx_unknown_qp: u64,
-    /// Packets of a retired path generation.
-    pub rx_stale_path: u64,
-    /// Packets beyond a path's 256-packet window.
-    pub rx_out_of_window: u64,
-    /// Path-level duplicates.
-    pub rx_duplicates: u64,
-    /// Operation-level duplicates (already executed).
-    pub rx_duplicate_ops: u64,
-    /// Operation packets dropped as inconsistent or out of window.
-    pub rx_dropped_ops: u64,
-    /// Data packets sent (first transmissions).
-    pub data_packets_sent: u64,
-    /// Data packets resent.
-    pub data_packets_retransmitted: u64,
-    /// Data packets declared lost.
-    pub data_packets_lost: u64,
-    /// ACKs sent.
-    pub ack_packets_sent: u64,
-    /// Tail-loss probes sent (counted in retransmissions too).
-    pub tail_probes: u64,
-    /// Path RTOs.
-    pub rtos: u64,
-    /// Connection retry timeouts.
-    pub retry_timeouts: u64,
-    /// Paths retired and replaced.
-    pub paths_replaced: u64,
-    /// RNR NAKs sent.
-    pub rnr_naks_sent: u64,
-    /// Fatal NAKs sent (remote access, invalid request).
-    pub naks_sent: u64,
-    /// Remote accesses refused by the memory checks (unknown or wrong rkey,
-    /// other protection domain, missing right, out of bounds); each ends in
-    /// a `RemAccessErr` NAK and no byte moves.
-    pub rx_remote_access_denied: u64,
-    /// Packets dropped because accepting them would pass a limit (a path
-    /// slot at or above `max_peer_paths`, a READ or atomic while the
-    /// connection holds `max_outstanding_ops_per_connection` messages, an
-    /// incoming message scattered into more byte ranges than the core keeps).
-    pub rx_over_limit: u64,
-    /// With authentication configured: datagrams without the AUTHENTICATED
-    /// flag (plain ICRC packets), dropped unread.
-    pub rx_unauthenticated: u64,
-    /// With authentication configured: datagrams whose tag did not verify
-    /// under the connection's key (forged, modified, corrupted, wrong key).
-    pub rx_auth_failed: u64,
-    /// With authentication configured: datagrams whose packet number was
-    /// seen before or fell below the anti-replay window.
-    pub rx_replayed: u64,
-}
 
 /// Why a post was refused outright (ibverbs returns these from
 /// `ibv_post_send`/`ibv_post_recv`; everything else becomes a completion).

@@ -24,28 +24,35 @@ pub mod auth;
 pub mod cc;
 pub mod config;
 mod connection;
+mod ecn;
 pub mod endpoint;
 mod grow;
 mod maybe_ns;
 pub mod memory;
 mod message;
 mod ops;
+mod packet_repr;
 pub mod path;
 pub mod qp;
 pub mod range_set;
 pub mod rtt;
 pub mod sack;
 mod seeded_rng;
+mod stats;
+mod transmit;
 pub mod work;
 
 pub use auth::AuthConfig;
 pub use config::{ConfigError, EndpointConfig};
 pub use connection::ConnectionStats;
-pub use endpoint::{
-    Completion, Ecn, Endpoint, EndpointStats, Layout, PacketRepr, PacketSlot, PayloadRef,
-    PostError, QpError, Transmit,
-};
+pub use ecn::Ecn;
+pub use endpoint::{Endpoint, PostError, QpError};
 pub use memory::{AccessFlags, MemoryError, MrHandle, MrInfo};
+pub use packet_repr::{PacketRepr, PacketSlot};
 pub use path::PathStats;
 pub use qp::{QpCaps, QpHandle, QpRunState};
-pub use work::{RecvWr, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion, WorkQueue, WrOp};
+pub use stats::EndpointStats;
+pub use transmit::{Layout, PacketKind, PayloadRef, Transmit};
+pub use work::{
+    Completion, RecvWr, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion, WorkQueue, WrOp,
+};

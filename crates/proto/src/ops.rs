@@ -13,12 +13,12 @@
 //!   the QP to the error state and flushes everything after it.
 
 use crate::connection::Connection;
-use crate::endpoint::{Completion, Shared};
+use crate::endpoint::Shared;
 use crate::memory::{AccessFlags, AtomicOp, KeyKind, MemoryError};
 use crate::message::{MsgKind, Source, TxMessage};
 use crate::qp::{Qp, QpRunState, RxMessage, SqState};
 use crate::range_set::RangeSet;
-use crate::work::{WcOpcode, WcStatus, WorkCompletion, WorkQueue};
+use crate::work::{Completion, WcOpcode, WcStatus, WorkCompletion, WorkQueue};
 use metaroce_wire::{DataRepr, Flags, OpAck, OpHeader, Opcode, Syndrome, seq};
 
 /// Most disjoint byte ranges an incoming message may have (holes between

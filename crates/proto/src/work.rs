@@ -1,5 +1,7 @@
 //! Work requests and work completions, in ibverbs vocabulary.
 
+use crate::qp::QpHandle;
+
 /// A scatter/gather element: `length` bytes at `addr` in the region of `lkey`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sge {
@@ -254,4 +256,15 @@ pub enum WorkQueue {
     Send,
     /// The receive queue.
     Recv,
+}
+
+/// A work completion and where it belongs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completion {
+    /// The QP it belongs to.
+    pub qp: QpHandle,
+    /// Its queue (picks the send or receive CQ).
+    pub queue: WorkQueue,
+    /// The completion itself.
+    pub wc: WorkCompletion,
 }

@@ -24,10 +24,10 @@
 
 use crate::impair::{Impair, ImpairState, Verdict};
 use crate::sys::{self, EventFd, OutMsg, RxBatch};
-use metaroce_proto::endpoint::{Layout, Transmit};
-use metaroce_proto::{Ecn, EndpointConfig};
-use metaroce_verbs::{CompletionQueue, Context, EndpointStats, VerbsError, WorkCompletion};
-use metaroce_wire::{BaseHeader, ICRC_LEN, PacketType};
+use metaroce_verbs::{
+    CompletionQueue, Context, Ecn, EndpointConfig, EndpointStats, Layout, PacketKind, Transmit,
+    VerbsError, WorkCompletion,
+};
 use socket2::Socket;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -195,9 +195,8 @@ struct Io {
     gro: bool,
     rxb: RxBatch,
     slots: Vec<Vec<u8>>,
-    /// This flush's transmits: where each one's bytes are, and whether it
-    /// is an ACK (classified once, when polled).
-    meta: Vec<(Transmit, Layout, bool)>,
+    /// This flush's transmits and where each one's bytes are.
+    meta: Vec<(Transmit, Layout)>,
     order: Vec<usize>,
     impair: Option<ImpairState>,
     held: Option<(SocketAddr, Ecn, Vec<u8>)>,
@@ -614,14 +613,7 @@ fn flush(ctx: &mut Context, io: &mut Io, now: u64) -> usize {
                     .map(|t| (t, Layout::Whole))
             };
             match t {
-                Some((t, layout)) => {
-                    let is_ack = match layout {
-                        Layout::Split { .. } => false,
-                        Layout::Whole => BaseHeader::new_checked(&io.slots[k][..t.len])
-                            .is_ok_and(|h| h.packet_type() == PacketType::Ack as u8),
-                    };
-                    io.meta.push((t, layout, is_ack));
-                }
+                Some(t) => io.meta.push(t),
                 None => break,
             }
         }
@@ -671,7 +663,7 @@ fn send_all(ctx: &Context, io: &mut Io) {
     // protocol needs.
     order.sort_by_key(|&i| {
         (
-            meta[i].2,
+            meta[i].0.kind == PacketKind::Ack,
             meta[i].0.src_port,
             meta[i].0.dst,
             sys::ecn_bits(meta[i].0.ecn),
@@ -681,17 +673,18 @@ fn send_all(ctx: &Context, io: &mut Io) {
     let mut parts: Vec<&[u8]> = Vec::with_capacity(meta.len() * 3);
     let mut datagram_parts: Vec<(usize, usize)> = Vec::with_capacity(meta.len());
     for &i in order.iter() {
-        let (t, layout, _) = &meta[i];
+        let (t, layout) = &meta[i];
         let from = parts.len();
         match layout {
             Layout::Whole => parts.push(&slots[i][..t.len]),
             Layout::Split {
                 header_len,
+                trailer_len,
                 payload,
             } => {
                 parts.push(&slots[i][..*header_len]);
                 parts.push(ctx.payload(payload));
-                parts.push(&slots[i][*header_len..*header_len + ICRC_LEN]);
+                parts.push(&slots[i][*header_len..*header_len + *trailer_len]);
             }
         }
         datagram_parts.push((from, parts.len()));

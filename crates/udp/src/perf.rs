@@ -9,11 +9,11 @@
 
 use crate::cm::{self, CmError, Done, Hello, MsgType, RemoteBuf, Report};
 use crate::{Device, DeviceConfig, DeviceStats, Impair, UdpError, now_ns};
-use metaroce_proto::{AuthConfig, EndpointConfig, QpCaps};
 use metaroce_verbs::{
     AccessFlags, CompletionQueue, MemoryRegion, QpAttr, QpInitAttr, QpState, QpType, QueuePair,
     RecvWr, SendWr, Sge, VerbsError, WcOpcode, WcStatus, WorkCompletion, WrOp,
 };
+use metaroce_verbs::{AuthConfig, EndpointConfig, QpCaps};
 use serde::{Deserialize, Serialize};
 use std::io::Read;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};

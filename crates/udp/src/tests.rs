@@ -3,10 +3,9 @@
 
 use crate::perf::{self, Figures, LocalOpts, Params, Session, Test};
 use crate::{Device, DeviceConfig};
-use metaroce_proto::{Ecn, EndpointConfig, QpCaps};
 use metaroce_verbs::{
-    AccessFlags, CompletionQueue, ProtectionDomain, QpAttr, QpInitAttr, QpState, QpType, QueuePair,
-    SendWr, WcOpcode, WcStatus, WorkCompletion, WrOp,
+    AccessFlags, CompletionQueue, Ecn, EndpointConfig, ProtectionDomain, QpAttr, QpCaps,
+    QpInitAttr, QpState, QpType, QueuePair, SendWr, WcOpcode, WcStatus, WorkCompletion, WrOp,
 };
 use std::net::TcpListener;
 

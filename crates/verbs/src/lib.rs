@@ -22,16 +22,14 @@
 //! - a QP that reached ERR cannot be reset; create a new one.
 #![forbid(unsafe_code)]
 
-use metaroce_proto::endpoint::Transmit;
-use metaroce_proto::{
-    Completion, Ecn, Endpoint, EndpointConfig, MrHandle, QpCaps, QpHandle, QpRunState, WorkQueue,
-};
+use metaroce_proto::{Completion, Endpoint, MrHandle, QpHandle, QpRunState, WorkQueue};
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 
 pub use metaroce_proto::{
-    AccessFlags, AuthConfig, ConfigError, EndpointStats, Layout, MemoryError, PayloadRef, RecvWr,
-    SendWr, Sge, WcOpcode, WcStatus, WorkCompletion, WrOp,
+    AccessFlags, AuthConfig, ConfigError, Ecn, EndpointConfig, EndpointStats, Layout, MemoryError,
+    PacketKind, PayloadRef, QpCaps, RecvWr, SendWr, Sge, Transmit, WcOpcode, WcStatus,
+    WorkCompletion, WrOp,
 };
 
 /// A verbs call failed.
