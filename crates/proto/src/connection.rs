@@ -21,8 +21,8 @@
 
 use crate::auth::ConnectionAuth;
 use crate::cc::{AckSample, CcConfig, CongestionController, new_controller};
+use crate::device_state::DeviceState;
 use crate::ecn::Ecn;
-use crate::endpoint::Shared;
 use crate::maybe_ns::MaybeNs;
 use crate::message::{MessageSlab, MsgKind, MsgRef, SegRef, TxMessage};
 use crate::ops;
@@ -158,23 +158,23 @@ impl Connection {
     pub(crate) fn new(
         index: u32,
         peer: SocketAddr,
-        shared: &Shared,
+        dev: &DeviceState,
         auth: Option<Box<ConnectionAuth>>,
     ) -> Self {
-        Self::with_paths(index, peer, shared, auth, 0)
+        Self::with_paths(index, peer, dev, auth, 0)
     }
 
     /// Build the send side if this is the connection's first message.
-    fn ensure_send_side(&mut self, shared: &Shared) {
+    fn ensure_send_side(&mut self, dev: &DeviceState) {
         if !self.paths.is_empty() {
             return;
         }
         let fresh = Self::with_paths(
             self.index,
             self.peer,
-            shared,
+            dev,
             None,
-            shared.config.paths_per_connection,
+            dev.config.paths_per_connection,
         );
         self.paths = fresh.paths;
         self.path_deadlines = fresh.path_deadlines;
@@ -183,28 +183,28 @@ impl Connection {
 
     /// UDP source port of path `slot`, also before the send side exists
     /// (ACKs of a receive-only connection are sprayed over the same ports).
-    pub(crate) fn path_port(&self, slot: usize, shared: &Shared) -> u16 {
+    pub(crate) fn path_port(&self, slot: usize, dev: &DeviceState) -> u16 {
         match self.paths.get(slot) {
             Some(path) => path.src_port,
-            None => shared.config.device_port + 1 + slot as u16,
+            None => dev.config.device_port + 1 + slot as u16,
         }
     }
 
     /// What a closed connection's slot holds until it is reused: no paths,
     /// no queues, nothing allocated, never ready and never due.
-    pub(crate) fn closed(index: u32, shared: &Shared) -> Self {
+    pub(crate) fn closed(index: u32, dev: &DeviceState) -> Self {
         let nowhere = SocketAddr::from(([0, 0, 0, 0], 0));
-        Self::with_paths(index, nowhere, shared, None, 0)
+        Self::with_paths(index, nowhere, dev, None, 0)
     }
 
     fn with_paths(
         index: u32,
         peer: SocketAddr,
-        shared: &Shared,
+        dev: &DeviceState,
         auth: Option<Box<ConnectionAuth>>,
         n: usize,
     ) -> Self {
-        let cfg = &shared.config;
+        let cfg = &dev.config;
         let paths = (0..n)
             .map(|slot| {
                 TxPath::new(
@@ -305,8 +305,8 @@ impl Connection {
     // ---------------------------------------------------------------- messages
 
     /// Queue a new message for transmission.
-    pub(crate) fn enqueue(&mut self, now_ns: u64, shared: &Shared, msg: TxMessage) -> MsgRef {
-        self.ensure_send_side(shared);
+    pub(crate) fn enqueue(&mut self, now_ns: u64, dev: &DeviceState, msg: TxMessage) -> MsgRef {
+        self.ensure_send_side(dev);
         if self.msgs.live() == 0 {
             // Work starts: the retry timer measures from here.
             self.last_progress_ns = now_ns;
@@ -372,11 +372,11 @@ impl Connection {
     pub(crate) fn poll_transmit(
         &mut self,
         now_ns: u64,
-        shared: &mut Shared,
+        dev: &mut DeviceState,
         out: &mut Out<'_>,
     ) -> Option<Transmit> {
         if let Some(slot) = self.ack_now.pop_front() {
-            return Some(self.emit_ack(now_ns, shared, slot, out));
+            return Some(self.emit_ack(now_ns, dev, slot, out));
         }
         while let Some(p) = self.path_probes.pop_front() {
             // Tail-loss probe: resend the path's newest outstanding segment on
@@ -398,10 +398,10 @@ impl Connection {
                 continue;
             };
             self.stats.data_packets_retransmitted += 1;
-            shared.stats.data_packets_retransmitted += 1;
-            shared.stats.tail_probes += 1;
+            dev.stats.data_packets_retransmitted += 1;
+            dev.stats.tail_probes += 1;
             let flags = Flags::RETRANSMIT | Flags::ACK_REQUEST;
-            return Some(self.emit_segment(now_ns, shared, p, seg, flags, out));
+            return Some(self.emit_segment(now_ns, dev, p, seg, flags, out));
         }
         while let Some(resend) = self.retransmit_queue.front().copied() {
             let Some(msg) = self.msgs.get(resend.seg.msg) else {
@@ -421,8 +421,8 @@ impl Connection {
                 flags |= Flags::ACK_REQUEST | Flags::COMPLETION_PROBE;
             }
             self.stats.data_packets_retransmitted += 1;
-            shared.stats.data_packets_retransmitted += 1;
-            return Some(self.emit_segment(now_ns, shared, path, resend.seg, flags, out));
+            dev.stats.data_packets_retransmitted += 1;
+            return Some(self.emit_segment(now_ns, dev, path, resend.seg, flags, out));
         }
         while let Some(r) = self.send_queue.front().copied() {
             let Some(msg) = self.msgs.get(r).filter(|m| m.has_unsent()) else {
@@ -456,7 +456,7 @@ impl Connection {
             self.stats.data_packets_sent += 1;
             self.stats.payload_bytes_sent +=
                 u64::from(self.msgs.get(r).map_or(0, |m| m.seg_range(seg.seg).1));
-            return Some(self.emit_segment(now_ns, shared, path, seg, flags, out));
+            return Some(self.emit_segment(now_ns, dev, path, seg, flags, out));
         }
         None
     }
@@ -495,7 +495,7 @@ impl Connection {
     fn emit_segment(
         &mut self,
         now_ns: u64,
-        shared: &mut Shared,
+        dev: &mut DeviceState,
         p: usize,
         seg: SegRef,
         flags: Flags,
@@ -504,7 +504,7 @@ impl Connection {
         let msg = self.msgs.get(seg.msg).expect("caller checked the message");
         let (offset, payload_len) = msg.seg_range(seg.seg);
         let wire_bytes = payload_len + PACKET_OVERHEAD_BYTES;
-        let mss = u64::from(shared.config.mtu_payload_bytes + PACKET_OVERHEAD_BYTES);
+        let mss = u64::from(dev.config.mtu_payload_bytes + PACKET_OVERHEAD_BYTES);
         let mut flags = flags;
         if self.paths[p].inflight_bytes + u64::from(wire_bytes) + mss > self.cc.path_window(p) {
             // This packet fills the path's window: ask for an ACK now rather
@@ -521,7 +521,7 @@ impl Connection {
                 flags,
                 path_slot: path.slot,
                 path_gen: path.generation,
-                src_device_port: shared.config.device_port,
+                src_device_port: dev.config.device_port,
             },
             psn: path.next_psn,
             timestamp_ns: now_ns as u32,
@@ -541,7 +541,7 @@ impl Connection {
         let write_whole = |buf: &mut [u8], auth: &mut Option<Box<ConnectionAuth>>| {
             repr.emit_header(&mut buf[..header_len]);
             msg.source.gather(
-                &shared.regions,
+                &dev.regions,
                 u64::from(offset),
                 &mut buf[header_len..header_len + payload_len as usize],
             );
@@ -556,12 +556,10 @@ impl Connection {
                 **layout = Layout::Whole;
             }
             Out::Gather(buf, layout) => {
-                let span = msg.source.contiguous(
-                    &shared.regions,
-                    u64::from(offset),
-                    u64::from(payload_len),
-                );
-                let payload = span.and_then(|s| shared.regions.slice(s));
+                let span =
+                    msg.source
+                        .contiguous(&dev.regions, u64::from(offset), u64::from(payload_len));
+                let payload = span.and_then(|s| dev.regions.slice(s));
                 if let (Some(span), Some(payload)) = (span, payload) {
                     // Header, then the trailer right behind it in the
                     // buffer; the driver sends header, payload, trailer.
@@ -590,9 +588,9 @@ impl Connection {
         path.inflight_bytes += u64::from(wire_bytes);
         path.stats.packets_sent += 1;
         self.inflight_bytes += u64::from(wire_bytes);
-        shared.stats.data_packets_sent += 1;
+        dev.stats.data_packets_sent += 1;
         let src_port = path.src_port;
-        self.refresh_path_deadline(p, shared);
+        self.refresh_path_deadline(p, dev);
         Transmit {
             dst: self.peer,
             src_port,
@@ -605,11 +603,11 @@ impl Connection {
     fn emit_ack(
         &mut self,
         now_ns: u64,
-        shared: &mut Shared,
+        dev: &mut DeviceState,
         slot: u8,
         out: &mut Out<'_>,
     ) -> Transmit {
-        let rate_hint_mbps = shared.rate_hint_mbps();
+        let rate_hint_mbps = dev.rate_hint.share_mbps();
         let flags = self.base_flags(Flags::default());
         let rx = self.rx_paths[slot as usize]
             .as_mut()
@@ -621,7 +619,7 @@ impl Connection {
             flags,
             path_slot: slot,
             path_gen: rx.generation,
-            src_device_port: shared.config.device_port,
+            src_device_port: dev.config.device_port,
         });
         ack.ack_psn = rx.window.ack_psn();
         ack.sack = rx.window.to_wire();
@@ -633,7 +631,7 @@ impl Connection {
         ack.ce_packets = rx.ce_packets;
         ack.rate_hint_mbps = rate_hint_mbps;
         while let Some(&q) = self.dirty_qps.front() {
-            let Some(qp) = shared.qps.get_mut(q as usize).and_then(Option::as_mut) else {
+            let Some(qp) = dev.qps.at_mut(q as usize) else {
                 self.dirty_qps.pop_front();
                 continue;
             };
@@ -660,12 +658,12 @@ impl Connection {
             }
         };
         self.stats.acks_sent += 1;
-        shared.stats.ack_packets_sent += 1;
+        dev.stats.ack_packets_sent += 1;
         // ACKs are sprayed over our own paths, round robin: one bad reverse
         // route then costs each data path only a fraction of its ACKs, which
         // the next (cumulative) ACK makes good.
-        self.ack_rr = (self.ack_rr + 1) % shared.config.paths_per_connection.max(1);
-        let src_port = self.path_port(self.ack_rr, shared);
+        self.ack_rr = (self.ack_rr + 1) % dev.config.paths_per_connection.max(1);
+        let src_port = self.path_port(self.ack_rr, dev);
         Transmit {
             dst: self.peer,
             src_port,
@@ -692,27 +690,27 @@ impl Connection {
     pub(crate) fn on_data(
         &mut self,
         now_ns: u64,
-        shared: &mut Shared,
+        dev: &mut DeviceState,
         ecn: Ecn,
         repr: &DataRepr,
         payload: &[u8],
     ) {
         let slot = repr.base.path_slot;
         let generation = repr.base.path_gen;
-        if slot as usize >= shared.config.max_peer_paths {
+        if slot as usize >= dev.config.max_peer_paths {
             // Receive state is per slot: a peer may not make us keep more.
-            shared.stats.rx_over_limit += 1;
+            dev.stats.rx_over_limit += 1;
             return;
         }
         if self.rx_paths.len() <= slot as usize {
             self.rx_paths.resize_with(slot as usize + 1, || None);
         }
-        let psn_base = shared.config.psn_base;
+        let psn_base = dev.config.psn_base;
         let rx = self.rx_paths[slot as usize]
             .get_or_insert_with(|| RxPath::new(psn_base, slot, generation));
         if rx.generation != generation {
             if (generation.wrapping_sub(rx.generation) as i16) < 0 {
-                shared.stats.rx_stale_path += 1;
+                dev.stats.rx_stale_path += 1;
                 return;
             }
             *rx = RxPath::new(psn_base, slot, generation);
@@ -721,11 +719,11 @@ impl Connection {
             .advance_to(repr.psn.wrapping_sub(u32::from(repr.psn_floor_delta)));
         let outcome = rx.window.record(repr.psn);
         if outcome == RxOutcome::OutOfWindow {
-            shared.stats.rx_out_of_window += 1;
+            dev.stats.rx_out_of_window += 1;
             return;
         }
         if outcome == RxOutcome::Duplicate {
-            shared.stats.rx_duplicates += 1;
+            dev.stats.rx_duplicates += 1;
         } else {
             rx.rx_packets = rx.rx_packets.wrapping_add(1);
             if ecn == Ecn::Ce {
@@ -735,11 +733,11 @@ impl Connection {
         rx.last_ts = repr.timestamp_ns;
         rx.last_rx_ns = now_ns;
         rx.unacked += 1;
-        shared.note_sender(&mut self.rx_epoch_seen, now_ns);
+        dev.rate_hint.note_sender(&mut self.rx_epoch_seen, now_ns);
 
         // Operation level: runs for duplicates too, so a probe makes the
         // responder repeat its op-ack; placement itself is idempotent.
-        let op_event = ops::on_data(self, shared, now_ns, repr, payload);
+        let op_event = ops::on_data(self, dev, now_ns, repr, payload);
 
         let rx = self.rx_paths[slot as usize]
             .as_mut()
@@ -747,14 +745,14 @@ impl Connection {
         let immediate = outcome != RxOutcome::InOrder
             || repr.base.flags.contains(Flags::ACK_REQUEST)
             || op_event
-            || rx.unacked >= shared.config.ack_every_packets;
+            || rx.unacked >= dev.config.ack_every_packets;
         if immediate {
             if !rx.ack_queued {
                 rx.ack_queued = true;
                 self.ack_now.push_back(slot);
             }
         } else if !rx.ack_deadline.is_some() {
-            let deadline = now_ns + shared.config.ack_delay_ns;
+            let deadline = now_ns + dev.config.ack_delay_ns;
             rx.ack_deadline = MaybeNs::some(deadline);
             if !self.ack_pending.contains(&slot) {
                 self.ack_pending.push(slot);
@@ -764,14 +762,14 @@ impl Connection {
     }
 
     /// An ACK from the peer.
-    pub(crate) fn on_ack(&mut self, now_ns: u64, shared: &mut Shared, ack: &AckRepr) {
+    pub(crate) fn on_ack(&mut self, now_ns: u64, dev: &mut DeviceState, ack: &AckRepr) {
         self.stats.acks_received += 1;
         for op_ack in ack.op_acks() {
-            ops::on_op_ack(self, shared, now_ns, op_ack);
+            ops::on_op_ack(self, dev, now_ns, op_ack);
         }
         let p = ack.base.path_slot as usize;
         if p >= self.paths.len() || self.paths[p].generation != ack.base.path_gen {
-            shared.stats.rx_stale_path += 1;
+            dev.stats.rx_stale_path += 1;
             return;
         }
         let highest = sack_highest(ack.ack_psn, &ack.sack);
@@ -818,7 +816,7 @@ impl Connection {
         }
         self.inflight_bytes -= acked_bytes + lost_bytes;
         self.stats.data_packets_lost += lost_packets;
-        shared.stats.data_packets_lost += lost_packets;
+        dev.stats.data_packets_lost += lost_packets;
         for seg in newly_acked_segs.drain(..) {
             self.on_segment_acked(seg);
         }
@@ -872,7 +870,7 @@ impl Connection {
                 now_ns,
             );
         }
-        self.refresh_path_deadline(p, shared);
+        self.refresh_path_deadline(p, dev);
     }
 
     fn on_segment_acked(&mut self, seg: SegRef) {
@@ -892,7 +890,7 @@ impl Connection {
     // ------------------------------------------------------------------ timers
 
     /// The connection's earliest deadline.
-    pub(crate) fn next_timeout(&self, shared: &Shared) -> Option<u64> {
+    pub(crate) fn next_timeout(&self, dev: &DeviceState) -> Option<u64> {
         let mut t = self.ack_deadline;
         let mut fold = |d: Option<u64>| {
             if let Some(d) = d {
@@ -907,12 +905,12 @@ impl Connection {
         for &(d, _) in &self.rnr_timers {
             fold(Some(d));
         }
-        fold(self.retry_deadline(shared));
+        fold(self.retry_deadline(dev));
         t
     }
 
-    fn refresh_path_deadline(&mut self, p: usize, shared: &Shared) {
-        let cfg = &shared.config;
+    fn refresh_path_deadline(&mut self, p: usize, dev: &DeviceState) {
+        let cfg = &dev.config;
         let path = &self.paths[p];
         let rto = path
             .rto_deadline(cfg.rto_min_ns, cfg.rto_max_ns)
@@ -921,23 +919,23 @@ impl Connection {
         self.path_deadlines[p] = rto.min(probe);
     }
 
-    fn refresh_all_path_deadlines(&mut self, shared: &Shared) {
+    fn refresh_all_path_deadlines(&mut self, dev: &DeviceState) {
         for p in 0..self.paths.len() {
-            self.refresh_path_deadline(p, shared);
+            self.refresh_path_deadline(p, dev);
         }
     }
 
-    fn retry_deadline(&self, shared: &Shared) -> Option<u64> {
+    fn retry_deadline(&self, dev: &DeviceState) -> Option<u64> {
         if self.msgs.live() == 0 {
             return None;
         }
-        let cfg = &shared.config;
+        let cfg = &dev.config;
         let rto = self.conn_rtt.rto_ns(cfg.rto_min_ns, cfg.rto_max_ns);
         Some(self.last_progress_ns + (rto << self.timeouts.min(16)).min(cfg.rto_max_ns))
     }
 
     /// Fire every deadline that has passed.
-    pub(crate) fn on_timeout(&mut self, now_ns: u64, shared: &mut Shared) {
+    pub(crate) fn on_timeout(&mut self, now_ns: u64, dev: &mut DeviceState) {
         // Delayed ACKs.
         if self.ack_deadline.is_some_and(|d| d <= now_ns) {
             self.ack_deadline = None;
@@ -976,7 +974,7 @@ impl Connection {
         // deadlines are exact (refreshed on every change to a path), so only
         // paths whose deadline has passed need a look: a connection with a
         // hundred paths wakes for one path's timer at a time.
-        let (rto_min, rto_max) = (shared.config.rto_min_ns, shared.config.rto_max_ns);
+        let (rto_min, rto_max) = (dev.config.rto_min_ns, dev.config.rto_max_ns);
         for p in 0..self.paths.len() {
             if self.path_deadlines[p] > now_ns {
                 continue;
@@ -985,15 +983,15 @@ impl Connection {
                 .rto_deadline(rto_min, rto_max)
                 .is_some_and(|d| d <= now_ns)
             {
-                self.path_timeout(now_ns, shared, p);
+                self.path_timeout(now_ns, dev, p);
             } else if self.paths[p]
-                .probe_deadline(shared.config.ack_delay_ns)
+                .probe_deadline(dev.config.ack_delay_ns)
                 .is_some_and(|d| d <= now_ns)
             {
                 self.paths[p].probe_sent = true;
                 self.path_probes.push_back(p);
             }
-            self.refresh_path_deadline(p, shared);
+            self.refresh_path_deadline(p, dev);
         }
         // RNR backoff.
         let mut fired = Vec::new();
@@ -1009,14 +1007,14 @@ impl Connection {
             self.resend_whole(r);
         }
         // The connection's retry timer: no progress at all for an RTO.
-        if self.retry_deadline(shared).is_some_and(|d| d <= now_ns) {
-            self.retry_timeout(now_ns, shared);
+        if self.retry_deadline(dev).is_some_and(|d| d <= now_ns) {
+            self.retry_timeout(now_ns, dev);
             // Every path lost its packets: refresh them all.
-            self.refresh_all_path_deadlines(shared);
+            self.refresh_all_path_deadlines(dev);
         }
     }
 
-    fn path_timeout(&mut self, now_ns: u64, shared: &mut Shared, p: usize) {
+    fn path_timeout(&mut self, now_ns: u64, dev: &mut DeviceState, p: usize) {
         let oldest_sent_ns = self.paths[p]
             .inflight
             .iter()
@@ -1028,7 +1026,7 @@ impl Connection {
         path.consecutive_rtos += 1;
         path.stats.rtos += 1;
         self.stats.rtos += 1;
-        shared.stats.rtos += 1;
+        dev.stats.rtos += 1;
         self.cc.on_rto(p, now_ns);
         // Retire the path only if it is singled out: other paths of this
         // connection delivered after this path's lost packet was sent. When
@@ -1040,9 +1038,9 @@ impl Connection {
         // singled out.
         let others_progressed = oldest_sent_ns.is_some_and(|t| self.last_progress_ns > t);
         let rtos = self.paths[p].consecutive_rtos;
-        let retire_after = shared.config.path_retire_after_rtos;
+        let retire_after = dev.config.path_retire_after_rtos;
         if (others_progressed && rtos >= retire_after) || rtos >= retire_after + 2 {
-            self.retire_path(now_ns, shared, p);
+            self.retire_path(now_ns, dev, p);
         }
     }
 
@@ -1073,10 +1071,10 @@ impl Connection {
 
     /// Retire a path that keeps losing and reopen its slot on a fresh source
     /// port: a new port is a new ECMP hash, hence most likely a new route.
-    fn retire_path(&mut self, now_ns: u64, shared: &mut Shared, p: usize) {
+    fn retire_path(&mut self, now_ns: u64, dev: &mut DeviceState, p: usize) {
         let lost = self.mark_path_lost(p);
         self.inflight_bytes -= lost;
-        let cfg = &shared.config;
+        let cfg = &dev.config;
         let in_use: Vec<u16> = self.paths.iter().map(|x| x.src_port).collect();
         let span = cfg.path_port_span;
         let free: Vec<u16> = (1..=span)
@@ -1087,7 +1085,7 @@ impl Connection {
         let port = if free.is_empty() {
             old.src_port
         } else {
-            free[(shared.rng.next_u64() % free.len() as u64) as usize]
+            free[(dev.rng.next_u64() % free.len() as u64) as usize]
         };
         let mut stats = old.stats;
         stats.replacements += 1;
@@ -1103,15 +1101,15 @@ impl Connection {
         self.paths[p] = fresh;
         self.cc.on_path_replaced(p, now_ns);
         self.stats.paths_replaced += 1;
-        shared.stats.paths_replaced += 1;
+        dev.stats.paths_replaced += 1;
     }
 
-    fn retry_timeout(&mut self, now_ns: u64, shared: &mut Shared) {
+    fn retry_timeout(&mut self, now_ns: u64, dev: &mut DeviceState) {
         self.timeouts += 1;
         self.stats.retry_timeouts += 1;
-        shared.stats.retry_timeouts += 1;
-        if self.timeouts > u32::from(shared.config.retry_cnt) {
-            ops::fail_connection(self, shared, crate::work::WcStatus::RetryExcErr);
+        dev.stats.retry_timeouts += 1;
+        if self.timeouts > u32::from(dev.config.retry_cnt) {
+            ops::fail_connection(self, dev, crate::work::WcStatus::RetryExcErr);
             return;
         }
         // Restart the clock for the next round, and probe: for every request

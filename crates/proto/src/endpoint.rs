@@ -16,8 +16,9 @@
 use crate::auth::{ConnectionAuth, Reject};
 use crate::config::{ConfigError, EndpointConfig};
 use crate::connection::{Connection, ConnectionStats};
+use crate::device_state::DeviceState;
 use crate::ecn::Ecn;
-use crate::memory::{AccessFlags, KeyKind, MemoryError, MrHandle, MrInfo, RegionTable, Span};
+use crate::memory::{AccessFlags, KeyKind, MemoryError, MrHandle, MrInfo, Span};
 use crate::message::{MsgKind, Source, TxMessage};
 use crate::ops;
 use crate::packet_repr::{PacketRepr, PacketSlot};
@@ -96,56 +97,10 @@ pub enum QpError {
     PeerSessionChanged(SocketAddr),
 }
 
-/// State every connection needs: memory, QPs, completions, counters.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    pub(crate) config: EndpointConfig,
-    pub(crate) regions: RegionTable,
-    pub(crate) qps: Vec<Option<Qp>>,
-    qp_gens: Vec<u16>,
-    pub(crate) completions: VecDeque<Completion>,
-    pub(crate) stats: EndpointStats,
-    pub(crate) rng: crate::seeded_rng::SeededRng,
-    hint_epoch: u64,
-    senders_this_epoch: u32,
-    senders_last_epoch: u32,
-}
-
-impl Shared {
-    /// Count a connection that sent us data in the current epoch (for the
-    /// receiver rate hint: our line rate shared among active senders).
-    pub(crate) fn note_sender(&mut self, conn_epoch: &mut u64, now_ns: u64) {
-        let epoch = now_ns / self.config.rate_hint_epoch_ns.max(1);
-        if epoch != self.hint_epoch {
-            self.senders_last_epoch = if epoch == self.hint_epoch + 1 {
-                self.senders_this_epoch
-            } else {
-                0
-            };
-            self.senders_this_epoch = 0;
-            self.hint_epoch = epoch;
-        }
-        if *conn_epoch != epoch {
-            *conn_epoch = epoch;
-            self.senders_this_epoch += 1;
-        }
-    }
-
-    /// This receiver's share for each active sender, Mbit/s; 0 (no hint)
-    /// while a single sender has the whole link, where ECN alone steers.
-    pub(crate) fn rate_hint_mbps(&self) -> u32 {
-        let active = self.senders_this_epoch.max(self.senders_last_epoch);
-        if active <= 1 {
-            return 0;
-        }
-        (self.config.line_rate_bps / u64::from(active) / 1_000_000).min(u64::from(u32::MAX)) as u32
-    }
-}
-
 /// One device's protocol state.
 #[derive(Debug)]
 pub struct Endpoint {
-    shared: Shared,
+    dev: DeviceState,
     conns: Vec<Connection>,
     /// Slots of closed connections, reused before `conns` grows.
     free_conns: Vec<u32>,
@@ -173,22 +128,9 @@ impl Endpoint {
     /// A new endpoint; refuses an invalid config.
     pub fn new(config: EndpointConfig) -> Result<Self, ConfigError> {
         config.validate()?;
-        let rng = crate::seeded_rng::SeededRng::new(config.seed);
         let session_id = ChaCha20Rng::seed_from_u64(config.seed ^ SESSION_SEED_DOMAIN).next_u64();
         Ok(Self {
-            shared: Shared {
-                regions: RegionTable::new(config.max_memory_regions)
-                    .with_max_bytes(config.max_registered_bytes),
-                qps: Vec::new(),
-                qp_gens: Vec::new(),
-                completions: VecDeque::new(),
-                stats: EndpointStats::default(),
-                rng,
-                hint_epoch: 0,
-                senders_this_epoch: 0,
-                senders_last_epoch: 0,
-                config,
-            },
+            dev: DeviceState::new(config),
             conns: Vec::new(),
             free_conns: Vec::new(),
             conn_by_peer: HashMap::new(),
@@ -203,22 +145,22 @@ impl Endpoint {
 
     /// The configuration.
     pub fn config(&self) -> &EndpointConfig {
-        &self.shared.config
+        &self.dev.config
     }
 
     /// Counters.
     pub fn stats(&self) -> &EndpointStats {
-        &self.shared.stats
+        &self.dev.stats
     }
 
     /// The largest datagram the endpoint emits: size `poll_transmit`'s buffer to this.
     pub fn max_datagram_len(&self) -> usize {
-        let trailer = if self.shared.config.auth.is_some() {
+        let trailer = if self.dev.config.auth.is_some() {
             wire::AUTH_TRAILER_LEN
         } else {
             wire::ICRC_LEN
         };
-        wire::DATA_HEADER_LEN + 32 + self.shared.config.mtu_payload_bytes as usize + trailer
+        wire::DATA_HEADER_LEN + 32 + self.dev.config.mtu_payload_bytes as usize + trailer
     }
 
     /// This endpoint's session id: random per incarnation (drawn from the
@@ -240,11 +182,9 @@ impl Endpoint {
             Some(_) if self.conn_by_peer.contains_key(&peer) => {
                 return Err(QpError::PeerSessionChanged(peer));
             }
-            None if self.peer_sessions.len() >= self.shared.config.max_connections as usize => {
+            None if self.peer_sessions.len() >= self.dev.config.max_connections as usize => {
                 // Bounded like the connections it prepares.
-                return Err(QpError::TooManyConnections(
-                    self.shared.config.max_connections,
-                ));
+                return Err(QpError::TooManyConnections(self.dev.config.max_connections));
             }
             _ => {}
         }
@@ -267,9 +207,9 @@ impl Endpoint {
         length: u64,
         access: AccessFlags,
     ) -> Result<MrInfo, MemoryError> {
-        self.shared
+        self.dev
             .regions
-            .register(pd, length, access, false, &mut self.shared.rng)
+            .register(pd, length, access, false, &mut self.dev.rng)
     }
 
     /// Register a region that has a length but no bytes (the simulator's
@@ -280,34 +220,34 @@ impl Endpoint {
         length: u64,
         access: AccessFlags,
     ) -> Result<MrInfo, MemoryError> {
-        self.shared
+        self.dev
             .regions
-            .register(pd, length, access, true, &mut self.shared.rng)
+            .register(pd, length, access, true, &mut self.dev.rng)
     }
 
     /// Deregister a region; its keys stop working at once.
     pub fn deregister_memory(&mut self, mr: MrHandle) -> Result<(), MemoryError> {
-        self.shared.regions.deregister(mr)
+        self.dev.regions.deregister(mr)
     }
 
     /// The region's bytes (`None` for virtual or unknown regions).
     pub fn memory(&self, mr: MrHandle) -> Option<&[u8]> {
-        self.shared.regions.bytes(mr)
+        self.dev.regions.bytes(mr)
     }
 
     /// The region's bytes, writable.
     pub fn memory_mut(&mut self, mr: MrHandle) -> Option<&mut [u8]> {
-        self.shared.regions.bytes_mut(mr)
+        self.dev.regions.bytes_mut(mr)
     }
 
     /// Live memory regions.
     pub fn memory_regions(&self) -> u32 {
-        self.shared.regions.live()
+        self.dev.regions.live()
     }
 
     /// Bytes registered over all live regions (see `max_registered_bytes`).
     pub fn registered_bytes(&self) -> u64 {
-        self.shared.regions.bytes_registered()
+        self.dev.regions.bytes_registered()
     }
 
     // ----------------------------------------------------------------- QPs
@@ -320,7 +260,7 @@ impl Endpoint {
         caps: QpCaps,
         remote_access: AccessFlags,
     ) -> Result<QpHandle, QpError> {
-        let cfg = &self.shared.config;
+        let cfg = &self.dev.config;
         if caps.max_send_wr == 0
             || caps.max_recv_wr == 0
             || caps.max_send_wr > cfg.max_send_wr
@@ -328,21 +268,11 @@ impl Endpoint {
         {
             return Err(QpError::BadCaps);
         }
-        let index = match self.shared.qps.iter().position(Option::is_none) {
-            Some(i) => i,
-            None if self.shared.qps.len() < cfg.max_queue_pairs as usize => {
-                crate::grow::push(&mut self.shared.qps, None);
-                self.shared.qp_gens.push(0);
-                self.shared.qps.len() - 1
-            }
-            None => return Err(QpError::TooManyQps(cfg.max_queue_pairs)),
-        };
-        // QPN 0 is never handed out: the generation starts at 1.
-        let generation = &mut self.shared.qp_gens[index];
-        *generation = generation.wrapping_add(1).max(1);
-        let handle = QpHandle((u32::from(*generation) << 16) | index as u32);
-        self.shared.qps[index] = Some(Qp::new(handle, pd, caps, remote_access));
-        Ok(handle)
+        let limit = cfg.max_queue_pairs;
+        self.dev
+            .qps
+            .create(limit, pd, caps, remote_access)
+            .ok_or(QpError::TooManyQps(limit))
     }
 
     /// Bind a QP to the peer device at `remote` (its IP and device port) and
@@ -362,19 +292,18 @@ impl Endpoint {
         let conn = match self.conn_by_peer.get(&remote) {
             Some(&c) => c,
             None => {
-                let limit = self.shared.config.max_connections;
+                let limit = self.dev.config.max_connections;
                 if self.connection_count() as u32 >= limit {
                     return Err(QpError::TooManyConnections(limit));
                 }
-                let auth = match &self.shared.config.auth {
+                let auth = match &self.dev.config.auth {
                     None => None,
                     Some(config) => {
                         let peer_session = *self
                             .peer_sessions
                             .get(&remote)
                             .ok_or(QpError::PeerSessionUnknown(remote))?;
-                        let local =
-                            SocketAddr::new(config.local_ip, self.shared.config.device_port);
+                        let local = SocketAddr::new(config.local_ip, self.dev.config.device_port);
                         Some(Box::new(ConnectionAuth::new(
                             config,
                             (local, self.session_id),
@@ -386,7 +315,7 @@ impl Endpoint {
                 // never from a packet (see `handle_datagram`).
                 let c = match self.free_conns.pop() {
                     Some(c) => {
-                        self.conns[c as usize] = Connection::new(c, remote, &self.shared, auth);
+                        self.conns[c as usize] = Connection::new(c, remote, &self.dev, auth);
                         c
                     }
                     None => {
@@ -394,7 +323,7 @@ impl Endpoint {
                         // Most simulated hosts talk to one or two peers.
                         crate::grow::push(
                             &mut self.conns,
-                            Connection::new(c, remote, &self.shared, auth),
+                            Connection::new(c, remote, &self.dev, auth),
                         );
                         c
                     }
@@ -428,10 +357,10 @@ impl Endpoint {
         let q = self.qp(qp).ok_or(QpError::UnknownQp(qp.qpn()))?;
         match q.conn {
             Some(c) => {
-                ops::enter_error(&mut self.conns[c as usize], &mut self.shared, qp.index());
+                ops::enter_error(&mut self.conns[c as usize], &mut self.dev, qp.index());
                 self.mark_ready(c);
             }
-            None => ops::flush_qp(&mut self.shared, qp.index()),
+            None => self.dev.flush_qp(qp.index()),
         }
         Ok(())
     }
@@ -450,7 +379,7 @@ impl Endpoint {
                 self.mark_ready(c);
             }
         }
-        self.shared.qps[qp.index()] = None;
+        self.dev.qps.remove(qp);
         Ok(())
     }
 
@@ -463,7 +392,7 @@ impl Endpoint {
         let peer = self.conns[c as usize].peer;
         self.conn_by_peer.remove(&peer);
         self.peer_sessions.remove(&peer);
-        self.conns[c as usize] = Connection::closed(c, &self.shared);
+        self.conns[c as usize] = Connection::closed(c, &self.dev);
         self.free_conns.push(c);
         // Its timer-heap entries are stale now (a closed slot has no
         // deadline) and go at the next refresh; its ready-queue entry, if
@@ -477,19 +406,11 @@ impl Endpoint {
     }
 
     fn qp(&self, qp: QpHandle) -> Option<&Qp> {
-        self.shared
-            .qps
-            .get(qp.index())?
-            .as_ref()
-            .filter(|q| q.handle == qp)
+        self.dev.qps.get(qp)
     }
 
     fn qp_mut(&mut self, qp: QpHandle) -> Option<&mut Qp> {
-        self.shared
-            .qps
-            .get_mut(qp.index())?
-            .as_mut()
-            .filter(|q| q.handle == qp)
+        self.dev.qps.get_mut(qp)
     }
 
     // ------------------------------------------------------------- posting
@@ -499,8 +420,8 @@ impl Endpoint {
     /// errors, ends in a completion.
     pub fn post_send(&mut self, now_ns: u64, qp: QpHandle, wr: SendWr) -> Result<(), PostError> {
         let qpn = qp.qpn();
-        let mtu = self.shared.config.mtu_payload_bytes;
-        let max_msg = u64::from(self.shared.config.max_message_bytes);
+        let mtu = self.dev.config.mtu_payload_bytes;
+        let max_msg = u64::from(self.dev.config.max_message_bytes);
         let q = self.qp(qp).ok_or(PostError::UnknownQp(qpn))?;
         let conn = match q.state {
             QpRunState::Unconnected => return Err(PostError::InvalidState(qpn)),
@@ -509,7 +430,7 @@ impl Endpoint {
         if q.sq.len() as u32 >= q.caps.max_send_wr {
             return Err(PostError::QueueFull(q.caps.max_send_wr));
         }
-        let conn_limit = self.shared.config.max_outstanding_ops_per_connection;
+        let conn_limit = self.dev.config.max_outstanding_ops_per_connection;
         if q.state == QpRunState::Connected
             && let Some(c) = conn
             && self.conns[c as usize].msgs.live() as u32 >= conn_limit
@@ -549,7 +470,7 @@ impl Endpoint {
             (Err(_), false) => SqState::Done(WcStatus::LocProtErr),
             (Ok(_), false) => SqState::Active,
         };
-        let rnr_retries_left = self.shared.config.rnr_retry;
+        let rnr_retries_left = self.dev.config.rnr_retry;
         let q = self.qp_mut(qp).expect("checked above");
         let msg_seq = q.next_msg_seq;
         q.next_msg_seq = q.next_msg_seq.wrapping_add(1);
@@ -658,7 +579,7 @@ impl Endpoint {
                 mtu,
             );
             let c = conn.expect("connected QPs have a connection");
-            entry.msg = Some(self.conns[c as usize].enqueue(now_ns, &self.shared, msg));
+            entry.msg = Some(self.conns[c as usize].enqueue(now_ns, &self.dev, msg));
             self.mark_ready(c);
         }
         let q = self.qp_mut(qp).expect("checked above");
@@ -668,12 +589,12 @@ impl Endpoint {
                 Some(c) => {
                     ops::release_completions(
                         &mut self.conns[c as usize],
-                        &mut self.shared,
+                        &mut self.dev,
                         qp.index(),
                     );
                     self.mark_ready(c);
                 }
-                None => ops::flush_qp(&mut self.shared, qp.index()),
+                None => self.dev.flush_qp(qp.index()),
             }
         }
         Ok(())
@@ -687,7 +608,7 @@ impl Endpoint {
     ) -> Result<Vec<Span>, MemoryError> {
         sges.iter()
             .map(|s| {
-                self.shared.regions.check(
+                self.dev.regions.check(
                     KeyKind::Local,
                     s.lkey,
                     pd,
@@ -721,7 +642,7 @@ impl Endpoint {
                 qp_num: qpn,
                 src_qp: q.remote_qpn,
             };
-            self.shared.completions.push_back(Completion {
+            self.dev.completions.push_back(Completion {
                 qp,
                 queue: WorkQueue::Recv,
                 wc,
@@ -747,13 +668,13 @@ impl Endpoint {
     /// `rx_unknown_peer` and dropped after one lookup in the connection
     /// table, before any cryptography and without allocating.
     pub fn handle_datagram(&mut self, now_ns: u64, src: SocketAddr, ecn: Ecn, data: &[u8]) {
-        self.shared.stats.rx_datagrams += 1;
-        if self.shared.config.auth.is_some() {
+        self.dev.stats.rx_datagrams += 1;
+        if self.dev.config.auth.is_some() {
             self.handle_authenticated(now_ns, src, ecn, data);
             return;
         }
         let Ok(packet) = wire::parse(data) else {
-            self.shared.stats.rx_malformed += 1;
+            self.dev.stats.rx_malformed += 1;
             return;
         };
         match packet {
@@ -769,18 +690,18 @@ impl Endpoint {
     /// the protocol.
     fn handle_authenticated(&mut self, now_ns: u64, src: SocketAddr, ecn: Ecn, data: &[u8]) {
         let Ok(header) = wire::BaseHeader::new_checked(data) else {
-            self.shared.stats.rx_malformed += 1;
+            self.dev.stats.rx_malformed += 1;
             return;
         };
         if header.version() == wire::VERSION && !header.flags().contains(wire::Flags::AUTHENTICATED)
         {
             // A plain packet where every packet must carry a tag: whatever
             // it says, it cannot be trusted.
-            self.shared.stats.rx_unauthenticated += 1;
+            self.dev.stats.rx_unauthenticated += 1;
             return;
         }
         let Ok((packet, auth)) = wire::parse_authenticated(data) else {
-            self.shared.stats.rx_malformed += 1;
+            self.dev.stats.rx_malformed += 1;
             return;
         };
         let Some(c) = self.connection_of(src, packet.base().src_device_port) else {
@@ -796,15 +717,15 @@ impl Endpoint {
             .as_mut()
             .expect("connections get keys when authentication is configured");
         match conn_auth.open(data, header_len, &auth, &mut plaintext) {
-            Err(Reject::Replayed) => self.shared.stats.rx_replayed += 1,
-            Err(Reject::BadTag) => self.shared.stats.rx_auth_failed += 1,
+            Err(Reject::Replayed) => self.dev.stats.rx_replayed += 1,
+            Err(Reject::BadTag) => self.dev.stats.rx_auth_failed += 1,
             Ok(payload) => match &packet {
                 wire::Packet::Data { repr, .. } => {
-                    self.conns[c as usize].on_data(now_ns, &mut self.shared, ecn, repr, payload);
+                    self.conns[c as usize].on_data(now_ns, &mut self.dev, ecn, repr, payload);
                     self.mark_ready(c);
                 }
                 wire::Packet::Ack(ack) => {
-                    self.conns[c as usize].on_ack(now_ns, &mut self.shared, ack);
+                    self.conns[c as usize].on_ack(now_ns, &mut self.dev, ack);
                     self.mark_ready(c);
                 }
             },
@@ -822,20 +743,20 @@ impl Endpoint {
     /// on, so the simulator models authentication's wire length, not its
     /// protection.
     pub fn handle_packet(&mut self, now_ns: u64, src: SocketAddr, ecn: Ecn, packet: &PacketRepr) {
-        self.shared.stats.rx_datagrams += 1;
+        self.dev.stats.rx_datagrams += 1;
         let flags = match packet {
             PacketRepr::Data(repr) => repr.base.flags,
             PacketRepr::Ack(ack) => ack.base.flags,
         };
-        if self.shared.config.auth.is_some() && !flags.contains(wire::Flags::AUTHENTICATED) {
-            self.shared.stats.rx_unauthenticated += 1;
+        if self.dev.config.auth.is_some() && !flags.contains(wire::Flags::AUTHENTICATED) {
+            self.dev.stats.rx_unauthenticated += 1;
             return;
         }
         match packet {
             PacketRepr::Data(repr) => {
                 let len = repr.payload_len as usize;
                 if repr.validate().is_err() || len > ZERO_PAYLOAD.len() {
-                    self.shared.stats.rx_malformed += 1;
+                    self.dev.stats.rx_malformed += 1;
                     return;
                 }
                 self.dispatch_data(now_ns, src, ecn, repr, &ZERO_PAYLOAD[..len]);
@@ -848,7 +769,7 @@ impl Endpoint {
         let peer = SocketAddr::new(src.ip(), src_device_port);
         let c = self.conn_by_peer.get(&peer).copied();
         if c.is_none() {
-            self.shared.stats.rx_unknown_peer += 1;
+            self.dev.stats.rx_unknown_peer += 1;
         }
         c
     }
@@ -864,7 +785,7 @@ impl Endpoint {
         let Some(c) = self.connection_of(src, repr.base.src_device_port) else {
             return;
         };
-        self.conns[c as usize].on_data(now_ns, &mut self.shared, ecn, repr, payload);
+        self.conns[c as usize].on_data(now_ns, &mut self.dev, ecn, repr, payload);
         self.mark_ready(c);
     }
 
@@ -872,7 +793,7 @@ impl Endpoint {
         let Some(c) = self.connection_of(src, ack.base.src_device_port) else {
             return;
         };
-        self.conns[c as usize].on_ack(now_ns, &mut self.shared, ack);
+        self.conns[c as usize].on_ack(now_ns, &mut self.dev, ack);
         self.mark_ready(c);
     }
 
@@ -890,7 +811,7 @@ impl Endpoint {
     /// Refresh connection `c`'s entry in the timer heap.
     fn refresh_timer(&mut self, c: u32) {
         let conn = &mut self.conns[c as usize];
-        let deadline = conn.next_timeout(&self.shared);
+        let deadline = conn.next_timeout(&self.dev);
         if deadline != conn.timer_deadline {
             conn.timer_deadline = deadline;
             if let Some(d) = deadline {
@@ -953,7 +874,7 @@ impl Endpoint {
     /// the region went away (it cannot while the caller holds the endpoint
     /// between polling and sending, which is how a driver uses it).
     pub fn payload(&self, payload: &PayloadRef) -> &[u8] {
-        self.shared.regions.slice(payload.0).unwrap_or_default()
+        self.dev.regions.slice(payload.0).unwrap_or_default()
     }
 
     /// Like [`poll_transmit`](Self::poll_transmit), but the packet comes back
@@ -979,7 +900,7 @@ impl Endpoint {
         while let Some(c) = self.ready.pop_front() {
             let conn = &mut self.conns[c as usize];
             conn.in_ready = false;
-            let sent = conn.poll_transmit(now_ns, &mut self.shared, out);
+            let sent = conn.poll_transmit(now_ns, &mut self.dev, out);
             if sent.is_some() {
                 // One packet per connection per turn: peers share the NIC fairly.
                 self.mark_ready(c);
@@ -1010,14 +931,14 @@ impl Endpoint {
             self.timers.pop();
             // Clear first so mark_ready re-inserts whatever comes next.
             self.conns[c as usize].timer_deadline = None;
-            self.conns[c as usize].on_timeout(now_ns, &mut self.shared);
+            self.conns[c as usize].on_timeout(now_ns, &mut self.dev);
             self.mark_ready(c);
         }
     }
 
     /// The next work completion, in the order they happened.
     pub fn poll_completion(&mut self) -> Option<Completion> {
-        self.shared.completions.pop_front()
+        self.dev.completions.pop_front()
     }
 
     // --------------------------------------------------------- observation
@@ -1052,8 +973,8 @@ impl Endpoint {
     pub fn path_ports(&self, peer: SocketAddr) -> Option<Vec<u16>> {
         self.conn_by_peer.get(&peer).map(|&c| {
             let conn = &self.conns[c as usize];
-            (0..self.shared.config.paths_per_connection)
-                .map(|slot| conn.path_port(slot, &self.shared))
+            (0..self.dev.config.paths_per_connection)
+                .map(|slot| conn.path_port(slot, &self.dev))
                 .collect()
         })
     }

@@ -13,7 +13,7 @@
 //!   the QP to the error state and flushes everything after it.
 
 use crate::connection::Connection;
-use crate::endpoint::Shared;
+use crate::device_state::DeviceState;
 use crate::memory::{AccessFlags, AtomicOp, KeyKind, MemoryError};
 use crate::message::{MsgKind, Source, TxMessage};
 use crate::qp::{Qp, QpRunState, RxMessage, SqState};
@@ -28,17 +28,12 @@ const MAX_RANGES_PER_MESSAGE: usize = 1 << 16;
 
 /// The QP a packet for local `qpn` on connection `conn` belongs to; a miss
 /// (not ours, or not bound to that peer) is counted and the packet dropped.
-fn qp_for(shared: &mut Shared, qpn: u32, conn: u32) -> Option<&mut Qp> {
-    let found = shared
-        .qps
-        .get((qpn & 0xffff) as usize)
-        .and_then(Option::as_ref)
-        .is_some_and(|qp| qp.handle.qpn() == qpn && qp.conn == Some(conn));
-    if !found {
-        shared.stats.rx_unknown_qp += 1;
-        return None;
+fn qp_for(dev: &mut DeviceState, qpn: u32, conn: u32) -> Option<&mut Qp> {
+    let qp = dev.qps.for_packet(qpn, conn);
+    if qp.is_none() {
+        dev.stats.rx_unknown_qp += 1;
     }
-    shared.qps[(qpn & 0xffff) as usize].as_mut()
+    qp
 }
 
 fn mark_dirty(conn: &mut Connection, qp: &mut Qp) {
@@ -53,16 +48,16 @@ fn mark_dirty(conn: &mut Connection, qp: &mut Qp) {
 /// NAK, a response completed).
 pub(crate) fn on_data(
     conn: &mut Connection,
-    shared: &mut Shared,
+    dev: &mut DeviceState,
     now_ns: u64,
     repr: &DataRepr,
     payload: &[u8],
 ) -> bool {
     match repr.op {
         OpHeader::ReadResponse | OpHeader::AtomicResponse { .. } => {
-            on_response(conn, shared, now_ns, repr, payload)
+            on_response(conn, dev, now_ns, repr, payload)
         }
-        _ => on_request(conn, shared, now_ns, repr, payload),
+        _ => on_request(conn, dev, now_ns, repr, payload),
     }
 }
 
@@ -70,15 +65,15 @@ pub(crate) fn on_data(
 
 fn on_request(
     conn: &mut Connection,
-    shared: &mut Shared,
+    dev: &mut DeviceState,
     now_ns: u64,
     repr: &DataRepr,
     payload: &[u8],
 ) -> bool {
     let conn_index = conn.index;
-    let window = shared.config.max_incoming_ops_per_qp;
-    let op_limit = shared.config.max_outstanding_ops_per_connection;
-    let Some(qp) = qp_for(shared, repr.dst_qpn, conn_index) else {
+    let window = dev.config.max_incoming_ops_per_qp;
+    let op_limit = dev.config.max_outstanding_ops_per_connection;
+    let Some(qp) = qp_for(dev, repr.dst_qpn, conn_index) else {
         return false;
     };
     let qp_index = qp.handle.index();
@@ -91,7 +86,7 @@ fn on_request(
     if (ahead as i32) < 0 {
         // Executed long ago: a duplicate or a probe. Repeat the op-ack.
         mark_dirty(conn, qp);
-        shared.stats.rx_duplicate_ops += 1;
+        dev.stats.rx_duplicate_ops += 1;
         return true;
     }
     if ahead >= window
@@ -99,7 +94,7 @@ fn on_request(
             .rx_fatal
             .is_some_and(|(_, m)| seq::seq_lt(m, repr.msg_seq))
     {
-        shared.stats.rx_dropped_ops += 1;
+        dev.stats.rx_dropped_ops += 1;
         return false;
     }
     let ahead = ahead as usize;
@@ -108,7 +103,7 @@ fn on_request(
     }
     if qp.rx_window[ahead].as_ref().is_some_and(|m| m.done) {
         mark_dirty(conn, qp);
-        shared.stats.rx_duplicate_ops += 1;
+        dev.stats.rx_duplicate_ops += 1;
         return true;
     }
 
@@ -127,7 +122,7 @@ fn on_request(
         // The response would be one more message held for this peer, past
         // the limit: do not execute (the requester resends, and nothing of
         // the request has happened, so that is safe for atomics too).
-        shared.stats.rx_over_limit += 1;
+        dev.stats.rx_over_limit += 1;
         return false;
     }
     if let Some(ri) = recv_index {
@@ -135,7 +130,7 @@ fn on_request(
         if slot >= qp.rq.len() {
             qp.rx_rnr = Some(repr.msg_seq);
             mark_dirty(conn, qp);
-            shared.stats.rnr_naks_sent += 1;
+            dev.stats.rnr_naks_sent += 1;
             return true;
         }
     }
@@ -158,7 +153,7 @@ fn on_request(
         || recv_index.is_some_and(|r| r != entry.recv_index)
     {
         // Two packets of one message disagree: a broken or hostile peer.
-        shared.stats.rx_dropped_ops += 1;
+        dev.stats.rx_dropped_ops += 1;
         return false;
     }
     if entry.ranges.len() >= MAX_RANGES_PER_MESSAGE {
@@ -166,23 +161,23 @@ fn on_request(
         // (memory, and time per insert) without bound; a sane one has at
         // most one hole per packet in flight. Not placed, so not counted:
         // the requester's completion probe brings the message again.
-        shared.stats.rx_over_limit += 1;
+        dev.stats.rx_over_limit += 1;
         return false;
     }
 
-    let remote_check = |shared: &mut Shared, rkey: u64, addr: u64, len: u64, need: AccessFlags| {
-        let checked = if remote_access.contains(need) {
-            shared
-                .regions
-                .check(KeyKind::Remote, rkey, pd, addr, len, need)
-        } else {
-            Err(MemoryError::NoPermission)
+    let remote_check =
+        |dev: &mut DeviceState, rkey: u64, addr: u64, len: u64, need: AccessFlags| {
+            let checked = if remote_access.contains(need) {
+                dev.regions
+                    .check(KeyKind::Remote, rkey, pd, addr, len, need)
+            } else {
+                Err(MemoryError::NoPermission)
+            };
+            if checked.is_err() {
+                dev.stats.rx_remote_access_denied += 1;
+            }
+            checked
         };
-        if checked.is_err() {
-            shared.stats.rx_remote_access_denied += 1;
-        }
-        checked
-    };
     let mut fatal: Option<Syndrome> = None;
     let mut response: Option<TxMessage> = None;
     let mut arrived_bytes = None;
@@ -191,28 +186,22 @@ fn on_request(
         | OpHeader::WriteImm {
             rkey, remote_addr, ..
         } => {
-            match remote_check(
-                shared,
-                rkey,
-                remote_addr,
-                msg_len,
-                AccessFlags::REMOTE_WRITE,
-            ) {
+            match remote_check(dev, rkey, remote_addr, msg_len, AccessFlags::REMOTE_WRITE) {
                 Ok(span) => {
-                    shared.regions.write(span, u64::from(repr.offset), payload);
+                    dev.regions.write(span, u64::from(repr.offset), payload);
                     arrived_bytes = Some(payload.len());
                 }
                 Err(_) => fatal = Some(Syndrome::RemAccessErr),
             }
             if let OpHeader::WriteImm { imm, .. } = repr.op {
-                entry_of(qp_mut(shared, qp_index), ahead).imm = Some(imm);
+                entry_of(qp_mut(dev, qp_index), ahead).imm = Some(imm);
             }
         }
         OpHeader::Send { .. } | OpHeader::SendImm { .. } => {
             // Borrow the QP table and the region table side by side: the
             // receive's spans are used in place, not copied, per packet.
-            let Shared { qps, regions, .. } = &mut *shared;
-            let qp = qps[qp_index].as_mut().expect("QP looked up above");
+            let DeviceState { qps, regions, .. } = &mut *dev;
+            let qp = qps.at_mut(qp_index).expect("QP looked up above");
             let slot = recv_index
                 .expect("sends carry one")
                 .wrapping_sub(qp.rq_base) as usize;
@@ -228,9 +217,9 @@ fn on_request(
             }
         }
         OpHeader::ReadRequest { rkey, remote_addr } => {
-            match remote_check(shared, rkey, remote_addr, msg_len, AccessFlags::REMOTE_READ) {
+            match remote_check(dev, rkey, remote_addr, msg_len, AccessFlags::REMOTE_READ) {
                 Ok(span) => {
-                    let qp = qp_mut(shared, qp_index);
+                    let qp = qp_mut(dev, qp_index);
                     response = Some(TxMessage::new(
                         MsgKind::Response,
                         qp_index as u32,
@@ -241,7 +230,7 @@ fn on_request(
                         repr.msg_len,
                         false,
                         Source::Spans(vec![span]),
-                        shared.config.mtu_payload_bytes,
+                        dev.config.mtu_payload_bytes,
                     ));
                 }
                 Err(_) => fatal = Some(Syndrome::RemAccessErr),
@@ -261,12 +250,12 @@ fn on_request(
             if remote_addr % 8 != 0 {
                 fatal = Some(Syndrome::RemInvReqErr);
             } else {
-                match remote_check(shared, rkey, remote_addr, 8, AccessFlags::REMOTE_ATOMIC) {
+                match remote_check(dev, rkey, remote_addr, 8, AccessFlags::REMOTE_ATOMIC) {
                     Ok(span) => {
                         // Executed exactly once: the window entry is marked
                         // done below, so a duplicate never gets here.
-                        let original = shared.regions.atomic(span, op);
-                        let qp = qp_mut(shared, qp_index);
+                        let original = dev.regions.atomic(span, op);
+                        let qp = qp_mut(dev, qp_index);
                         response = Some(TxMessage::new(
                             MsgKind::Response,
                             qp_index as u32,
@@ -277,7 +266,7 @@ fn on_request(
                             0,
                             false,
                             Source::Empty,
-                            shared.config.mtu_payload_bytes,
+                            dev.config.mtu_payload_bytes,
                         ));
                     }
                     Err(_) => fatal = Some(Syndrome::RemAccessErr),
@@ -289,7 +278,7 @@ fn on_request(
         }
     }
 
-    let qp = qp_mut(shared, qp_index);
+    let qp = qp_mut(dev, qp_index);
     let entry = entry_of(qp, ahead);
     let done = if fatal.is_some() || response.is_some() {
         true
@@ -314,19 +303,17 @@ fn on_request(
     entry.done = true;
     if let Some(syndrome) = fatal {
         qp.rx_fatal = Some((syndrome, repr.msg_seq));
-        shared.stats.naks_sent += 1;
+        dev.stats.naks_sent += 1;
     }
     if let Some(msg) = response {
-        conn.enqueue(now_ns, shared, msg);
+        conn.enqueue(now_ns, dev, msg);
     }
-    advance_msn(conn, shared, qp_index);
+    advance_msn(conn, dev, qp_index);
     true
 }
 
-fn qp_mut(shared: &mut Shared, index: usize) -> &mut Qp {
-    shared.qps[index]
-        .as_mut()
-        .expect("QP looked up by the caller")
+fn qp_mut(dev: &mut DeviceState, index: usize) -> &mut Qp {
+    dev.qps.at_mut(index).expect("QP looked up by the caller")
 }
 
 fn entry_of(qp: &mut Qp, ahead: usize) -> &mut RxMessage {
@@ -335,8 +322,8 @@ fn entry_of(qp: &mut Qp, ahead: usize) -> &mut RxMessage {
 
 /// Move the responder's cumulative point over every finished message, in
 /// order, releasing receive completions as it goes.
-fn advance_msn(conn: &mut Connection, shared: &mut Shared, qp_index: usize) {
-    let qp = shared.qps[qp_index].as_mut().expect("live QP");
+fn advance_msn(conn: &mut Connection, dev: &mut DeviceState, qp_index: usize) {
+    let qp = dev.qps.at_mut(qp_index).expect("live QP");
     while let Some(Some(front)) = qp.rx_window.front() {
         if !front.done {
             break;
@@ -350,7 +337,7 @@ fn advance_msn(conn: &mut Connection, shared: &mut Shared, qp_index: usize) {
                 if let Some(recv) = qp.rq.pop_front() {
                     qp.rq_base = qp.rq_base.wrapping_add(1);
                     let wc = recv_wc(qp, recv.wr_id, status, opcode, 0, None);
-                    shared.completions.push_back(Completion {
+                    dev.completions.push_back(Completion {
                         qp: qp.handle,
                         queue: WorkQueue::Recv,
                         wc,
@@ -358,7 +345,7 @@ fn advance_msn(conn: &mut Connection, shared: &mut Shared, qp_index: usize) {
                 }
             }
             mark_dirty(conn, qp);
-            enter_error(conn, shared, qp_index);
+            enter_error(conn, dev, qp_index);
             return;
         }
         if front.consumes_recv && (front.recv_index != qp.rq_base || qp.rq.is_empty()) {
@@ -367,9 +354,9 @@ fn advance_msn(conn: &mut Connection, shared: &mut Shared, qp_index: usize) {
             // broken or hostile peer gets here (two messages naming one
             // receive); fail the QP rather than trust it.
             qp.rx_fatal = Some((Syndrome::RemInvReqErr, qp.rx_msn));
-            shared.stats.rx_dropped_ops += 1;
+            dev.stats.rx_dropped_ops += 1;
             mark_dirty(conn, qp);
-            enter_error(conn, shared, qp_index);
+            enter_error(conn, dev, qp_index);
             return;
         }
         let msg = qp.rx_window.pop_front().flatten().expect("front checked");
@@ -385,7 +372,7 @@ fn advance_msn(conn: &mut Connection, shared: &mut Shared, qp_index: usize) {
                 msg.len,
                 msg.imm,
             );
-            shared.completions.push_back(Completion {
+            dev.completions.push_back(Completion {
                 qp: qp.handle,
                 queue: WorkQueue::Recv,
                 wc,
@@ -426,13 +413,13 @@ fn recv_wc(
 
 fn on_response(
     conn: &mut Connection,
-    shared: &mut Shared,
+    dev: &mut DeviceState,
     now_ns: u64,
     repr: &DataRepr,
     payload: &[u8],
 ) -> bool {
     let conn_index = conn.index;
-    let Some(qp) = qp_for(shared, repr.dst_qpn, conn_index) else {
+    let Some(qp) = qp_for(dev, repr.dst_qpn, conn_index) else {
         return false;
     };
     let qp_index = qp.handle.index();
@@ -444,7 +431,7 @@ fn on_response(
         .filter(|e| e.state == SqState::Active)
     else {
         // Already complete: a duplicate of a response.
-        shared.stats.rx_duplicate_ops += 1;
+        dev.stats.rx_duplicate_ops += 1;
         return false;
     };
     let (opcode, len) = (entry.opcode, entry.len);
@@ -452,25 +439,25 @@ fn on_response(
     let off = u64::from(repr.offset);
     let placed = match repr.op {
         OpHeader::ReadResponse if opcode == WcOpcode::RdmaRead && repr.msg_len == len => {
-            shared.regions.scatter(&sink, off, payload);
+            dev.regions.scatter(&sink, off, payload);
             Some(payload.len() as u64)
         }
         OpHeader::AtomicResponse { original }
             if matches!(opcode, WcOpcode::FetchAdd | WcOpcode::CompSwap) =>
         {
-            shared.regions.scatter(&sink, 0, &original.to_le_bytes());
+            dev.regions.scatter(&sink, 0, &original.to_le_bytes());
             None
         }
         _ => {
-            let entry = qp_mut(shared, qp_index)
+            let entry = qp_mut(dev, qp_index)
                 .sq_entry_mut(repr.msg_seq)
                 .expect("found above");
             entry.sink = sink;
-            shared.stats.rx_dropped_ops += 1;
+            dev.stats.rx_dropped_ops += 1;
             return false;
         }
     };
-    let entry = qp_mut(shared, qp_index)
+    let entry = qp_mut(dev, qp_index)
         .sq_entry_mut(repr.msg_seq)
         .expect("found above");
     entry.sink = sink;
@@ -484,21 +471,21 @@ fn on_response(
     conn.last_progress_ns = now_ns;
     conn.timeouts = 0;
     if complete {
-        let entry = qp_mut(shared, qp_index)
+        let entry = qp_mut(dev, qp_index)
             .sq_entry_mut(repr.msg_seq)
             .expect("found above");
         entry.state = SqState::Done(WcStatus::Success);
-        release_completions(conn, shared, qp_index);
+        release_completions(conn, dev, qp_index);
     }
     complete
 }
 
 /// Apply an op-ack from the responder.
-pub(crate) fn on_op_ack(conn: &mut Connection, shared: &mut Shared, now_ns: u64, ack: &OpAck) {
+pub(crate) fn on_op_ack(conn: &mut Connection, dev: &mut DeviceState, now_ns: u64, ack: &OpAck) {
     let conn_index = conn.index;
-    let rnr_timer_ns = shared.config.min_rnr_timer_ns;
-    let infinite_rnr = shared.config.rnr_retry == 7;
-    let Some(qp) = qp_for(shared, ack.qpn, conn_index) else {
+    let rnr_timer_ns = dev.config.min_rnr_timer_ns;
+    let infinite_rnr = dev.config.rnr_retry == 7;
+    let Some(qp) = qp_for(dev, ack.qpn, conn_index) else {
         return;
     };
     let qp_index = qp.handle.index();
@@ -573,14 +560,14 @@ pub(crate) fn on_op_ack(conn: &mut Connection, shared: &mut Shared, now_ns: u64,
     if progressed {
         conn.last_progress_ns = now_ns;
         conn.timeouts = 0;
-        release_completions(conn, shared, qp_index);
+        release_completions(conn, dev, qp_index);
     }
 }
 
 /// Release finished send work requests from the head of the queue, in
 /// posting order; the first error moves the QP to the error state.
-pub(crate) fn release_completions(conn: &mut Connection, shared: &mut Shared, qp_index: usize) {
-    let qp = shared.qps[qp_index].as_mut().expect("live QP");
+pub(crate) fn release_completions(conn: &mut Connection, dev: &mut DeviceState, qp_index: usize) {
+    let qp = dev.qps.at_mut(qp_index).expect("live QP");
     while let Some(front) = qp.sq.front() {
         let SqState::Done(status) = front.state else {
             break;
@@ -603,14 +590,14 @@ pub(crate) fn release_completions(conn: &mut Connection, shared: &mut Shared, qp
                 qp_num: qp.handle.qpn(),
                 src_qp: qp.remote_qpn,
             };
-            shared.completions.push_back(Completion {
+            dev.completions.push_back(Completion {
                 qp: qp.handle,
                 queue: WorkQueue::Send,
                 wc,
             });
         }
         if status != WcStatus::Success {
-            enter_error(conn, shared, qp_index);
+            enter_error(conn, dev, qp_index);
             return;
         }
     }
@@ -618,54 +605,16 @@ pub(crate) fn release_completions(conn: &mut Connection, shared: &mut Shared, qp
 
 /// Move a QP to the error state: cancel its messages and flush both queues
 /// with `WrFlushErr`, in order.
-pub(crate) fn enter_error(conn: &mut Connection, shared: &mut Shared, qp_index: usize) {
+pub(crate) fn enter_error(conn: &mut Connection, dev: &mut DeviceState, qp_index: usize) {
     conn.cancel_qp_messages(qp_index as u32);
-    flush_qp(shared, qp_index);
-}
-
-/// Flush a QP that has no connection to clean up (or whose messages are gone).
-pub(crate) fn flush_qp(shared: &mut Shared, qp_index: usize) {
-    let qp = shared.qps[qp_index].as_mut().expect("live QP");
-    qp.state = QpRunState::Error;
-    while let Some(entry) = qp.sq.pop_front() {
-        let wc = WorkCompletion {
-            wr_id: entry.wr_id,
-            status: WcStatus::WrFlushErr,
-            opcode: entry.opcode,
-            byte_len: 0,
-            imm_data: None,
-            qp_num: qp.handle.qpn(),
-            src_qp: qp.remote_qpn,
-        };
-        shared.completions.push_back(Completion {
-            qp: qp.handle,
-            queue: WorkQueue::Send,
-            wc,
-        });
-    }
-    while let Some(recv) = qp.rq.pop_front() {
-        qp.rq_base = qp.rq_base.wrapping_add(1);
-        let wc = recv_wc(
-            qp,
-            recv.wr_id,
-            WcStatus::WrFlushErr,
-            WcOpcode::Recv,
-            0,
-            None,
-        );
-        shared.completions.push_back(Completion {
-            qp: qp.handle,
-            queue: WorkQueue::Recv,
-            wc,
-        });
-    }
+    dev.flush_qp(qp_index);
 }
 
 /// The peer is unreachable: the oldest outstanding request of every QP on
 /// the connection fails with `status`, and each QP goes to the error state.
-pub(crate) fn fail_connection(conn: &mut Connection, shared: &mut Shared, status: WcStatus) {
+pub(crate) fn fail_connection(conn: &mut Connection, dev: &mut DeviceState, status: WcStatus) {
     for qp_index in conn.qps.clone() {
-        let Some(qp) = shared.qps[qp_index as usize].as_mut() else {
+        let Some(qp) = dev.qps.at_mut(qp_index as usize) else {
             continue;
         };
         if qp.state == QpRunState::Error {
@@ -678,7 +627,7 @@ pub(crate) fn fail_connection(conn: &mut Connection, shared: &mut Shared, status
         for later in qp.sq.iter_mut().filter(|e| e.state == SqState::Active) {
             later.state = SqState::Done(WcStatus::WrFlushErr);
         }
-        release_completions(conn, shared, qp_index as usize);
+        release_completions(conn, dev, qp_index as usize);
     }
     conn.drop_all_messages();
 }
