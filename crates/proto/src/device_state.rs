@@ -8,7 +8,7 @@
 
 use crate::config::EndpointConfig;
 use crate::memory::RegionTable;
-use crate::qp::QpTable;
+use crate::qp::{Qp, QpTable};
 use crate::rate_hint::RateHint;
 use crate::seeded_rng::SeededRng;
 use crate::stats::EndpointStats;
@@ -42,6 +42,17 @@ impl DeviceState {
             rate_hint: RateHint::new(config.rate_hint_epoch_ns, config.line_rate_bps),
             config,
         }
+    }
+
+    /// The QP a packet naming local `qpn` on connection `conn` is for; a
+    /// miss (not ours, or not bound to that peer) is counted, and the
+    /// caller drops the packet.
+    pub(crate) fn qp_for_packet(&mut self, qpn: u32, conn: u32) -> Option<&mut Qp> {
+        let qp = self.qps.for_packet(qpn, conn);
+        if qp.is_none() {
+            self.stats.rx_unknown_qp += 1;
+        }
+        qp
     }
 
     /// Move a QP to the error state and flush both its queues with

@@ -19,18 +19,15 @@ use crate::connection::{Connection, ConnectionStats};
 use crate::device_state::DeviceState;
 use crate::ecn::Ecn;
 use crate::memory::{AccessFlags, KeyKind, MemoryError, MrHandle, MrInfo, Span};
-use crate::message::{MsgKind, Source, TxMessage};
-use crate::ops;
+use crate::message::{MsgAddress, Source, TxMessage};
 use crate::packet_repr::{PacketRepr, PacketSlot};
 use crate::path::PathStats;
 use crate::qp::{Qp, QpCaps, QpHandle, QpRunState, SqEntry, SqState};
 use crate::range_set::RangeSet;
 use crate::stats::EndpointStats;
 use crate::transmit::{Layout, Out, PayloadRef, Transmit};
-use crate::work::{
-    Completion, RecvWr, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion, WorkQueue, WrOp,
-};
-use metaroce_wire::{self as wire, OpHeader};
+use crate::work::{Completion, RecvWr, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion, WorkQueue};
+use metaroce_wire as wire;
 use rand_chacha::ChaCha20Rng;
 use rand_core::{Rng, SeedableRng};
 use std::cmp::Reverse;
@@ -97,11 +94,32 @@ pub enum QpError {
     PeerSessionChanged(SocketAddr),
 }
 
+/// A connection and the endpoint's scheduling marks for it. Replacing the
+/// slot (a new or closed connection) clears both marks.
+#[derive(Debug)]
+struct ConnSlot {
+    conn: Connection,
+    /// Queued in `Endpoint::ready`.
+    in_ready: bool,
+    /// The deadline the connection has in the endpoint's timer heap.
+    timer_deadline: Option<u64>,
+}
+
+impl ConnSlot {
+    fn new(conn: Connection) -> Self {
+        Self {
+            conn,
+            in_ready: false,
+            timer_deadline: None,
+        }
+    }
+}
+
 /// One device's protocol state.
 #[derive(Debug)]
 pub struct Endpoint {
     dev: DeviceState,
-    conns: Vec<Connection>,
+    conns: Vec<ConnSlot>,
     /// Slots of closed connections, reused before `conns` grows.
     free_conns: Vec<u32>,
     conn_by_peer: HashMap<SocketAddr, u32>,
@@ -315,7 +333,8 @@ impl Endpoint {
                 // never from a packet (see `handle_datagram`).
                 let c = match self.free_conns.pop() {
                     Some(c) => {
-                        self.conns[c as usize] = Connection::new(c, remote, &self.dev, auth);
+                        self.conns[c as usize] =
+                            ConnSlot::new(Connection::new(c, remote, &self.dev, auth));
                         c
                     }
                     None => {
@@ -323,7 +342,7 @@ impl Endpoint {
                         // Most simulated hosts talk to one or two peers.
                         crate::grow::push(
                             &mut self.conns,
-                            Connection::new(c, remote, &self.dev, auth),
+                            ConnSlot::new(Connection::new(c, remote, &self.dev, auth)),
                         );
                         c
                     }
@@ -332,7 +351,7 @@ impl Endpoint {
                 c
             }
         };
-        self.conns[conn as usize].qps.push(qp.index() as u32);
+        self.conns[conn as usize].conn.bind_qp(qp.index() as u32);
         let q = self.qp_mut(qp).expect("checked above");
         q.conn = Some(conn);
         q.remote_qpn = remote_qpn;
@@ -357,7 +376,9 @@ impl Endpoint {
         let q = self.qp(qp).ok_or(QpError::UnknownQp(qp.qpn()))?;
         match q.conn {
             Some(c) => {
-                ops::enter_error(&mut self.conns[c as usize], &mut self.dev, qp.index());
+                self.conns[c as usize]
+                    .conn
+                    .fail_qp(&mut self.dev, qp.index());
                 self.mark_ready(c);
             }
             None => self.dev.flush_qp(qp.index()),
@@ -370,13 +391,10 @@ impl Endpoint {
     pub fn destroy_qp(&mut self, qp: QpHandle) -> Result<(), QpError> {
         let q = self.qp(qp).ok_or(QpError::UnknownQp(qp.qpn()))?;
         if let Some(c) = q.conn {
-            let conn = &mut self.conns[c as usize];
-            conn.cancel_qp_messages(qp.index() as u32);
-            conn.qps.retain(|&i| i != qp.index() as u32);
-            if conn.qps.is_empty() {
-                self.close_connection(c);
-            } else {
+            if self.conns[c as usize].conn.unbind_qp(qp.index() as u32) {
                 self.mark_ready(c);
+            } else {
+                self.close_connection(c);
             }
         }
         self.dev.qps.remove(qp);
@@ -389,10 +407,10 @@ impl Endpoint {
     /// connection under new keys. Packets still in flight from it are then
     /// from an unknown peer, counted and dropped.
     fn close_connection(&mut self, c: u32) {
-        let peer = self.conns[c as usize].peer;
+        let peer = self.conns[c as usize].conn.peer();
         self.conn_by_peer.remove(&peer);
         self.peer_sessions.remove(&peer);
-        self.conns[c as usize] = Connection::closed(c, &self.dev);
+        self.conns[c as usize] = ConnSlot::new(Connection::closed(c, &self.dev));
         self.free_conns.push(c);
         // Its timer-heap entries are stale now (a closed slot has no
         // deadline) and go at the next refresh; its ready-queue entry, if
@@ -433,13 +451,13 @@ impl Endpoint {
         let conn_limit = self.dev.config.max_outstanding_ops_per_connection;
         if q.state == QpRunState::Connected
             && let Some(c) = conn
-            && self.conns[c as usize].msgs.live() as u32 >= conn_limit
+            && self.conns[c as usize].conn.messages_held() as u32 >= conn_limit
         {
             return Err(PostError::ConnectionBusy(conn_limit));
         }
         let len = match &wr.inline_data {
             Some(data) => {
-                if matches!(wr.op, WrOp::Read { .. }) || wr.op.is_atomic() {
+                if wr.op.writes_locally() {
                     return Err(PostError::Invalid("inline data on a READ or atomic"));
                 }
                 data.len() as u64
@@ -458,8 +476,7 @@ impl Endpoint {
         );
 
         // Local checks: a bad lkey is a completion with LocProtErr, in order.
-        let needs_local_write = matches!(wr.op, WrOp::Read { .. }) || wr.op.is_atomic();
-        let need = if needs_local_write {
+        let need = if wr.op.writes_locally() {
             AccessFlags::LOCAL_WRITE
         } else {
             AccessFlags::NONE
@@ -488,98 +505,23 @@ impl Endpoint {
         };
         if state == SqState::Active {
             let spans = spans.expect("active means checked");
-            let mut recv_index = || {
-                let r = q.next_recv_index;
-                q.next_recv_index = q.next_recv_index.wrapping_add(1);
-                r
-            };
-            let (op, payload_len, msg_len) = match wr.op {
-                WrOp::Write { remote_addr, rkey } => {
-                    (OpHeader::Write { rkey, remote_addr }, len, len)
-                }
-                WrOp::WriteImm {
-                    remote_addr,
-                    rkey,
-                    imm,
-                } => (
-                    OpHeader::WriteImm {
-                        rkey,
-                        remote_addr,
-                        recv_index: recv_index(),
-                        imm,
-                    },
-                    len,
-                    len,
-                ),
-                WrOp::Send => (
-                    OpHeader::Send {
-                        recv_index: recv_index(),
-                    },
-                    len,
-                    len,
-                ),
-                WrOp::SendImm { imm } => (
-                    OpHeader::SendImm {
-                        recv_index: recv_index(),
-                        imm,
-                    },
-                    len,
-                    len,
-                ),
-                WrOp::Read { remote_addr, rkey } => {
-                    (OpHeader::ReadRequest { rkey, remote_addr }, 0, len)
-                }
-                WrOp::FetchAdd {
-                    remote_addr,
-                    rkey,
-                    add,
-                } => (
-                    OpHeader::FetchAdd {
-                        rkey,
-                        remote_addr,
-                        add,
-                    },
-                    0,
-                    8,
-                ),
-                WrOp::CmpSwap {
-                    remote_addr,
-                    rkey,
-                    compare,
-                    swap,
-                } => (
-                    OpHeader::CmpSwap {
-                        rkey,
-                        remote_addr,
-                        compare,
-                        swap,
-                    },
-                    0,
-                    8,
-                ),
-            };
-            let source = match (payload_len, wr.inline_data) {
+            let wire = wr.op.wire_request(len as u32, &mut q.next_recv_index);
+            let source = match (wire.payload_len, wr.inline_data) {
                 (0, _) => Source::Empty,
                 (_, Some(data)) => Source::Inline(data.into_boxed_slice()),
                 (_, None) => Source::Spans(spans.clone()),
             };
-            if payload_len == 0 {
+            if wire.payload_len == 0 {
                 entry.sink = spans;
             }
-            let msg = TxMessage::new(
-                MsgKind::Request,
-                qp.index() as u32,
-                q.remote_qpn,
+            let to = MsgAddress {
+                qp: qp.index() as u32,
+                dst_qpn: q.remote_qpn,
                 msg_seq,
-                op,
-                msg_len as u32,
-                payload_len as u32,
-                wr.solicited,
-                source,
-                mtu,
-            );
+            };
+            let msg = TxMessage::request(to, wire, wr.solicited, source, mtu);
             let c = conn.expect("connected QPs have a connection");
-            entry.msg = Some(self.conns[c as usize].enqueue(now_ns, &self.dev, msg));
+            entry.msg = Some(self.conns[c as usize].conn.enqueue(now_ns, &self.dev, msg));
             self.mark_ready(c);
         }
         let q = self.qp_mut(qp).expect("checked above");
@@ -587,11 +529,9 @@ impl Endpoint {
         if state != SqState::Active {
             match conn {
                 Some(c) => {
-                    ops::release_completions(
-                        &mut self.conns[c as usize],
-                        &mut self.dev,
-                        qp.index(),
-                    );
+                    self.conns[c as usize]
+                        .conn
+                        .release_completions(&mut self.dev, qp.index());
                     self.mark_ready(c);
                 }
                 None => self.dev.flush_qp(qp.index()),
@@ -713,19 +653,23 @@ impl Endpoint {
         };
         let mut plaintext = std::mem::take(&mut self.plaintext);
         let conn_auth = self.conns[c as usize]
-            .auth
-            .as_mut()
+            .conn
+            .auth_mut()
             .expect("connections get keys when authentication is configured");
         match conn_auth.open(data, header_len, &auth, &mut plaintext) {
             Err(Reject::Replayed) => self.dev.stats.rx_replayed += 1,
             Err(Reject::BadTag) => self.dev.stats.rx_auth_failed += 1,
             Ok(payload) => match &packet {
                 wire::Packet::Data { repr, .. } => {
-                    self.conns[c as usize].on_data(now_ns, &mut self.dev, ecn, repr, payload);
+                    self.conns[c as usize]
+                        .conn
+                        .on_data(now_ns, &mut self.dev, ecn, repr, payload);
                     self.mark_ready(c);
                 }
                 wire::Packet::Ack(ack) => {
-                    self.conns[c as usize].on_ack(now_ns, &mut self.dev, ack);
+                    self.conns[c as usize]
+                        .conn
+                        .on_ack(now_ns, &mut self.dev, ack);
                     self.mark_ready(c);
                 }
             },
@@ -785,7 +729,9 @@ impl Endpoint {
         let Some(c) = self.connection_of(src, repr.base.src_device_port) else {
             return;
         };
-        self.conns[c as usize].on_data(now_ns, &mut self.dev, ecn, repr, payload);
+        self.conns[c as usize]
+            .conn
+            .on_data(now_ns, &mut self.dev, ecn, repr, payload);
         self.mark_ready(c);
     }
 
@@ -793,16 +739,18 @@ impl Endpoint {
         let Some(c) = self.connection_of(src, ack.base.src_device_port) else {
             return;
         };
-        self.conns[c as usize].on_ack(now_ns, &mut self.dev, ack);
+        self.conns[c as usize]
+            .conn
+            .on_ack(now_ns, &mut self.dev, ack);
         self.mark_ready(c);
     }
 
     /// After anything touched connection `c`: queue it for transmission if
     /// it has output, and refresh its entry in the timer heap.
     fn mark_ready(&mut self, c: u32) {
-        let conn = &mut self.conns[c as usize];
-        if !conn.in_ready && conn.has_pending_output() {
-            conn.in_ready = true;
+        let slot = &mut self.conns[c as usize];
+        if !slot.in_ready && slot.conn.has_pending_output() {
+            slot.in_ready = true;
             self.ready.push_back(c);
         }
         self.refresh_timer(c);
@@ -810,10 +758,10 @@ impl Endpoint {
 
     /// Refresh connection `c`'s entry in the timer heap.
     fn refresh_timer(&mut self, c: u32) {
-        let conn = &mut self.conns[c as usize];
-        let deadline = conn.next_timeout(&self.dev);
-        if deadline != conn.timer_deadline {
-            conn.timer_deadline = deadline;
+        let slot = &mut self.conns[c as usize];
+        let deadline = slot.conn.next_timeout(&self.dev);
+        if deadline != slot.timer_deadline {
+            slot.timer_deadline = deadline;
             if let Some(d) = deadline {
                 self.timers.push(Reverse((d, c)));
             }
@@ -898,9 +846,9 @@ impl Endpoint {
 
     fn poll_out(&mut self, now_ns: u64, out: &mut Out<'_>) -> Option<Transmit> {
         while let Some(c) = self.ready.pop_front() {
-            let conn = &mut self.conns[c as usize];
-            conn.in_ready = false;
-            let sent = conn.poll_transmit(now_ns, &mut self.dev, out);
+            let slot = &mut self.conns[c as usize];
+            slot.in_ready = false;
+            let sent = slot.conn.poll_transmit(now_ns, &mut self.dev, out);
             if sent.is_some() {
                 // One packet per connection per turn: peers share the NIC fairly.
                 self.mark_ready(c);
@@ -931,7 +879,9 @@ impl Endpoint {
             self.timers.pop();
             // Clear first so mark_ready re-inserts whatever comes next.
             self.conns[c as usize].timer_deadline = None;
-            self.conns[c as usize].on_timeout(now_ns, &mut self.dev);
+            self.conns[c as usize]
+                .conn
+                .on_timeout(now_ns, &mut self.dev);
             self.mark_ready(c);
         }
     }
@@ -952,27 +902,27 @@ impl Endpoint {
     pub fn connection_stats(&self, peer: SocketAddr) -> Option<ConnectionStats> {
         self.conn_by_peer
             .get(&peer)
-            .map(|&c| self.conns[c as usize].stats)
+            .map(|&c| self.conns[c as usize].conn.stats())
     }
 
     /// Per-path counters of the connection to `peer`, by slot.
     pub fn path_stats(&self, peer: SocketAddr) -> Option<Vec<PathStats>> {
         self.conn_by_peer
             .get(&peer)
-            .map(|&c| self.conns[c as usize].path_stats())
+            .map(|&c| self.conns[c as usize].conn.path_stats())
     }
 
     /// The congestion controller's view of the connection to `peer`.
     pub fn cc_metrics(&self, peer: SocketAddr) -> Option<crate::cc::CcMetrics> {
         self.conn_by_peer
             .get(&peer)
-            .map(|&c| self.conns[c as usize].cc.metrics())
+            .map(|&c| self.conns[c as usize].conn.cc_metrics())
     }
 
     /// Current source ports of the connection's paths, by slot.
     pub fn path_ports(&self, peer: SocketAddr) -> Option<Vec<u16>> {
         self.conn_by_peer.get(&peer).map(|&c| {
-            let conn = &self.conns[c as usize];
+            let conn = &self.conns[c as usize].conn;
             (0..self.dev.config.paths_per_connection)
                 .map(|slot| conn.path_port(slot, &self.dev))
                 .collect()
@@ -981,9 +931,11 @@ impl Endpoint {
 
     /// Bytes the connection to `peer` holds (paths, queues, controller).
     pub fn connection_memory_bytes(&self, peer: SocketAddr) -> Option<usize> {
-        self.conn_by_peer
-            .get(&peer)
-            .map(|&c| self.conns[c as usize].memory_bytes())
+        self.conn_by_peer.get(&peer).map(|&c| {
+            // The slot's scheduling marks count as the connection's.
+            size_of::<ConnSlot>() - size_of::<Connection>()
+                + self.conns[c as usize].conn.memory_bytes()
+        })
     }
 
     /// Bytes a QP holds.
@@ -1001,7 +953,7 @@ impl Endpoint {
     pub fn outstanding_messages(&self, peer: SocketAddr) -> Option<usize> {
         self.conn_by_peer
             .get(&peer)
-            .map(|&c| self.conns[c as usize].msgs.live())
+            .map(|&c| self.conns[c as usize].conn.messages_held())
     }
 }
 

@@ -31,7 +31,6 @@ mod grow;
 mod maybe_ns;
 pub mod memory;
 mod message;
-mod ops;
 mod packet_repr;
 pub mod path;
 pub mod qp;

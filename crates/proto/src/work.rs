@@ -1,6 +1,7 @@
 //! Work requests and work completions, in ibverbs vocabulary.
 
 use crate::qp::QpHandle;
+use metaroce_wire::OpHeader;
 
 /// A scatter/gather element: `length` bytes at `addr` in the region of `lkey`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,6 +70,96 @@ impl WrOp {
     pub fn is_atomic(&self) -> bool {
         matches!(self, Self::FetchAdd { .. } | Self::CmpSwap { .. })
     }
+
+    /// Whether the operation brings data back into the local buffers (READ
+    /// data, an atomic's original value), which must then be writable.
+    pub fn writes_locally(&self) -> bool {
+        matches!(self, Self::Read { .. }) || self.is_atomic()
+    }
+
+    /// The request this operation sends for `len` bytes of local data: its
+    /// op header, the `msg_len` every packet names and the payload it
+    /// carries. A receive-consuming operation names the next receive of
+    /// the target QP, taken from `next_recv_index`.
+    pub(crate) fn wire_request(&self, len: u32, next_recv_index: &mut u32) -> WireRequest {
+        let mut take_recv_index = || {
+            let r = *next_recv_index;
+            *next_recv_index = r.wrapping_add(1);
+            r
+        };
+        let carries = |op| WireRequest {
+            op,
+            msg_len: len,
+            payload_len: len,
+        };
+        match *self {
+            Self::Write { remote_addr, rkey } => carries(OpHeader::Write { rkey, remote_addr }),
+            Self::WriteImm {
+                remote_addr,
+                rkey,
+                imm,
+            } => carries(OpHeader::WriteImm {
+                rkey,
+                remote_addr,
+                recv_index: take_recv_index(),
+                imm,
+            }),
+            Self::Send => carries(OpHeader::Send {
+                recv_index: take_recv_index(),
+            }),
+            Self::SendImm { imm } => carries(OpHeader::SendImm {
+                recv_index: take_recv_index(),
+                imm,
+            }),
+            // A READ request names the bytes to read and carries none.
+            Self::Read { remote_addr, rkey } => WireRequest {
+                op: OpHeader::ReadRequest { rkey, remote_addr },
+                msg_len: len,
+                payload_len: 0,
+            },
+            // Atomics name the 8-byte word; their operands are in the header.
+            Self::FetchAdd {
+                remote_addr,
+                rkey,
+                add,
+            } => WireRequest {
+                op: OpHeader::FetchAdd {
+                    rkey,
+                    remote_addr,
+                    add,
+                },
+                msg_len: 8,
+                payload_len: 0,
+            },
+            Self::CmpSwap {
+                remote_addr,
+                rkey,
+                compare,
+                swap,
+            } => WireRequest {
+                op: OpHeader::CmpSwap {
+                    rkey,
+                    remote_addr,
+                    compare,
+                    swap,
+                },
+                msg_len: 8,
+                payload_len: 0,
+            },
+        }
+    }
+}
+
+/// What a work request is on the wire: its op header, the message length
+/// every packet names, and the payload bytes it carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WireRequest {
+    pub(crate) op: OpHeader,
+    /// `msg_len`: bytes written, sent or read; 8 for an atomic's word.
+    pub(crate) msg_len: u32,
+    /// Payload bytes: the data of a WRITE or SEND, 0 for READ requests and
+    /// atomics.
+    pub(crate) payload_len: u32,
 }
 
 /// A send work request (`ibv_send_wr`).
