@@ -175,9 +175,9 @@ impl Fixture {
             )
         };
         let peer_wr = write(&peer, &target.main);
-        peer.ep.post_send(0, peer.qp, peer_wr).expect("post");
+        peer.ep.post_send_at(0, peer.qp, peer_wr).expect("post");
         let target_wr = write(&target, &peer.main);
-        target.ep.post_send(0, target.qp, target_wr).expect("post");
+        target.ep.post_send_at(0, target.qp, target_wr).expect("post");
         let mut buf = vec![0u8; peer.ep.max_datagram_len()];
         // The target's data goes to the peer, which answers with ACKs.
         let target_src = SocketAddr::new(IpAddr::V4(TARGET_IP), PORT + 1);

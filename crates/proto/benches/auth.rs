@@ -135,7 +135,10 @@ impl Pair {
                     lkey: self.a.mr.lkey,
                 }],
             );
-            self.a.ep.post_send(self.now, self.a.qp, wr).expect("post");
+            self.a
+                .ep
+                .post_send_at(self.now, self.a.qp, wr)
+                .expect("post");
             self.outstanding += 1;
         }
     }

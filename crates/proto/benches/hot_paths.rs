@@ -209,7 +209,7 @@ impl Pair {
             let wr = SendWr::new(self.next_wr_id, op, vec![sge]);
             self.a
                 .ep
-                .post_send(self.now, self.a.qp, wr)
+                .post_send_at(self.now, self.a.qp, wr)
                 .expect("post WRITE");
             self.next_wr_id += 1;
             self.outstanding += 1;

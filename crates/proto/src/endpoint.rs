@@ -8,7 +8,11 @@
 //!   [`Endpoint::poll_transmit`] until `None`, then
 //!   [`Endpoint::poll_timeout`], then [`Endpoint::poll_completion`].
 //!
-//! Every input carries `now_ns`, a monotonic time in nanoseconds. The
+//! Every input from the driver carries `now_ns`, a monotonic time in
+//! nanoseconds; application commands do not: the endpoint stamps a post
+//! with the latest time it was given (by an input, a poll or
+//! [`Endpoint::set_time`]), as the driver owns time. A driver that posts on
+//! behalf of a timed event says when with [`Endpoint::post_send_at`]. The
 //! endpoint never reads a clock, never sleeps, and draws every random value
 //! from the seed in its config; the UDP datapath, the fabric simulator and
 //! the deterministic harness all drive it through these same calls.
@@ -26,7 +30,7 @@ use crate::qp::{Qp, QpCaps, QpHandle, QpRunState, SqEntry, SqState};
 use crate::range_set::RangeSet;
 use crate::stats::EndpointStats;
 use crate::transmit::{Layout, Out, PayloadRef, Transmit};
-use crate::work::{Completion, RecvWr, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion, WorkQueue};
+use crate::work::{Completion, RecvWr, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion};
 use metaroce_wire as wire;
 use rand_chacha::ChaCha20Rng;
 use rand_core::{Rng, SeedableRng};
@@ -136,6 +140,9 @@ pub struct Endpoint {
     /// Decrypted payload of the packet being handled (encrypted mode); kept
     /// to reuse its allocation.
     plaintext: Vec<u8>,
+    /// The latest time an input or poll carried: what a post is stamped
+    /// with when the caller gives none.
+    now_ns: u64,
 }
 
 /// Mixed into the seed for the session id, so that drawing it leaves the
@@ -158,6 +165,7 @@ impl Endpoint {
             session_id,
             peer_sessions: HashMap::new(),
             plaintext: Vec::new(),
+            now_ns: 0,
         })
     }
 
@@ -433,10 +441,36 @@ impl Endpoint {
 
     // ------------------------------------------------------------- posting
 
-    /// Post a send work request (ibverbs `ibv_post_send`). Immediate
-    /// refusals are errors; everything else, including local protection
-    /// errors, ends in a completion.
-    pub fn post_send(&mut self, now_ns: u64, qp: QpHandle, wr: SendWr) -> Result<(), PostError> {
+    /// Post a send work request (ibverbs `ibv_post_send`), stamped with the
+    /// latest time the endpoint was given. Immediate refusals are errors;
+    /// everything else, including local protection errors, ends in a
+    /// completion.
+    pub fn post_send(&mut self, qp: QpHandle, wr: SendWr) -> Result<(), PostError> {
+        self.post_send_stamped(self.now_ns, qp, wr)
+    }
+
+    /// [`post_send`](Self::post_send) at `now_ns`: for a driver that posts
+    /// on behalf of an event it schedules (the simulator's workload, the
+    /// harness's scripts). The time is taken as given, and moves the
+    /// endpoint's clock on if it is later.
+    pub fn post_send_at(&mut self, now_ns: u64, qp: QpHandle, wr: SendWr) -> Result<(), PostError> {
+        self.set_time(now_ns);
+        self.post_send_stamped(now_ns, qp, wr)
+    }
+
+    /// Tell the endpoint the time without any other input (a driver about
+    /// to let the application post). Time only moves forward: an earlier
+    /// value is ignored.
+    pub fn set_time(&mut self, now_ns: u64) {
+        self.now_ns = self.now_ns.max(now_ns);
+    }
+
+    fn post_send_stamped(
+        &mut self,
+        now_ns: u64,
+        qp: QpHandle,
+        wr: SendWr,
+    ) -> Result<(), PostError> {
         let qpn = qp.qpn();
         let mtu = self.dev.config.mtu_payload_bytes;
         let max_msg = u64::from(self.dev.config.max_message_bytes);
@@ -582,11 +616,9 @@ impl Endpoint {
                 qp_num: qpn,
                 src_qp: q.remote_qpn,
             };
-            self.dev.completions.push_back(Completion {
-                qp,
-                queue: WorkQueue::Recv,
-                wc,
-            });
+            self.dev
+                .completions
+                .push_back(Completion::recv(qp, wc, false));
             return Ok(());
         }
         q.rq.push_back(crate::qp::RqEntry {
@@ -608,6 +640,7 @@ impl Endpoint {
     /// `rx_unknown_peer` and dropped after one lookup in the connection
     /// table, before any cryptography and without allocating.
     pub fn handle_datagram(&mut self, now_ns: u64, src: SocketAddr, ecn: Ecn, data: &[u8]) {
+        self.set_time(now_ns);
         self.dev.stats.rx_datagrams += 1;
         if self.dev.config.auth.is_some() {
             self.handle_authenticated(now_ns, src, ecn, data);
@@ -687,6 +720,7 @@ impl Endpoint {
     /// on, so the simulator models authentication's wire length, not its
     /// protection.
     pub fn handle_packet(&mut self, now_ns: u64, src: SocketAddr, ecn: Ecn, packet: &PacketRepr) {
+        self.set_time(now_ns);
         self.dev.stats.rx_datagrams += 1;
         let flags = match packet {
             PacketRepr::Data(repr) => repr.base.flags,
@@ -845,6 +879,7 @@ impl Endpoint {
     }
 
     fn poll_out(&mut self, now_ns: u64, out: &mut Out<'_>) -> Option<Transmit> {
+        self.set_time(now_ns);
         while let Some(c) = self.ready.pop_front() {
             let slot = &mut self.conns[c as usize];
             slot.in_ready = false;
@@ -872,6 +907,7 @@ impl Endpoint {
 
     /// Fire every timer due at `now_ns`. Extra calls are harmless.
     pub fn handle_timeout(&mut self, now_ns: u64) {
+        self.set_time(now_ns);
         while let Some(&Reverse((d, c))) = self.timers.peek() {
             if d > now_ns {
                 break;

@@ -11,7 +11,7 @@
 use crate::memory::{AccessFlags, Span};
 use crate::message::MsgRef;
 use crate::range_set::RangeSet;
-use crate::work::{Completion, WcOpcode, WcStatus, WorkCompletion, WorkQueue};
+use crate::work::{Completion, WcOpcode, WcStatus, WorkCompletion};
 use metaroce_wire::Syndrome;
 use std::collections::VecDeque;
 
@@ -99,6 +99,8 @@ pub(crate) struct RxMessage {
     pub(crate) done: bool,
     /// The receive completion's status, if it consumed a receive.
     pub(crate) recv_status: WcStatus,
+    /// The sender asked for a solicited event when it completes.
+    pub(crate) solicited: bool,
 }
 
 /// A QP's state in the core.
@@ -187,20 +189,12 @@ impl Qp {
         self.state = QpRunState::Error;
         while let Some(entry) = self.sq.pop_front() {
             let wc = self.completion(entry.wr_id, WcStatus::WrFlushErr, entry.opcode, 0, None);
-            completions.push_back(Completion {
-                qp: self.handle,
-                queue: WorkQueue::Send,
-                wc,
-            });
+            completions.push_back(Completion::send(self.handle, wc));
         }
         while let Some(recv) = self.rq.pop_front() {
             self.rq_base = self.rq_base.wrapping_add(1);
             let wc = self.completion(recv.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, 0, None);
-            completions.push_back(Completion {
-                qp: self.handle,
-                queue: WorkQueue::Recv,
-                wc,
-            });
+            completions.push_back(Completion::recv(self.handle, wc, false));
         }
     }
 

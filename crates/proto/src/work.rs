@@ -358,4 +358,30 @@ pub struct Completion {
     pub queue: WorkQueue,
     /// The completion itself.
     pub wc: WorkCompletion,
+    /// A receive completion of a message whose sender asked for a
+    /// solicited event (`SendWr::solicited`, the wire's SOLICITED flag): it
+    /// wakes a CQ armed for solicited completions only.
+    pub solicited: bool,
+}
+
+impl Completion {
+    /// A send queue completion.
+    pub(crate) fn send(qp: QpHandle, wc: WorkCompletion) -> Self {
+        Self {
+            qp,
+            queue: WorkQueue::Send,
+            wc,
+            solicited: false,
+        }
+    }
+
+    /// A receive queue completion.
+    pub(crate) fn recv(qp: QpHandle, wc: WorkCompletion, solicited: bool) -> Self {
+        Self {
+            qp,
+            queue: WorkQueue::Recv,
+            wc,
+            solicited,
+        }
+    }
 }

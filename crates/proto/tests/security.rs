@@ -158,7 +158,7 @@ fn exchange_every_kind(p: &mut Pair) {
     let now = p.now;
     let post = |p: &mut Pair, id, op, sg| {
         p.a.ep
-            .post_send(now, p.a.qp, SendWr::new(id, op, vec![sg]))
+            .post_send_at(now, p.a.qp, SendWr::new(id, op, vec![sg]))
             .unwrap();
     };
     post(
@@ -276,7 +276,7 @@ fn wrong_secret_is_refused_and_the_work_fails() {
         },
         vec![sge(&a_mr, 0, 4096)],
     );
-    p.a.ep.post_send(p.now, p.a.qp, wr).unwrap();
+    p.a.ep.post_send_at(p.now, p.a.qp, wr).unwrap();
     // Long enough for the whole retry budget (7 timeouts, backing off).
     for _ in 0..400 {
         p.run(100);
@@ -387,7 +387,7 @@ fn authenticated_transmits_are_whole_and_fit_the_buffer() {
         },
         vec![sge(&p.a.mr, 0, 8192)],
     );
-    p.a.ep.post_send(p.now, p.a.qp, wr).unwrap();
+    p.a.ep.post_send_at(p.now, p.a.qp, wr).unwrap();
     let mut buf = vec![0; p.a.ep.max_datagram_len()];
     let mut sent = 0;
     while let Some((t, layout)) = p.a.ep.poll_transmit_gather(p.now, &mut buf) {
@@ -526,9 +526,12 @@ fn qp_limits() {
         .register_memory(pd, 4096, AccessFlags::LOCAL_WRITE)
         .unwrap();
     let wr = || SendWr::new(1, WrOp::Send, vec![sge(&mr, 0, 16)]);
-    ep.post_send(0, qps[1], wr()).unwrap();
-    ep.post_send(0, qps[1], wr()).unwrap();
-    assert_eq!(ep.post_send(0, qps[1], wr()), Err(PostError::QueueFull(2)));
+    ep.post_send_at(0, qps[1], wr()).unwrap();
+    ep.post_send_at(0, qps[1], wr()).unwrap();
+    assert_eq!(
+        ep.post_send_at(0, qps[1], wr()),
+        Err(PostError::QueueFull(2))
+    );
 }
 
 #[test]
@@ -557,18 +560,18 @@ fn outstanding_operations_per_connection_limit() {
         )
     };
     let (now, qp) = (p.now, p.a.qp);
-    p.a.ep.post_send(now, qp, write(1)).unwrap();
-    p.a.ep.post_send(now, qp, write(2)).unwrap();
-    p.a.ep.post_send(now, a2, write(3)).unwrap();
+    p.a.ep.post_send_at(now, qp, write(1)).unwrap();
+    p.a.ep.post_send_at(now, qp, write(2)).unwrap();
+    p.a.ep.post_send_at(now, a2, write(3)).unwrap();
     assert_eq!(
-        p.a.ep.post_send(now, a2, write(4)),
+        p.a.ep.post_send_at(now, a2, write(4)),
         Err(PostError::ConnectionBusy(3))
     );
     p.run(50);
     assert_eq!(completions(&mut p.a.ep).len(), 3);
     // Room again once they completed.
     let now = p.now;
-    p.a.ep.post_send(now, a2, write(5)).unwrap();
+    p.a.ep.post_send_at(now, a2, write(5)).unwrap();
 }
 
 #[test]
@@ -591,7 +594,7 @@ fn responder_executes_no_read_beyond_its_limit_and_the_requester_recovers() {
             },
             vec![sge(&a_mr, i * 8192, 8192)],
         );
-        p.a.ep.post_send(p.now, p.a.qp, wr).unwrap();
+        p.a.ep.post_send_at(p.now, p.a.qp, wr).unwrap();
     }
     for _ in 0..100 {
         p.run(100);
@@ -757,5 +760,5 @@ fn post_inline_write(p: &mut Pair, byte: u8) {
         },
         vec![byte; 100],
     );
-    p.a.ep.post_send(p.now, p.a.qp, wr).unwrap();
+    p.a.ep.post_send_at(p.now, p.a.qp, wr).unwrap();
 }

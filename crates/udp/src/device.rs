@@ -340,12 +340,14 @@ impl Device {
 
     /// Run `f` on the context under the device lock (post work, register
     /// memory, modify QPs, read MR bytes), then send what it produced and
-    /// wake the engine so it sees new deadlines. `f` gets the current time.
+    /// wake the engine so it sees new deadlines. The context has been told
+    /// the time, so posts need no clock; `f` gets the same time too.
     pub fn with<R>(&self, f: impl FnOnce(&mut Context, u64) -> R) -> R {
         let now = now_ns();
         let r = {
             let mut st = self.lock();
             let st = &mut *st;
+            st.ctx.set_time(now);
             let r = f(&mut st.ctx, now);
             flush(&mut st.ctx, &mut st.io, now);
             r

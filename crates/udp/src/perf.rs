@@ -805,7 +805,7 @@ fn client_bw(
             rig.dev.with(|ctx, now| -> Result<(), PerfError> {
                 for (q, b) in batch.iter().enumerate() {
                     if !b.is_empty() {
-                        ctx.post_send(now, rig.qps[q], b)
+                        ctx.post_send_at(now, rig.qps[q], b)
                             .map_err(|(i, e)| PerfError::Other(format!("post_send #{i}: {e}")))?;
                     }
                 }
@@ -951,7 +951,7 @@ fn client_lat(
         };
         let t0 = now_ns();
         rig.dev.with(|ctx, now| {
-            ctx.post_send(now, qp, std::slice::from_ref(&wr))
+            ctx.post_send_at(now, qp, std::slice::from_ref(&wr))
                 .map_err(|(_, e)| PerfError::Other(format!("post_send: {e}")))
         })?;
         // Wait for the answer: a receive (ping-pong) or the completion.
@@ -1157,7 +1157,7 @@ fn server_session(
                     w.signaled = false;
                     let qp = rig.qps[q];
                     rig.dev.with(|ctx, now| {
-                        ctx.post_send(now, qp, std::slice::from_ref(&w))
+                        ctx.post_send_at(now, qp, std::slice::from_ref(&w))
                             .map_err(|(_, e)| PerfError::Other(format!("post_send: {e}")))
                     })?;
                 }

@@ -244,7 +244,7 @@ fn malformed_spray_during_write() {
         },
         vec![src.sge(0, len as u32)],
     );
-    a.with(|ctx, now| ctx.post_send(now, qa, &[wr]).unwrap());
+    a.with(|ctx, _| ctx.post_send(qa, &[wr]).unwrap());
     let wc = wait_one(&a, ca);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let sent = sprayer.join().unwrap();
@@ -326,7 +326,7 @@ fn peer_death_mid_transfer_is_retry_exceeded() {
             vec![src.sge(0, len as u32)],
         )
     };
-    a.with(|ctx, now| ctx.post_send(now, qa, &[write(1), write(2)]).unwrap());
+    a.with(|ctx, _| ctx.post_send(qa, &[write(1), write(2)]).unwrap());
     // Let part of the first WRITE land, then kill the responder.
     let t0 = crate::now_ns();
     while b.stats().endpoint.rx_datagrams < 64 {

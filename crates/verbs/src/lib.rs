@@ -484,9 +484,27 @@ impl Context {
 
     /// `ibv_post_send`: posts in order and stops at the first request it
     /// refuses, returning its index (ibverbs' `bad_wr`) with the reason.
-    pub fn post_send(
+    /// Like ibverbs, it takes no clock: the requests are stamped with the
+    /// latest time the driver gave the device (see [`Context::set_time`]).
+    pub fn post_send(&mut self, qp: QueuePair, wrs: &[SendWr]) -> Result<(), (usize, VerbsError)> {
+        self.post_sends(None, qp, wrs)
+    }
+
+    /// [`post_send`](Self::post_send) at `now_ns`, for a driver that posts
+    /// on behalf of an event it schedules (a simulator or test script);
+    /// the time is used as given.
+    pub fn post_send_at(
         &mut self,
         now_ns: u64,
+        qp: QueuePair,
+        wrs: &[SendWr],
+    ) -> Result<(), (usize, VerbsError)> {
+        self.post_sends(Some(now_ns), qp, wrs)
+    }
+
+    fn post_sends(
+        &mut self,
+        now_ns: Option<u64>,
         qp: QueuePair,
         wrs: &[SendWr],
     ) -> Result<(), (usize, VerbsError)> {
@@ -510,9 +528,11 @@ impl Context {
         for (i, wr) in wrs.iter().enumerate() {
             let mut wr = wr.clone();
             wr.signaled |= sig_all;
-            self.endpoint
-                .post_send(now_ns, qp.0, wr)
-                .map_err(|e| (i, e.into()))?;
+            let posted = match now_ns {
+                Some(now_ns) => self.endpoint.post_send_at(now_ns, qp.0, wr),
+                None => self.endpoint.post_send(qp.0, wr),
+            };
+            posted.map_err(|e| (i, e.into()))?;
         }
         self.dispatch_completions();
         Ok(())
@@ -574,6 +594,14 @@ impl Context {
         self.endpoint.poll_timeout()
     }
 
+    /// Tell the device the time without any other input: a driver calls it
+    /// before letting the application post, so that posts are stamped with
+    /// the present rather than with the last packet's time. Time only
+    /// moves forward.
+    pub fn set_time(&mut self, now_ns: u64) {
+        self.endpoint.set_time(now_ns);
+    }
+
     /// Fire due timers.
     pub fn handle_timeout(&mut self, now_ns: u64) {
         self.endpoint.handle_timeout(now_ns);
@@ -586,7 +614,7 @@ impl Context {
     }
 
     fn dispatch_completions(&mut self) {
-        while let Some(Completion { qp, queue, wc }) = self.endpoint.poll_completion() {
+        while let Some(Completion { qp, queue, wc, .. }) = self.endpoint.poll_completion() {
             let Some(meta) = self.qps.get(&qp) else {
                 continue;
             };

@@ -49,7 +49,7 @@ fn state_machine_requires_attributes_and_order() {
     // posting a send before RTS is refused with the index of the bad request
     let wr = SendWr::inline(1, WrOp::Send, vec![1]);
     assert!(matches!(
-        c.post_send(0, qp, &[wr]),
+        c.post_send(qp, &[wr]),
         Err((0, VerbsError::WrongState { .. }))
     ));
     let rtr = QpAttr {
@@ -121,7 +121,7 @@ fn posts_on_an_error_qp_flush() {
         }],
     )
     .unwrap();
-    c.post_send(0, qp, &[SendWr::new(8, WrOp::Send, vec![mr.sge(0, 8)])])
+    c.post_send(qp, &[SendWr::new(8, WrOp::Send, vec![mr.sge(0, 8)])])
         .unwrap();
     let mut wc = [WorkCompletion {
         wr_id: 0,

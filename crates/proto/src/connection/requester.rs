@@ -16,7 +16,7 @@
 use super::{Connection, live_qp};
 use crate::device_state::DeviceState;
 use crate::qp::{QpRunState, SqState};
-use crate::work::{Completion, WcOpcode, WcStatus, WorkQueue};
+use crate::work::{Completion, WcOpcode, WcStatus};
 use metaroce_wire::{DataRepr, OpAck, OpHeader, Syndrome, seq};
 
 /// Place a READ or atomic response. Returns whether it completed its work
@@ -187,11 +187,7 @@ pub(super) fn release_completions(conn: &mut Connection, dev: &mut DeviceState, 
                 0
             };
             let wc = qp.completion(entry.wr_id, status, entry.opcode, byte_len, None);
-            dev.completions.push_back(Completion {
-                qp: qp.handle,
-                queue: WorkQueue::Send,
-                wc,
-            });
+            dev.completions.push_back(Completion::send(qp.handle, wc));
         }
         if status != WcStatus::Success {
             enter_error(conn, dev, qp_index);

@@ -26,7 +26,7 @@ use crate::memory::{AccessFlags, AtomicOp, KeyKind, MemoryError};
 use crate::message::{MsgAddress, TxMessage};
 use crate::qp::{Qp, QpRunState, RxMessage};
 use crate::range_set::RangeSet;
-use crate::work::{Completion, WcOpcode, WcStatus, WorkQueue};
+use crate::work::{Completion, WcOpcode, WcStatus};
 use metaroce_wire::{DataRepr, Flags, OpHeader, Opcode, Syndrome, seq};
 
 /// Most disjoint byte ranges an incoming message may have (holes between
@@ -130,6 +130,7 @@ pub(super) fn on_request(
         recv_index: recv_index.unwrap_or(0),
         done: false,
         recv_status: WcStatus::Success,
+        solicited: repr.solicited,
     });
     if entry.opcode != repr.op.opcode()
         || entry.len != repr.msg_len
@@ -303,11 +304,9 @@ fn advance_msn(conn: &mut Connection, dev: &mut DeviceState, qp_index: usize) {
                 if let Some(recv) = qp.rq.pop_front() {
                     qp.rq_base = qp.rq_base.wrapping_add(1);
                     let wc = qp.completion(recv.wr_id, status, opcode, 0, None);
-                    dev.completions.push_back(Completion {
-                        qp: qp.handle,
-                        queue: WorkQueue::Recv,
-                        wc,
-                    });
+                    let solicited = front.solicited;
+                    dev.completions
+                        .push_back(Completion::recv(qp.handle, wc, solicited));
                 }
             }
             conn.queue_op_ack(qp);
@@ -337,11 +336,8 @@ fn advance_msn(conn: &mut Connection, dev: &mut DeviceState, qp_index: usize) {
                 msg.len,
                 msg.imm,
             );
-            dev.completions.push_back(Completion {
-                qp: qp.handle,
-                queue: WorkQueue::Recv,
-                wc,
-            });
+            dev.completions
+                .push_back(Completion::recv(qp.handle, wc, msg.solicited));
         }
     }
     conn.queue_op_ack(qp);

@@ -400,7 +400,7 @@ impl Transport for MetaRoceHost {
             }],
         );
         self.ep
-            .post_send(ns(now), ch.qp, wr)
+            .post_send_at(ns(now), ch.qp, wr)
             .map_err(|e| format!("post_send: {e}"))?;
         self.drain_completions();
         Ok(())
