@@ -7,7 +7,7 @@
 use crate::{Datagram, Network, Node};
 use metaroce_verbs::{
     AccessFlags, CompletionQueue, Context, EndpointConfig, MemoryRegion, ProtectionDomain, QpAttr,
-    QpCaps, QpInitAttr, QpState, QpType, QueuePair, WcOpcode, WcStatus, WorkCompletion,
+    QpCaps, QpInitAttr, QpState, QpType, QueuePair, WorkCompletion,
 };
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
@@ -206,26 +206,13 @@ pub fn connect_qps_in(
 /// Drain every completion of `cq`.
 pub fn poll_all(ctx: &mut Context, cq: CompletionQueue) -> Vec<WorkCompletion> {
     let mut out = Vec::new();
-    let mut wc = [empty_wc(); 64];
+    let mut wc = [WorkCompletion::default(); 64];
     loop {
         let n = ctx.poll_cq(cq, &mut wc).expect("CQ overrun");
         out.extend_from_slice(&wc[..n]);
         if n < wc.len() {
             return out;
         }
-    }
-}
-
-/// A zeroed completion, for sizing poll arrays.
-pub fn empty_wc() -> WorkCompletion {
-    WorkCompletion {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        imm_data: None,
-        qp_num: 0,
-        src_qp: 0,
     }
 }
 

@@ -226,6 +226,12 @@ impl Endpoint {
         self.next_pd - 1
     }
 
+    /// Whether any memory region or QP lives in protection domain `pd`
+    /// (ibverbs refuses to deallocate such a domain).
+    pub fn pd_in_use(&self, pd: u32) -> bool {
+        self.dev.regions.any_in_domain(pd) || self.dev.qps.any_in_domain(pd)
+    }
+
     /// Register a region of `length` zeroed bytes owned by the endpoint.
     pub fn register_memory(
         &mut self,

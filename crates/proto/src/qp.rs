@@ -280,6 +280,11 @@ impl QpTable {
             .filter(|qp| qp.handle.qpn() == qpn && qp.conn == Some(conn))
     }
 
+    /// Whether any QP lives in protection domain `pd`.
+    pub(crate) fn any_in_domain(&self, pd: u32) -> bool {
+        self.slots.iter().flatten().any(|q| q.pd == pd)
+    }
+
     /// Free the QP's slot (the caller checked `handle` is live).
     pub(crate) fn remove(&mut self, handle: QpHandle) {
         self.slots[handle.index()] = None;

@@ -340,6 +340,22 @@ pub struct WorkCompletion {
     pub src_qp: u32,
 }
 
+impl Default for WorkCompletion {
+    /// A zeroed completion (ibverbs' all-zero `ibv_wc`: a successful SEND
+    /// of work request 0), for sizing the arrays `poll_cq` fills.
+    fn default() -> Self {
+        Self {
+            wr_id: 0,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Send,
+            byte_len: 0,
+            imm_data: None,
+            qp_num: 0,
+            src_qp: 0,
+        }
+    }
+}
+
 /// Which queue of a QP a completion belongs to (it picks the CQ).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WorkQueue {
