@@ -40,6 +40,8 @@ pub mod rtt;
 pub mod sack;
 mod seeded_rng;
 mod stats;
+#[doc(hidden)]
+pub mod testing;
 mod transmit;
 pub mod work;
 
