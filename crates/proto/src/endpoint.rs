@@ -1002,3 +1002,173 @@ impl Endpoint {
 fn sq_failed(e: &SqEntry) -> bool {
     matches!(e.state, SqState::Done(s) if s != WcStatus::Success)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::Side;
+    use crate::testing::fixture::{self, ALL, End, completions, lab};
+    use crate::work::WrOp;
+
+    fn write(wr_id: u64, from: &End, to: &End, len: u32) -> SendWr {
+        SendWr::new(
+            wr_id,
+            WrOp::Write {
+                remote_addr: to.mr.addr,
+                rkey: to.mr.rkey,
+            },
+            vec![from.sge(0, len)],
+        )
+    }
+
+    #[test]
+    fn posts_are_refused_outright_for_what_no_completion_can_say() {
+        let mut l = lab(fixture::config(1), fixture::config(2));
+        let (a, b) = (l.a, l.b);
+        let peer = l.pair.addr(Side::B);
+        let ep = &mut l.pair.a;
+        let stale = QpHandle(a.qp.qpn() ^ (1 << 16));
+        assert_eq!(
+            ep.post_send(stale, write(1, &a, &b, 8)),
+            Err(PostError::UnknownQp(stale.qpn()))
+        );
+        let pd = ep.alloc_pd();
+        let caps = QpCaps {
+            max_send_wr: 1,
+            max_recv_wr: 1,
+        };
+        let lone = ep.create_qp(pd, caps, ALL).unwrap();
+        assert_eq!(
+            ep.post_send(lone, write(1, &a, &b, 8)),
+            Err(PostError::InvalidState(lone.qpn())),
+            "not connected yet"
+        );
+        let inline_read = SendWr::inline(
+            1,
+            WrOp::Read {
+                remote_addr: b.mr.addr,
+                rkey: b.mr.rkey,
+            },
+            vec![0; 8],
+        );
+        assert!(matches!(
+            ep.post_send(a.qp, inline_read),
+            Err(PostError::Invalid(_))
+        ));
+        let wide_atomic = SendWr::new(
+            1,
+            WrOp::FetchAdd {
+                remote_addr: b.mr.addr,
+                rkey: b.mr.rkey,
+                add: 1,
+            },
+            vec![a.sge(0, 16)],
+        );
+        assert!(matches!(
+            ep.post_send(a.qp, wide_atomic),
+            Err(PostError::Invalid(_))
+        ));
+        let max = ep.config().max_message_bytes;
+        let mut huge = write(1, &a, &b, max);
+        huge.sg_list.push(a.sge(0, 1));
+        assert_eq!(
+            ep.post_send(a.qp, huge),
+            Err(PostError::MessageTooLarge(u64::from(max) + 1))
+        );
+        // Nothing was queued by the refusals.
+        assert!(ep.poll_completion().is_none());
+        assert_eq!(ep.outstanding_messages(peer), Some(0));
+    }
+
+    #[test]
+    fn a_bad_local_key_completes_in_order_and_flushes_the_rest() {
+        let mut l = lab(fixture::config(1), fixture::config(2));
+        let (a, b) = (l.a, l.b);
+        let mut bad = write(2, &a, &b, 64);
+        bad.sg_list[0].lkey ^= 1;
+        l.pair.a.post_send(a.qp, write(1, &a, &b, 64)).unwrap();
+        l.pair.a.post_send(a.qp, bad).unwrap();
+        l.pair.a.post_send(a.qp, write(3, &a, &b, 64)).unwrap();
+        assert!(
+            completions(&mut l.pair, Side::A).is_empty(),
+            "the error waits for the WRITE before it"
+        );
+        assert!(l.pair.settle(1_000, 1_000));
+        let wcs: Vec<_> = completions(&mut l.pair, Side::A)
+            .iter()
+            .map(|c| (c.wc.wr_id, c.wc.status))
+            .collect();
+        assert_eq!(
+            wcs,
+            [
+                (1, WcStatus::Success),
+                (2, WcStatus::LocProtErr),
+                (3, WcStatus::WrFlushErr)
+            ]
+        );
+        assert_eq!(l.pair.a.qp_state(a.qp), Some(QpRunState::Error));
+    }
+
+    #[test]
+    fn a_post_without_a_clock_is_stamped_with_the_latest_time() {
+        // The connection's retry timer starts at the post that finds it
+        // idle: its deadline shows the stamp.
+        let retry_deadline = |stamp: Option<u64>| {
+            let mut l = lab(fixture::config(1), fixture::config(2));
+            let (a, b) = (l.a, l.b);
+            l.pair.set_now(7_000_000);
+            let wr = write(1, &a, &b, 64);
+            match stamp {
+                Some(t) => l.pair.a.post_send_at(t, a.qp, wr).unwrap(),
+                None => l.pair.a.post_send(a.qp, wr).unwrap(),
+            }
+            l.pair.a.poll_timeout().unwrap()
+        };
+        let clockless = retry_deadline(None);
+        assert_eq!(clockless, retry_deadline(Some(7_000_000)));
+        assert_eq!(
+            retry_deadline(Some(5_000_000)),
+            clockless - 2_000_000,
+            "an explicit time is taken as given"
+        );
+    }
+
+    #[test]
+    fn a_send_names_the_next_receive_and_completes_with_its_bytes() {
+        let mut l = lab(fixture::config(1), fixture::config(2));
+        let (a, b) = (l.a, l.b);
+        for i in 0..2 {
+            let recv = RecvWr {
+                wr_id: 10 + i,
+                sg_list: vec![b.sge(i * 1000, 1000)],
+            };
+            l.pair.b.post_recv(b.qp, recv).unwrap();
+        }
+        l.pair.a.memory_mut(a.mr.handle).unwrap()[..300].fill(7);
+        l.pair
+            .a
+            .post_send(
+                a.qp,
+                SendWr::new(1, WrOp::SendImm { imm: 9 }, vec![a.sge(0, 300)]),
+            )
+            .unwrap();
+        l.pair
+            .a
+            .post_send(a.qp, SendWr::new(2, WrOp::Send, vec![a.sge(0, 100)]))
+            .unwrap();
+        assert!(l.pair.settle(1_000, 1_000));
+        let recvs: Vec<_> = completions(&mut l.pair, Side::B)
+            .iter()
+            .map(|c| (c.wc.wr_id, c.wc.opcode, c.wc.byte_len, c.wc.imm_data))
+            .collect();
+        assert_eq!(
+            recvs,
+            [
+                (10, WcOpcode::Recv, 300, Some(9)),
+                (11, WcOpcode::Recv, 100, None)
+            ]
+        );
+        assert_eq!(l.pair.b.memory(b.mr.handle).unwrap()[..300], [7; 300]);
+        assert_eq!(completions(&mut l.pair, Side::A).len(), 2);
+    }
+}

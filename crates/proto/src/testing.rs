@@ -336,6 +336,82 @@ impl Pair {
     }
 }
 
+/// Fixtures for the crate's unit tests.
+#[cfg(test)]
+pub(crate) mod fixture {
+    use super::{Pair, Side};
+    use crate::config::EndpointConfig;
+    use crate::memory::{AccessFlags, MrInfo};
+    use crate::qp::{QpCaps, QpHandle};
+    use crate::work::{Completion, Sge};
+
+    /// Every access right.
+    pub(crate) const ALL: AccessFlags = AccessFlags(0xf);
+
+    /// One side's QP and region.
+    #[derive(Debug, Clone, Copy)]
+    pub(crate) struct End {
+        pub(crate) qp: QpHandle,
+        pub(crate) mr: MrInfo,
+    }
+
+    impl End {
+        /// `len` bytes at `offset` into the region.
+        pub(crate) fn sge(&self, offset: u64, len: u32) -> Sge {
+            Sge {
+                addr: self.mr.addr + offset,
+                length: len,
+                lkey: self.mr.lkey,
+            }
+        }
+    }
+
+    /// A pair with a 64 KiB region (every right) and a QP (every remote
+    /// operation, 64-deep queues) on each side, connected, the clock at
+    /// 1 us.
+    pub(crate) struct Lab {
+        pub(crate) pair: Pair,
+        pub(crate) a: End,
+        pub(crate) b: End,
+    }
+
+    /// Small packets (1 KiB), four paths: a 64 KiB WRITE is 64 packets.
+    pub(crate) fn config(seed: u64) -> EndpointConfig {
+        EndpointConfig {
+            mtu_payload_bytes: 1024,
+            paths_per_connection: 4,
+            path_port_span: 16,
+            seed,
+            ..EndpointConfig::default()
+        }
+    }
+
+    pub(crate) fn lab(a: EndpointConfig, b: EndpointConfig) -> Lab {
+        let mut pair = Pair::new(Pair::A_IP, a, Pair::B_IP, b).expect("valid configs");
+        let mut end = |side| {
+            let ep = pair.endpoint_mut(side);
+            let pd = ep.alloc_pd();
+            let mr = ep.register_memory(pd, 64 << 10, ALL).expect("region");
+            let caps = QpCaps {
+                max_send_wr: 64,
+                max_recv_wr: 64,
+            };
+            let qp = ep.create_qp(pd, caps, ALL).expect("QP");
+            End { qp, mr }
+        };
+        let (a, b) = (end(Side::A), end(Side::B));
+        pair.connect(a.qp, b.qp).expect("connect");
+        pair.set_now(1_000);
+        Lab { pair, a, b }
+    }
+
+    /// Every completion `side` has, in order.
+    pub(crate) fn completions(pair: &mut Pair, side: Side) -> Vec<Completion> {
+        let ep = pair.endpoint_mut(side);
+        std::iter::from_fn(|| ep.poll_completion()).collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -360,5 +436,53 @@ mod tests {
             })
             .is_err()
         );
+    }
+
+    fn write_4k(l: &mut fixture::Lab) {
+        let (a, b) = (l.a, l.b);
+        let wr = crate::work::SendWr::new(
+            1,
+            crate::work::WrOp::Write {
+                remote_addr: b.mr.addr,
+                rkey: b.mr.rkey,
+            },
+            vec![a.sge(0, 4096)],
+        );
+        l.pair.a.post_send(a.qp, wr).unwrap();
+    }
+
+    #[test]
+    fn the_filter_drops_duplicates_and_delays() {
+        use crate::work::WcStatus;
+        for fate in [Fate::Duplicate, Fate::Delay, Fate::Drop] {
+            let mut l = fixture::lab(fixture::config(1), fixture::config(2));
+            l.pair.record(true);
+            l.pair.set_filter(Some(Box::new(move |hop| {
+                if hop.from == Side::A && hop.index < 2 {
+                    fate
+                } else {
+                    Fate::Deliver
+                }
+            })));
+            write_4k(&mut l);
+            assert!(l.pair.settle(1_000, 1_000), "{fate:?}");
+            let wcs = fixture::completions(&mut l.pair, Side::A);
+            assert_eq!(wcs.len(), 1);
+            assert_eq!(wcs[0].wc.status, WcStatus::Success, "{fate:?}");
+            let b = *l.pair.b.stats();
+            let sent = l.pair.sent(Side::A).len() as u64;
+            match fate {
+                Fate::Duplicate => {
+                    assert_eq!(b.rx_duplicates, 2);
+                    assert_eq!(b.rx_datagrams, sent + 2);
+                }
+                Fate::Delay => assert_eq!(b.rx_datagrams, sent),
+                Fate::Drop => {
+                    assert_eq!(b.rx_datagrams, sent - 2);
+                    assert!(l.pair.a.stats().data_packets_retransmitted >= 2);
+                }
+                Fate::Deliver => unreachable!(),
+            }
+        }
     }
 }

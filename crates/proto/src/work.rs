@@ -401,3 +401,92 @@ impl Completion {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_operation_maps_to_its_wire_request() {
+        let (remote_addr, rkey) = (0x7f00_0000_1000, 0xabc);
+        let mut next_recv = 5;
+        let mut map = |op: WrOp, len| {
+            let w = op.wire_request(len, &mut next_recv);
+            (w.op, w.msg_len, w.payload_len)
+        };
+        assert_eq!(
+            map(WrOp::Write { remote_addr, rkey }, 100),
+            (OpHeader::Write { rkey, remote_addr }, 100, 100)
+        );
+        let write_imm = WrOp::WriteImm {
+            remote_addr,
+            rkey,
+            imm: 7,
+        };
+        let header = OpHeader::WriteImm {
+            rkey,
+            remote_addr,
+            recv_index: 5,
+            imm: 7,
+        };
+        assert_eq!(map(write_imm, 100), (header, 100, 100));
+        assert_eq!(
+            map(WrOp::Send, 10),
+            (OpHeader::Send { recv_index: 6 }, 10, 10)
+        );
+        assert_eq!(
+            map(WrOp::SendImm { imm: 1 }, 0),
+            (
+                OpHeader::SendImm {
+                    recv_index: 7,
+                    imm: 1
+                },
+                0,
+                0
+            )
+        );
+        // A READ names what to read and carries nothing; atomics name their
+        // 8-byte word; neither uses a receive.
+        assert_eq!(
+            map(WrOp::Read { remote_addr, rkey }, 4096),
+            (OpHeader::ReadRequest { rkey, remote_addr }, 4096, 0)
+        );
+        let fetch_add = WrOp::FetchAdd {
+            remote_addr,
+            rkey,
+            add: 3,
+        };
+        let header = OpHeader::FetchAdd {
+            rkey,
+            remote_addr,
+            add: 3,
+        };
+        assert_eq!(map(fetch_add, 8), (header, 8, 0));
+        let cmp_swap = WrOp::CmpSwap {
+            remote_addr,
+            rkey,
+            compare: 1,
+            swap: 2,
+        };
+        let header = OpHeader::CmpSwap {
+            rkey,
+            remote_addr,
+            compare: 1,
+            swap: 2,
+        };
+        assert_eq!(map(cmp_swap, 8), (header, 8, 0));
+        assert_eq!(next_recv, 8, "only receive-consuming operations take one");
+    }
+
+    #[test]
+    fn operation_classes() {
+        let read = WrOp::Read {
+            remote_addr: 0,
+            rkey: 0,
+        };
+        assert!(read.writes_locally() && !read.is_atomic() && !read.consumes_receive());
+        assert!(WrOp::Send.consumes_receive() && !WrOp::Send.writes_locally());
+        assert_eq!(read.wc_opcode(), WcOpcode::RdmaRead);
+        assert_eq!(WorkCompletion::default().status, WcStatus::Success);
+    }
+}

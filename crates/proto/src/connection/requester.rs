@@ -224,3 +224,64 @@ pub(super) fn fail_connection(conn: &mut Connection, dev: &mut DeviceState, stat
     }
     conn.drop_all_messages();
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::EndpointConfig;
+    use crate::qp::QpRunState;
+    use crate::testing::Side;
+    use crate::testing::fixture::{self, completions, lab};
+    use crate::work::{SendWr, WcStatus, WrOp};
+
+    #[test]
+    fn rnr_retries_run_out_in_rnr_retry_exc_err() {
+        let a_cfg = EndpointConfig {
+            rnr_retry: 2,
+            ..fixture::config(1)
+        };
+        let mut l = lab(a_cfg, fixture::config(2));
+        let a = l.a;
+        let send = SendWr::new(1, WrOp::Send, vec![a.sge(0, 64)]);
+        l.pair.a.post_send(a.qp, send).unwrap();
+        assert!(l.pair.settle(1_000, 1_000));
+        let wcs = completions(&mut l.pair, Side::A);
+        assert_eq!(wcs.len(), 1);
+        assert_eq!(wcs[0].wc.status, WcStatus::RnrRetryExcErr);
+        let peer = l.pair.addr(Side::B);
+        assert_eq!(l.pair.a.connection_stats(peer).unwrap().rnr_naks, 3);
+        assert_eq!(l.pair.a.qp_state(a.qp), Some(QpRunState::Error));
+    }
+
+    #[test]
+    fn a_remote_access_error_fails_its_request_and_flushes_the_later_ones() {
+        let mut l = lab(fixture::config(1), fixture::config(2));
+        let (a, b) = (l.a, l.b);
+        let write = |wr_id, rkey| {
+            SendWr::new(
+                wr_id,
+                WrOp::Write {
+                    remote_addr: b.mr.addr,
+                    rkey,
+                },
+                vec![a.sge(0, 64)],
+            )
+        };
+        l.pair.a.post_send(a.qp, write(1, b.mr.rkey)).unwrap();
+        l.pair.a.post_send(a.qp, write(2, b.mr.rkey ^ 1)).unwrap();
+        l.pair.a.post_send(a.qp, write(3, b.mr.rkey)).unwrap();
+        assert!(l.pair.settle(1_000, 1_000));
+        let wcs: Vec<_> = completions(&mut l.pair, Side::A)
+            .iter()
+            .map(|c| (c.wc.wr_id, c.wc.status))
+            .collect();
+        assert_eq!(
+            wcs,
+            [
+                (1, WcStatus::Success),
+                (2, WcStatus::RemAccessErr),
+                (3, WcStatus::WrFlushErr)
+            ]
+        );
+        assert_eq!(l.pair.b.stats().rx_remote_access_denied, 1);
+    }
+}

@@ -350,3 +350,145 @@ fn recv_opcode(op: Opcode) -> WcOpcode {
         WcOpcode::Recv
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::EndpointConfig;
+    use crate::testing::fixture::{self, End, Lab, completions, lab};
+    use crate::testing::{Fate, Side};
+    use crate::transmit::PacketKind;
+    use crate::work::{RecvWr, SendWr, WcStatus, WrOp};
+    use metaroce_wire as wire;
+
+    fn write(wr_id: u64, from: &End, to: &End, offset: u64, len: u32) -> SendWr {
+        SendWr::new(
+            wr_id,
+            WrOp::Write {
+                remote_addr: to.mr.addr + offset,
+                rkey: to.mr.rkey,
+            },
+            vec![from.sge(offset, len)],
+        )
+    }
+
+    fn statuses(l: &mut Lab, side: Side) -> Vec<(u64, WcStatus)> {
+        completions(&mut l.pair, side)
+            .iter()
+            .map(|c| (c.wc.wr_id, c.wc.status))
+            .collect()
+    }
+
+    #[test]
+    fn a_packet_of_an_executed_message_repeats_the_op_ack() {
+        let mut l = lab(fixture::config(1), fixture::config(2));
+        let (a, b) = (l.a, l.b);
+        l.pair.record(true);
+        l.pair.a.post_send(a.qp, write(1, &a, &b, 0, 2048)).unwrap();
+        assert!(l.pair.settle(1_000, 1_000));
+        assert_eq!(statuses(&mut l, Side::A), [(1, WcStatus::Success)]);
+        let first = l.pair.sent(Side::A)[0].clone();
+        let before = *l.pair.b.stats();
+        let src = std::net::SocketAddr::new(crate::testing::Pair::A_IP, 4792);
+        let now = l.pair.now();
+        l.pair.b.handle_datagram(now, src, crate::Ecn::Ect0, &first);
+        let after = *l.pair.b.stats();
+        assert_eq!(after.rx_duplicates, before.rx_duplicates + 1);
+        assert_eq!(after.rx_duplicate_ops, before.rx_duplicate_ops + 1);
+        // Executed once: the bytes are the same and nothing completes again,
+        // but the requester hears the op-ack again at once.
+        let acks = l.pair.poll_transmits(Side::B);
+        assert_eq!(acks.len(), 1);
+        assert_eq!(acks[0].0.kind, PacketKind::Ack);
+        let Ok(wire::Packet::Ack(ack)) = wire::parse(&acks[0].1) else {
+            panic!("an ACK");
+        };
+        let op_acks = ack.op_acks();
+        assert_eq!((op_acks[0].qpn, op_acks[0].msn), (a.qp.qpn(), 1));
+        assert!(completions(&mut l.pair, Side::B).is_empty());
+    }
+
+    #[test]
+    fn a_send_before_its_receive_is_refused_not_placed_then_lands() {
+        let mut l = lab(fixture::config(1), fixture::config(2));
+        let (a, b) = (l.a, l.b);
+        l.pair.a.memory_mut(a.mr.handle).unwrap()[..4096].fill(3);
+        let send = SendWr::new(1, WrOp::Send, vec![a.sge(0, 4096)]);
+        l.pair.a.post_send(a.qp, send).unwrap();
+        l.pair.run(50, 1_000);
+        assert!(l.pair.b.stats().rnr_naks_sent > 0);
+        let peer = l.pair.addr(Side::B);
+        assert!(l.pair.a.connection_stats(peer).unwrap().rnr_naks > 0);
+        assert!(statuses(&mut l, Side::A).is_empty(), "waits, not fails");
+        assert!(
+            l.pair.b.memory(b.mr.handle).unwrap()[..4096]
+                .iter()
+                .all(|&x| x == 0),
+            "nothing placed without a receive"
+        );
+        let recv = RecvWr {
+            wr_id: 5,
+            sg_list: vec![b.sge(0, 4096)],
+        };
+        l.pair.b.post_recv(b.qp, recv).unwrap();
+        assert!(l.pair.settle(1_000, 1_000));
+        assert_eq!(statuses(&mut l, Side::A), [(1, WcStatus::Success)]);
+        assert_eq!(statuses(&mut l, Side::B), [(5, WcStatus::Success)]);
+        assert_eq!(l.pair.b.memory(b.mr.handle).unwrap()[..4096], [3; 4096]);
+    }
+
+    #[test]
+    fn a_read_past_the_responders_limit_waits_and_is_executed_later() {
+        let b_cfg = EndpointConfig {
+            max_outstanding_ops_per_connection: 1,
+            ..fixture::config(2)
+        };
+        let mut l = lab(fixture::config(1), b_cfg);
+        let (a, b) = (l.a, l.b);
+        l.pair.b.memory_mut(b.mr.handle).unwrap()[..8192].fill(9);
+        for i in 0..2u64 {
+            let read = SendWr::new(
+                i,
+                WrOp::Read {
+                    remote_addr: b.mr.addr + i * 4096,
+                    rkey: b.mr.rkey,
+                },
+                vec![a.sge(i * 4096, 4096)],
+            );
+            l.pair.a.post_send(a.qp, read).unwrap();
+        }
+        assert!(l.pair.settle(10_000, 1_000));
+        assert!(l.pair.b.stats().rx_over_limit > 0, "the second READ waited");
+        assert_eq!(
+            statuses(&mut l, Side::A),
+            [(0, WcStatus::Success), (1, WcStatus::Success)]
+        );
+        assert_eq!(l.pair.a.memory(a.mr.handle).unwrap()[..8192], [9; 8192]);
+    }
+
+    #[test]
+    fn requests_beyond_the_incoming_window_are_dropped_until_it_moves() {
+        let b_cfg = EndpointConfig {
+            max_incoming_ops_per_qp: 2,
+            ..fixture::config(2)
+        };
+        let mut l = lab(fixture::config(1), b_cfg);
+        let (a, b) = (l.a, l.b);
+        // Message 0's first transmission is lost, so messages 2 and 3
+        // arrive two or more ahead of the responder's next one.
+        l.pair.set_filter(Some(Box::new(|hop| {
+            let first_try = hop.index < 16;
+            match wire::parse(hop.bytes) {
+                Ok(wire::Packet::Data { repr, .. }) if repr.msg_seq == 0 && first_try => Fate::Drop,
+                _ => Fate::Deliver,
+            }
+        })));
+        for i in 0..4u64 {
+            let wr = write(i, &a, &b, i * 1024, 1024);
+            l.pair.a.post_send(a.qp, wr).unwrap();
+        }
+        assert!(l.pair.settle(10_000, 1_000));
+        assert!(l.pair.b.stats().rx_dropped_ops > 0);
+        let all_ok: Vec<_> = (0..4).map(|i| (i, WcStatus::Success)).collect();
+        assert_eq!(statuses(&mut l, Side::A), all_ok);
+    }
+}

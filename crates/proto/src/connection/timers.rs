@@ -264,3 +264,129 @@ impl Connection {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::EndpointConfig;
+    use crate::testing::fixture::{self, End, Lab, completions, lab};
+    use crate::testing::{Fate, Side};
+    use crate::transmit::PacketKind;
+    use crate::work::{SendWr, WcStatus, WrOp};
+
+    fn write(l: &mut Lab, wr_id: u64, len: u32) {
+        let (a, b): (End, End) = (l.a, l.b);
+        l.pair.a.memory_mut(a.mr.handle).unwrap()[..len as usize].fill(wr_id as u8);
+        let wr = SendWr::new(
+            wr_id,
+            WrOp::Write {
+                remote_addr: b.mr.addr,
+                rkey: b.mr.rkey,
+            },
+            vec![a.sge(0, len)],
+        );
+        l.pair.a.post_send(a.qp, wr).unwrap();
+    }
+
+    fn succeeded(l: &mut Lab, wr_id: u64, len: usize) {
+        let wcs: Vec<_> = completions(&mut l.pair, Side::A)
+            .iter()
+            .map(|c| (c.wc.wr_id, c.wc.status))
+            .collect();
+        assert_eq!(wcs, [(wr_id, WcStatus::Success)]);
+        let (a, b) = (l.a, l.b);
+        assert_eq!(
+            l.pair.a.memory(a.mr.handle).unwrap()[..len],
+            l.pair.b.memory(b.mr.handle).unwrap()[..len]
+        );
+    }
+
+    #[test]
+    fn a_lost_tail_packet_is_resent_by_a_probe_well_before_an_rto() {
+        let mut l = lab(fixture::config(1), fixture::config(2));
+        // Four packets, one per path; the last is lost, and no later packet
+        // on its path can reveal the gap.
+        l.pair.set_filter(Some(Box::new(|hop| {
+            if hop.from == Side::A && hop.index == 3 {
+                Fate::Drop
+            } else {
+                Fate::Deliver
+            }
+        })));
+        write(&mut l, 1, 4096);
+        let start = l.pair.now();
+        let rto_min = l.pair.a.config().rto_min_ns;
+        let mut done = Vec::new();
+        while done.is_empty() {
+            assert!(
+                l.pair.now() - start < rto_min,
+                "not recovered within rto_min"
+            );
+            l.pair.run(1, 1_000);
+            done = completions(&mut l.pair, Side::A);
+        }
+        assert_eq!(done[0].wc.status, WcStatus::Success);
+        let s = *l.pair.a.stats();
+        assert!(s.tail_probes >= 1, "{s:?}");
+        assert_eq!(s.rtos, 0, "{s:?}");
+        assert_eq!(s.retry_timeouts, 0, "{s:?}");
+        let (a, b) = (l.a, l.b);
+        assert_eq!(
+            l.pair.a.memory(a.mr.handle).unwrap()[..4096],
+            l.pair.b.memory(b.mr.handle).unwrap()[..4096]
+        );
+    }
+
+    #[test]
+    fn a_lost_ack_is_recovered_by_a_probe() {
+        let mut l = lab(fixture::config(1), fixture::config(2));
+        // B's ACKs of both packets are lost: A's probe asks again.
+        l.pair.set_filter(Some(Box::new(|hop| {
+            if hop.from == Side::B && hop.index < 2 {
+                Fate::Drop
+            } else {
+                Fate::Deliver
+            }
+        })));
+        write(&mut l, 1, 2048);
+        assert!(l.pair.settle(1_000, 1_000));
+        assert!(l.pair.a.stats().tail_probes >= 1);
+        assert_eq!(l.pair.a.stats().rtos, 0);
+        succeeded(&mut l, 1, 2048);
+    }
+
+    #[test]
+    fn a_path_that_keeps_losing_is_retired_for_a_fresh_port() {
+        // A 10 Gbit/s link: the window is a dozen packets, so the WRITE
+        // takes several rounds and the other paths are seen to deliver
+        // after slot 0's packets went out (what singles a path out).
+        let cfg = |seed| EndpointConfig {
+            line_rate_bps: 10_000_000_000,
+            ..fixture::config(seed)
+        };
+        let mut l = lab(cfg(1), cfg(2));
+        let peer = l.pair.addr(Side::B);
+        let ports = l.pair.a.path_ports(peer).unwrap();
+        let dead = ports[0];
+        // Slot 0's route is broken: every data packet from its port is lost,
+        // while the other three deliver.
+        l.pair.set_filter(Some(Box::new(move |hop| {
+            if hop.transmit.kind == PacketKind::Data && hop.transmit.src_port == dead {
+                Fate::Drop
+            } else {
+                Fate::Deliver
+            }
+        })));
+        write(&mut l, 1, 64 << 10);
+        assert!(l.pair.settle(10_000, 1_000));
+        let s = *l.pair.a.stats();
+        assert!(s.rtos >= 1 && s.paths_replaced >= 1, "{s:?}");
+        let now_ports = l.pair.a.path_ports(peer).unwrap();
+        assert_ne!(now_ports[0], dead, "slot 0 moved to a fresh port");
+        assert_eq!(now_ports[1..], ports[1..], "the healthy paths stayed");
+        assert_eq!(
+            l.pair.a.path_stats(peer).unwrap()[0].replacements,
+            s.paths_replaced
+        );
+        succeeded(&mut l, 1, 64 << 10);
+    }
+}
