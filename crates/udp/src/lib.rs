@@ -9,6 +9,11 @@
 //! - [`perf`]: perftest-style bandwidth and latency tests, and the raw-UDP
 //!   baselines;
 //! - [`Impair`]: receive-side loss / reorder / duplication for tests.
+//!
+//! `unsafe` is confined to the syscalls in `sys` (and the network-namespace
+//! test setup); every block says why it is sound in a `// SAFETY:` comment,
+//! which the lint below enforces.
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod cm;
 mod device;
