@@ -8,16 +8,29 @@
 //! deterministic harness all drive this same code.
 //!
 //! Map of the crate, following a packet:
-//! - [`endpoint`]: the device: memory, QPs, connections, the driving calls;
-//! - `connection`: one peer: paths, queues, ACKs, timers;
+//! - [`endpoint`]: the device and its driving calls: posts (a [`WrOp`]
+//!   becomes a message), datagrams in, transmits, timers and completions out;
+//!   it owns the device state (`device_state`: memory, the QP table,
+//!   completions, counters, the rate hint) and a table of connections;
+//! - `connection`: one peer, one file per concern: `transmit` (which
+//!   packet, which path), `receive` (data and ACKs), `timers` (RTO,
+//!   tail-loss probes, path retirement, retries), and operation semantics as
+//!   its children, `responder` (placement, exactly once, RNR, limits) and
+//!   `requester` (completions in posting order), which keep their state in
+//!   the QP table and reach the connection through a handful of methods;
 //! - [`path`] and [`sack`]: per-path sequence spaces, SACK bitmaps, RTT ([`rtt`]);
 //! - `message`: an operation cut into MTU segments, each resent on its own;
-//! - `ops`: what an operation does at the responder and how the requester
-//!   completes it (exactly once, completions in order);
+//! - [`qp`]: the send and receive queues and the responder's message window;
 //! - [`memory`]: regions, keys, access checks, placement;
 //! - [`auth`]: per-connection packet keys, AES-GCM tags, the anti-replay window;
 //! - [`cc`]: congestion control behind one trait;
-//! - [`work`]: work requests and completions in ibverbs vocabulary.
+//! - [`work`]: work requests and completions in ibverbs vocabulary;
+//! - leaves that the endpoint and the connection both speak: [`Transmit`]
+//!   and [`Layout`] (what a driver sends), [`PacketRepr`] (the simulator's
+//!   form), [`Ecn`], [`EndpointStats`];
+//! - `testing`: [`testing::Pair`], two endpoints on a virtual clock with a
+//!   lossy wire between them, for the crate's tests, benches and the fuzz
+//!   targets (not a stable API).
 #![forbid(unsafe_code)]
 
 pub mod auth;
