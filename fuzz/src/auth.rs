@@ -4,9 +4,9 @@
 //!
 //! # The fixture
 //!
-//! Two endpoints with the same job secret and each other's session ids:
-//! the *target* `127.0.0.1:4791` and the *peer* `127.0.0.2:4791`, one QP
-//! each, connected. The target has region `main` (16 KiB, remote write and
+//! Two endpoints with the same job secret and each other's session ids (the
+//! core's test driver, `metaroce_proto::testing::Pair`): the *target*
+//! `127.0.0.1:4791` and the *peer* `127.0.0.2:4791`, one QP each, connected. The target has region `main` (16 KiB, remote write and
 //! read) and region `canary` (4 KiB, no remote right, a fixed pattern).
 //!
 //! Before the steps run, the peer posts a 1 KiB WRITE of a known pattern
@@ -44,6 +44,7 @@
 use std::collections::HashSet;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
+use metaroce_proto::testing::{Pair, Side};
 use metaroce_proto::{
     AccessFlags, AuthConfig, Ecn, Endpoint, EndpointConfig, EndpointStats, MrInfo, QpCaps,
     QpHandle, SendWr, Sge, WrOp,
@@ -87,14 +88,13 @@ fn config(ip: Ipv4Addr, seed: u64) -> EndpointConfig {
     }
 }
 
-struct Side {
-    ep: Endpoint,
+/// One side's QP and region `main`.
+struct End {
     qp: QpHandle,
     main: MrInfo,
 }
 
-fn side(ip: Ipv4Addr, seed: u64) -> Side {
-    let mut ep = Endpoint::new(config(ip, seed)).expect("valid config");
+fn setup(ep: &mut Endpoint) -> End {
     let pd = ep.alloc_pd();
     let rights = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
     let main = ep.register_memory(pd, MAIN_BYTES, rights).expect("main");
@@ -108,12 +108,13 @@ fn side(ip: Ipv4Addr, seed: u64) -> Side {
             rights,
         )
         .expect("qp");
-    Side { ep, qp, main }
+    End { qp, main }
 }
 
-/// The fixture: target, its canary, and the peer's captured datagrams.
+/// The fixture: target (the core's test driver's `a`), its canary, and the
+/// peer's (`b`'s) captured datagrams.
 pub struct Fixture {
-    target: Endpoint,
+    pair: Pair,
     target_main: MrInfo,
     canary: MrInfo,
     canary_bytes: Vec<u8>,
@@ -122,7 +123,6 @@ pub struct Fixture {
     delivered: HashSet<usize>,
     /// `main` as last checked: a byte-wise check runs only when it changed.
     main_seen: Vec<u8>,
-    now: u64,
     buf: Vec<u8>,
 }
 
@@ -130,37 +130,35 @@ impl Fixture {
     /// Build it; `encrypt` picks the payload mode of both endpoints.
     pub fn new(encrypt: bool) -> Self {
         let seed = 2 + u64::from(!encrypt);
-        let mut target = side(TARGET_IP, seed);
-        let mut peer = side(PEER_IP, seed + 10);
-        let target_addr = SocketAddr::new(IpAddr::V4(TARGET_IP), PORT);
-        let peer_addr = SocketAddr::new(IpAddr::V4(PEER_IP), PORT);
-        let (ts, ps) = (target.ep.session_id(), peer.ep.session_id());
-        target.ep.set_peer_session(peer_addr, ps).expect("session");
-        peer.ep.set_peer_session(target_addr, ts).expect("session");
-        target
-            .ep
-            .connect_qp(target.qp, peer_addr, peer.qp.qpn())
-            .expect("connect");
-        peer.ep
-            .connect_qp(peer.qp, target_addr, target.qp.qpn())
-            .expect("connect");
-        let pd = target.ep.alloc_pd();
-        let canary = target
-            .ep
+        let target_ip = IpAddr::V4(TARGET_IP);
+        let peer_ip = IpAddr::V4(PEER_IP);
+        let mut pair = Pair::new(
+            target_ip,
+            config(TARGET_IP, seed),
+            peer_ip,
+            config(PEER_IP, seed + 10),
+        )
+        .expect("valid config");
+        let target = setup(&mut pair.a);
+        let peer = setup(&mut pair.b);
+        pair.exchange_sessions().expect("session");
+        pair.connect(target.qp, peer.qp).expect("connect");
+        let pd = pair.a.alloc_pd();
+        let canary = pair
+            .a
             .register_memory(pd, 4096, AccessFlags::LOCAL_WRITE)
             .expect("canary");
         let canary_bytes: Vec<u8> = (0..4096).map(|i| (i as u8) ^ 0xa5).collect();
-        target
-            .ep
+        pair.a
             .memory_mut(canary.handle)
             .expect("real bytes")
             .copy_from_slice(&canary_bytes);
         let src =
-            &mut peer.ep.memory_mut(peer.main.handle).expect("real bytes")[..WRITE_BYTES as usize];
+            &mut pair.b.memory_mut(peer.main.handle).expect("real bytes")[..WRITE_BYTES as usize];
         for (i, b) in src.iter_mut().enumerate() {
             *b = pattern(WRITE_OFFSET as usize + i);
         }
-        let write = |from: &Side, to: &MrInfo| {
+        let write = |from: &End, to: &MrInfo| {
             SendWr::new(
                 1,
                 WrOp::Write {
@@ -174,30 +172,30 @@ impl Fixture {
                 }],
             )
         };
-        let peer_wr = write(&peer, &target.main);
-        peer.ep.post_send(0, peer.qp, peer_wr).expect("post");
-        let target_wr = write(&target, &peer.main);
-        target.ep.post_send(0, target.qp, target_wr).expect("post");
-        let mut buf = vec![0u8; peer.ep.max_datagram_len()];
+        pair.b
+            .post_send(peer.qp, write(&peer, &target.main))
+            .expect("post");
+        pair.a
+            .post_send(target.qp, write(&target, &peer.main))
+            .expect("post");
         // The target's data goes to the peer, which answers with ACKs.
-        let target_src = SocketAddr::new(IpAddr::V4(TARGET_IP), PORT + 1);
-        while let Some(t) = target.ep.poll_transmit(0, &mut buf) {
-            peer.ep.handle_datagram(0, target_src, t.ecn, &buf[..t.len]);
-        }
-        let mut captured = Vec::new();
-        while let Some(t) = peer.ep.poll_transmit(0, &mut buf) {
-            captured.push(buf[..t.len].to_vec());
-        }
+        pair.transfer(Side::A);
+        let captured: Vec<Vec<u8>> = pair
+            .poll_transmits(Side::B)
+            .into_iter()
+            .map(|(_, bytes)| bytes)
+            .collect();
         assert!(captured.len() >= 5, "data packets and at least one ACK");
+        pair.set_now(1_000);
+        let buf = vec![0; pair.a.max_datagram_len()];
         Self {
-            target: target.ep,
+            pair,
             target_main: target.main,
             canary,
             canary_bytes,
             captured,
             delivered: HashSet::new(),
             main_seen: vec![0; MAIN_BYTES as usize],
-            now: 1_000,
             buf,
         }
     }
@@ -205,10 +203,10 @@ impl Fixture {
     /// Deliver `datagram` from `src` and say whether it was accepted (no
     /// reject counter moved).
     fn deliver(&mut self, src: SocketAddr, datagram: &[u8]) -> bool {
-        let before = rejects(self.target.stats());
-        self.target
-            .handle_datagram(self.now, src, Ecn::Ect0, datagram);
-        let after = rejects(self.target.stats());
+        let before = rejects(self.pair.a.stats());
+        let now = self.pair.now();
+        self.pair.a.handle_datagram(now, src, Ecn::Ect0, datagram);
+        let after = rejects(self.pair.a.stats());
         assert!(after - before <= 1, "one datagram, one count");
         after == before
     }
@@ -234,20 +232,21 @@ impl Fixture {
         let datagram = self.captured[index].clone();
         let src = self.peer_src();
         let fresh = self.delivered.insert(index);
-        let replayed_before = self.target.stats().rx_replayed;
+        let replayed_before = self.pair.a.stats().rx_replayed;
         let accepted = self.deliver(src, &datagram);
         assert_eq!(
             accepted, fresh,
             "genuine packet {index}: first accepted, then refused"
         );
         if !fresh {
-            assert_eq!(self.target.stats().rx_replayed, replayed_before + 1);
+            assert_eq!(self.pair.a.stats().rx_replayed, replayed_before + 1);
         }
     }
 
     fn check_memory(&mut self) {
         let main = self
-            .target
+            .pair
+            .a
             .memory(self.target_main.handle)
             .expect("real bytes");
         if main != &self.main_seen[..] {
@@ -260,7 +259,7 @@ impl Fixture {
             self.main_seen.copy_from_slice(main);
         }
         assert_eq!(
-            self.target.memory(self.canary.handle).expect("real bytes"),
+            self.pair.a.memory(self.canary.handle).expect("real bytes"),
             &self.canary_bytes[..],
             "canary changed"
         );
@@ -353,24 +352,23 @@ pub fn run(data: &[u8]) {
                 let index = fx.captured_index(input.u8());
                 let packet = fx.captured[index].clone();
                 let src = SocketAddr::new(IpAddr::V4(STRANGER_IP), PORT);
-                let unknown_before = fx.target.stats().rx_unknown_peer;
+                let unknown_before = fx.pair.a.stats().rx_unknown_peer;
                 assert!(!fx.deliver(src, &packet), "accepted from a stranger");
-                assert_eq!(fx.target.stats().rx_unknown_peer, unknown_before + 1);
+                assert_eq!(fx.pair.a.stats().rx_unknown_peer, unknown_before + 1);
             }
             _ => {
-                fx.now += u64::from(input.u16()) * 1000;
-                fx.target.handle_timeout(fx.now);
-                let mut buf = std::mem::take(&mut fx.buf);
+                let now = fx.pair.now() + u64::from(input.u16()) * 1000;
+                fx.pair.set_now(now);
+                fx.pair.a.handle_timeout(now);
                 let mut sent = 0;
-                while let Some(t) = fx.target.poll_transmit(fx.now, &mut buf) {
-                    assert!(t.len <= buf.len());
+                while let Some(t) = fx.pair.a.poll_transmit(now, &mut fx.buf) {
+                    assert!(t.len <= fx.buf.len());
                     sent += 1;
                     if sent > 1024 {
                         break;
                     }
                 }
-                fx.buf = buf;
-                while fx.target.poll_completion().is_some() {}
+                while fx.pair.a.poll_completion().is_some() {}
             }
         }
         fx.check_memory();

@@ -850,7 +850,7 @@ impl Harness {
             let sge = Sge { addr: self.main.addr + local, length: len, lkey: self.main.lkey };
             SendWr::new(wr_id, op, vec![sge])
         };
-        if self.ep.post_send(self.now, self.qp, wr).is_ok() {
+        if self.ep.post_send_at(self.now, self.qp, wr).is_ok() {
             self.posted_send.insert(wr_id);
         }
     }

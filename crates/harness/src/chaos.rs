@@ -32,9 +32,9 @@
 
 use crate::rdma::{QpEnd, RdmaNode, connect_qps, devices, node_ip, poll_all};
 use crate::{Action, FaultConfig, LinkConfig, NetConfig, Network, RunOutcome};
-use metaroce_proto::{AuthConfig, EndpointConfig};
 use metaroce_verbs::{
-    AccessFlags, MemoryRegion, RecvWr, SendWr, WcOpcode, WcStatus, WorkCompletion, WrOp,
+    AccessFlags, AuthConfig, EndpointConfig, MemoryRegion, RecvWr, SendWr, WcOpcode, WcStatus,
+    WorkCompletion, WrOp,
 };
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
@@ -439,9 +439,12 @@ pub fn run_seed(seed: u64) -> Result<ChaosReport, ChaosFailure> {
                 .map_err(|e| fail(format!("post_recv: {e:?}")))?;
         }
         s.recvs = recvs.len();
+        // Stamped 0 whatever the clock says, as every stream always was:
+        // the outcome of each seed depends on it (the stamp is where the
+        // connection's retry timer starts when it was idle).
         net.nodes[s.req.node]
             .ctx
-            .post_send(0, s.req.qp, &wrs)
+            .post_send_at(0, s.req.qp, &wrs)
             .map_err(|e| fail(format!("post_send: {e:?}")))?;
         if late_recvs {
             net.run_for(20_000 + pick(&mut rng, 100_000));
@@ -669,7 +672,7 @@ fn recover_after_restart(
     let now = net.now_ns();
     net.nodes[a]
         .ctx
-        .post_send(now, req.qp, &[wr])
+        .post_send_at(now, req.qp, &[wr])
         .map_err(|e| format!("post_send after restart: {e:?}"))?;
     let mut done = Vec::new();
     let until = net.now_ns() + 5_000_000_000;

@@ -22,17 +22,10 @@ pub struct Datagram {
     pub payload: Vec<u8>,
 }
 
-/// ECN codepoint of a datagram.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
-pub enum Ecn {
-    /// Not ECN-capable: never marked.
-    #[default]
-    NotEct,
-    /// ECN-capable: marked `Ce` by a port whose queue exceeds its threshold.
-    Ect0,
-    /// Congestion experienced.
-    Ce,
-}
+/// ECN codepoint of a datagram: the core's own type (ports may turn
+/// `Ect0` into `Ce` when their queue passes the marking threshold; `NotEct`
+/// is never marked).
+pub use metaroce_verbs::Ecn;
 
 /// A sans-IO endpoint the harness can drive.
 pub trait Node {

@@ -4,11 +4,10 @@
 //! exactly as the UDP datapath does: datagrams in with their source address
 //! and ECN codepoint, datagrams out through `poll_transmit`, one timer.
 
-use crate::{Datagram, Ecn, Network, Node};
-use metaroce_proto::{Ecn as CoreEcn, EndpointConfig, QpCaps};
+use crate::{Datagram, Network, Node};
 use metaroce_verbs::{
-    AccessFlags, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpAttr, QpInitAttr,
-    QpState, QpType, QueuePair, WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags, CompletionQueue, Context, EndpointConfig, MemoryRegion, ProtectionDomain, QpAttr,
+    QpCaps, QpInitAttr, QpState, QpType, QueuePair, WorkCompletion,
 };
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
@@ -55,39 +54,22 @@ pub fn node_ip(i: usize) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(127, 0, (i >> 8) as u8, (i & 0xff) as u8 + 1))
 }
 
-fn to_core(ecn: Ecn) -> CoreEcn {
-    match ecn {
-        Ecn::NotEct => CoreEcn::NotEct,
-        Ecn::Ect0 => CoreEcn::Ect0,
-        Ecn::Ce => CoreEcn::Ce,
-    }
-}
-
 impl Node for RdmaNode {
     fn ip(&self) -> IpAddr {
         self.ip
     }
 
     fn handle_datagram(&mut self, now_ns: u64, datagram: Datagram) {
-        self.ctx.handle_datagram(
-            now_ns,
-            datagram.src,
-            to_core(datagram.ecn),
-            &datagram.payload,
-        );
+        self.ctx
+            .handle_datagram(now_ns, datagram.src, datagram.ecn, &datagram.payload);
     }
 
     fn poll_transmit(&mut self, now_ns: u64) -> Option<Datagram> {
         let t = self.ctx.poll_transmit(now_ns, &mut self.buf)?;
-        let ecn = match t.ecn {
-            CoreEcn::NotEct => Ecn::NotEct,
-            CoreEcn::Ect0 => Ecn::Ect0,
-            CoreEcn::Ce => Ecn::Ce,
-        };
         Some(Datagram {
             src: SocketAddr::new(self.ip, t.src_port),
             dst: t.dst,
-            ecn,
+            ecn: t.ecn,
             payload: self.buf[..t.len].to_vec(),
         })
     }
@@ -224,26 +206,13 @@ pub fn connect_qps_in(
 /// Drain every completion of `cq`.
 pub fn poll_all(ctx: &mut Context, cq: CompletionQueue) -> Vec<WorkCompletion> {
     let mut out = Vec::new();
-    let mut wc = [empty_wc(); 64];
+    let mut wc = [WorkCompletion::default(); 64];
     loop {
         let n = ctx.poll_cq(cq, &mut wc).expect("CQ overrun");
         out.extend_from_slice(&wc[..n]);
         if n < wc.len() {
             return out;
         }
-    }
-}
-
-/// A zeroed completion, for sizing poll arrays.
-pub fn empty_wc() -> WorkCompletion {
-    WorkCompletion {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        imm_data: None,
-        qp_num: 0,
-        src_qp: 0,
     }
 }
 

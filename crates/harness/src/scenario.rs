@@ -2,7 +2,7 @@
 
 use crate::rdma::{connect_qps, devices, poll_all};
 use crate::{Fate, FaultConfig, LinkConfig, NetConfig, Network, RunOutcome, TapEvent};
-use metaroce_proto::EndpointConfig;
+use metaroce_verbs::EndpointConfig;
 use metaroce_verbs::{AccessFlags, SendWr, WcStatus, WrOp};
 use std::cell::Cell;
 use std::rc::Rc;
@@ -117,7 +117,7 @@ pub fn one_write(s: &WriteScenario) -> Result<WriteReport, String> {
     );
     net.nodes[0]
         .ctx
-        .post_send(0, a.qp, &[wr])
+        .post_send_at(0, a.qp, &[wr])
         .map_err(|(_, e)| e.to_string())?;
     let mut status = None;
     let out = net.run_until(u64::MAX / 2, |n| {

@@ -18,7 +18,6 @@
 
 use metaroce_harness::rdma::*;
 use metaroce_harness::*;
-use metaroce_proto::{EndpointConfig, QpCaps};
 use metaroce_verbs::*;
 use metaroce_wire::{
     AckRepr, AuthRepr, AuthTrailer, BaseRepr, DataRepr, Flags, OpHeader, emit_ack, emit_data,
@@ -242,7 +241,7 @@ fn attacker_writes(net: &mut Network<RdmaNode>, target_qpn: u32, dst: &MemoryReg
             )
         })
         .collect();
-    ctx.post_send(0, qp, &wrs).unwrap();
+    ctx.post_send(qp, &wrs).unwrap();
 }
 
 fn attack_with_auth(encrypt: bool) {
@@ -274,7 +273,7 @@ fn attack_with_auth(encrypt: bool) {
         },
         vec![src.sge(0, TRANSFER_BYTES as u32)],
     );
-    net.nodes[GENUINE].ctx.post_send(0, a.qp, &[wr]).unwrap();
+    net.nodes[GENUINE].ctx.post_send(a.qp, &[wr]).unwrap();
 
     let genuine_addr = net.nodes[GENUINE].addr();
     let target_addr = net.nodes[TARGET].addr();

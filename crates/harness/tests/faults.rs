@@ -2,7 +2,6 @@
 
 use metaroce_harness::rdma::*;
 use metaroce_harness::*;
-use metaroce_proto::EndpointConfig;
 use metaroce_verbs::*;
 use std::cell::Cell;
 use std::rc::Rc;
@@ -108,7 +107,7 @@ fn write_64mib_with_loss_reordering_and_duplication() {
         },
         vec![src.sge(0, len as u32)],
     );
-    p.net.nodes[0].ctx.post_send(0, p.a.qp, &[wr]).unwrap();
+    p.net.nodes[0].ctx.post_send(p.a.qp, &[wr]).unwrap();
     let cq = p.a.cq;
     let wc = run_until_completions(&mut p, 0, cq, 1, 10_000_000_000);
     assert_eq!(wc[0].status, WcStatus::Success);
@@ -203,7 +202,7 @@ fn one_blackholed_path_is_abandoned_and_the_transfer_completes() {
     }));
     p.net.nodes[0]
         .ctx
-        .post_send(0, p.a.qp, &[write_wr(1, &src, 0, len as u32, &dst, 0)])
+        .post_send(p.a.qp, &[write_wr(1, &src, 0, len as u32, &dst, 0)])
         .unwrap();
     let cq = p.a.cq;
     let wc = run_until_completions(&mut p, 0, cq, 1, 10_000_000_000);
@@ -272,7 +271,7 @@ fn read_under_faults_places_the_responders_bytes() {
             )
         })
         .collect();
-    p.net.nodes[0].ctx.post_send(0, p.a.qp, &wrs).unwrap();
+    p.net.nodes[0].ctx.post_send(p.a.qp, &wrs).unwrap();
     let cq = p.a.cq;
     let wc = run_until_completions(&mut p, 0, cq, 8, 10_000_000_000);
     assert!(wc.iter().enumerate().all(|(i, w)| w.wr_id == i as u64
@@ -315,7 +314,7 @@ fn send_recv_and_write_with_imm_under_faults_complete_in_order() {
             }
         })
         .collect();
-    p.net.nodes[0].ctx.post_send(0, p.a.qp, &wrs).unwrap();
+    p.net.nodes[0].ctx.post_send(p.a.qp, &wrs).unwrap();
     let (cqa, cqb) = (p.a.cq, p.b.cq);
     let sent = run_until_completions(&mut p, 0, cqa, n as usize, 10_000_000_000);
     let received = run_until_completions(&mut p, 1, cqb, n as usize, 10_000_000_000);
@@ -373,7 +372,7 @@ fn atomics_from_two_requesters_apply_exactly_once() {
                 )
             })
             .collect();
-        net.nodes[node].ctx.post_send(0, end.qp, &wrs).unwrap();
+        net.nodes[node].ctx.post_send(end.qp, &wrs).unwrap();
         results.push((node, end, sink));
     }
     // One compare-and-swap per requester on the second word: exactly one wins.
@@ -393,7 +392,7 @@ fn atomics_from_two_requesters_apply_exactly_once() {
             },
             vec![sink.sge(0, 8)],
         );
-        net.nodes[node].ctx.post_send(0, end.qp, &[wr]).unwrap();
+        net.nodes[node].ctx.post_send(end.qp, &[wr]).unwrap();
         cas.push((node, sink));
     }
     let mut got = [0usize; 2];
@@ -451,7 +450,7 @@ fn peer_gone_ends_in_retry_exceeded_then_flushes() {
     // Warm up, then the peer vanishes for good.
     p.net.nodes[0]
         .ctx
-        .post_send(0, p.a.qp, &[write_wr(1, &src, 0, 4096, &dst, 0)])
+        .post_send(p.a.qp, &[write_wr(1, &src, 0, 4096, &dst, 0)])
         .unwrap();
     let cq = p.a.cq;
     run_until_completions(&mut p, 0, cq, 1, 1_000_000_000);
@@ -460,7 +459,7 @@ fn peer_gone_ends_in_retry_exceeded_then_flushes() {
     let wrs: Vec<SendWr> = (2..6)
         .map(|i| write_wr(i, &src, 0, 1 << 18, &dst, 0))
         .collect();
-    p.net.nodes[0].ctx.post_send(t0, p.a.qp, &wrs).unwrap();
+    p.net.nodes[0].ctx.post_send_at(t0, p.a.qp, &wrs).unwrap();
     let wc = run_until_completions(&mut p, 0, cq, 4, 10_000_000_000);
     let elapsed = p.net.now_ns() - t0;
     assert_eq!((wc[0].wr_id, wc[0].status), (2, WcStatus::RetryExcErr));
@@ -484,7 +483,7 @@ fn peer_gone_ends_in_retry_exceeded_then_flushes() {
     let now = p.net.now_ns();
     p.net.nodes[0]
         .ctx
-        .post_send(now, p.a.qp, &[write_wr(9, &src, 0, 8, &dst, 0)])
+        .post_send_at(now, p.a.qp, &[write_wr(9, &src, 0, 8, &dst, 0)])
         .unwrap();
     let wc = poll_all(&mut p.net.nodes[0].ctx, cq);
     assert_eq!((wc[0].wr_id, wc[0].status), (9, WcStatus::WrFlushErr));
@@ -622,10 +621,7 @@ fn bad_remote_accesses_fail_and_touch_nothing() {
         );
         let wr = make(&src, &read_only, &target);
         let follow = write_wr(2, &src, 0, 8, &target, 0);
-        p.net.nodes[0]
-            .ctx
-            .post_send(0, p.a.qp, &[wr, follow])
-            .unwrap();
+        p.net.nodes[0].ctx.post_send(p.a.qp, &[wr, follow]).unwrap();
         let cq = p.a.cq;
         let wc = run_until_completions(&mut p, 0, cq, 2, 1_000_000_000);
         assert_eq!((wc[0].wr_id, wc[0].status), (1, expect), "{name}");
@@ -667,7 +663,7 @@ fn bad_local_key_is_a_local_protection_error() {
         ),
         write_wr(3, &src, 0, 64, &dst, 0),
     ];
-    p.net.nodes[0].ctx.post_send(0, p.a.qp, &wrs).unwrap();
+    p.net.nodes[0].ctx.post_send(p.a.qp, &wrs).unwrap();
     let cq = p.a.cq;
     let wc = run_until_completions(&mut p, 0, cq, 3, 1_000_000_000);
     let got: Vec<_> = wc.iter().map(|w| (w.wr_id, w.status)).collect();
@@ -692,7 +688,6 @@ fn send_waits_for_a_receive_and_a_short_receive_is_a_length_error() {
     p.net.nodes[0]
         .ctx
         .post_send(
-            0,
             p.a.qp,
             &[SendWr::new(1, WrOp::Send, vec![src.sge(0, 30_000)])],
         )
@@ -731,7 +726,7 @@ fn send_waits_for_a_receive_and_a_short_receive_is_a_length_error() {
     let now = p.net.now_ns();
     p.net.nodes[0]
         .ctx
-        .post_send(
+        .post_send_at(
             now,
             p.a.qp,
             &[SendWr::new(2, WrOp::Send, vec![src.sge(0, 200)])],
@@ -764,7 +759,7 @@ fn psns_wrap_around_mid_transfer() {
     fill(&mut p.net.nodes[0].ctx, &src, 5);
     p.net.nodes[0]
         .ctx
-        .post_send(0, p.a.qp, &[write_wr(1, &src, 0, len as u32, &dst, 0)])
+        .post_send(p.a.qp, &[write_wr(1, &src, 0, len as u32, &dst, 0)])
         .unwrap();
     let cq = p.a.cq;
     let wc = run_until_completions(&mut p, 0, cq, 1, 10_000_000_000);
@@ -818,7 +813,7 @@ fn scatter_gather_lists_and_inline_data() {
         read,
     ];
     let expected_read = p.net.nodes[1].ctx.mr_bytes(&dst)[100..100 + 5010].to_vec();
-    p.net.nodes[0].ctx.post_send(0, p.a.qp, &wrs).unwrap();
+    p.net.nodes[0].ctx.post_send(p.a.qp, &wrs).unwrap();
     let cq = p.a.cq;
     let wc = run_until_completions(&mut p, 0, cq, 3, 1_000_000_000);
     assert!(wc.iter().all(|w| w.status == WcStatus::Success), "{wc:?}");
@@ -857,7 +852,7 @@ fn incast_settles_without_drops() {
         fill(&mut net.nodes[s].ctx, &src, s as u64 + 1);
         net.nodes[s]
             .ctx
-            .post_send(0, a.qp, &[write_wr(1, &src, 0, len as u32, &dst, 0)])
+            .post_send(a.qp, &[write_wr(1, &src, 0, len as u32, &dst, 0)])
             .unwrap();
         ends.push((a, src, dst));
     }
@@ -905,7 +900,7 @@ fn one_gib_write() {
     fill(&mut p.net.nodes[0].ctx, &src, 8);
     p.net.nodes[0]
         .ctx
-        .post_send(0, p.a.qp, &[write_wr(1, &src, 0, len as u32, &dst, 0)])
+        .post_send(p.a.qp, &[write_wr(1, &src, 0, len as u32, &dst, 0)])
         .unwrap();
     let cq = p.a.cq;
     let wc = run_until_completions(&mut p, 0, cq, 1, 100_000_000_000);

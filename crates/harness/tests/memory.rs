@@ -3,7 +3,6 @@
 
 use metaroce_harness::rdma::*;
 use metaroce_harness::*;
-use metaroce_proto::EndpointConfig;
 use metaroce_verbs::*;
 
 #[test]
@@ -51,7 +50,7 @@ fn idle_connection_and_qp_memory() {
         },
         vec![src.sge(0, 1 << 20)],
     );
-    net.nodes[0].ctx.post_send(0, a.qp, &[wr]).unwrap();
+    net.nodes[0].ctx.post_send(a.qp, &[wr]).unwrap();
     net.run_for(10_000_000);
     let wc = poll_all(&mut net.nodes[0].ctx, a.cq);
     assert_eq!(wc[0].status, WcStatus::RemAccessErr);

@@ -1,6 +1,5 @@
 use metaroce_harness::rdma::*;
 use metaroce_harness::*;
-use metaroce_proto::EndpointConfig;
 use metaroce_verbs::*;
 
 #[test]
@@ -32,7 +31,7 @@ fn one_mib_write_no_faults() {
         },
         vec![src.sge(0, len as u32)],
     );
-    net.nodes[0].ctx.post_send(0, a.qp, &[wr]).unwrap();
+    net.nodes[0].ctx.post_send(a.qp, &[wr]).unwrap();
     let mut done = Vec::new();
     let out = net.run_until(1_000_000_000, |n| {
         done.extend(poll_all(&mut n[0].ctx, a.cq));
@@ -92,7 +91,7 @@ fn gathered_transmits_equal_copied_ones() {
             write(1, vec![src.sge(0, len as u32)]),
             write(2, vec![src.sge(10, 5000), src.sge(7000, 3000)]),
         ];
-        net.nodes[0].ctx.post_send(0, a.qp, &wrs).unwrap();
+        net.nodes[0].ctx.post_send(a.qp, &wrs).unwrap();
         let ctx = &mut net.nodes[0].ctx;
         let mut buf = vec![0u8; ctx.max_datagram_len()];
         let mut out = Vec::new();
@@ -111,12 +110,13 @@ fn gathered_transmits_equal_copied_ones() {
                     Layout::Whole => buf[..t.len].to_vec(),
                     Layout::Split {
                         header_len,
+                        trailer_len,
                         payload,
                     } => {
                         split += 1;
                         let mut v = buf[..header_len].to_vec();
                         v.extend_from_slice(ctx.payload(&payload));
-                        v.extend_from_slice(&buf[header_len..header_len + 4]);
+                        v.extend_from_slice(&buf[header_len..header_len + trailer_len]);
                         assert_eq!(v.len(), t.len);
                         v
                     }
@@ -169,7 +169,7 @@ fn closing_the_last_qp_closes_the_connection() {
             },
             vec![src.sge(0, 8192)],
         );
-        net.nodes[0].ctx.post_send(0, a.qp, &[wr]).unwrap();
+        net.nodes[0].ctx.post_send(a.qp, &[wr]).unwrap();
         let mut done = Vec::new();
         net.run_until(net.now_ns() + 1_000_000_000, |n| {
             done.extend(poll_all(&mut n[0].ctx, a.cq));

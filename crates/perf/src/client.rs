@@ -202,7 +202,7 @@ fn client_bw(
             rig.dev.with(|ctx, now| -> Result<(), PerfError> {
                 for (q, b) in batch.iter().enumerate() {
                     if !b.is_empty() {
-                        ctx.post_send(now, rig.qps[q], b)
+                        ctx.post_send_at(now, rig.qps[q], b)
                             .map_err(|(i, e)| PerfError::Other(format!("post_send #{i}: {e}")))?;
                     }
                 }
@@ -305,7 +305,7 @@ fn client_lat(
         };
         let t0 = now_ns();
         rig.dev.with(|ctx, now| {
-            ctx.post_send(now, qp, std::slice::from_ref(&wr))
+            ctx.post_send_at(now, qp, std::slice::from_ref(&wr))
                 .map_err(|(_, e)| PerfError::Other(format!("post_send: {e}")))
         })?;
         // Wait for the answer: a receive (ping-pong) or the completion.

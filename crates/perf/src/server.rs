@@ -163,7 +163,7 @@ fn server_session(
                     w.signaled = false;
                     let qp = rig.qps[q];
                     rig.dev.with(|ctx, now| {
-                        ctx.post_send(now, qp, std::slice::from_ref(&w))
+                        ctx.post_send_at(now, qp, std::slice::from_ref(&w))
                             .map_err(|(_, e)| PerfError::Other(format!("post_send: {e}")))
                     })?;
                 }

@@ -4,7 +4,8 @@
 //! stream of WRITEs between two endpoints, sender and receiver together:
 //! `poll_transmit` at A (emit, gather the payload, ICRC or seal) and
 //! `handle_datagram` at B (parse, ICRC or replay window + tag check and
-//! decryption, placement), with B's ACKs handed back to A (their cost,
+//! decryption, placement), with B's ACKs handed back to A by the core's
+//! test driver (`metaroce_proto::testing::Pair`; their cost,
 //! about one ACK per four data packets, is included). The difference
 //! between the variants is what authentication, and encryption, cost per
 //! packet on top of the plain ICRC path.
@@ -14,12 +15,13 @@
 //! ```
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use metaroce_proto::testing::{Pair, Side};
 use metaroce_proto::{
     AccessFlags, AuthConfig, Endpoint, EndpointConfig, MrInfo, QpCaps, QpHandle, SendWr, Sge,
     WcStatus, WrOp,
 };
 use std::hint::black_box;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
 const A_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
@@ -57,14 +59,13 @@ fn config(ip: IpAddr, seed: u64, mode: Mode) -> EndpointConfig {
     }
 }
 
-struct Side {
-    ep: Endpoint,
+/// One side's QP and region.
+struct End {
     qp: QpHandle,
     mr: MrInfo,
 }
 
-fn side(ip: IpAddr, seed: u64, mode: Mode) -> Side {
-    let mut ep = Endpoint::new(config(ip, seed, mode)).expect("valid config");
+fn setup(ep: &mut Endpoint) -> End {
     let pd = ep.alloc_pd();
     let rights = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
     let mr = ep
@@ -83,42 +84,37 @@ fn side(ip: IpAddr, seed: u64, mode: Mode) -> Side {
         max_recv_wr: 16,
     };
     let qp = ep.create_qp(pd, caps, rights).expect("QP");
-    Side { ep, qp, mr }
+    End { qp, mr }
 }
 
-struct Pair {
-    a: Side,
-    b: Side,
-    now: u64,
+/// The core's test driver with one connected QP pair.
+struct Bench {
+    pair: Pair,
+    a: End,
+    b: End,
     outstanding: usize,
-    buf: Vec<u8>,
-    acks: Vec<(SocketAddr, Vec<u8>)>,
 }
 
-impl Pair {
+impl Bench {
     fn new(mode: Mode) -> Self {
-        let mut a = side(A_IP, 1, mode);
-        let mut b = side(B_IP, 2, mode);
-        let (a_addr, b_addr) = (SocketAddr::new(A_IP, PORT), SocketAddr::new(B_IP, PORT));
-        let (sa, sb) = (a.ep.session_id(), b.ep.session_id());
-        a.ep.set_peer_session(b_addr, sb).expect("session");
-        b.ep.set_peer_session(a_addr, sa).expect("session");
-        a.ep.connect_qp(a.qp, b_addr, b.qp.qpn()).expect("connect");
-        b.ep.connect_qp(b.qp, a_addr, a.qp.qpn()).expect("connect");
-        let buf = vec![0; a.ep.max_datagram_len()];
+        let mut pair = Pair::new(A_IP, config(A_IP, 1, mode), B_IP, config(B_IP, 2, mode))
+            .expect("valid config");
+        let a = setup(&mut pair.a);
+        let b = setup(&mut pair.b);
+        pair.exchange_sessions().expect("session");
+        pair.connect(a.qp, b.qp).expect("connect");
+        pair.set_now(1_000_000);
         Self {
+            pair,
             a,
             b,
-            now: 1_000_000,
             outstanding: 0,
-            buf,
-            acks: Vec::new(),
         }
     }
 
     /// Keep two WRITEs posted.
     fn top_up(&mut self) {
-        while let Some(c) = self.a.ep.poll_completion() {
+        while let Some(c) = self.pair.a.poll_completion() {
             assert_eq!(c.wc.status, WcStatus::Success);
             self.outstanding -= 1;
         }
@@ -135,7 +131,7 @@ impl Pair {
                     lkey: self.a.mr.lkey,
                 }],
             );
-            self.a.ep.post_send(self.now, self.a.qp, wr).expect("post");
+            self.pair.a.post_send(self.a.qp, wr).expect("post");
             self.outstanding += 1;
         }
     }
@@ -145,37 +141,12 @@ impl Pair {
     fn round(&mut self) -> (Duration, u64) {
         self.top_up();
         let start = Instant::now();
-        let mut moved = 0;
-        while let Some(t) = self.a.ep.poll_transmit(self.now, &mut self.buf) {
-            let src = SocketAddr::new(A_IP, t.src_port);
-            self.b
-                .ep
-                .handle_datagram(self.now, src, t.ecn, black_box(&self.buf[..t.len]));
-            moved += 1;
-        }
-        self.now += 5_000;
-        let mut ack_count = 0;
-        while let Some(t) = self.b.ep.poll_transmit(self.now, &mut self.buf) {
-            let src = SocketAddr::new(B_IP, t.src_port);
-            if self.acks.len() <= ack_count {
-                self.acks.push((src, Vec::new()));
-            }
-            let slot = &mut self.acks[ack_count];
-            slot.0 = src;
-            slot.1.clear();
-            slot.1.extend_from_slice(&self.buf[..t.len]);
-            ack_count += 1;
-        }
-        for (src, ack) in &self.acks[..ack_count] {
-            self.a
-                .ep
-                .handle_datagram(self.now, *src, Default::default(), ack);
-        }
+        let moved = self.pair.transfer(Side::A);
+        self.pair.set_now(self.pair.now() + 5_000);
+        self.pair.transfer(Side::B);
         let elapsed = start.elapsed();
-        self.now += 5_000;
-        self.a.ep.handle_timeout(self.now);
-        self.b.ep.handle_timeout(self.now);
-        (elapsed, moved)
+        self.pair.advance(5_000);
+        (elapsed, black_box(moved) as u64)
     }
 }
 
@@ -188,7 +159,7 @@ fn endpoint_4k(c: &mut Criterion) {
         ("encrypted", Mode::Encrypted),
     ] {
         group.bench_function(name, |bench| {
-            let mut pair = Pair::new(mode);
+            let mut pair = Bench::new(mode);
             bench.iter_custom(|iters| {
                 let (mut time, mut packets) = (Duration::ZERO, 0u64);
                 while packets < iters {

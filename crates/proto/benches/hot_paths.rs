@@ -1,7 +1,8 @@
 //! Per-packet hot paths of the sans-IO core, reported as packets per second
 //! per core (`Throughput::Elements` counts packets).
 //!
-//! Two endpoints live in memory, no sockets: A (127.0.0.1, device port 4791)
+//! Two endpoints live in memory, no sockets (the core's test driver,
+//! `metaroce_proto::testing::Pair`): A (127.0.0.1, device port 4791)
 //! RDMA-WRITEs into B (127.0.0.2, device port 4791) over one connected QP
 //! pair. Virtual time advances half an RTT (5 µs) per hop, so RTT samples
 //! match the configured base RTT.
@@ -38,6 +39,7 @@
 //! (op-ack, completion, re-post) is amortised over 256 packets.
 
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use metaroce_proto::testing::{Pair, Side};
 use metaroce_proto::{
     AccessFlags, Ecn, Endpoint, EndpointConfig, MrInfo, QpCaps, QpHandle, SendWr, Sge, Transmit,
     WcStatus, WrOp,
@@ -90,44 +92,38 @@ fn fill(ep: &mut Endpoint, mr: &MrInfo, seed: u8) {
     }
 }
 
-/// The requester: one QP and the region its WRITEs gather from.
-struct Requester {
-    ep: Endpoint,
+/// One side's QP and region.
+#[derive(Clone, Copy)]
+struct End {
     qp: QpHandle,
     mr: MrInfo,
 }
 
-fn requester(mtu: u32, msg_len: u64) -> Requester {
-    let mut ep = Endpoint::new(config(mtu)).expect("valid config");
+/// The requester's setup: one QP and the region its WRITEs gather from.
+fn setup_requester(ep: &mut Endpoint, msg_len: u64) -> End {
     let pd = ep.alloc_pd();
     let mr = ep
         .register_memory(pd, msg_len, AccessFlags::LOCAL_WRITE)
         .expect("register source");
-    fill(&mut ep, &mr, 0x5a);
+    fill(ep, &mr, 0x5a);
     let qp = ep
         .create_qp(pd, caps(), AccessFlags::NONE)
         .expect("create QP");
-    Requester { ep, qp, mr }
+    End { qp, mr }
 }
 
-/// The responder: one QP that accepts WRITEs into its target region.
-/// Deterministic (seeded keys, QP numbers), so every call for the same
-/// `requester_qpn` gives the same QP number and rkey: recorded packets
+/// The responder's setup: one QP that accepts WRITEs into its target
+/// region, bound to the requester's QP. Deterministic (seeded keys, QP
+/// numbers), so every endpoint set up this way for the same
+/// `requester_qpn` has the same QP number and rkey: recorded packets
 /// replay into any fresh one.
-struct Responder {
-    ep: Endpoint,
-    qp: QpHandle,
-    mr: MrInfo,
-}
-
-fn responder(mtu: u32, msg_len: u64, requester_qpn: u32) -> Responder {
-    let mut ep = Endpoint::new(config(mtu)).expect("valid config");
+fn setup_responder(ep: &mut Endpoint, msg_len: u64, requester_qpn: u32) -> End {
     let pd = ep.alloc_pd();
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
     let mr = ep
         .register_memory(pd, msg_len, access)
         .expect("register target");
-    fill(&mut ep, &mr, 0xee);
+    fill(ep, &mr, 0xee);
     let qp = ep
         .create_qp(pd, caps(), AccessFlags::NONE)
         .expect("create QP");
@@ -135,7 +131,14 @@ fn responder(mtu: u32, msg_len: u64, requester_qpn: u32) -> Responder {
         .expect("QP access");
     ep.connect_qp(qp, SocketAddr::new(A_IP, DEVICE_PORT), requester_qpn)
         .expect("connect B");
-    Responder { ep, qp, mr }
+    End { qp, mr }
+}
+
+/// A fresh responder endpoint, as B of a [`Bench`] is.
+fn responder(mtu: u32, msg_len: u64, requester_qpn: u32) -> (Endpoint, End) {
+    let mut ep = Endpoint::new(config(mtu)).expect("valid config");
+    let end = setup_responder(&mut ep, msg_len, requester_qpn);
+    (ep, end)
 }
 
 /// A datagram kept for later delivery.
@@ -146,12 +149,13 @@ struct Datagram {
     bytes: Vec<u8>,
 }
 
-/// A connected pair and the untimed plumbing between its two endpoints.
-struct Pair {
-    a: Requester,
-    b: Responder,
+/// A connected pair (the core's test driver) and the bench's bookkeeping
+/// around it: bursts into distinct buffers, ACKs collected per round.
+struct Bench {
+    pair: Pair,
+    a: End,
+    b: End,
     msg_len: u64,
-    now: u64,
     next_wr_id: u64,
     outstanding: usize,
     /// A's transmit buffers, one per packet of a burst.
@@ -165,20 +169,23 @@ struct Pair {
     idle_rounds: u32,
 }
 
-impl Pair {
+impl Bench {
     fn new(mtu: u32) -> Self {
         let msg_len = PACKETS_PER_WRITE * u64::from(mtu);
-        let mut a = requester(mtu, msg_len);
-        let b = responder(mtu, msg_len, a.qp.qpn());
-        a.ep.connect_qp(a.qp, SocketAddr::new(B_IP, DEVICE_PORT), b.qp.qpn())
+        let mut pair = Pair::new(A_IP, config(mtu), B_IP, config(mtu)).expect("valid config");
+        let a = setup_requester(&mut pair.a, msg_len);
+        let b = setup_responder(&mut pair.b, msg_len, a.qp.qpn());
+        pair.a
+            .connect_qp(a.qp, pair.addr(Side::B), b.qp.qpn())
             .expect("connect A");
-        let len = a.ep.max_datagram_len();
-        let b_buf = vec![0; b.ep.max_datagram_len()];
+        pair.set_now(1_000_000);
+        let len = pair.a.max_datagram_len();
+        let b_buf = vec![0; pair.b.max_datagram_len()];
         Self {
+            pair,
             a,
             b,
             msg_len,
-            now: 1_000_000,
             next_wr_id: 0,
             outstanding: 0,
             bufs: (0..BURST).map(|_| vec![0; len]).collect(),
@@ -192,7 +199,7 @@ impl Pair {
 
     /// Reap A's completions and keep `WRITES_IN_FLIGHT` WRITEs posted.
     fn top_up(&mut self) {
-        while let Some(c) = self.a.ep.poll_completion() {
+        while let Some(c) = self.pair.a.poll_completion() {
             assert_eq!(c.wc.status, WcStatus::Success, "WRITE failed: {c:?}");
             self.outstanding -= 1;
         }
@@ -207,10 +214,7 @@ impl Pair {
                 lkey: self.a.mr.lkey,
             };
             let wr = SendWr::new(self.next_wr_id, op, vec![sge]);
-            self.a
-                .ep
-                .post_send(self.now, self.a.qp, wr)
-                .expect("post WRITE");
+            self.pair.a.post_send(self.a.qp, wr).expect("post WRITE");
             self.next_wr_id += 1;
             self.outstanding += 1;
         }
@@ -220,9 +224,10 @@ impl Pair {
     #[inline(always)]
     fn emit_burst(&mut self, max: usize) -> usize {
         self.sent.clear();
+        let now = self.pair.now();
         while self.sent.len() < max {
             let n = self.sent.len();
-            match self.a.ep.poll_transmit(self.now, &mut self.bufs[n]) {
+            match self.pair.a.poll_transmit(now, &mut self.bufs[n]) {
                 Some(t) => self.sent.push(t),
                 None => break,
             }
@@ -232,15 +237,10 @@ impl Pair {
 
     /// Hand the last burst to B.
     fn deliver_burst(&mut self) {
-        self.now += HALF_RTT_NS;
+        self.pair.set_now(self.pair.now() + HALF_RTT_NS);
         for (t, buf) in self.sent.iter().zip(&self.bufs) {
             debug_assert_eq!(t.dst, SocketAddr::new(B_IP, DEVICE_PORT));
-            self.b.ep.handle_datagram(
-                self.now,
-                SocketAddr::new(A_IP, t.src_port),
-                t.ecn,
-                &buf[..t.len],
-            );
+            self.pair.deliver(Side::A, t, &buf[..t.len]);
         }
     }
 
@@ -249,7 +249,8 @@ impl Pair {
     fn collect_acks(&mut self) {
         self.ack_count = 0;
         for _ in 0..4 {
-            while let Some(t) = self.b.ep.poll_transmit(self.now, &mut self.b_buf) {
+            let now = self.pair.now();
+            while let Some(t) = self.pair.b.poll_transmit(now, &mut self.b_buf) {
                 if self.ack_count == self.acks.len() {
                     self.acks.push((t, vec![0; self.b_buf.len()]));
                 }
@@ -258,27 +259,22 @@ impl Pair {
                 slot.1[..t.len].copy_from_slice(&self.b_buf[..t.len]);
                 self.ack_count += 1;
             }
-            match self.b.ep.poll_timeout() {
+            match self.pair.b.poll_timeout() {
                 Some(d) => {
-                    self.now = self.now.max(d);
-                    self.b.ep.handle_timeout(self.now);
+                    self.pair.set_now(d);
+                    self.pair.b.handle_timeout(self.pair.now());
                 }
                 None => break,
             }
         }
-        self.now += HALF_RTT_NS;
+        self.pair.set_now(self.pair.now() + HALF_RTT_NS);
     }
 
     /// A handles B's ACKs `range` (after `collect_acks`).
     #[inline(always)]
     fn deliver_acks(&mut self, range: std::ops::Range<usize>) {
         for (t, buf) in &self.acks[range] {
-            self.a.ep.handle_datagram(
-                self.now,
-                SocketAddr::new(B_IP, t.src_port),
-                t.ecn,
-                &buf[..t.len],
-            );
+            self.pair.deliver(Side::B, t, &buf[..t.len]);
         }
     }
 
@@ -298,7 +294,7 @@ impl Pair {
     /// A and B exchanged only first transmissions and ACKs: what was timed
     /// is the path we meant to time.
     fn assert_clean(&self) {
-        let (a, b) = (self.a.ep.stats(), self.b.ep.stats());
+        let (a, b) = (self.pair.a.stats(), self.pair.b.stats());
         assert_eq!(a.data_packets_retransmitted, 0, "A retransmitted: {a:?}");
         assert_eq!(a.ack_packets_sent, 0, "A sent ACKs: {a:?}");
         assert_eq!(
@@ -315,7 +311,7 @@ impl Pair {
 }
 
 /// `build_emit`: time only A's `poll_transmit` bursts.
-fn run_build_emit(pair: &mut Pair, iters: u64) -> Duration {
+fn run_build_emit(pair: &mut Bench, iters: u64) -> Duration {
     let mut timed = Duration::ZERO;
     let mut done = 0u64;
     while done < iters {
@@ -335,7 +331,7 @@ fn run_build_emit(pair: &mut Pair, iters: u64) -> Duration {
 }
 
 /// `ack_process`: time only A's handling of B's ACKs.
-fn run_ack_process(pair: &mut Pair, iters: u64) -> Duration {
+fn run_ack_process(pair: &mut Bench, iters: u64) -> Duration {
     let mut timed = Duration::ZERO;
     let mut done = 0u64;
     while done < iters {
@@ -357,13 +353,13 @@ fn run_ack_process(pair: &mut Pair, iters: u64) -> Duration {
 /// The first `REPLAY_PACKETS` data packets A sends to a fresh B, as B
 /// receives them, and the requester QP number they were recorded with.
 fn record_data_packets(mtu: u32) -> (Vec<Datagram>, u32) {
-    let mut pair = Pair::new(mtu);
+    let mut pair = Bench::new(mtu);
     pair.top_up();
     let mut packets = Vec::with_capacity(REPLAY_PACKETS);
     while packets.len() < REPLAY_PACKETS {
         let n = pair.emit_burst(BURST.min(REPLAY_PACKETS - packets.len()));
         pair.note_progress(n);
-        let at_ns = pair.now + HALF_RTT_NS;
+        let at_ns = pair.pair.now() + HALF_RTT_NS;
         for (t, buf) in pair.sent.iter().zip(&pair.bufs) {
             let src = SocketAddr::new(A_IP, t.src_port);
             packets.push(Datagram {
@@ -384,9 +380,9 @@ fn record_data_packets(mtu: u32) -> (Vec<Datagram>, u32) {
 
 /// Replay recorded packets into a responder: the timed part of `parse_place`.
 #[inline(always)]
-fn replay(b: &mut Responder, packets: &[Datagram]) {
+fn replay(b: &mut Endpoint, packets: &[Datagram]) {
     for p in packets {
-        b.ep.handle_datagram(p.at_ns, p.src, p.ecn, &p.bytes);
+        b.handle_datagram(p.at_ns, p.src, p.ecn, &p.bytes);
     }
 }
 
@@ -424,7 +420,7 @@ fn per_packet(c: &mut Criterion) {
     group.throughput(Throughput::Elements(1));
 
     for mtu in PAYLOADS {
-        let mut pair = Pair::new(mtu);
+        let mut pair = Bench::new(mtu);
         pair.top_up();
         group.bench_function(BenchmarkId::new("build_emit", mtu), |b| {
             b.iter_custom(|iters| run_build_emit(&mut pair, iters));
@@ -436,9 +432,9 @@ fn per_packet(c: &mut Criterion) {
         let (packets, requester_qpn) = record_data_packets(mtu);
         let msg_len = PACKETS_PER_WRITE * u64::from(mtu);
         // Check once that a replay is all fresh, valid packets that land.
-        let mut check = responder(mtu, msg_len, requester_qpn);
+        let (mut check, check_end) = responder(mtu, msg_len, requester_qpn);
         replay(&mut check, &packets);
-        let s = check.ep.stats();
+        let s = check.stats();
         assert_eq!(s.rx_datagrams, REPLAY_PACKETS as u64);
         assert_eq!(
             s.rx_malformed
@@ -448,17 +444,18 @@ fn per_packet(c: &mut Criterion) {
                 + s.rx_duplicate_ops,
             0
         );
-        let source = requester(mtu, msg_len);
+        let mut source = Endpoint::new(config(mtu)).expect("valid config");
+        let source_end = setup_requester(&mut source, msg_len);
         assert_eq!(
-            check.ep.memory(check.mr.handle),
-            source.ep.memory(source.mr.handle),
+            check.memory(check_end.mr.handle),
+            source.memory(source_end.mr.handle),
             "payload landed"
         );
 
         group.throughput(Throughput::Elements(REPLAY_PACKETS as u64));
         group.bench_function(BenchmarkId::new("parse_place", mtu), |b| {
             b.iter_batched(
-                || responder(mtu, msg_len, requester_qpn),
+                || responder(mtu, msg_len, requester_qpn).0,
                 |mut r| {
                     replay(&mut r, &packets);
                     r
@@ -471,14 +468,14 @@ fn per_packet(c: &mut Criterion) {
 
     {
         let mtu = PAYLOADS[0];
-        let mut pair = Pair::new(mtu);
+        let mut pair = Bench::new(mtu);
         pair.top_up();
         group.bench_function(BenchmarkId::new("ack_process", mtu), |b| {
             b.iter_custom(|iters| run_ack_process(&mut pair, iters));
         });
         pair.assert_clean();
         let peer = SocketAddr::new(B_IP, DEVICE_PORT);
-        let stats = pair.a.ep.connection_stats(peer).expect("connected");
+        let stats = pair.pair.a.connection_stats(peer).expect("connected");
         eprintln!(
             "ack_process/{mtu}: {} ACKs for {} data packets ({:.2} data packets per ACK)",
             stats.acks_received,

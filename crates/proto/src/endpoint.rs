@@ -8,222 +8,38 @@
 //!   [`Endpoint::poll_transmit`] until `None`, then
 //!   [`Endpoint::poll_timeout`], then [`Endpoint::poll_completion`].
 //!
-//! Every input carries `now_ns`, a monotonic time in nanoseconds. The
+//! Every input from the driver carries `now_ns`, a monotonic time in
+//! nanoseconds; application commands do not: the endpoint stamps a post
+//! with the latest time it was given (by an input, a poll or
+//! [`Endpoint::set_time`]), as the driver owns time. A driver that posts on
+//! behalf of a timed event says when with [`Endpoint::post_send_at`]. The
 //! endpoint never reads a clock, never sleeps, and draws every random value
 //! from the seed in its config; the UDP datapath, the fabric simulator and
 //! the deterministic harness all drive it through these same calls.
 
 use crate::auth::{ConnectionAuth, Reject};
 use crate::config::{ConfigError, EndpointConfig};
-use crate::connection::{Connection, ConnectionStats, Out};
-use crate::memory::{AccessFlags, KeyKind, MemoryError, MrHandle, MrInfo, RegionTable, Span};
-use crate::message::{MsgKind, Source, TxMessage};
-use crate::ops;
+use crate::connection::{Connection, ConnectionStats};
+use crate::device_state::DeviceState;
+use crate::ecn::Ecn;
+use crate::memory::{AccessFlags, KeyKind, MemoryError, MrHandle, MrInfo, Span};
+use crate::message::{MsgAddress, Source, TxMessage};
+use crate::packet_repr::{PacketRepr, PacketSlot};
 use crate::path::PathStats;
 use crate::qp::{Qp, QpCaps, QpHandle, QpRunState, SqEntry, SqState};
 use crate::range_set::RangeSet;
-use crate::work::{RecvWr, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion, WorkQueue, WrOp};
-use metaroce_wire::{self as wire, OpHeader};
+use crate::stats::EndpointStats;
+use crate::transmit::{Layout, Out, PayloadRef, Transmit};
+use crate::work::{Completion, RecvWr, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion};
+use metaroce_wire as wire;
 use rand_chacha::ChaCha20Rng;
 use rand_core::{Rng, SeedableRng};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::net::SocketAddr;
 
-/// ECN codepoint of a datagram (RFC 3168).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
-pub enum Ecn {
-    /// Not ECN-capable.
-    #[default]
-    NotEct,
-    /// ECN-capable, not marked.
-    Ect0,
-    /// Congestion experienced.
-    Ce,
-}
-
-/// A datagram the endpoint wrote into the caller's buffer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[must_use]
-pub struct Transmit {
-    /// Destination: the peer's address and device port.
-    pub dst: SocketAddr,
-    /// UDP source port: the path's port (its ECMP entropy).
-    pub src_port: u16,
-    /// ECN codepoint to send with.
-    pub ecn: Ecn,
-    /// Bytes written at the start of the buffer.
-    pub len: usize,
-}
-
-/// How a datagram from [`Endpoint::poll_transmit_gather`] lies in memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Layout {
-    /// All `Transmit::len` bytes are at the start of the buffer.
-    Whole,
-    /// The buffer holds the headers (`header_len` bytes) followed by the
-    /// 4-byte ICRC trailer; the payload stays in its memory region
-    /// ([`Endpoint::payload`]). On the wire: headers, payload, trailer.
-    Split {
-        /// Header bytes at the start of the buffer; the trailer follows.
-        header_len: usize,
-        /// Where the payload is.
-        payload: PayloadRef,
-    },
-}
-
-/// A payload left in place in a registered memory region, valid until the
-/// endpoint is next changed (resolve it with [`Endpoint::payload`] before
-/// handling more input or polling again).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PayloadRef(pub(crate) Span);
-
-/// A packet as parsed headers, without payload bytes: what the fabric
-/// simulator carries between endpoints ([`Endpoint::poll_packet`],
-/// [`Endpoint::handle_packet`]). The same protocol code runs on it as on
-/// real datagrams; only serialization, the ICRC and payload copies are
-/// skipped.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PacketRepr {
-    /// A data packet; its payload is `repr.payload_len` bytes of nothing.
-    Data(wire::DataRepr),
-    /// An ACK.
-    Ack(Box<wire::AckRepr>),
-}
-
-/// Where [`Endpoint::poll_packet_into`] writes a packet: it keeps the box
-/// of the last ACK taken out, so a simulator polling millions of ACKs
-/// allocates one box, not one per ACK.
-#[derive(Debug, Default)]
-pub struct PacketSlot {
-    packet: Option<PacketRepr>,
-    spare_ack: Option<Box<wire::AckRepr>>,
-}
-
-impl PacketSlot {
-    /// An empty slot.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// The packet last written, until the next poll.
-    pub fn packet(&self) -> Option<&PacketRepr> {
-        self.packet.as_ref()
-    }
-
-    /// Take the packet out (its ACK box is then the caller's).
-    pub fn take(&mut self) -> Option<PacketRepr> {
-        self.packet.take()
-    }
-
-    fn clear(&mut self) {
-        if let Some(PacketRepr::Ack(ack)) = self.packet.take() {
-            self.spare_ack = Some(ack);
-        }
-    }
-
-    pub(crate) fn put_data(&mut self, repr: wire::DataRepr) {
-        self.clear();
-        self.packet = Some(PacketRepr::Data(repr));
-    }
-
-    pub(crate) fn put_ack(&mut self, repr: wire::AckRepr) {
-        self.clear();
-        let ack = match self.spare_ack.take() {
-            Some(mut spare) => {
-                *spare = repr;
-                spare
-            }
-            None => Box::new(repr),
-        };
-        self.packet = Some(PacketRepr::Ack(ack));
-    }
-}
-
-impl PacketRepr {
-    /// Bytes the packet occupies on the wire (UDP payload, ICRC included).
-    pub fn wire_len(&self) -> usize {
-        match self {
-            Self::Data(d) => d.buffer_len(),
-            Self::Ack(a) => a.buffer_len(),
-        }
-    }
-}
-
 /// Zeros standing in for payload bytes of packets handled as reprs.
 static ZERO_PAYLOAD: [u8; 65_536] = [0; 65_536];
-
-/// A work completion and where it belongs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Completion {
-    /// The QP it belongs to.
-    pub qp: QpHandle,
-    /// Its queue (picks the send or receive CQ).
-    pub queue: WorkQueue,
-    /// The completion itself.
-    pub wc: WorkCompletion,
-}
-
-/// Counters of an endpoint. Every dropped input is counted under its cause.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct EndpointStats {
-    /// Datagrams handed to `handle_datagram`.
-    pub rx_datagrams: u64,
-    /// Datagrams that failed to parse (bad version, length, checksum, field).
-    pub rx_malformed: u64,
-    /// Datagrams from a device with no connection.
-    pub rx_unknown_peer: u64,
-    /// Packets naming a QP that is not ours or not bound to that peer.
-    pub rx_unknown_qp: u64,
-    /// Packets of a retired path generation.
-    pub rx_stale_path: u64,
-    /// Packets beyond a path's 256-packet window.
-    pub rx_out_of_window: u64,
-    /// Path-level duplicates.
-    pub rx_duplicates: u64,
-    /// Operation-level duplicates (already executed).
-    pub rx_duplicate_ops: u64,
-    /// Operation packets dropped as inconsistent or out of window.
-    pub rx_dropped_ops: u64,
-    /// Data packets sent (first transmissions).
-    pub data_packets_sent: u64,
-    /// Data packets resent.
-    pub data_packets_retransmitted: u64,
-    /// Data packets declared lost.
-    pub data_packets_lost: u64,
-    /// ACKs sent.
-    pub ack_packets_sent: u64,
-    /// Tail-loss probes sent (counted in retransmissions too).
-    pub tail_probes: u64,
-    /// Path RTOs.
-    pub rtos: u64,
-    /// Connection retry timeouts.
-    pub retry_timeouts: u64,
-    /// Paths retired and replaced.
-    pub paths_replaced: u64,
-    /// RNR NAKs sent.
-    pub rnr_naks_sent: u64,
-    /// Fatal NAKs sent (remote access, invalid request).
-    pub naks_sent: u64,
-    /// Remote accesses refused by the memory checks (unknown or wrong rkey,
-    /// other protection domain, missing right, out of bounds); each ends in
-    /// a `RemAccessErr` NAK and no byte moves.
-    pub rx_remote_access_denied: u64,
-    /// Packets dropped because accepting them would pass a limit (a path
-    /// slot at or above `max_peer_paths`, a READ or atomic while the
-    /// connection holds `max_outstanding_ops_per_connection` messages, an
-    /// incoming message scattered into more byte ranges than the core keeps).
-    pub rx_over_limit: u64,
-    /// With authentication configured: datagrams without the AUTHENTICATED
-    /// flag (plain ICRC packets), dropped unread.
-    pub rx_unauthenticated: u64,
-    /// With authentication configured: datagrams whose tag did not verify
-    /// under the connection's key (forged, modified, corrupted, wrong key).
-    pub rx_auth_failed: u64,
-    /// With authentication configured: datagrams whose packet number was
-    /// seen before or fell below the anti-replay window.
-    pub rx_replayed: u64,
-}
 
 /// Why a post was refused outright (ibverbs returns these from
 /// `ibv_post_send`/`ibv_post_recv`; everything else becomes a completion).
@@ -282,57 +98,32 @@ pub enum QpError {
     PeerSessionChanged(SocketAddr),
 }
 
-/// State every connection needs: memory, QPs, completions, counters.
+/// A connection and the endpoint's scheduling marks for it. Replacing the
+/// slot (a new or closed connection) clears both marks.
 #[derive(Debug)]
-pub(crate) struct Shared {
-    pub(crate) config: EndpointConfig,
-    pub(crate) regions: RegionTable,
-    pub(crate) qps: Vec<Option<Qp>>,
-    qp_gens: Vec<u16>,
-    pub(crate) completions: VecDeque<Completion>,
-    pub(crate) stats: EndpointStats,
-    pub(crate) rng: crate::seeded_rng::SeededRng,
-    hint_epoch: u64,
-    senders_this_epoch: u32,
-    senders_last_epoch: u32,
+struct ConnSlot {
+    conn: Connection,
+    /// Queued in `Endpoint::ready`.
+    in_ready: bool,
+    /// The deadline the connection has in the endpoint's timer heap.
+    timer_deadline: Option<u64>,
 }
 
-impl Shared {
-    /// Count a connection that sent us data in the current epoch (for the
-    /// receiver rate hint: our line rate shared among active senders).
-    pub(crate) fn note_sender(&mut self, conn_epoch: &mut u64, now_ns: u64) {
-        let epoch = now_ns / self.config.rate_hint_epoch_ns.max(1);
-        if epoch != self.hint_epoch {
-            self.senders_last_epoch = if epoch == self.hint_epoch + 1 {
-                self.senders_this_epoch
-            } else {
-                0
-            };
-            self.senders_this_epoch = 0;
-            self.hint_epoch = epoch;
+impl ConnSlot {
+    fn new(conn: Connection) -> Self {
+        Self {
+            conn,
+            in_ready: false,
+            timer_deadline: None,
         }
-        if *conn_epoch != epoch {
-            *conn_epoch = epoch;
-            self.senders_this_epoch += 1;
-        }
-    }
-
-    /// This receiver's share for each active sender, Mbit/s; 0 (no hint)
-    /// while a single sender has the whole link, where ECN alone steers.
-    pub(crate) fn rate_hint_mbps(&self) -> u32 {
-        let active = self.senders_this_epoch.max(self.senders_last_epoch);
-        if active <= 1 {
-            return 0;
-        }
-        (self.config.line_rate_bps / u64::from(active) / 1_000_000).min(u64::from(u32::MAX)) as u32
     }
 }
 
 /// One device's protocol state.
 #[derive(Debug)]
 pub struct Endpoint {
-    shared: Shared,
-    conns: Vec<Connection>,
+    dev: DeviceState,
+    conns: Vec<ConnSlot>,
     /// Slots of closed connections, reused before `conns` grows.
     free_conns: Vec<u32>,
     conn_by_peer: HashMap<SocketAddr, u32>,
@@ -349,6 +140,9 @@ pub struct Endpoint {
     /// Decrypted payload of the packet being handled (encrypted mode); kept
     /// to reuse its allocation.
     plaintext: Vec<u8>,
+    /// The latest time an input or poll carried: what a post is stamped
+    /// with when the caller gives none.
+    now_ns: u64,
 }
 
 /// Mixed into the seed for the session id, so that drawing it leaves the
@@ -359,22 +153,9 @@ impl Endpoint {
     /// A new endpoint; refuses an invalid config.
     pub fn new(config: EndpointConfig) -> Result<Self, ConfigError> {
         config.validate()?;
-        let rng = crate::seeded_rng::SeededRng::new(config.seed);
         let session_id = ChaCha20Rng::seed_from_u64(config.seed ^ SESSION_SEED_DOMAIN).next_u64();
         Ok(Self {
-            shared: Shared {
-                regions: RegionTable::new(config.max_memory_regions)
-                    .with_max_bytes(config.max_registered_bytes),
-                qps: Vec::new(),
-                qp_gens: Vec::new(),
-                completions: VecDeque::new(),
-                stats: EndpointStats::default(),
-                rng,
-                hint_epoch: 0,
-                senders_this_epoch: 0,
-                senders_last_epoch: 0,
-                config,
-            },
+            dev: DeviceState::new(config),
             conns: Vec::new(),
             free_conns: Vec::new(),
             conn_by_peer: HashMap::new(),
@@ -384,27 +165,28 @@ impl Endpoint {
             session_id,
             peer_sessions: HashMap::new(),
             plaintext: Vec::new(),
+            now_ns: 0,
         })
     }
 
     /// The configuration.
     pub fn config(&self) -> &EndpointConfig {
-        &self.shared.config
+        &self.dev.config
     }
 
     /// Counters.
     pub fn stats(&self) -> &EndpointStats {
-        &self.shared.stats
+        &self.dev.stats
     }
 
     /// The largest datagram the endpoint emits: size `poll_transmit`'s buffer to this.
     pub fn max_datagram_len(&self) -> usize {
-        let trailer = if self.shared.config.auth.is_some() {
+        let trailer = if self.dev.config.auth.is_some() {
             wire::AUTH_TRAILER_LEN
         } else {
             wire::ICRC_LEN
         };
-        wire::DATA_HEADER_LEN + 32 + self.shared.config.mtu_payload_bytes as usize + trailer
+        wire::DATA_HEADER_LEN + 32 + self.dev.config.mtu_payload_bytes as usize + trailer
     }
 
     /// This endpoint's session id: random per incarnation (drawn from the
@@ -426,11 +208,9 @@ impl Endpoint {
             Some(_) if self.conn_by_peer.contains_key(&peer) => {
                 return Err(QpError::PeerSessionChanged(peer));
             }
-            None if self.peer_sessions.len() >= self.shared.config.max_connections as usize => {
+            None if self.peer_sessions.len() >= self.dev.config.max_connections as usize => {
                 // Bounded like the connections it prepares.
-                return Err(QpError::TooManyConnections(
-                    self.shared.config.max_connections,
-                ));
+                return Err(QpError::TooManyConnections(self.dev.config.max_connections));
             }
             _ => {}
         }
@@ -446,6 +226,12 @@ impl Endpoint {
         self.next_pd - 1
     }
 
+    /// Whether any memory region or QP lives in protection domain `pd`
+    /// (ibverbs refuses to deallocate such a domain).
+    pub fn pd_in_use(&self, pd: u32) -> bool {
+        self.dev.regions.any_in_domain(pd) || self.dev.qps.any_in_domain(pd)
+    }
+
     /// Register a region of `length` zeroed bytes owned by the endpoint.
     pub fn register_memory(
         &mut self,
@@ -453,9 +239,9 @@ impl Endpoint {
         length: u64,
         access: AccessFlags,
     ) -> Result<MrInfo, MemoryError> {
-        self.shared
+        self.dev
             .regions
-            .register(pd, length, access, false, &mut self.shared.rng)
+            .register(pd, length, access, false, &mut self.dev.rng)
     }
 
     /// Register a region that has a length but no bytes (the simulator's
@@ -466,34 +252,34 @@ impl Endpoint {
         length: u64,
         access: AccessFlags,
     ) -> Result<MrInfo, MemoryError> {
-        self.shared
+        self.dev
             .regions
-            .register(pd, length, access, true, &mut self.shared.rng)
+            .register(pd, length, access, true, &mut self.dev.rng)
     }
 
     /// Deregister a region; its keys stop working at once.
     pub fn deregister_memory(&mut self, mr: MrHandle) -> Result<(), MemoryError> {
-        self.shared.regions.deregister(mr)
+        self.dev.regions.deregister(mr)
     }
 
     /// The region's bytes (`None` for virtual or unknown regions).
     pub fn memory(&self, mr: MrHandle) -> Option<&[u8]> {
-        self.shared.regions.bytes(mr)
+        self.dev.regions.bytes(mr)
     }
 
     /// The region's bytes, writable.
     pub fn memory_mut(&mut self, mr: MrHandle) -> Option<&mut [u8]> {
-        self.shared.regions.bytes_mut(mr)
+        self.dev.regions.bytes_mut(mr)
     }
 
     /// Live memory regions.
     pub fn memory_regions(&self) -> u32 {
-        self.shared.regions.live()
+        self.dev.regions.live()
     }
 
     /// Bytes registered over all live regions (see `max_registered_bytes`).
     pub fn registered_bytes(&self) -> u64 {
-        self.shared.regions.bytes_registered()
+        self.dev.regions.bytes_registered()
     }
 
     // ----------------------------------------------------------------- QPs
@@ -506,7 +292,7 @@ impl Endpoint {
         caps: QpCaps,
         remote_access: AccessFlags,
     ) -> Result<QpHandle, QpError> {
-        let cfg = &self.shared.config;
+        let cfg = &self.dev.config;
         if caps.max_send_wr == 0
             || caps.max_recv_wr == 0
             || caps.max_send_wr > cfg.max_send_wr
@@ -514,21 +300,11 @@ impl Endpoint {
         {
             return Err(QpError::BadCaps);
         }
-        let index = match self.shared.qps.iter().position(Option::is_none) {
-            Some(i) => i,
-            None if self.shared.qps.len() < cfg.max_queue_pairs as usize => {
-                crate::grow::push(&mut self.shared.qps, None);
-                self.shared.qp_gens.push(0);
-                self.shared.qps.len() - 1
-            }
-            None => return Err(QpError::TooManyQps(cfg.max_queue_pairs)),
-        };
-        // QPN 0 is never handed out: the generation starts at 1.
-        let generation = &mut self.shared.qp_gens[index];
-        *generation = generation.wrapping_add(1).max(1);
-        let handle = QpHandle((u32::from(*generation) << 16) | index as u32);
-        self.shared.qps[index] = Some(Qp::new(handle, pd, caps, remote_access));
-        Ok(handle)
+        let limit = cfg.max_queue_pairs;
+        self.dev
+            .qps
+            .create(limit, pd, caps, remote_access)
+            .ok_or(QpError::TooManyQps(limit))
     }
 
     /// Bind a QP to the peer device at `remote` (its IP and device port) and
@@ -548,19 +324,18 @@ impl Endpoint {
         let conn = match self.conn_by_peer.get(&remote) {
             Some(&c) => c,
             None => {
-                let limit = self.shared.config.max_connections;
+                let limit = self.dev.config.max_connections;
                 if self.connection_count() as u32 >= limit {
                     return Err(QpError::TooManyConnections(limit));
                 }
-                let auth = match &self.shared.config.auth {
+                let auth = match &self.dev.config.auth {
                     None => None,
                     Some(config) => {
                         let peer_session = *self
                             .peer_sessions
                             .get(&remote)
                             .ok_or(QpError::PeerSessionUnknown(remote))?;
-                        let local =
-                            SocketAddr::new(config.local_ip, self.shared.config.device_port);
+                        let local = SocketAddr::new(config.local_ip, self.dev.config.device_port);
                         Some(Box::new(ConnectionAuth::new(
                             config,
                             (local, self.session_id),
@@ -572,7 +347,8 @@ impl Endpoint {
                 // never from a packet (see `handle_datagram`).
                 let c = match self.free_conns.pop() {
                     Some(c) => {
-                        self.conns[c as usize] = Connection::new(c, remote, &self.shared, auth);
+                        self.conns[c as usize] =
+                            ConnSlot::new(Connection::new(c, remote, &self.dev, auth));
                         c
                     }
                     None => {
@@ -580,7 +356,7 @@ impl Endpoint {
                         // Most simulated hosts talk to one or two peers.
                         crate::grow::push(
                             &mut self.conns,
-                            Connection::new(c, remote, &self.shared, auth),
+                            ConnSlot::new(Connection::new(c, remote, &self.dev, auth)),
                         );
                         c
                     }
@@ -589,7 +365,7 @@ impl Endpoint {
                 c
             }
         };
-        self.conns[conn as usize].qps.push(qp.index() as u32);
+        self.conns[conn as usize].conn.bind_qp(qp.index() as u32);
         let q = self.qp_mut(qp).expect("checked above");
         q.conn = Some(conn);
         q.remote_qpn = remote_qpn;
@@ -614,10 +390,12 @@ impl Endpoint {
         let q = self.qp(qp).ok_or(QpError::UnknownQp(qp.qpn()))?;
         match q.conn {
             Some(c) => {
-                ops::enter_error(&mut self.conns[c as usize], &mut self.shared, qp.index());
+                self.conns[c as usize]
+                    .conn
+                    .fail_qp(&mut self.dev, qp.index());
                 self.mark_ready(c);
             }
-            None => ops::flush_qp(&mut self.shared, qp.index()),
+            None => self.dev.flush_qp(qp.index()),
         }
         Ok(())
     }
@@ -627,16 +405,13 @@ impl Endpoint {
     pub fn destroy_qp(&mut self, qp: QpHandle) -> Result<(), QpError> {
         let q = self.qp(qp).ok_or(QpError::UnknownQp(qp.qpn()))?;
         if let Some(c) = q.conn {
-            let conn = &mut self.conns[c as usize];
-            conn.cancel_qp_messages(qp.index() as u32);
-            conn.qps.retain(|&i| i != qp.index() as u32);
-            if conn.qps.is_empty() {
-                self.close_connection(c);
-            } else {
+            if self.conns[c as usize].conn.unbind_qp(qp.index() as u32) {
                 self.mark_ready(c);
+            } else {
+                self.close_connection(c);
             }
         }
-        self.shared.qps[qp.index()] = None;
+        self.dev.qps.remove(qp);
         Ok(())
     }
 
@@ -646,10 +421,10 @@ impl Endpoint {
     /// connection under new keys. Packets still in flight from it are then
     /// from an unknown peer, counted and dropped.
     fn close_connection(&mut self, c: u32) {
-        let peer = self.conns[c as usize].peer;
+        let peer = self.conns[c as usize].conn.peer();
         self.conn_by_peer.remove(&peer);
         self.peer_sessions.remove(&peer);
-        self.conns[c as usize] = Connection::closed(c, &self.shared);
+        self.conns[c as usize] = ConnSlot::new(Connection::closed(c, &self.dev));
         self.free_conns.push(c);
         // Its timer-heap entries are stale now (a closed slot has no
         // deadline) and go at the next refresh; its ready-queue entry, if
@@ -663,30 +438,48 @@ impl Endpoint {
     }
 
     fn qp(&self, qp: QpHandle) -> Option<&Qp> {
-        self.shared
-            .qps
-            .get(qp.index())?
-            .as_ref()
-            .filter(|q| q.handle == qp)
+        self.dev.qps.get(qp)
     }
 
     fn qp_mut(&mut self, qp: QpHandle) -> Option<&mut Qp> {
-        self.shared
-            .qps
-            .get_mut(qp.index())?
-            .as_mut()
-            .filter(|q| q.handle == qp)
+        self.dev.qps.get_mut(qp)
     }
 
     // ------------------------------------------------------------- posting
 
-    /// Post a send work request (ibverbs `ibv_post_send`). Immediate
-    /// refusals are errors; everything else, including local protection
-    /// errors, ends in a completion.
-    pub fn post_send(&mut self, now_ns: u64, qp: QpHandle, wr: SendWr) -> Result<(), PostError> {
+    /// Post a send work request (ibverbs `ibv_post_send`), stamped with the
+    /// latest time the endpoint was given. Immediate refusals are errors;
+    /// everything else, including local protection errors, ends in a
+    /// completion.
+    pub fn post_send(&mut self, qp: QpHandle, wr: SendWr) -> Result<(), PostError> {
+        self.post_send_stamped(self.now_ns, qp, wr)
+    }
+
+    /// [`post_send`](Self::post_send) at `now_ns`: for a driver that posts
+    /// on behalf of an event it schedules (the simulator's workload, the
+    /// harness's scripts). The time is taken as given, and moves the
+    /// endpoint's clock on if it is later.
+    pub fn post_send_at(&mut self, now_ns: u64, qp: QpHandle, wr: SendWr) -> Result<(), PostError> {
+        self.set_time(now_ns);
+        self.post_send_stamped(now_ns, qp, wr)
+    }
+
+    /// Tell the endpoint the time without any other input (a driver about
+    /// to let the application post). Time only moves forward: an earlier
+    /// value is ignored.
+    pub fn set_time(&mut self, now_ns: u64) {
+        self.now_ns = self.now_ns.max(now_ns);
+    }
+
+    fn post_send_stamped(
+        &mut self,
+        now_ns: u64,
+        qp: QpHandle,
+        wr: SendWr,
+    ) -> Result<(), PostError> {
         let qpn = qp.qpn();
-        let mtu = self.shared.config.mtu_payload_bytes;
-        let max_msg = u64::from(self.shared.config.max_message_bytes);
+        let mtu = self.dev.config.mtu_payload_bytes;
+        let max_msg = u64::from(self.dev.config.max_message_bytes);
         let q = self.qp(qp).ok_or(PostError::UnknownQp(qpn))?;
         let conn = match q.state {
             QpRunState::Unconnected => return Err(PostError::InvalidState(qpn)),
@@ -695,16 +488,16 @@ impl Endpoint {
         if q.sq.len() as u32 >= q.caps.max_send_wr {
             return Err(PostError::QueueFull(q.caps.max_send_wr));
         }
-        let conn_limit = self.shared.config.max_outstanding_ops_per_connection;
+        let conn_limit = self.dev.config.max_outstanding_ops_per_connection;
         if q.state == QpRunState::Connected
             && let Some(c) = conn
-            && self.conns[c as usize].msgs.live() as u32 >= conn_limit
+            && self.conns[c as usize].conn.messages_held() as u32 >= conn_limit
         {
             return Err(PostError::ConnectionBusy(conn_limit));
         }
         let len = match &wr.inline_data {
             Some(data) => {
-                if matches!(wr.op, WrOp::Read { .. }) || wr.op.is_atomic() {
+                if wr.op.writes_locally() {
                     return Err(PostError::Invalid("inline data on a READ or atomic"));
                 }
                 data.len() as u64
@@ -723,8 +516,7 @@ impl Endpoint {
         );
 
         // Local checks: a bad lkey is a completion with LocProtErr, in order.
-        let needs_local_write = matches!(wr.op, WrOp::Read { .. }) || wr.op.is_atomic();
-        let need = if needs_local_write {
+        let need = if wr.op.writes_locally() {
             AccessFlags::LOCAL_WRITE
         } else {
             AccessFlags::NONE
@@ -735,7 +527,7 @@ impl Endpoint {
             (Err(_), false) => SqState::Done(WcStatus::LocProtErr),
             (Ok(_), false) => SqState::Active,
         };
-        let rnr_retries_left = self.shared.config.rnr_retry;
+        let rnr_retries_left = self.dev.config.rnr_retry;
         let q = self.qp_mut(qp).expect("checked above");
         let msg_seq = q.next_msg_seq;
         q.next_msg_seq = q.next_msg_seq.wrapping_add(1);
@@ -753,98 +545,23 @@ impl Endpoint {
         };
         if state == SqState::Active {
             let spans = spans.expect("active means checked");
-            let mut recv_index = || {
-                let r = q.next_recv_index;
-                q.next_recv_index = q.next_recv_index.wrapping_add(1);
-                r
-            };
-            let (op, payload_len, msg_len) = match wr.op {
-                WrOp::Write { remote_addr, rkey } => {
-                    (OpHeader::Write { rkey, remote_addr }, len, len)
-                }
-                WrOp::WriteImm {
-                    remote_addr,
-                    rkey,
-                    imm,
-                } => (
-                    OpHeader::WriteImm {
-                        rkey,
-                        remote_addr,
-                        recv_index: recv_index(),
-                        imm,
-                    },
-                    len,
-                    len,
-                ),
-                WrOp::Send => (
-                    OpHeader::Send {
-                        recv_index: recv_index(),
-                    },
-                    len,
-                    len,
-                ),
-                WrOp::SendImm { imm } => (
-                    OpHeader::SendImm {
-                        recv_index: recv_index(),
-                        imm,
-                    },
-                    len,
-                    len,
-                ),
-                WrOp::Read { remote_addr, rkey } => {
-                    (OpHeader::ReadRequest { rkey, remote_addr }, 0, len)
-                }
-                WrOp::FetchAdd {
-                    remote_addr,
-                    rkey,
-                    add,
-                } => (
-                    OpHeader::FetchAdd {
-                        rkey,
-                        remote_addr,
-                        add,
-                    },
-                    0,
-                    8,
-                ),
-                WrOp::CmpSwap {
-                    remote_addr,
-                    rkey,
-                    compare,
-                    swap,
-                } => (
-                    OpHeader::CmpSwap {
-                        rkey,
-                        remote_addr,
-                        compare,
-                        swap,
-                    },
-                    0,
-                    8,
-                ),
-            };
-            let source = match (payload_len, wr.inline_data) {
+            let wire = wr.op.wire_request(len as u32, &mut q.next_recv_index);
+            let source = match (wire.payload_len, wr.inline_data) {
                 (0, _) => Source::Empty,
                 (_, Some(data)) => Source::Inline(data.into_boxed_slice()),
                 (_, None) => Source::Spans(spans.clone()),
             };
-            if payload_len == 0 {
+            if wire.payload_len == 0 {
                 entry.sink = spans;
             }
-            let msg = TxMessage::new(
-                MsgKind::Request,
-                qp.index() as u32,
-                q.remote_qpn,
+            let to = MsgAddress {
+                qp: qp.index() as u32,
+                dst_qpn: q.remote_qpn,
                 msg_seq,
-                op,
-                msg_len as u32,
-                payload_len as u32,
-                wr.solicited,
-                source,
-                mtu,
-            );
+            };
+            let msg = TxMessage::request(to, wire, wr.solicited, source, mtu);
             let c = conn.expect("connected QPs have a connection");
-            entry.msg = Some(self.conns[c as usize].enqueue(now_ns, &self.shared, msg));
+            entry.msg = Some(self.conns[c as usize].conn.enqueue(now_ns, &self.dev, msg));
             self.mark_ready(c);
         }
         let q = self.qp_mut(qp).expect("checked above");
@@ -852,14 +569,12 @@ impl Endpoint {
         if state != SqState::Active {
             match conn {
                 Some(c) => {
-                    ops::release_completions(
-                        &mut self.conns[c as usize],
-                        &mut self.shared,
-                        qp.index(),
-                    );
+                    self.conns[c as usize]
+                        .conn
+                        .release_completions(&mut self.dev, qp.index());
                     self.mark_ready(c);
                 }
-                None => ops::flush_qp(&mut self.shared, qp.index()),
+                None => self.dev.flush_qp(qp.index()),
             }
         }
         Ok(())
@@ -873,7 +588,7 @@ impl Endpoint {
     ) -> Result<Vec<Span>, MemoryError> {
         sges.iter()
             .map(|s| {
-                self.shared.regions.check(
+                self.dev.regions.check(
                     KeyKind::Local,
                     s.lkey,
                     pd,
@@ -907,11 +622,9 @@ impl Endpoint {
                 qp_num: qpn,
                 src_qp: q.remote_qpn,
             };
-            self.shared.completions.push_back(Completion {
-                qp,
-                queue: WorkQueue::Recv,
-                wc,
-            });
+            self.dev
+                .completions
+                .push_back(Completion::recv(qp, wc, false));
             return Ok(());
         }
         q.rq.push_back(crate::qp::RqEntry {
@@ -933,13 +646,14 @@ impl Endpoint {
     /// `rx_unknown_peer` and dropped after one lookup in the connection
     /// table, before any cryptography and without allocating.
     pub fn handle_datagram(&mut self, now_ns: u64, src: SocketAddr, ecn: Ecn, data: &[u8]) {
-        self.shared.stats.rx_datagrams += 1;
-        if self.shared.config.auth.is_some() {
+        self.set_time(now_ns);
+        self.dev.stats.rx_datagrams += 1;
+        if self.dev.config.auth.is_some() {
             self.handle_authenticated(now_ns, src, ecn, data);
             return;
         }
         let Ok(packet) = wire::parse(data) else {
-            self.shared.stats.rx_malformed += 1;
+            self.dev.stats.rx_malformed += 1;
             return;
         };
         match packet {
@@ -955,18 +669,18 @@ impl Endpoint {
     /// the protocol.
     fn handle_authenticated(&mut self, now_ns: u64, src: SocketAddr, ecn: Ecn, data: &[u8]) {
         let Ok(header) = wire::BaseHeader::new_checked(data) else {
-            self.shared.stats.rx_malformed += 1;
+            self.dev.stats.rx_malformed += 1;
             return;
         };
         if header.version() == wire::VERSION && !header.flags().contains(wire::Flags::AUTHENTICATED)
         {
             // A plain packet where every packet must carry a tag: whatever
             // it says, it cannot be trusted.
-            self.shared.stats.rx_unauthenticated += 1;
+            self.dev.stats.rx_unauthenticated += 1;
             return;
         }
         let Ok((packet, auth)) = wire::parse_authenticated(data) else {
-            self.shared.stats.rx_malformed += 1;
+            self.dev.stats.rx_malformed += 1;
             return;
         };
         let Some(c) = self.connection_of(src, packet.base().src_device_port) else {
@@ -978,19 +692,23 @@ impl Endpoint {
         };
         let mut plaintext = std::mem::take(&mut self.plaintext);
         let conn_auth = self.conns[c as usize]
-            .auth
-            .as_mut()
+            .conn
+            .auth_mut()
             .expect("connections get keys when authentication is configured");
         match conn_auth.open(data, header_len, &auth, &mut plaintext) {
-            Err(Reject::Replayed) => self.shared.stats.rx_replayed += 1,
-            Err(Reject::BadTag) => self.shared.stats.rx_auth_failed += 1,
+            Err(Reject::Replayed) => self.dev.stats.rx_replayed += 1,
+            Err(Reject::BadTag) => self.dev.stats.rx_auth_failed += 1,
             Ok(payload) => match &packet {
                 wire::Packet::Data { repr, .. } => {
-                    self.conns[c as usize].on_data(now_ns, &mut self.shared, ecn, repr, payload);
+                    self.conns[c as usize]
+                        .conn
+                        .on_data(now_ns, &mut self.dev, ecn, repr, payload);
                     self.mark_ready(c);
                 }
                 wire::Packet::Ack(ack) => {
-                    self.conns[c as usize].on_ack(now_ns, &mut self.shared, ack);
+                    self.conns[c as usize]
+                        .conn
+                        .on_ack(now_ns, &mut self.dev, ack);
                     self.mark_ready(c);
                 }
             },
@@ -1008,20 +726,21 @@ impl Endpoint {
     /// on, so the simulator models authentication's wire length, not its
     /// protection.
     pub fn handle_packet(&mut self, now_ns: u64, src: SocketAddr, ecn: Ecn, packet: &PacketRepr) {
-        self.shared.stats.rx_datagrams += 1;
+        self.set_time(now_ns);
+        self.dev.stats.rx_datagrams += 1;
         let flags = match packet {
             PacketRepr::Data(repr) => repr.base.flags,
             PacketRepr::Ack(ack) => ack.base.flags,
         };
-        if self.shared.config.auth.is_some() && !flags.contains(wire::Flags::AUTHENTICATED) {
-            self.shared.stats.rx_unauthenticated += 1;
+        if self.dev.config.auth.is_some() && !flags.contains(wire::Flags::AUTHENTICATED) {
+            self.dev.stats.rx_unauthenticated += 1;
             return;
         }
         match packet {
             PacketRepr::Data(repr) => {
                 let len = repr.payload_len as usize;
                 if repr.validate().is_err() || len > ZERO_PAYLOAD.len() {
-                    self.shared.stats.rx_malformed += 1;
+                    self.dev.stats.rx_malformed += 1;
                     return;
                 }
                 self.dispatch_data(now_ns, src, ecn, repr, &ZERO_PAYLOAD[..len]);
@@ -1034,7 +753,7 @@ impl Endpoint {
         let peer = SocketAddr::new(src.ip(), src_device_port);
         let c = self.conn_by_peer.get(&peer).copied();
         if c.is_none() {
-            self.shared.stats.rx_unknown_peer += 1;
+            self.dev.stats.rx_unknown_peer += 1;
         }
         c
     }
@@ -1050,7 +769,9 @@ impl Endpoint {
         let Some(c) = self.connection_of(src, repr.base.src_device_port) else {
             return;
         };
-        self.conns[c as usize].on_data(now_ns, &mut self.shared, ecn, repr, payload);
+        self.conns[c as usize]
+            .conn
+            .on_data(now_ns, &mut self.dev, ecn, repr, payload);
         self.mark_ready(c);
     }
 
@@ -1058,16 +779,18 @@ impl Endpoint {
         let Some(c) = self.connection_of(src, ack.base.src_device_port) else {
             return;
         };
-        self.conns[c as usize].on_ack(now_ns, &mut self.shared, ack);
+        self.conns[c as usize]
+            .conn
+            .on_ack(now_ns, &mut self.dev, ack);
         self.mark_ready(c);
     }
 
     /// After anything touched connection `c`: queue it for transmission if
     /// it has output, and refresh its entry in the timer heap.
     fn mark_ready(&mut self, c: u32) {
-        let conn = &mut self.conns[c as usize];
-        if !conn.in_ready && conn.has_pending_output() {
-            conn.in_ready = true;
+        let slot = &mut self.conns[c as usize];
+        if !slot.in_ready && slot.conn.has_pending_output() {
+            slot.in_ready = true;
             self.ready.push_back(c);
         }
         self.refresh_timer(c);
@@ -1075,10 +798,10 @@ impl Endpoint {
 
     /// Refresh connection `c`'s entry in the timer heap.
     fn refresh_timer(&mut self, c: u32) {
-        let conn = &mut self.conns[c as usize];
-        let deadline = conn.next_timeout(&self.shared);
-        if deadline != conn.timer_deadline {
-            conn.timer_deadline = deadline;
+        let slot = &mut self.conns[c as usize];
+        let deadline = slot.conn.next_timeout(&self.dev);
+        if deadline != slot.timer_deadline {
+            slot.timer_deadline = deadline;
             if let Some(d) = deadline {
                 self.timers.push(Reverse((d, c)));
             }
@@ -1139,7 +862,7 @@ impl Endpoint {
     /// the region went away (it cannot while the caller holds the endpoint
     /// between polling and sending, which is how a driver uses it).
     pub fn payload(&self, payload: &PayloadRef) -> &[u8] {
-        self.shared.regions.slice(payload.0).unwrap_or_default()
+        self.dev.regions.slice(payload.0).unwrap_or_default()
     }
 
     /// Like [`poll_transmit`](Self::poll_transmit), but the packet comes back
@@ -1162,10 +885,11 @@ impl Endpoint {
     }
 
     fn poll_out(&mut self, now_ns: u64, out: &mut Out<'_>) -> Option<Transmit> {
+        self.set_time(now_ns);
         while let Some(c) = self.ready.pop_front() {
-            let conn = &mut self.conns[c as usize];
-            conn.in_ready = false;
-            let sent = conn.poll_transmit(now_ns, &mut self.shared, out);
+            let slot = &mut self.conns[c as usize];
+            slot.in_ready = false;
+            let sent = slot.conn.poll_transmit(now_ns, &mut self.dev, out);
             if sent.is_some() {
                 // One packet per connection per turn: peers share the NIC fairly.
                 self.mark_ready(c);
@@ -1189,6 +913,7 @@ impl Endpoint {
 
     /// Fire every timer due at `now_ns`. Extra calls are harmless.
     pub fn handle_timeout(&mut self, now_ns: u64) {
+        self.set_time(now_ns);
         while let Some(&Reverse((d, c))) = self.timers.peek() {
             if d > now_ns {
                 break;
@@ -1196,14 +921,16 @@ impl Endpoint {
             self.timers.pop();
             // Clear first so mark_ready re-inserts whatever comes next.
             self.conns[c as usize].timer_deadline = None;
-            self.conns[c as usize].on_timeout(now_ns, &mut self.shared);
+            self.conns[c as usize]
+                .conn
+                .on_timeout(now_ns, &mut self.dev);
             self.mark_ready(c);
         }
     }
 
     /// The next work completion, in the order they happened.
     pub fn poll_completion(&mut self) -> Option<Completion> {
-        self.shared.completions.pop_front()
+        self.dev.completions.pop_front()
     }
 
     // --------------------------------------------------------- observation
@@ -1217,38 +944,40 @@ impl Endpoint {
     pub fn connection_stats(&self, peer: SocketAddr) -> Option<ConnectionStats> {
         self.conn_by_peer
             .get(&peer)
-            .map(|&c| self.conns[c as usize].stats)
+            .map(|&c| self.conns[c as usize].conn.stats())
     }
 
     /// Per-path counters of the connection to `peer`, by slot.
     pub fn path_stats(&self, peer: SocketAddr) -> Option<Vec<PathStats>> {
         self.conn_by_peer
             .get(&peer)
-            .map(|&c| self.conns[c as usize].path_stats())
+            .map(|&c| self.conns[c as usize].conn.path_stats())
     }
 
     /// The congestion controller's view of the connection to `peer`.
     pub fn cc_metrics(&self, peer: SocketAddr) -> Option<crate::cc::CcMetrics> {
         self.conn_by_peer
             .get(&peer)
-            .map(|&c| self.conns[c as usize].cc.metrics())
+            .map(|&c| self.conns[c as usize].conn.cc_metrics())
     }
 
     /// Current source ports of the connection's paths, by slot.
     pub fn path_ports(&self, peer: SocketAddr) -> Option<Vec<u16>> {
         self.conn_by_peer.get(&peer).map(|&c| {
-            let conn = &self.conns[c as usize];
-            (0..self.shared.config.paths_per_connection)
-                .map(|slot| conn.path_port(slot, &self.shared))
+            let conn = &self.conns[c as usize].conn;
+            (0..self.dev.config.paths_per_connection)
+                .map(|slot| conn.path_port(slot, &self.dev))
                 .collect()
         })
     }
 
     /// Bytes the connection to `peer` holds (paths, queues, controller).
     pub fn connection_memory_bytes(&self, peer: SocketAddr) -> Option<usize> {
-        self.conn_by_peer
-            .get(&peer)
-            .map(|&c| self.conns[c as usize].memory_bytes())
+        self.conn_by_peer.get(&peer).map(|&c| {
+            // The slot's scheduling marks count as the connection's.
+            size_of::<ConnSlot>() - size_of::<Connection>()
+                + self.conns[c as usize].conn.memory_bytes()
+        })
     }
 
     /// Bytes a QP holds.
@@ -1266,10 +995,180 @@ impl Endpoint {
     pub fn outstanding_messages(&self, peer: SocketAddr) -> Option<usize> {
         self.conn_by_peer
             .get(&peer)
-            .map(|&c| self.conns[c as usize].msgs.live())
+            .map(|&c| self.conns[c as usize].conn.messages_held())
     }
 }
 
 fn sq_failed(e: &SqEntry) -> bool {
     matches!(e.state, SqState::Done(s) if s != WcStatus::Success)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::Side;
+    use crate::testing::fixture::{self, ALL, End, completions, lab};
+    use crate::work::WrOp;
+
+    fn write(wr_id: u64, from: &End, to: &End, len: u32) -> SendWr {
+        SendWr::new(
+            wr_id,
+            WrOp::Write {
+                remote_addr: to.mr.addr,
+                rkey: to.mr.rkey,
+            },
+            vec![from.sge(0, len)],
+        )
+    }
+
+    #[test]
+    fn posts_are_refused_outright_for_what_no_completion_can_say() {
+        let mut l = lab(fixture::config(1), fixture::config(2));
+        let (a, b) = (l.a, l.b);
+        let peer = l.pair.addr(Side::B);
+        let ep = &mut l.pair.a;
+        let stale = QpHandle(a.qp.qpn() ^ (1 << 16));
+        assert_eq!(
+            ep.post_send(stale, write(1, &a, &b, 8)),
+            Err(PostError::UnknownQp(stale.qpn()))
+        );
+        let pd = ep.alloc_pd();
+        let caps = QpCaps {
+            max_send_wr: 1,
+            max_recv_wr: 1,
+        };
+        let lone = ep.create_qp(pd, caps, ALL).unwrap();
+        assert_eq!(
+            ep.post_send(lone, write(1, &a, &b, 8)),
+            Err(PostError::InvalidState(lone.qpn())),
+            "not connected yet"
+        );
+        let inline_read = SendWr::inline(
+            1,
+            WrOp::Read {
+                remote_addr: b.mr.addr,
+                rkey: b.mr.rkey,
+            },
+            vec![0; 8],
+        );
+        assert!(matches!(
+            ep.post_send(a.qp, inline_read),
+            Err(PostError::Invalid(_))
+        ));
+        let wide_atomic = SendWr::new(
+            1,
+            WrOp::FetchAdd {
+                remote_addr: b.mr.addr,
+                rkey: b.mr.rkey,
+                add: 1,
+            },
+            vec![a.sge(0, 16)],
+        );
+        assert!(matches!(
+            ep.post_send(a.qp, wide_atomic),
+            Err(PostError::Invalid(_))
+        ));
+        let max = ep.config().max_message_bytes;
+        let mut huge = write(1, &a, &b, max);
+        huge.sg_list.push(a.sge(0, 1));
+        assert_eq!(
+            ep.post_send(a.qp, huge),
+            Err(PostError::MessageTooLarge(u64::from(max) + 1))
+        );
+        // Nothing was queued by the refusals.
+        assert!(ep.poll_completion().is_none());
+        assert_eq!(ep.outstanding_messages(peer), Some(0));
+    }
+
+    #[test]
+    fn a_bad_local_key_completes_in_order_and_flushes_the_rest() {
+        let mut l = lab(fixture::config(1), fixture::config(2));
+        let (a, b) = (l.a, l.b);
+        let mut bad = write(2, &a, &b, 64);
+        bad.sg_list[0].lkey ^= 1;
+        l.pair.a.post_send(a.qp, write(1, &a, &b, 64)).unwrap();
+        l.pair.a.post_send(a.qp, bad).unwrap();
+        l.pair.a.post_send(a.qp, write(3, &a, &b, 64)).unwrap();
+        assert!(
+            completions(&mut l.pair, Side::A).is_empty(),
+            "the error waits for the WRITE before it"
+        );
+        assert!(l.pair.settle(1_000, 1_000));
+        let wcs: Vec<_> = completions(&mut l.pair, Side::A)
+            .iter()
+            .map(|c| (c.wc.wr_id, c.wc.status))
+            .collect();
+        assert_eq!(
+            wcs,
+            [
+                (1, WcStatus::Success),
+                (2, WcStatus::LocProtErr),
+                (3, WcStatus::WrFlushErr)
+            ]
+        );
+        assert_eq!(l.pair.a.qp_state(a.qp), Some(QpRunState::Error));
+    }
+
+    #[test]
+    fn a_post_without_a_clock_is_stamped_with_the_latest_time() {
+        // The connection's retry timer starts at the post that finds it
+        // idle: its deadline shows the stamp.
+        let retry_deadline = |stamp: Option<u64>| {
+            let mut l = lab(fixture::config(1), fixture::config(2));
+            let (a, b) = (l.a, l.b);
+            l.pair.set_now(7_000_000);
+            let wr = write(1, &a, &b, 64);
+            match stamp {
+                Some(t) => l.pair.a.post_send_at(t, a.qp, wr).unwrap(),
+                None => l.pair.a.post_send(a.qp, wr).unwrap(),
+            }
+            l.pair.a.poll_timeout().unwrap()
+        };
+        let clockless = retry_deadline(None);
+        assert_eq!(clockless, retry_deadline(Some(7_000_000)));
+        assert_eq!(
+            retry_deadline(Some(5_000_000)),
+            clockless - 2_000_000,
+            "an explicit time is taken as given"
+        );
+    }
+
+    #[test]
+    fn a_send_names_the_next_receive_and_completes_with_its_bytes() {
+        let mut l = lab(fixture::config(1), fixture::config(2));
+        let (a, b) = (l.a, l.b);
+        for i in 0..2 {
+            let recv = RecvWr {
+                wr_id: 10 + i,
+                sg_list: vec![b.sge(i * 1000, 1000)],
+            };
+            l.pair.b.post_recv(b.qp, recv).unwrap();
+        }
+        l.pair.a.memory_mut(a.mr.handle).unwrap()[..300].fill(7);
+        l.pair
+            .a
+            .post_send(
+                a.qp,
+                SendWr::new(1, WrOp::SendImm { imm: 9 }, vec![a.sge(0, 300)]),
+            )
+            .unwrap();
+        l.pair
+            .a
+            .post_send(a.qp, SendWr::new(2, WrOp::Send, vec![a.sge(0, 100)]))
+            .unwrap();
+        assert!(l.pair.settle(1_000, 1_000));
+        let recvs: Vec<_> = completions(&mut l.pair, Side::B)
+            .iter()
+            .map(|c| (c.wc.wr_id, c.wc.opcode, c.wc.byte_len, c.wc.imm_data))
+            .collect();
+        assert_eq!(
+            recvs,
+            [
+                (10, WcOpcode::Recv, 300, Some(9)),
+                (11, WcOpcode::Recv, 100, None)
+            ]
+        );
+        assert_eq!(l.pair.b.memory(b.mr.handle).unwrap()[..300], [7; 300]);
+        assert_eq!(completions(&mut l.pair, Side::A).len(), 2);
+    }
 }

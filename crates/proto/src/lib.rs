@@ -8,44 +8,67 @@
 //! deterministic harness all drive this same code.
 //!
 //! Map of the crate, following a packet:
-//! - [`endpoint`]: the device: memory, QPs, connections, the driving calls;
-//! - `connection`: one peer: paths, queues, ACKs, timers;
+//! - [`endpoint`]: the device and its driving calls: posts (a [`WrOp`]
+//!   becomes a message), datagrams in, transmits, timers and completions out;
+//!   it owns the device state (`device_state`: memory, the QP table,
+//!   completions, counters, the rate hint) and a table of connections;
+//! - `connection`: one peer, one file per concern: `transmit` (which
+//!   packet, which path), `receive` (data and ACKs), `timers` (RTO,
+//!   tail-loss probes, path retirement, retries), and operation semantics as
+//!   its children, `responder` (placement, exactly once, RNR, limits) and
+//!   `requester` (completions in posting order), which keep their state in
+//!   the QP table and reach the connection through a handful of methods;
 //! - [`path`] and [`sack`]: per-path sequence spaces, SACK bitmaps, RTT ([`rtt`]);
 //! - `message`: an operation cut into MTU segments, each resent on its own;
-//! - `ops`: what an operation does at the responder and how the requester
-//!   completes it (exactly once, completions in order);
+//! - [`qp`]: the send and receive queues and the responder's message window;
 //! - [`memory`]: regions, keys, access checks, placement;
 //! - [`auth`]: per-connection packet keys, AES-GCM tags, the anti-replay window;
 //! - [`cc`]: congestion control behind one trait;
-//! - [`work`]: work requests and completions in ibverbs vocabulary.
+//! - [`work`]: work requests and completions in ibverbs vocabulary;
+//! - leaves that the endpoint and the connection both speak: [`Transmit`]
+//!   and [`Layout`] (what a driver sends), [`PacketRepr`] (the simulator's
+//!   form), [`Ecn`], [`EndpointStats`];
+//! - `testing`: [`testing::Pair`], two endpoints on a virtual clock with a
+//!   lossy wire between them, for the crate's tests, benches and the fuzz
+//!   targets (not a stable API).
 #![forbid(unsafe_code)]
 
 pub mod auth;
 pub mod cc;
 pub mod config;
 mod connection;
+mod device_state;
+mod ecn;
 pub mod endpoint;
 mod grow;
 mod maybe_ns;
 pub mod memory;
 mod message;
-mod ops;
+mod packet_repr;
 pub mod path;
 pub mod qp;
 pub mod range_set;
+mod rate_hint;
 pub mod rtt;
 pub mod sack;
 mod seeded_rng;
+mod stats;
+#[doc(hidden)]
+pub mod testing;
+mod transmit;
 pub mod work;
 
 pub use auth::AuthConfig;
 pub use config::{ConfigError, EndpointConfig};
 pub use connection::ConnectionStats;
-pub use endpoint::{
-    Completion, Ecn, Endpoint, EndpointStats, Layout, PacketRepr, PacketSlot, PayloadRef,
-    PostError, QpError, Transmit,
-};
+pub use ecn::Ecn;
+pub use endpoint::{Endpoint, PostError, QpError};
 pub use memory::{AccessFlags, MemoryError, MrHandle, MrInfo};
+pub use packet_repr::{PacketRepr, PacketSlot};
 pub use path::PathStats;
 pub use qp::{QpCaps, QpHandle, QpRunState};
-pub use work::{RecvWr, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion, WorkQueue, WrOp};
+pub use stats::EndpointStats;
+pub use transmit::{Layout, PacketKind, PayloadRef, Transmit};
+pub use work::{
+    Completion, RecvWr, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion, WorkQueue, WrOp,
+};

@@ -17,6 +17,8 @@ const KEY_RANDOM_MASK: u64 = (1 << KEY_INDEX_SHIFT) - 1;
 /// is valid in one region is never valid in a neighbour.
 const IOVA_BASE: u64 = 0x7f00_0000_0000;
 const IOVA_ALIGN: u64 = 4096;
+/// Bytes of the largest region (1 TiB).
+pub const MAX_REGION_BYTES: u64 = 1 << 40;
 
 /// Access rights of a memory region (ibverbs `IBV_ACCESS_*`). Local read is
 /// always allowed.
@@ -213,7 +215,7 @@ impl RegionTable {
         rng: &mut impl Rng,
     ) -> Result<MrInfo, MemoryError> {
         access.validate()?;
-        if length == 0 || length > (1 << 40) {
+        if length == 0 || length > MAX_REGION_BYTES {
             return Err(MemoryError::BadLength(length));
         }
         if self.live >= self.limit {
@@ -288,6 +290,11 @@ impl RegionTable {
             }
             _ => Err(MemoryError::UnknownKey(handle.lkey)),
         }
+    }
+
+    /// Whether any live region belongs to protection domain `pd`.
+    pub(crate) fn any_in_domain(&self, pd: u32) -> bool {
+        self.regions.iter().flatten().any(|r| r.pd == pd)
     }
 
     fn region(&self, handle: MrHandle) -> Option<&Region> {

@@ -8,6 +8,7 @@
 //! records which segments the peer has acknowledged.
 
 use crate::memory::{RegionTable, Span};
+use crate::work::WireRequest;
 use metaroce_wire::OpHeader;
 
 /// Generation-checked reference to a message slot: a packet still in flight
@@ -103,29 +104,75 @@ pub(crate) struct TxMessage {
     pub(crate) queued: bool,
 }
 
+/// Which stream a message belongs to and its place in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct MsgAddress {
+    /// Local QP index (requests: the requester; responses: the responder).
+    pub(crate) qp: u32,
+    /// The peer QP's number, named in every packet.
+    pub(crate) dst_qpn: u32,
+    /// The request's sequence number in its QP's stream (a response
+    /// carries the number of the request it answers).
+    pub(crate) msg_seq: u32,
+}
+
 impl TxMessage {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        kind: MsgKind,
-        qp: u32,
-        dst_qpn: u32,
-        msg_seq: u32,
-        op: OpHeader,
-        len: u32,
-        payload_len: u32,
+    /// A local work request's message, cut into `seg_bytes` segments.
+    pub(crate) fn request(
+        to: MsgAddress,
+        wire: WireRequest,
         solicited: bool,
         source: Source,
         seg_bytes: u32,
     ) -> Self {
-        let segs = payload_len.div_ceil(seg_bytes).max(1);
+        Self::build(MsgKind::Request, to, wire, solicited, source, seg_bytes)
+    }
+
+    /// The data of a READ: `len` bytes from `span` of the responder's memory.
+    pub(crate) fn read_response(to: MsgAddress, len: u32, span: Span, seg_bytes: u32) -> Self {
+        let wire = WireRequest {
+            op: OpHeader::ReadResponse,
+            msg_len: len,
+            payload_len: len,
+        };
+        Self::build(
+            MsgKind::Response,
+            to,
+            wire,
+            false,
+            Source::Spans(vec![span]),
+            seg_bytes,
+        )
+    }
+
+    /// The result of an atomic: the word's `original` value, carried in the
+    /// header (no payload).
+    pub(crate) fn atomic_response(to: MsgAddress, original: u64, seg_bytes: u32) -> Self {
+        let wire = WireRequest {
+            op: OpHeader::AtomicResponse { original },
+            msg_len: 8,
+            payload_len: 0,
+        };
+        Self::build(MsgKind::Response, to, wire, false, Source::Empty, seg_bytes)
+    }
+
+    fn build(
+        kind: MsgKind,
+        to: MsgAddress,
+        wire: WireRequest,
+        solicited: bool,
+        source: Source,
+        seg_bytes: u32,
+    ) -> Self {
+        let segs = wire.payload_len.div_ceil(seg_bytes).max(1);
         Self {
             kind,
-            qp,
-            dst_qpn,
-            msg_seq,
-            op,
-            len,
-            payload_len,
+            qp: to.qp,
+            dst_qpn: to.dst_qpn,
+            msg_seq: to.msg_seq,
+            op: wire.op,
+            len: wire.msg_len,
+            payload_len: wire.payload_len,
             solicited,
             source,
             seg_bytes,
@@ -271,18 +318,17 @@ mod tests {
     use super::*;
 
     fn msg(len: u32) -> TxMessage {
-        TxMessage::new(
-            MsgKind::Request,
-            0,
-            1,
-            0,
-            OpHeader::ReadResponse,
-            len,
-            len,
-            false,
-            Source::Empty,
-            100,
-        )
+        let to = MsgAddress {
+            qp: 0,
+            dst_qpn: 1,
+            msg_seq: 0,
+        };
+        let wire = WireRequest {
+            op: OpHeader::Send { recv_index: 0 },
+            msg_len: len,
+            payload_len: len,
+        };
+        TxMessage::request(to, wire, false, Source::Empty, 100)
     }
 
     #[test]

@@ -11,7 +11,7 @@
 use crate::memory::{AccessFlags, Span};
 use crate::message::MsgRef;
 use crate::range_set::RangeSet;
-use crate::work::{WcOpcode, WcStatus};
+use crate::work::{Completion, WcOpcode, WcStatus, WorkCompletion};
 use metaroce_wire::Syndrome;
 use std::collections::VecDeque;
 
@@ -99,6 +99,8 @@ pub(crate) struct RxMessage {
     pub(crate) done: bool,
     /// The receive completion's status, if it consumed a receive.
     pub(crate) recv_status: WcStatus,
+    /// The sender asked for a solicited event when it completes.
+    pub(crate) solicited: bool,
 }
 
 /// A QP's state in the core.
@@ -161,6 +163,41 @@ impl Qp {
         self.sq.get_mut(idx).filter(|e| e.msg_seq == msg_seq)
     }
 
+    /// A completion of this QP's (for a receive: its source is the peer QP).
+    pub(crate) fn completion(
+        &self,
+        wr_id: u64,
+        status: WcStatus,
+        opcode: WcOpcode,
+        byte_len: u32,
+        imm_data: Option<u32>,
+    ) -> WorkCompletion {
+        WorkCompletion {
+            wr_id,
+            status,
+            opcode,
+            byte_len,
+            imm_data,
+            qp_num: self.handle.qpn(),
+            src_qp: self.remote_qpn,
+        }
+    }
+
+    /// Enter the error state and flush both queues with `WrFlushErr`, in
+    /// order: the send queue first, then the receives.
+    pub(crate) fn flush(&mut self, completions: &mut VecDeque<Completion>) {
+        self.state = QpRunState::Error;
+        while let Some(entry) = self.sq.pop_front() {
+            let wc = self.completion(entry.wr_id, WcStatus::WrFlushErr, entry.opcode, 0, None);
+            completions.push_back(Completion::send(self.handle, wc));
+        }
+        while let Some(recv) = self.rq.pop_front() {
+            self.rq_base = self.rq_base.wrapping_add(1);
+            let wc = self.completion(recv.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, 0, None);
+            completions.push_back(Completion::recv(self.handle, wc, false));
+        }
+    }
+
     /// The op-ack this responder reports for the QP.
     pub(crate) fn op_ack(&self) -> metaroce_wire::OpAck {
         let (syndrome, nak_msg_seq) = match (self.rx_fatal, self.rx_rnr) {
@@ -174,5 +211,82 @@ impl Qp {
             syndrome,
             nak_msg_seq,
         }
+    }
+}
+
+/// Every QP of an endpoint, by the index in the low 16 bits of its number.
+#[derive(Debug, Default)]
+pub(crate) struct QpTable {
+    slots: Vec<Option<Qp>>,
+    /// Generation of each slot's current (or last) QP: the high bits of its
+    /// number, so a number that outlives its QP misses the slot's next one.
+    generations: Vec<u16>,
+}
+
+impl QpTable {
+    /// A new QP in the first free slot, or a new slot while fewer than
+    /// `limit` exist; `None` when the table is full.
+    pub(crate) fn create(
+        &mut self,
+        limit: u32,
+        pd: u32,
+        caps: QpCaps,
+        remote_access: AccessFlags,
+    ) -> Option<QpHandle> {
+        let index = match self.slots.iter().position(Option::is_none) {
+            Some(i) => i,
+            None if self.slots.len() < limit as usize => {
+                crate::grow::push(&mut self.slots, None);
+                self.generations.push(0);
+                self.slots.len() - 1
+            }
+            None => return None,
+        };
+        // QPN 0 is never handed out: the generation starts at 1.
+        let generation = &mut self.generations[index];
+        *generation = generation.wrapping_add(1).max(1);
+        let handle = QpHandle((u32::from(*generation) << 16) | index as u32);
+        self.slots[index] = Some(Qp::new(handle, pd, caps, remote_access));
+        Some(handle)
+    }
+
+    /// The QP `handle` names, if it still exists.
+    pub(crate) fn get(&self, handle: QpHandle) -> Option<&Qp> {
+        self.slots
+            .get(handle.index())?
+            .as_ref()
+            .filter(|q| q.handle == handle)
+    }
+
+    /// The QP `handle` names, writable.
+    pub(crate) fn get_mut(&mut self, handle: QpHandle) -> Option<&mut Qp> {
+        self.slots
+            .get_mut(handle.index())?
+            .as_mut()
+            .filter(|q| q.handle == handle)
+    }
+
+    /// The QP in slot `index` (connections list their QPs by slot).
+    pub(crate) fn at_mut(&mut self, index: usize) -> Option<&mut Qp> {
+        self.slots.get_mut(index)?.as_mut()
+    }
+
+    /// The QP a packet naming local `qpn` on connection `conn` is for: it
+    /// must exist under exactly that number and be bound to that peer.
+    pub(crate) fn for_packet(&mut self, qpn: u32, conn: u32) -> Option<&mut Qp> {
+        self.slots
+            .get_mut((qpn & 0xffff) as usize)?
+            .as_mut()
+            .filter(|qp| qp.handle.qpn() == qpn && qp.conn == Some(conn))
+    }
+
+    /// Whether any QP lives in protection domain `pd`.
+    pub(crate) fn any_in_domain(&self, pd: u32) -> bool {
+        self.slots.iter().flatten().any(|q| q.pd == pd)
+    }
+
+    /// Free the QP's slot (the caller checked `handle` is live).
+    pub(crate) fn remove(&mut self, handle: QpHandle) {
+        self.slots[handle.index()] = None;
     }
 }

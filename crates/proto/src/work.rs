@@ -1,5 +1,8 @@
 //! Work requests and work completions, in ibverbs vocabulary.
 
+use crate::qp::QpHandle;
+use metaroce_wire::OpHeader;
+
 /// A scatter/gather element: `length` bytes at `addr` in the region of `lkey`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sge {
@@ -67,6 +70,96 @@ impl WrOp {
     pub fn is_atomic(&self) -> bool {
         matches!(self, Self::FetchAdd { .. } | Self::CmpSwap { .. })
     }
+
+    /// Whether the operation brings data back into the local buffers (READ
+    /// data, an atomic's original value), which must then be writable.
+    pub fn writes_locally(&self) -> bool {
+        matches!(self, Self::Read { .. }) || self.is_atomic()
+    }
+
+    /// The request this operation sends for `len` bytes of local data: its
+    /// op header, the `msg_len` every packet names and the payload it
+    /// carries. A receive-consuming operation names the next receive of
+    /// the target QP, taken from `next_recv_index`.
+    pub(crate) fn wire_request(&self, len: u32, next_recv_index: &mut u32) -> WireRequest {
+        let mut take_recv_index = || {
+            let r = *next_recv_index;
+            *next_recv_index = r.wrapping_add(1);
+            r
+        };
+        let carries = |op| WireRequest {
+            op,
+            msg_len: len,
+            payload_len: len,
+        };
+        match *self {
+            Self::Write { remote_addr, rkey } => carries(OpHeader::Write { rkey, remote_addr }),
+            Self::WriteImm {
+                remote_addr,
+                rkey,
+                imm,
+            } => carries(OpHeader::WriteImm {
+                rkey,
+                remote_addr,
+                recv_index: take_recv_index(),
+                imm,
+            }),
+            Self::Send => carries(OpHeader::Send {
+                recv_index: take_recv_index(),
+            }),
+            Self::SendImm { imm } => carries(OpHeader::SendImm {
+                recv_index: take_recv_index(),
+                imm,
+            }),
+            // A READ request names the bytes to read and carries none.
+            Self::Read { remote_addr, rkey } => WireRequest {
+                op: OpHeader::ReadRequest { rkey, remote_addr },
+                msg_len: len,
+                payload_len: 0,
+            },
+            // Atomics name the 8-byte word; their operands are in the header.
+            Self::FetchAdd {
+                remote_addr,
+                rkey,
+                add,
+            } => WireRequest {
+                op: OpHeader::FetchAdd {
+                    rkey,
+                    remote_addr,
+                    add,
+                },
+                msg_len: 8,
+                payload_len: 0,
+            },
+            Self::CmpSwap {
+                remote_addr,
+                rkey,
+                compare,
+                swap,
+            } => WireRequest {
+                op: OpHeader::CmpSwap {
+                    rkey,
+                    remote_addr,
+                    compare,
+                    swap,
+                },
+                msg_len: 8,
+                payload_len: 0,
+            },
+        }
+    }
+}
+
+/// What a work request is on the wire: its op header, the message length
+/// every packet names, and the payload bytes it carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WireRequest {
+    pub(crate) op: OpHeader,
+    /// `msg_len`: bytes written, sent or read; 8 for an atomic's word.
+    pub(crate) msg_len: u32,
+    /// Payload bytes: the data of a WRITE or SEND, 0 for READ requests and
+    /// atomics.
+    pub(crate) payload_len: u32,
 }
 
 /// A send work request (`ibv_send_wr`).
@@ -247,6 +340,22 @@ pub struct WorkCompletion {
     pub src_qp: u32,
 }
 
+impl Default for WorkCompletion {
+    /// A zeroed completion (ibverbs' all-zero `ibv_wc`: a successful SEND
+    /// of work request 0), for sizing the arrays `poll_cq` fills.
+    fn default() -> Self {
+        Self {
+            wr_id: 0,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Send,
+            byte_len: 0,
+            imm_data: None,
+            qp_num: 0,
+            src_qp: 0,
+        }
+    }
+}
+
 /// Which queue of a QP a completion belongs to (it picks the CQ).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WorkQueue {
@@ -254,4 +363,130 @@ pub enum WorkQueue {
     Send,
     /// The receive queue.
     Recv,
+}
+
+/// A work completion and where it belongs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completion {
+    /// The QP it belongs to.
+    pub qp: QpHandle,
+    /// Its queue (picks the send or receive CQ).
+    pub queue: WorkQueue,
+    /// The completion itself.
+    pub wc: WorkCompletion,
+    /// A receive completion of a message whose sender asked for a
+    /// solicited event (`SendWr::solicited`, the wire's SOLICITED flag): it
+    /// wakes a CQ armed for solicited completions only.
+    pub solicited: bool,
+}
+
+impl Completion {
+    /// A send queue completion.
+    pub(crate) fn send(qp: QpHandle, wc: WorkCompletion) -> Self {
+        Self {
+            qp,
+            queue: WorkQueue::Send,
+            wc,
+            solicited: false,
+        }
+    }
+
+    /// A receive queue completion.
+    pub(crate) fn recv(qp: QpHandle, wc: WorkCompletion, solicited: bool) -> Self {
+        Self {
+            qp,
+            queue: WorkQueue::Recv,
+            wc,
+            solicited,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_operation_maps_to_its_wire_request() {
+        let (remote_addr, rkey) = (0x7f00_0000_1000, 0xabc);
+        let mut next_recv = 5;
+        let mut map = |op: WrOp, len| {
+            let w = op.wire_request(len, &mut next_recv);
+            (w.op, w.msg_len, w.payload_len)
+        };
+        assert_eq!(
+            map(WrOp::Write { remote_addr, rkey }, 100),
+            (OpHeader::Write { rkey, remote_addr }, 100, 100)
+        );
+        let write_imm = WrOp::WriteImm {
+            remote_addr,
+            rkey,
+            imm: 7,
+        };
+        let header = OpHeader::WriteImm {
+            rkey,
+            remote_addr,
+            recv_index: 5,
+            imm: 7,
+        };
+        assert_eq!(map(write_imm, 100), (header, 100, 100));
+        assert_eq!(
+            map(WrOp::Send, 10),
+            (OpHeader::Send { recv_index: 6 }, 10, 10)
+        );
+        assert_eq!(
+            map(WrOp::SendImm { imm: 1 }, 0),
+            (
+                OpHeader::SendImm {
+                    recv_index: 7,
+                    imm: 1
+                },
+                0,
+                0
+            )
+        );
+        // A READ names what to read and carries nothing; atomics name their
+        // 8-byte word; neither uses a receive.
+        assert_eq!(
+            map(WrOp::Read { remote_addr, rkey }, 4096),
+            (OpHeader::ReadRequest { rkey, remote_addr }, 4096, 0)
+        );
+        let fetch_add = WrOp::FetchAdd {
+            remote_addr,
+            rkey,
+            add: 3,
+        };
+        let header = OpHeader::FetchAdd {
+            rkey,
+            remote_addr,
+            add: 3,
+        };
+        assert_eq!(map(fetch_add, 8), (header, 8, 0));
+        let cmp_swap = WrOp::CmpSwap {
+            remote_addr,
+            rkey,
+            compare: 1,
+            swap: 2,
+        };
+        let header = OpHeader::CmpSwap {
+            rkey,
+            remote_addr,
+            compare: 1,
+            swap: 2,
+        };
+        assert_eq!(map(cmp_swap, 8), (header, 8, 0));
+        assert_eq!(next_recv, 8, "only receive-consuming operations take one");
+    }
+
+    #[test]
+    fn operation_classes() {
+        let read = WrOp::Read {
+            remote_addr: 0,
+            rkey: 0,
+        };
+        assert!(read.writes_locally() && !read.is_atomic() && !read.consumes_receive());
+        assert!(WrOp::Send.consumes_receive() && !WrOp::Send.writes_locally());
+        assert_eq!(read.wc_opcode(), WcOpcode::RdmaRead);
+        assert_eq!(WorkCompletion::default().status, WcStatus::Success);
+    }
 }

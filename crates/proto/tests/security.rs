@@ -1,6 +1,8 @@
 //! Packet authentication and state limits, driven directly on two endpoints
-//! (no network model: datagrams are handed across after every step).
+//! by the core's test driver (`metaroce_proto::testing::Pair`: no network
+//! model, datagrams are handed across after every step).
 
+use metaroce_proto::testing::{Pair, Side};
 use metaroce_proto::{
     AccessFlags, AuthConfig, ConfigError, Endpoint, EndpointConfig, Layout, MemoryError, MrInfo,
     PostError, QpCaps, QpError, QpHandle, RecvWr, SendWr, Sge, WcOpcode, WcStatus, WorkQueue, WrOp,
@@ -40,84 +42,46 @@ fn caps() -> QpCaps {
     }
 }
 
-struct Side {
-    ep: Endpoint,
-    ip: IpAddr,
+/// An endpoint's QP and region.
+#[derive(Clone, Copy)]
+struct End {
     qp: QpHandle,
     mr: MrInfo,
 }
 
-impl Side {
-    fn addr(&self) -> SocketAddr {
-        SocketAddr::new(self.ip, PORT)
-    }
-}
-
-fn side(ip: IpAddr, cfg: EndpointConfig) -> Side {
-    let mut ep = Endpoint::new(cfg).unwrap();
+/// One region and one QP, accepting every remote operation.
+fn end(ep: &mut Endpoint) -> End {
     let pd = ep.alloc_pd();
     let mr = ep
         .register_memory(pd, 64 << 10, AccessFlags::LOCAL_WRITE | ALL_REMOTE)
         .unwrap();
     let qp = ep.create_qp(pd, caps(), ALL_REMOTE).unwrap();
-    Side { ep, ip, qp, mr }
+    End { qp, mr }
 }
 
-/// Two endpoints with one connected QP each; with `exchange`, the session
-/// ids are handed over first (the connection manager's job).
-struct Pair {
-    a: Side,
-    b: Side,
-    now: u64,
-    /// Every datagram A sent, as it went on the wire.
-    a_sent: Vec<Vec<u8>>,
+/// Two endpoints with one connected QP each, the session ids handed over
+/// first (the connection manager's job), every datagram recorded.
+struct Lab {
+    net: Pair,
+    a: End,
+    b: End,
 }
 
-fn pair(a_cfg: EndpointConfig, b_cfg: EndpointConfig) -> Pair {
-    let mut a = side(A_IP, a_cfg);
-    let mut b = side(B_IP, b_cfg);
-    let (sa, sb) = (a.ep.session_id(), b.ep.session_id());
-    a.ep.set_peer_session(b.addr(), sb).unwrap();
-    b.ep.set_peer_session(a.addr(), sa).unwrap();
-    a.ep.connect_qp(a.qp, b.addr(), b.qp.qpn()).unwrap();
-    b.ep.connect_qp(b.qp, a.addr(), a.qp.qpn()).unwrap();
-    Pair {
-        a,
-        b,
-        now: 1_000,
-        a_sent: Vec::new(),
-    }
+fn pair(a_cfg: EndpointConfig, b_cfg: EndpointConfig) -> Lab {
+    let mut net = Pair::new(A_IP, a_cfg, B_IP, b_cfg).unwrap();
+    let a = end(&mut net.a);
+    let b = end(&mut net.b);
+    net.exchange_sessions().unwrap();
+    net.connect(a.qp, b.qp).unwrap();
+    net.record(true);
+    net.set_now(1_000);
+    Lab { net, a, b }
 }
 
-impl Pair {
+impl Lab {
     /// Move datagrams both ways and fire timers, `rounds` times (5 us each).
     fn run(&mut self, rounds: usize) {
-        let mut buf = vec![
-            0u8;
-            self.a
-                .ep
-                .max_datagram_len()
-                .max(self.b.ep.max_datagram_len())
-        ];
-        for _ in 0..rounds {
-            while let Some(t) = self.a.ep.poll_transmit(self.now, &mut buf) {
-                assert!(t.len <= self.a.ep.max_datagram_len());
-                self.a_sent.push(buf[..t.len].to_vec());
-                let src = SocketAddr::new(self.a.ip, t.src_port);
-                self.b
-                    .ep
-                    .handle_datagram(self.now, src, t.ecn, &buf[..t.len]);
-            }
-            while let Some(t) = self.b.ep.poll_transmit(self.now, &mut buf) {
-                let src = SocketAddr::new(self.b.ip, t.src_port);
-                self.a
-                    .ep
-                    .handle_datagram(self.now, src, t.ecn, &buf[..t.len]);
-            }
-            self.now += 5_000;
-            self.a.ep.handle_timeout(self.now);
-            self.b.ep.handle_timeout(self.now);
-        }
+        self.net.run(rounds, 5_000);
     }
 }
 
@@ -142,11 +106,12 @@ fn completions(ep: &mut Endpoint) -> Vec<(WorkQueue, WcOpcode, WcStatus)> {
 }
 
 /// WRITE, READ, SEND and an atomic between `a` and `b`; checks the bytes.
-fn exchange_every_kind(p: &mut Pair) {
-    fill(&mut p.a.ep, &p.a.mr, 0x11);
-    fill(&mut p.b.ep, &p.b.mr, 0x77);
+fn exchange_every_kind(p: &mut Lab) {
+    fill(&mut p.net.a, &p.a.mr, 0x11);
+    fill(&mut p.net.b, &p.b.mr, 0x77);
     let (a_mr, b_mr) = (p.a.mr, p.b.mr);
-    p.b.ep
+    p.net
+        .b
         .post_recv(
             p.b.qp,
             RecvWr {
@@ -155,10 +120,10 @@ fn exchange_every_kind(p: &mut Pair) {
             },
         )
         .unwrap();
-    let now = p.now;
-    let post = |p: &mut Pair, id, op, sg| {
-        p.a.ep
-            .post_send(now, p.a.qp, SendWr::new(id, op, vec![sg]))
+    let post = |p: &mut Lab, id, op, sg| {
+        p.net
+            .a
+            .post_send(p.a.qp, SendWr::new(id, op, vec![sg]))
             .unwrap();
     };
     post(
@@ -191,22 +156,22 @@ fn exchange_every_kind(p: &mut Pair) {
         sge(&a_mr, 60_000, 8),
     );
     let b_word = u64::from_le_bytes(
-        p.b.ep.memory(b_mr.handle).unwrap()[60_000..60_008]
+        p.net.b.memory(b_mr.handle).unwrap()[60_000..60_008]
             .try_into()
             .unwrap(),
     );
-    let b_read_src = p.b.ep.memory(b_mr.handle).unwrap()[20_000..25_000].to_vec();
+    let b_read_src = p.net.b.memory(b_mr.handle).unwrap()[20_000..25_000].to_vec();
     p.run(200);
-    let a_wcs = completions(&mut p.a.ep);
+    let a_wcs = completions(&mut p.net.a);
     assert_eq!(a_wcs.len(), 4, "{a_wcs:?}");
     assert!(a_wcs.iter().all(|w| w.2 == WcStatus::Success), "{a_wcs:?}");
-    let b_wcs = completions(&mut p.b.ep);
+    let b_wcs = completions(&mut p.net.b);
     assert_eq!(
         b_wcs,
         vec![(WorkQueue::Recv, WcOpcode::Recv, WcStatus::Success)]
     );
-    let a_mem = p.a.ep.memory(a_mr.handle).unwrap().to_vec();
-    let b_mem = p.b.ep.memory(b_mr.handle).unwrap().to_vec();
+    let a_mem = p.net.a.memory(a_mr.handle).unwrap().to_vec();
+    let b_mem = p.net.b.memory(b_mr.handle).unwrap().to_vec();
     assert_eq!(b_mem[..10_000], a_mem[..10_000], "WRITE");
     assert_eq!(a_mem[20_000..25_000], b_read_src[..], "READ");
     assert_eq!(b_mem[40_000..43_000], a_mem[30_000..33_000], "SEND");
@@ -232,7 +197,7 @@ fn authenticated_pair_runs_every_operation() {
             config(2, auth(B_IP, SECRET, encrypt)),
         );
         exchange_every_kind(&mut p);
-        for d in &p.a_sent {
+        for d in p.net.sent(Side::A) {
             assert!(
                 wire::BaseHeader::new_checked(&d[..])
                     .unwrap()
@@ -243,10 +208,14 @@ fn authenticated_pair_runs_every_operation() {
             assert!(wire::parse_authenticated(d).is_ok());
         }
         // The WRITE's payload pattern is on the wire only in the clear.
-        let plain = p.a.ep.memory(p.a.mr.handle).unwrap()[1024..1088].to_vec();
-        let seen = p.a_sent.iter().any(|d| d.windows(64).any(|w| w == plain));
+        let plain = p.net.a.memory(p.a.mr.handle).unwrap()[1024..1088].to_vec();
+        let seen = p
+            .net
+            .sent(Side::A)
+            .iter()
+            .any(|d| d.windows(64).any(|w| w == plain));
         assert_eq!(seen, !encrypt, "encrypt={encrypt}");
-        let s = p.b.ep.stats();
+        let s = p.net.b.stats();
         assert_eq!(s.rx_auth_failed + s.rx_replayed + s.rx_unauthenticated, 0);
     }
 }
@@ -255,7 +224,7 @@ fn authenticated_pair_runs_every_operation() {
 fn plain_pair_is_unchanged_on_the_wire() {
     let mut p = pair(config(1, None), config(2, None));
     exchange_every_kind(&mut p);
-    for d in &p.a_sent {
+    for d in p.net.sent(Side::A) {
         assert!(wire::parse(d).is_ok(), "plain packets carry an ICRC");
         assert_eq!(d[2] & Flags::AUTHENTICATED.bits(), 0);
     }
@@ -276,19 +245,18 @@ fn wrong_secret_is_refused_and_the_work_fails() {
         },
         vec![sge(&a_mr, 0, 4096)],
     );
-    p.a.ep.post_send(p.now, p.a.qp, wr).unwrap();
+    p.net.a.post_send(p.a.qp, wr).unwrap();
     // Long enough for the whole retry budget (7 timeouts, backing off).
     for _ in 0..400 {
         p.run(100);
-        p.now += 1_000_000;
-        p.a.ep.handle_timeout(p.now);
+        p.net.advance(1_000_000);
     }
     assert_eq!(
-        completions(&mut p.a.ep),
+        completions(&mut p.net.a),
         vec![(WorkQueue::Send, WcOpcode::RdmaWrite, WcStatus::RetryExcErr)]
     );
-    assert!(p.b.ep.stats().rx_auth_failed > 0);
-    assert!(p.b.ep.memory(b_mr.handle).unwrap().iter().all(|&b| b == 0));
+    assert!(p.net.b.stats().rx_auth_failed > 0);
+    assert!(p.net.b.memory(b_mr.handle).unwrap().iter().all(|&b| b == 0));
 }
 
 #[test]
@@ -298,14 +266,14 @@ fn mismatched_modes_fail_closed() {
     let mut p = pair(config(1, auth(A_IP, SECRET, false)), config(2, None));
     post_inline_write(&mut p, 1);
     p.run(20);
-    assert!(p.b.ep.stats().rx_malformed > 0);
-    assert_eq!(p.b.ep.memory(p.b.mr.handle).unwrap()[0], 0);
+    assert!(p.net.b.stats().rx_malformed > 0);
+    assert_eq!(p.net.b.memory(p.b.mr.handle).unwrap()[0], 0);
     // Plain sender, authenticating receiver: dropped as unauthenticated.
     let mut p = pair(config(1, None), config(2, auth(B_IP, SECRET, false)));
     post_inline_write(&mut p, 1);
     p.run(20);
-    assert!(p.b.ep.stats().rx_unauthenticated > 0);
-    assert_eq!(p.b.ep.memory(p.b.mr.handle).unwrap()[0], 0);
+    assert!(p.net.b.stats().rx_unauthenticated > 0);
+    assert_eq!(p.net.b.memory(p.b.mr.handle).unwrap()[0], 0);
     // Authenticate-only against encrypting: the tags never verify.
     let mut p = pair(
         config(1, auth(A_IP, SECRET, true)),
@@ -313,8 +281,8 @@ fn mismatched_modes_fail_closed() {
     );
     post_inline_write(&mut p, 1);
     p.run(20);
-    assert!(p.b.ep.stats().rx_auth_failed > 0);
-    assert_eq!(p.b.ep.memory(p.b.mr.handle).unwrap()[0], 0);
+    assert!(p.net.b.stats().rx_auth_failed > 0);
+    assert_eq!(p.net.b.memory(p.b.mr.handle).unwrap()[0], 0);
 }
 
 #[test]
@@ -324,16 +292,17 @@ fn replayed_datagrams_are_dropped() {
         config(2, auth(B_IP, SECRET, false)),
     );
     exchange_every_kind(&mut p);
-    let before = *p.b.ep.stats();
+    let before = *p.net.b.stats();
     let src = SocketAddr::new(A_IP, PORT + 1);
-    for d in p.a_sent.clone() {
-        p.b.ep
-            .handle_datagram(p.now, src, metaroce_proto::Ecn::Ect0, &d);
+    for d in p.net.sent(Side::A).to_vec() {
+        p.net
+            .b
+            .handle_datagram(p.net.now(), src, metaroce_proto::Ecn::Ect0, &d);
     }
-    let after = *p.b.ep.stats();
+    let after = *p.net.b.stats();
     assert_eq!(
         after.rx_replayed - before.rx_replayed,
-        p.a_sent.len() as u64
+        p.net.sent(Side::A).len() as u64
     );
     assert_eq!(
         after.rx_duplicates, before.rx_duplicates,
@@ -344,28 +313,30 @@ fn replayed_datagrams_are_dropped() {
 
 #[test]
 fn sessions_are_required_and_fixed_per_connection() {
-    let mut a = side(A_IP, config(1, auth(A_IP, SECRET, false)));
+    let mut ep = Endpoint::new(config(1, auth(A_IP, SECRET, false))).unwrap();
+    let a = end(&mut ep);
     let b_addr = SocketAddr::new(B_IP, PORT);
     assert_eq!(
-        a.ep.connect_qp(a.qp, b_addr, 7),
+        ep.connect_qp(a.qp, b_addr, 7),
         Err(QpError::PeerSessionUnknown(b_addr))
     );
-    a.ep.set_peer_session(b_addr, 1234).unwrap();
-    a.ep.set_peer_session(b_addr, 1234).unwrap();
-    a.ep.connect_qp(a.qp, b_addr, 7).unwrap();
+    ep.set_peer_session(b_addr, 1234).unwrap();
+    ep.set_peer_session(b_addr, 1234).unwrap();
+    ep.connect_qp(a.qp, b_addr, 7).unwrap();
     // The peer restarted: a new session cannot be slipped under live keys.
     assert_eq!(
-        a.ep.set_peer_session(b_addr, 5678),
+        ep.set_peer_session(b_addr, 5678),
         Err(QpError::PeerSessionChanged(b_addr))
     );
     // Session ids differ between incarnations (seeds) and are stable per seed.
     let again = Endpoint::new(config(1, None)).unwrap();
     let other = Endpoint::new(config(2, None)).unwrap();
-    assert_eq!(again.session_id(), a.ep.session_id());
-    assert_ne!(other.session_id(), a.ep.session_id());
+    assert_eq!(again.session_id(), ep.session_id());
+    assert_ne!(other.session_id(), ep.session_id());
     // Without auth no session is needed.
-    let mut plain = side(A_IP, config(3, None));
-    plain.ep.connect_qp(plain.qp, b_addr, 7).unwrap();
+    let mut plain = Endpoint::new(config(3, None)).unwrap();
+    let q = end(&mut plain);
+    plain.connect_qp(q.qp, b_addr, 7).unwrap();
 }
 
 #[test]
@@ -376,7 +347,7 @@ fn authenticated_transmits_are_whole_and_fit_the_buffer() {
     );
     let plain = Endpoint::new(config(9, None)).unwrap();
     assert_eq!(
-        p.a.ep.max_datagram_len(),
+        p.net.a.max_datagram_len(),
         plain.max_datagram_len() - wire::ICRC_LEN + wire::AUTH_TRAILER_LEN
     );
     let wr = SendWr::new(
@@ -387,24 +358,26 @@ fn authenticated_transmits_are_whole_and_fit_the_buffer() {
         },
         vec![sge(&p.a.mr, 0, 8192)],
     );
-    p.a.ep.post_send(p.now, p.a.qp, wr).unwrap();
-    let mut buf = vec![0; p.a.ep.max_datagram_len()];
+    p.net.a.post_send(p.a.qp, wr).unwrap();
+    let mut buf = vec![0; p.net.a.max_datagram_len()];
     let mut sent = 0;
-    while let Some((t, layout)) = p.a.ep.poll_transmit_gather(p.now, &mut buf) {
+    while let Some((t, layout)) = p.net.a.poll_transmit_gather(p.net.now(), &mut buf) {
         assert_eq!(
             layout,
             Layout::Whole,
             "the tag covers the payload: no split send"
         );
         let src = SocketAddr::new(A_IP, t.src_port);
-        p.b.ep.handle_datagram(p.now, src, t.ecn, &buf[..t.len]);
+        p.net
+            .b
+            .handle_datagram(p.net.now(), src, t.ecn, &buf[..t.len]);
         sent += 1;
     }
     assert_eq!(sent, 8);
-    assert_eq!(p.b.ep.stats().rx_auth_failed, 0);
+    assert_eq!(p.net.b.stats().rx_auth_failed, 0);
     assert_eq!(
-        p.b.ep.memory(p.b.mr.handle).unwrap()[..8192],
-        p.a.ep.memory(p.a.mr.handle).unwrap()[..8192]
+        p.net.b.memory(p.b.mr.handle).unwrap()[..8192],
+        p.net.a.memory(p.a.mr.handle).unwrap()[..8192]
     );
 }
 
@@ -415,7 +388,7 @@ fn simulator_form_carries_the_flag_and_its_length() {
         config(2, auth(B_IP, SECRET, false)),
     );
     post_inline_write(&mut p, 3);
-    let (t, repr) = p.a.ep.poll_packet(p.now).unwrap();
+    let (t, repr) = p.net.a.poll_packet(p.net.now()).unwrap();
     assert_eq!(t.len, repr.wire_len());
     let metaroce_proto::PacketRepr::Data(data) = &repr else {
         panic!("a data packet first");
@@ -426,11 +399,15 @@ fn simulator_form_carries_the_flag_and_its_length() {
     let mut plain = *data;
     plain.base.flags.remove(Flags::AUTHENTICATED);
     let src = SocketAddr::new(A_IP, t.src_port);
-    p.b.ep
-        .handle_packet(p.now, src, t.ecn, &metaroce_proto::PacketRepr::Data(plain));
-    assert_eq!(p.b.ep.stats().rx_unauthenticated, 1);
-    p.b.ep.handle_packet(p.now, src, t.ecn, &repr);
-    assert_eq!(p.b.ep.stats().rx_unauthenticated, 1);
+    p.net.b.handle_packet(
+        p.net.now(),
+        src,
+        t.ecn,
+        &metaroce_proto::PacketRepr::Data(plain),
+    );
+    assert_eq!(p.net.b.stats().rx_unauthenticated, 1);
+    p.net.b.handle_packet(p.net.now(), src, t.ecn, &repr);
+    assert_eq!(p.net.b.stats().rx_unauthenticated, 1);
 }
 
 // ------------------------------------------------------------------- limits
@@ -526,9 +503,9 @@ fn qp_limits() {
         .register_memory(pd, 4096, AccessFlags::LOCAL_WRITE)
         .unwrap();
     let wr = || SendWr::new(1, WrOp::Send, vec![sge(&mr, 0, 16)]);
-    ep.post_send(0, qps[1], wr()).unwrap();
-    ep.post_send(0, qps[1], wr()).unwrap();
-    assert_eq!(ep.post_send(0, qps[1], wr()), Err(PostError::QueueFull(2)));
+    ep.post_send(qps[1], wr()).unwrap();
+    ep.post_send(qps[1], wr()).unwrap();
+    assert_eq!(ep.post_send(qps[1], wr()), Err(PostError::QueueFull(2)));
 }
 
 #[test]
@@ -539,12 +516,11 @@ fn outstanding_operations_per_connection_limit() {
     };
     let mut p = pair(cfg(1), cfg(2));
     // A second QP pair on the same connection.
-    let pd = p.a.ep.alloc_pd();
-    let a2 = p.a.ep.create_qp(pd, caps(), ALL_REMOTE).unwrap();
-    let b_pd = p.b.ep.alloc_pd();
-    let b2 = p.b.ep.create_qp(b_pd, caps(), ALL_REMOTE).unwrap();
-    p.a.ep.connect_qp(a2, p.b.addr(), b2.qpn()).unwrap();
-    p.b.ep.connect_qp(b2, p.a.addr(), a2.qpn()).unwrap();
+    let pd = p.net.a.alloc_pd();
+    let a2 = p.net.a.create_qp(pd, caps(), ALL_REMOTE).unwrap();
+    let b_pd = p.net.b.alloc_pd();
+    let b2 = p.net.b.create_qp(b_pd, caps(), ALL_REMOTE).unwrap();
+    p.net.connect(a2, b2).unwrap();
     let b_mr = p.b.mr;
     let write = |id| {
         SendWr::inline(
@@ -556,19 +532,18 @@ fn outstanding_operations_per_connection_limit() {
             vec![5; 64],
         )
     };
-    let (now, qp) = (p.now, p.a.qp);
-    p.a.ep.post_send(now, qp, write(1)).unwrap();
-    p.a.ep.post_send(now, qp, write(2)).unwrap();
-    p.a.ep.post_send(now, a2, write(3)).unwrap();
+    let qp = p.a.qp;
+    p.net.a.post_send(qp, write(1)).unwrap();
+    p.net.a.post_send(qp, write(2)).unwrap();
+    p.net.a.post_send(a2, write(3)).unwrap();
     assert_eq!(
-        p.a.ep.post_send(now, a2, write(4)),
+        p.net.a.post_send(a2, write(4)),
         Err(PostError::ConnectionBusy(3))
     );
     p.run(50);
-    assert_eq!(completions(&mut p.a.ep).len(), 3);
+    assert_eq!(completions(&mut p.net.a).len(), 3);
     // Room again once they completed.
-    let now = p.now;
-    p.a.ep.post_send(now, a2, write(5)).unwrap();
+    p.net.a.post_send(a2, write(5)).unwrap();
 }
 
 #[test]
@@ -580,7 +555,7 @@ fn responder_executes_no_read_beyond_its_limit_and_the_requester_recovers() {
             ..config(2, None)
         },
     );
-    fill(&mut p.b.ep, &p.b.mr, 0x33);
+    fill(&mut p.net.b, &p.b.mr, 0x33);
     let (a_mr, b_mr) = (p.a.mr, p.b.mr);
     for i in 0..4u64 {
         let wr = SendWr::new(
@@ -591,21 +566,19 @@ fn responder_executes_no_read_beyond_its_limit_and_the_requester_recovers() {
             },
             vec![sge(&a_mr, i * 8192, 8192)],
         );
-        p.a.ep.post_send(p.now, p.a.qp, wr).unwrap();
+        p.net.a.post_send(p.a.qp, wr).unwrap();
     }
     for _ in 0..100 {
         p.run(100);
-        p.now += 200_000;
-        p.a.ep.handle_timeout(p.now);
-        p.b.ep.handle_timeout(p.now);
+        p.net.advance(200_000);
     }
-    let wcs = completions(&mut p.a.ep);
+    let wcs = completions(&mut p.net.a);
     assert_eq!(wcs.len(), 4, "{wcs:?}");
     assert!(wcs.iter().all(|w| w.2 == WcStatus::Success), "{wcs:?}");
-    assert!(p.b.ep.stats().rx_over_limit > 0, "some READs waited");
+    assert!(p.net.b.stats().rx_over_limit > 0, "some READs waited");
     assert_eq!(
-        p.a.ep.memory(a_mr.handle).unwrap()[..32768],
-        p.b.ep.memory(b_mr.handle).unwrap()[..32768]
+        p.net.a.memory(a_mr.handle).unwrap()[..32768],
+        p.net.b.memory(b_mr.handle).unwrap()[..32768]
     );
 }
 
@@ -645,7 +618,7 @@ fn memory_limits() {
 
 /// A WRITE toward `b`'s QP from `a`'s address, on a chosen path slot and
 /// message number, straight into `b`.
-fn inject_write(p: &mut Pair, path_slot: u8, msg_seq: u32) {
+fn inject_write(p: &mut Lab, path_slot: u8, msg_seq: u32) {
     let repr = wire::DataRepr {
         base: wire::BaseRepr {
             flags: Flags::empty(),
@@ -670,8 +643,9 @@ fn inject_write(p: &mut Pair, path_slot: u8, msg_seq: u32) {
     let mut buf = vec![0; 256];
     let len = wire::emit_data(&repr, &[9; 8], &mut buf);
     let src = SocketAddr::new(A_IP, PORT + 1);
-    p.b.ep
-        .handle_datagram(p.now, src, metaroce_proto::Ecn::Ect0, &buf[..len]);
+    p.net
+        .b
+        .handle_datagram(p.net.now(), src, metaroce_proto::Ecn::Ect0, &buf[..len]);
 }
 
 #[test]
@@ -684,20 +658,31 @@ fn peer_path_and_incoming_window_limits() {
             ..config(2, None)
         },
     );
-    let memory = p.b.ep.connection_memory_bytes(p.a.addr()).unwrap();
+    let memory = p
+        .net
+        .b
+        .connection_memory_bytes(p.net.addr(Side::A))
+        .unwrap();
     inject_write(&mut p, 200, 0);
-    assert_eq!(p.b.ep.stats().rx_over_limit, 1);
+    assert_eq!(p.net.b.stats().rx_over_limit, 1);
     assert_eq!(
-        p.b.ep.connection_memory_bytes(p.a.addr()).unwrap(),
+        p.net
+            .b
+            .connection_memory_bytes(p.net.addr(Side::A))
+            .unwrap(),
         memory,
         "no receive state for a slot past the limit"
     );
     inject_write(&mut p, 3, 8);
-    assert_eq!(p.b.ep.stats().rx_dropped_ops, 1, "beyond the per-QP window");
-    let qp_bytes = p.b.ep.qp_memory_bytes(p.b.qp).unwrap();
+    assert_eq!(
+        p.net.b.stats().rx_dropped_ops,
+        1,
+        "beyond the per-QP window"
+    );
+    let qp_bytes = p.net.b.qp_memory_bytes(p.b.qp).unwrap();
     inject_write(&mut p, 3, 7);
-    assert_eq!(p.b.ep.stats().rx_dropped_ops, 1, "inside the window");
-    assert!(p.b.ep.qp_memory_bytes(p.b.qp).unwrap() > qp_bytes);
+    assert_eq!(p.net.b.stats().rx_dropped_ops, 1, "inside the window");
+    assert!(p.net.b.qp_memory_bytes(p.b.qp).unwrap() > qp_bytes);
 }
 
 #[test]
@@ -748,7 +733,7 @@ fn new_limits_are_validated() {
 }
 
 /// A's QP posts a 100-byte inline WRITE of `byte` to the start of B's region.
-fn post_inline_write(p: &mut Pair, byte: u8) {
+fn post_inline_write(p: &mut Lab, byte: u8) {
     let wr = SendWr::inline(
         1,
         WrOp::Write {
@@ -757,5 +742,5 @@ fn post_inline_write(p: &mut Pair, byte: u8) {
         },
         vec![byte; 100],
     );
-    p.a.ep.post_send(p.now, p.a.qp, wr).unwrap();
+    p.net.a.post_send(p.a.qp, wr).unwrap();
 }

@@ -16,6 +16,12 @@
 //! the last activity, then sleeps in `ppoll` on the receive socket and a
 //! wake-up eventfd with the core's next deadline as timeout.
 //!
+//! A thread that would rather block than poll arms a CQ
+//! ([`Device::req_notify_cq`]) and waits in [`Device::get_cq_event`]: it
+//! sleeps on a condition variable of the device lock, the engine drives
+//! progress meanwhile, and whichever thread makes a completion land in the
+//! armed CQ wakes it.
+//!
 //! Sending gathers: a data packet's payload goes from its memory region to
 //! the kernel as an iovec between the header and the ICRC trailer, so the
 //! only copy of the payload on the send side is the kernel's. The receive
@@ -24,18 +30,18 @@
 
 use crate::impair::{Impair, ImpairState, Verdict};
 use crate::sys::{self, EventFd, OutMsg, RxBatch};
-use metaroce_proto::endpoint::{Layout, Transmit};
-use metaroce_proto::{Ecn, EndpointConfig};
-use metaroce_verbs::{CompletionQueue, Context, EndpointStats, VerbsError, WorkCompletion};
-use metaroce_wire::{BaseHeader, ICRC_LEN, PacketType};
+use metaroce_verbs::{
+    CompletionQueue, Context, Ecn, EndpointConfig, EndpointStats, Layout, PacketKind, Transmit,
+    VerbsError, WorkCompletion,
+};
 use socket2::Socket;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Monotonic nanoseconds from a process-wide origin.
 pub fn now_ns() -> u64 {
@@ -195,9 +201,8 @@ struct Io {
     gro: bool,
     rxb: RxBatch,
     slots: Vec<Vec<u8>>,
-    /// This flush's transmits: where each one's bytes are, and whether it
-    /// is an ACK (classified once, when polled).
-    meta: Vec<(Transmit, Layout, bool)>,
+    /// This flush's transmits and where each one's bytes are.
+    meta: Vec<(Transmit, Layout)>,
     order: Vec<usize>,
     impair: Option<ImpairState>,
     held: Option<(SocketAddr, Ecn, Vec<u8>)>,
@@ -214,6 +219,8 @@ struct State {
 
 struct Inner {
     state: Mutex<State>,
+    /// Signalled when the context's completion channel has an event.
+    cq_event: Condvar,
     shutdown: AtomicBool,
     sleeping: AtomicBool,
     app_active: AtomicU64,
@@ -308,6 +315,7 @@ impl Device {
         };
         let inner = Arc::new(Inner {
             state: Mutex::new(State { ctx, io }),
+            cq_event: Condvar::new(),
             shutdown: AtomicBool::new(false),
             sleeping: AtomicBool::new(false),
             app_active: AtomicU64::new(0),
@@ -341,14 +349,17 @@ impl Device {
 
     /// Run `f` on the context under the device lock (post work, register
     /// memory, modify QPs, read MR bytes), then send what it produced and
-    /// wake the engine so it sees new deadlines. `f` gets the current time.
+    /// wake the engine so it sees new deadlines. The context has been told
+    /// the time, so posts need no clock; `f` gets the same time too.
     pub fn with<R>(&self, f: impl FnOnce(&mut Context, u64) -> R) -> R {
         let now = now_ns();
         let r = {
             let mut st = self.lock();
             let st = &mut *st;
+            st.ctx.set_time(now);
             let r = f(&mut st.ctx, now);
             flush(&mut st.ctx, &mut st.io, now);
+            wake_cq_waiters(&self.inner, &st.ctx);
             r
         };
         // Wake a sleeping engine only when no application thread is driving
@@ -369,7 +380,9 @@ impl Device {
         self.inner.app_active.store(now_ns(), Ordering::Relaxed);
         let mut st = self.lock();
         let st = &mut *st;
-        progress(&mut st.ctx, &mut st.io, now_ns())
+        let did = progress(&mut st.ctx, &mut st.io, now_ns());
+        wake_cq_waiters(&self.inner, &st.ctx);
+        did
     }
 
     /// `ibv_poll_cq`, busy-polling style: drive progress, then take up to
@@ -397,7 +410,48 @@ impl Device {
         if n == 0 {
             flush(&mut st.ctx, &mut st.io, now_ns());
         }
+        wake_cq_waiters(&self.inner, &st.ctx);
         Ok(n)
+    }
+
+    /// `ibv_req_notify_cq`: arm `cq` so that its next completion (with
+    /// `solicited_only`, its next solicited or failed one) raises an event
+    /// for [`get_cq_event`](Self::get_cq_event).
+    pub fn req_notify_cq(
+        &self,
+        cq: CompletionQueue,
+        solicited_only: bool,
+    ) -> Result<(), VerbsError> {
+        self.with(|ctx, _| ctx.req_notify_cq(cq, solicited_only))
+    }
+
+    /// `ibv_get_cq_event`: block until an armed CQ raises its event, and
+    /// return that CQ; `None` after `timeout`. While it waits, the calling
+    /// thread leaves progress to the engine.
+    pub fn get_cq_event(&self, timeout: Duration) -> Option<CompletionQueue> {
+        let deadline = Instant::now() + timeout;
+        let mut st = self.lock();
+        // The caller stops driving progress: let the engine take over now
+        // rather than after its stand-aside window.
+        self.inner.app_active.store(0, Ordering::Relaxed);
+        if self.inner.sleeping.load(Ordering::SeqCst) {
+            self.inner.wake.signal();
+        }
+        loop {
+            if let Some(cq) = st.ctx.poll_cq_event() {
+                return Some(cq);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            st = self
+                .inner
+                .cq_event
+                .wait_timeout(st, left)
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .0;
+        }
     }
 
     /// Counters.
@@ -450,6 +504,7 @@ fn engine(inner: &Inner) {
             if progress(&mut st.ctx, &mut st.io, now) {
                 last_active = now;
             }
+            wake_cq_waiters(inner, &st.ctx);
             deadline = st.ctx.poll_timeout();
         }
         let now = now_ns();
@@ -476,6 +531,14 @@ fn engine(inner: &Inner) {
         }
         inner.sleeping.store(false, Ordering::SeqCst);
         inner.wake.drain();
+    }
+}
+
+/// Wake threads blocked in `get_cq_event` if a completion raised an event
+/// (called, under the device lock, after anything that may complete work).
+fn wake_cq_waiters(inner: &Inner, ctx: &Context) {
+    if ctx.has_cq_events() {
+        inner.cq_event.notify_all();
     }
 }
 
@@ -614,14 +677,7 @@ fn flush(ctx: &mut Context, io: &mut Io, now: u64) -> usize {
                     .map(|t| (t, Layout::Whole))
             };
             match t {
-                Some((t, layout)) => {
-                    let is_ack = match layout {
-                        Layout::Split { .. } => false,
-                        Layout::Whole => BaseHeader::new_checked(&io.slots[k][..t.len])
-                            .is_ok_and(|h| h.packet_type() == PacketType::Ack as u8),
-                    };
-                    io.meta.push((t, layout, is_ack));
-                }
+                Some(t) => io.meta.push(t),
                 None => break,
             }
         }
@@ -671,7 +727,7 @@ fn send_all(ctx: &Context, io: &mut Io) {
     // protocol needs.
     order.sort_by_key(|&i| {
         (
-            meta[i].2,
+            meta[i].0.kind == PacketKind::Ack,
             meta[i].0.src_port,
             meta[i].0.dst,
             sys::ecn_bits(meta[i].0.ecn),
@@ -681,17 +737,18 @@ fn send_all(ctx: &Context, io: &mut Io) {
     let mut parts: Vec<&[u8]> = Vec::with_capacity(meta.len() * 3);
     let mut datagram_parts: Vec<(usize, usize)> = Vec::with_capacity(meta.len());
     for &i in order.iter() {
-        let (t, layout, _) = &meta[i];
+        let (t, layout) = &meta[i];
         let from = parts.len();
         match layout {
             Layout::Whole => parts.push(&slots[i][..t.len]),
             Layout::Split {
                 header_len,
+                trailer_len,
                 payload,
             } => {
                 parts.push(&slots[i][..*header_len]);
                 parts.push(ctx.payload(payload));
-                parts.push(&slots[i][*header_len..*header_len + ICRC_LEN]);
+                parts.push(&slots[i][*header_len..*header_len + *trailer_len]);
             }
         }
         datagram_parts.push((from, parts.len()));

@@ -9,6 +9,11 @@
 //!
 //! The connection manager that sets devices up across hosts is
 //! `metaroce-cm`; the perftest-style tools are `metaroce-perf`.
+//!
+//! `unsafe` is confined to the syscalls in `sys` (and the network-namespace
+//! test setup); every block says why it is sound in a `// SAFETY:` comment,
+//! which the lint below enforces.
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod batch;
 mod device;

@@ -25,20 +25,20 @@ pub const GSO_MAX_BYTES: usize = 65_000;
 pub(crate) const RX_BUF_LEN: usize = 65_536;
 
 /// ECN codepoint in the low two bits of the TOS / traffic-class byte.
-pub(crate) fn ecn_bits(ecn: metaroce_proto::Ecn) -> u8 {
+pub(crate) fn ecn_bits(ecn: metaroce_verbs::Ecn) -> u8 {
     match ecn {
-        metaroce_proto::Ecn::NotEct => 0,
-        metaroce_proto::Ecn::Ect0 => 2,
-        metaroce_proto::Ecn::Ce => 3,
+        metaroce_verbs::Ecn::NotEct => 0,
+        metaroce_verbs::Ecn::Ect0 => 2,
+        metaroce_verbs::Ecn::Ce => 3,
     }
 }
 
 /// The core's ECN value of a received TOS byte (ECT(1) counts as ECT).
-pub(crate) fn ecn_of_tos(tos: u8) -> metaroce_proto::Ecn {
+pub(crate) fn ecn_of_tos(tos: u8) -> metaroce_verbs::Ecn {
     match tos & 3 {
-        0 => metaroce_proto::Ecn::NotEct,
-        3 => metaroce_proto::Ecn::Ce,
-        _ => metaroce_proto::Ecn::Ect0,
+        0 => metaroce_verbs::Ecn::NotEct,
+        3 => metaroce_verbs::Ecn::Ce,
+        _ => metaroce_verbs::Ecn::Ect0,
     }
 }
 

@@ -2,10 +2,9 @@
 //! from free ranges, so parallel tests do not collide).
 
 use crate::{Device, DeviceConfig};
-use metaroce_proto::{Ecn, EndpointConfig, QpCaps};
 use metaroce_verbs::{
-    AccessFlags, CompletionQueue, ProtectionDomain, QpAttr, QpInitAttr, QpState, QpType, QueuePair,
-    SendWr, WcOpcode, WcStatus, WorkCompletion, WrOp,
+    AccessFlags, CompletionQueue, Ecn, EndpointConfig, ProtectionDomain, QpAttr, QpCaps,
+    QpInitAttr, QpState, QpType, QueuePair, RecvWr, SendWr, WcStatus, WorkCompletion, WrOp,
 };
 
 /// Two devices on 127.0.0.1 with one connected RC QP each.
@@ -91,15 +90,7 @@ fn two_devices() -> (
 }
 
 fn wait_one(d: &Device, cq: CompletionQueue) -> WorkCompletion {
-    let mut wc = [WorkCompletion {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        imm_data: None,
-        qp_num: 0,
-        src_qp: 0,
-    }; 1];
+    let mut wc = [WorkCompletion::default(); 1];
     let t0 = crate::now_ns();
     loop {
         if d.poll_cq(cq, &mut wc).unwrap() == 1 {
@@ -110,6 +101,52 @@ fn wait_one(d: &Device, cq: CompletionQueue) -> WorkCompletion {
             "no completion in 20 s"
         );
     }
+}
+
+/// A thread blocked in `get_cq_event` on a CQ armed for solicited
+/// completions sleeps through an unsolicited SEND and is woken by the
+/// solicited one (the engine thread drives progress meanwhile).
+#[test]
+fn blocked_waiter_wakes_on_a_solicited_send_only() {
+    let (a, b, [(qa, _, pa), (qb, cb, pb)]) = two_devices();
+    let src = a.with(|ctx, _| ctx.reg_mr(pa, 64, AccessFlags::LOCAL_WRITE).unwrap());
+    let dst = b.with(|ctx, _| ctx.reg_mr(pb, 4096, AccessFlags(0xf)).unwrap());
+    b.with(|ctx, _| {
+        let recvs: Vec<RecvWr> = (0..2)
+            .map(|i| RecvWr {
+                wr_id: i,
+                sg_list: vec![dst.sge(i * 64, 64)],
+            })
+            .collect();
+        ctx.post_recv(qb, &recvs).unwrap();
+    });
+    b.req_notify_cq(cb, true).unwrap();
+    let send = |wr_id, solicited| {
+        let mut wr = SendWr::new(wr_id, WrOp::Send, vec![src.sge(0, 64)]);
+        wr.solicited = solicited;
+        a.with(|ctx, _| ctx.post_send(qa, &[wr]).unwrap());
+    };
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| b.get_cq_event(std::time::Duration::from_secs(20)));
+        send(1, false);
+        // Give the unsolicited SEND time to land before the solicited one.
+        let t0 = crate::now_ns();
+        while b.stats().endpoint.ack_packets_sent == 0 && crate::now_ns() - t0 < 5_000_000_000 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(!waiter.is_finished(), "woken by an unsolicited SEND");
+        send(2, true);
+        assert_eq!(waiter.join().unwrap(), Some(cb));
+    });
+    let mut wc = [WorkCompletion::default(); 2];
+    let mut got = 0;
+    let t0 = crate::now_ns();
+    while got < 2 {
+        got += b.poll_cq(cb, &mut wc[got..]).unwrap();
+        assert!(crate::now_ns() - t0 < 5_000_000_000, "receives missing");
+    }
+    assert_eq!((wc[0].wr_id, wc[1].wr_id), (0, 1));
+    assert_eq!(b.get_cq_event(std::time::Duration::from_millis(10)), None);
 }
 
 /// Garbage sprayed at the device port during a transfer is counted as
@@ -162,7 +199,7 @@ fn malformed_spray_during_write() {
         },
         vec![src.sge(0, len as u32)],
     );
-    a.with(|ctx, now| ctx.post_send(now, qa, &[wr]).unwrap());
+    a.with(|ctx, _| ctx.post_send(qa, &[wr]).unwrap());
     let wc = wait_one(&a, ca);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let sent = sprayer.join().unwrap();
@@ -244,7 +281,7 @@ fn peer_death_mid_transfer_is_retry_exceeded() {
             vec![src.sge(0, len as u32)],
         )
     };
-    a.with(|ctx, now| ctx.post_send(now, qa, &[write(1), write(2)]).unwrap());
+    a.with(|ctx, _| ctx.post_send(qa, &[write(1), write(2)]).unwrap());
     // Let part of the first WRITE land, then kill the responder.
     let t0 = crate::now_ns();
     while b.stats().endpoint.rx_datagrams < 64 {

@@ -9,8 +9,15 @@
 //! Like the core, a `Context` is sans-IO: whoever owns it (the UDP datapath's
 //! progress engine, the simulator, the test harness) feeds it datagrams and
 //! time with [`Context::handle_datagram`] / [`Context::handle_timeout`] and
-//! drains [`Context::poll_transmit`]. Completions are routed to the QP's send
-//! or receive CQ as they happen.
+//! drains [`Context::poll_transmit`]. The application's calls take no clock:
+//! the driver owns time. Completions are routed to the QP's send or receive
+//! CQ as they happen; a CQ armed with [`Context::req_notify_cq`] puts an
+//! event on the completion channel ([`Context::poll_cq_event`]) that the
+//! driver turns into a wake-up for a blocked waiter.
+//!
+//! Everything a driver or an application needs is here: the core's types
+//! that these signatures use are re-exported, so neither needs to depend on
+//! `metaroce-proto` or `metaroce-wire`.
 //!
 //! Differences from ibverbs, all deliberate:
 //! - keys are 64 bits (`lkey`, `rkey`), random, so a peer cannot guess them;
@@ -22,16 +29,21 @@
 //! - a QP that reached ERR cannot be reset; create a new one.
 #![forbid(unsafe_code)]
 
-use metaroce_proto::endpoint::Transmit;
-use metaroce_proto::{
-    Completion, Ecn, Endpoint, EndpointConfig, MrHandle, QpCaps, QpHandle, QpRunState, WorkQueue,
-};
-use std::collections::{HashMap, VecDeque};
+mod cq;
+mod query;
+
+pub use cq::{CompletionQueue, MAX_CQ, MAX_CQE};
+pub use query::{AtomicCap, DeviceAttr, PortAttr, PortState};
+
+use cq::CqTable;
+use metaroce_proto::{Completion, Endpoint, MrHandle, QpHandle, QpRunState, WorkQueue};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 
 pub use metaroce_proto::{
-    AccessFlags, AuthConfig, ConfigError, EndpointStats, Layout, MemoryError, PayloadRef, RecvWr,
-    SendWr, Sge, WcOpcode, WcStatus, WorkCompletion, WrOp,
+    AccessFlags, AuthConfig, ConfigError, Ecn, EndpointConfig, EndpointStats, Layout, MemoryError,
+    PacketKind, PayloadRef, PostError, QpCaps, QpError, RecvWr, SendWr, Sge, Transmit, WcOpcode,
+    WcStatus, WorkCompletion, WrOp,
 };
 
 /// A verbs call failed.
@@ -45,13 +57,17 @@ pub enum VerbsError {
     Memory(#[from] MemoryError),
     /// A post was refused.
     #[error(transparent)]
-    Post(#[from] metaroce_proto::PostError),
+    Post(#[from] PostError),
     /// A QP operation failed in the core.
     #[error(transparent)]
-    Qp(#[from] metaroce_proto::QpError),
+    Qp(#[from] QpError),
     /// No such object (CQ, QP, PD).
     #[error("unknown {0}")]
     Unknown(&'static str),
+    /// The object is still in use (a PD with regions or QPs, a CQ that a
+    /// QP completes into): ibverbs' `EBUSY`.
+    #[error("{0} is in use")]
+    Busy(&'static str),
     /// `modify_qp` asked for a transition ibverbs does not allow.
     #[error("invalid QP transition {from:?} -> {to:?}")]
     InvalidTransition {
@@ -120,10 +136,6 @@ impl MemoryRegion {
         }
     }
 }
-
-/// A completion queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct CompletionQueue(u32);
 
 /// A queue pair.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -202,13 +214,6 @@ pub struct QpAttr {
 }
 
 #[derive(Debug)]
-struct CqState {
-    ring: VecDeque<WorkCompletion>,
-    capacity: usize,
-    overrun: bool,
-}
-
-#[derive(Debug)]
 struct QpMeta {
     pd: ProtectionDomain,
     init: QpInitAttr,
@@ -219,20 +224,17 @@ struct QpMeta {
 #[derive(Debug)]
 pub struct Context {
     endpoint: Endpoint,
-    cqs: Vec<CqState>,
+    cqs: CqTable,
     qps: HashMap<QpHandle, QpMeta>,
     pds: Vec<ProtectionDomain>,
 }
-
-/// Largest CQ.
-pub const MAX_CQE: usize = 1 << 22;
 
 impl Context {
     /// Open a device with this configuration.
     pub fn open(config: EndpointConfig) -> Result<Self, VerbsError> {
         Ok(Self {
             endpoint: Endpoint::new(config)?,
-            cqs: Vec::new(),
+            cqs: CqTable::default(),
             qps: HashMap::new(),
             pds: Vec::new(),
         })
@@ -271,6 +273,45 @@ impl Context {
         Ok(self.endpoint.set_peer_session(peer, session_id)?)
     }
 
+    /// `ibv_query_device`: the device's limits.
+    pub fn query_device(&self) -> DeviceAttr {
+        let cfg = self.endpoint.config();
+        DeviceAttr {
+            max_qp: cfg.max_queue_pairs,
+            max_qp_wr: cfg.max_send_wr.min(cfg.max_recv_wr),
+            max_send_wr: cfg.max_send_wr,
+            max_recv_wr: cfg.max_recv_wr,
+            max_sge: u32::MAX,
+            max_cq: MAX_CQ,
+            max_cqe: MAX_CQE as u32,
+            max_mr: cfg.max_memory_regions,
+            max_mr_size: metaroce_proto::memory::MAX_REGION_BYTES.min(cfg.max_registered_bytes),
+            atomic_cap: AtomicCap::Glob,
+            max_connections: cfg.max_connections,
+            phys_port_cnt: 1,
+        }
+    }
+
+    /// `ibv_query_port`: the link of port `port_num` (the device has port 1).
+    pub fn query_port(&self, port_num: u8) -> Result<PortAttr, VerbsError> {
+        if port_num != 1 {
+            return Err(VerbsError::BadAttribute {
+                attr: "port_num",
+                reason: "the device has port 1 only",
+            });
+        }
+        let cfg = self.endpoint.config();
+        Ok(PortAttr {
+            state: PortState::Active,
+            max_mtu_bytes: cfg.mtu_payload_bytes,
+            active_mtu_bytes: cfg.mtu_payload_bytes,
+            max_msg_bytes: cfg.max_message_bytes,
+            link_rate_bps: cfg.line_rate_bps,
+            device_port: cfg.device_port,
+            paths_per_connection: cfg.paths_per_connection,
+        })
+    }
+
     // --------------------------------------------------------------- objects
 
     /// `ibv_alloc_pd`.
@@ -278,6 +319,16 @@ impl Context {
         let pd = ProtectionDomain(self.endpoint.alloc_pd());
         self.pds.push(pd);
         pd
+    }
+
+    /// `ibv_dealloc_pd`; refused while a memory region or a QP lives in it.
+    pub fn dealloc_pd(&mut self, pd: ProtectionDomain) -> Result<(), VerbsError> {
+        self.check_pd(pd)?;
+        if self.endpoint.pd_in_use(pd.0) {
+            return Err(VerbsError::Busy("protection domain"));
+        }
+        self.pds.retain(|&p| p != pd);
+        Ok(())
     }
 
     /// `ibv_reg_mr`: a zeroed region of `length` bytes.
@@ -343,18 +394,22 @@ impl Context {
 
     /// `ibv_create_cq` with room for `cqe` completions.
     pub fn create_cq(&mut self, cqe: usize) -> Result<CompletionQueue, VerbsError> {
-        if cqe == 0 || cqe > MAX_CQE {
-            return Err(VerbsError::BadAttribute {
-                attr: "cqe",
-                reason: "must be 1..=2^22",
-            });
+        self.cqs.create(cqe)
+    }
+
+    /// `ibv_destroy_cq`; refused while a QP completes into it.
+    pub fn destroy_cq(&mut self, cq: CompletionQueue) -> Result<(), VerbsError> {
+        if !self.cqs.exists(cq) {
+            return Err(VerbsError::Unknown("completion queue"));
         }
-        self.cqs.push(CqState {
-            ring: VecDeque::with_capacity(cqe.min(4096)),
-            capacity: cqe,
-            overrun: false,
-        });
-        Ok(CompletionQueue(self.cqs.len() as u32 - 1))
+        let used = self
+            .qps
+            .values()
+            .any(|m| m.init.send_cq == cq || m.init.recv_cq == cq);
+        if used {
+            return Err(VerbsError::Busy("completion queue"));
+        }
+        self.cqs.destroy(cq)
     }
 
     /// `ibv_poll_cq`: move up to `wc.len()` completions into `wc`, oldest
@@ -365,18 +420,34 @@ impl Context {
         wc: &mut [WorkCompletion],
     ) -> Result<usize, VerbsError> {
         self.dispatch_completions();
-        let state = self
-            .cqs
-            .get_mut(cq.0 as usize)
-            .ok_or(VerbsError::Unknown("completion queue"))?;
-        if state.overrun {
-            return Err(VerbsError::CqOverrun);
-        }
-        let n = wc.len().min(state.ring.len());
-        for (slot, c) in wc.iter_mut().zip(state.ring.drain(..n)) {
-            *slot = c;
-        }
-        Ok(n)
+        self.cqs.poll(cq, wc)
+    }
+
+    /// `ibv_req_notify_cq`: arm `cq` so that its next completion (with
+    /// `solicited_only`: its next solicited receive completion, or any
+    /// completion in error) puts one event on the completion channel. The
+    /// arm is one-shot; completions already in the CQ do not fire it.
+    pub fn req_notify_cq(
+        &mut self,
+        cq: CompletionQueue,
+        solicited_only: bool,
+    ) -> Result<(), VerbsError> {
+        self.dispatch_completions();
+        self.cqs.arm(cq, solicited_only)
+    }
+
+    /// `ibv_get_cq_event` without blocking: the CQ of the oldest event on
+    /// the completion channel, if any. A driver blocks on it for the
+    /// application (the UDP device's `get_cq_event`).
+    pub fn poll_cq_event(&mut self) -> Option<CompletionQueue> {
+        self.dispatch_completions();
+        self.cqs.next_event()
+    }
+
+    /// Whether the completion channel has an event: a driver checks it
+    /// after every input, and wakes a blocked waiter when it does.
+    pub fn has_cq_events(&self) -> bool {
+        self.cqs.has_events()
     }
 
     /// `ibv_create_qp` (RC).
@@ -387,7 +458,7 @@ impl Context {
     ) -> Result<QueuePair, VerbsError> {
         self.check_pd(pd)?;
         for cq in [init.send_cq, init.recv_cq] {
-            if cq.0 as usize >= self.cqs.len() {
+            if !self.cqs.exists(cq) {
                 return Err(VerbsError::Unknown("completion queue"));
             }
         }
@@ -486,9 +557,27 @@ impl Context {
 
     /// `ibv_post_send`: posts in order and stops at the first request it
     /// refuses, returning its index (ibverbs' `bad_wr`) with the reason.
-    pub fn post_send(
+    /// Like ibverbs, it takes no clock: the requests are stamped with the
+    /// latest time the driver gave the device (see [`Context::set_time`]).
+    pub fn post_send(&mut self, qp: QueuePair, wrs: &[SendWr]) -> Result<(), (usize, VerbsError)> {
+        self.post_sends(None, qp, wrs)
+    }
+
+    /// [`post_send`](Self::post_send) at `now_ns`, for a driver that posts
+    /// on behalf of an event it schedules (a simulator or test script);
+    /// the time is used as given.
+    pub fn post_send_at(
         &mut self,
         now_ns: u64,
+        qp: QueuePair,
+        wrs: &[SendWr],
+    ) -> Result<(), (usize, VerbsError)> {
+        self.post_sends(Some(now_ns), qp, wrs)
+    }
+
+    fn post_sends(
+        &mut self,
+        now_ns: Option<u64>,
         qp: QueuePair,
         wrs: &[SendWr],
     ) -> Result<(), (usize, VerbsError)> {
@@ -512,9 +601,11 @@ impl Context {
         for (i, wr) in wrs.iter().enumerate() {
             let mut wr = wr.clone();
             wr.signaled |= sig_all;
-            self.endpoint
-                .post_send(now_ns, qp.0, wr)
-                .map_err(|e| (i, e.into()))?;
+            let posted = match now_ns {
+                Some(now_ns) => self.endpoint.post_send_at(now_ns, qp.0, wr),
+                None => self.endpoint.post_send(qp.0, wr),
+            };
+            posted.map_err(|e| (i, e.into()))?;
         }
         self.dispatch_completions();
         Ok(())
@@ -576,6 +667,14 @@ impl Context {
         self.endpoint.poll_timeout()
     }
 
+    /// Tell the device the time without any other input: a driver calls it
+    /// before letting the application post, so that posts are stamped with
+    /// the present rather than with the last packet's time. Time only
+    /// moves forward.
+    pub fn set_time(&mut self, now_ns: u64) {
+        self.endpoint.set_time(now_ns);
+    }
+
     /// Fire due timers.
     pub fn handle_timeout(&mut self, now_ns: u64) {
         self.endpoint.handle_timeout(now_ns);
@@ -588,7 +687,13 @@ impl Context {
     }
 
     fn dispatch_completions(&mut self) {
-        while let Some(Completion { qp, queue, wc }) = self.endpoint.poll_completion() {
+        while let Some(Completion {
+            qp,
+            queue,
+            wc,
+            solicited,
+        }) = self.endpoint.poll_completion()
+        {
             let Some(meta) = self.qps.get(&qp) else {
                 continue;
             };
@@ -596,12 +701,7 @@ impl Context {
                 WorkQueue::Send => meta.init.send_cq,
                 WorkQueue::Recv => meta.init.recv_cq,
             };
-            let state = &mut self.cqs[cq.0 as usize];
-            if state.ring.len() >= state.capacity {
-                state.overrun = true;
-            } else {
-                state.ring.push_back(wc);
-            }
+            self.cqs.push(cq, wc, solicited);
         }
     }
 

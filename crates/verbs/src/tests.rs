@@ -49,7 +49,7 @@ fn state_machine_requires_attributes_and_order() {
     // posting a send before RTS is refused with the index of the bad request
     let wr = SendWr::inline(1, WrOp::Send, vec![1]);
     assert!(matches!(
-        c.post_send(0, qp, &[wr]),
+        c.post_send(qp, &[wr]),
         Err((0, VerbsError::WrongState { .. }))
     ));
     let rtr = QpAttr {
@@ -121,17 +121,9 @@ fn posts_on_an_error_qp_flush() {
         }],
     )
     .unwrap();
-    c.post_send(0, qp, &[SendWr::new(8, WrOp::Send, vec![mr.sge(0, 8)])])
+    c.post_send(qp, &[SendWr::new(8, WrOp::Send, vec![mr.sge(0, 8)])])
         .unwrap();
-    let mut wc = [WorkCompletion {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        imm_data: None,
-        qp_num: 0,
-        src_qp: 0,
-    }; 4];
+    let mut wc = [WorkCompletion::default(); 4];
     let n = c.poll_cq(cq, &mut wc).unwrap();
     assert_eq!(n, 2);
     assert!(wc[..2].iter().all(|w| w.status == WcStatus::WrFlushErr));
@@ -187,12 +179,255 @@ fn authenticated_device_needs_the_peer_session_before_rtr() {
     };
     assert_eq!(
         c.modify_qp(qp, &rtr),
-        Err(VerbsError::Qp(metaroce_proto::QpError::PeerSessionUnknown(
-            peer
-        )))
+        Err(VerbsError::Qp(QpError::PeerSessionUnknown(peer)))
     );
     assert_eq!(c.qp_state(qp), Some(QpState::Init), "all-or-nothing");
     c.set_peer_session(peer, 77).unwrap();
     c.modify_qp(qp, &rtr).unwrap();
     assert_ne!(c.session_id(), 0);
+}
+
+#[test]
+fn busy_objects_are_refused_and_freed_ones_go_stale() {
+    let mut c = ctx();
+    let (pd, qp, cq) = qp(&mut c);
+    let mr = c.reg_mr(pd, 64, AccessFlags::LOCAL_WRITE).unwrap();
+    assert_eq!(c.dealloc_pd(pd), Err(VerbsError::Busy("protection domain")));
+    assert_eq!(c.destroy_cq(cq), Err(VerbsError::Busy("completion queue")));
+    c.destroy_qp(qp).unwrap();
+    c.destroy_cq(cq).unwrap();
+    assert_eq!(
+        c.destroy_cq(cq),
+        Err(VerbsError::Unknown("completion queue"))
+    );
+    // The slot is reused under a new generation: the old handle misses it.
+    let fresh = c.create_cq(4).unwrap();
+    assert_ne!(fresh, cq);
+    assert!(c.poll_cq(cq, &mut [WorkCompletion::default()]).is_err());
+    assert_eq!(c.poll_cq(fresh, &mut [WorkCompletion::default()]), Ok(0));
+    assert_eq!(c.dealloc_pd(pd), Err(VerbsError::Busy("protection domain")));
+    c.dereg_mr(mr).unwrap();
+    c.dealloc_pd(pd).unwrap();
+    assert_eq!(
+        c.dealloc_pd(pd),
+        Err(VerbsError::Unknown("protection domain"))
+    );
+    assert!(matches!(
+        c.reg_mr(pd, 64, AccessFlags::NONE),
+        Err(VerbsError::Unknown(_))
+    ));
+}
+
+#[test]
+fn device_and_port_attributes_come_from_the_config() {
+    let cfg = EndpointConfig {
+        mtu_payload_bytes: 2048,
+        max_send_wr: 100,
+        max_recv_wr: 50,
+        ..EndpointConfig::default()
+    };
+    let c = Context::open(cfg.clone()).unwrap();
+    let dev = c.query_device();
+    assert_eq!(dev.max_qp, cfg.max_queue_pairs);
+    assert_eq!(
+        (dev.max_qp_wr, dev.max_send_wr, dev.max_recv_wr),
+        (50, 100, 50)
+    );
+    assert_eq!(dev.max_mr, cfg.max_memory_regions);
+    assert_eq!(dev.max_mr_size, 1 << 40);
+    assert_eq!(dev.max_cqe as usize, MAX_CQE);
+    assert_eq!(dev.atomic_cap, AtomicCap::Glob);
+    assert_eq!(dev.phys_port_cnt, 1);
+    let port = c.query_port(1).unwrap();
+    assert_eq!(port.state, PortState::Active);
+    assert_eq!((port.active_mtu_bytes, port.max_mtu_bytes), (2048, 2048));
+    assert_eq!(port.max_msg_bytes, cfg.max_message_bytes);
+    assert_eq!(port.link_rate_bps, cfg.line_rate_bps);
+    assert!(matches!(
+        c.query_port(2),
+        Err(VerbsError::BadAttribute {
+            attr: "port_num",
+            ..
+        })
+    ));
+}
+
+/// Two contexts with a connected QP each, exchanging datagrams in memory.
+struct Link {
+    a: Context,
+    b: Context,
+    qa: QueuePair,
+    qb: QueuePair,
+    cq_b: CompletionQueue,
+    mr_a: MemoryRegion,
+    mr_b: MemoryRegion,
+    now: u64,
+}
+
+impl Link {
+    fn new() -> Self {
+        let addr_a: SocketAddr = "10.0.0.1:4791".parse().unwrap();
+        let addr_b: SocketAddr = "10.0.0.2:4791".parse().unwrap();
+        let mut a = Context::open(EndpointConfig {
+            seed: 1,
+            ..EndpointConfig::default()
+        })
+        .unwrap();
+        let mut b = Context::open(EndpointConfig {
+            seed: 2,
+            ..EndpointConfig::default()
+        })
+        .unwrap();
+        let (pa, qa, _) = qp(&mut a);
+        let (pb, qb, cq_b) = qp(&mut b);
+        let mr_a = a.reg_mr(pa, 4096, AccessFlags::LOCAL_WRITE).unwrap();
+        let all = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+        let mr_b = b.reg_mr(pb, 4096, all).unwrap();
+        for (c, q, peer, peer_qpn) in [
+            (&mut a, qa, addr_b, qb.qp_num()),
+            (&mut b, qb, addr_a, qa.qp_num()),
+        ] {
+            let to = |s| QpAttr {
+                qp_state: Some(s),
+                ..QpAttr::default()
+            };
+            c.modify_qp(
+                q,
+                &QpAttr {
+                    qp_access_flags: Some(all),
+                    port_num: Some(1),
+                    ..to(QpState::Init)
+                },
+            )
+            .unwrap();
+            c.modify_qp(
+                q,
+                &QpAttr {
+                    dest_addr: Some(peer),
+                    dest_qp_num: Some(peer_qpn),
+                    path_mtu: Some(4096),
+                    ..to(QpState::Rtr)
+                },
+            )
+            .unwrap();
+            c.modify_qp(
+                q,
+                &QpAttr {
+                    timeout: Some(14),
+                    retry_cnt: Some(7),
+                    rnr_retry: Some(7),
+                    ..to(QpState::Rts)
+                },
+            )
+            .unwrap();
+        }
+        Self {
+            a,
+            b,
+            qa,
+            qb,
+            cq_b,
+            mr_a,
+            mr_b,
+            now: 1_000,
+        }
+    }
+
+    /// Move datagrams both ways until both sides are quiet.
+    fn settle(&mut self) {
+        let ip_a = "10.0.0.1".parse().unwrap();
+        let ip_b = "10.0.0.2".parse().unwrap();
+        let mut buf = vec![0; self.a.max_datagram_len()];
+        for _ in 0..100 {
+            let mut moved = false;
+            while let Some(t) = self.a.poll_transmit(self.now, &mut buf) {
+                let src = SocketAddr::new(ip_a, t.src_port);
+                self.b.handle_datagram(self.now, src, t.ecn, &buf[..t.len]);
+                moved = true;
+            }
+            while let Some(t) = self.b.poll_transmit(self.now, &mut buf) {
+                let src = SocketAddr::new(ip_b, t.src_port);
+                self.a.handle_datagram(self.now, src, t.ecn, &buf[..t.len]);
+                moved = true;
+            }
+            self.now += 5_000;
+            self.a.handle_timeout(self.now);
+            self.b.handle_timeout(self.now);
+            if !moved && self.a.poll_timeout().is_none() && self.b.poll_timeout().is_none() {
+                return;
+            }
+        }
+    }
+
+    fn send(&mut self, wr_id: u64, solicited: bool) {
+        let mut wr = SendWr::new(wr_id, WrOp::Send, vec![self.mr_a.sge(0, 16)]);
+        wr.solicited = solicited;
+        self.a.post_send(self.qa, &[wr]).unwrap();
+    }
+
+    fn recv(&mut self, wr_id: u64) {
+        let wr = RecvWr {
+            wr_id,
+            sg_list: vec![self.mr_b.sge(wr_id * 64, 64)],
+        };
+        self.b.post_recv(self.qb, &[wr]).unwrap();
+    }
+}
+
+#[test]
+fn an_armed_cq_raises_one_event_for_its_next_completion() {
+    let mut l = Link::new();
+    l.recv(0);
+    l.recv(1);
+    // Not armed: completions land, no event.
+    l.send(10, false);
+    l.settle();
+    assert!(!l.b.has_cq_events());
+    l.b.req_notify_cq(l.cq_b, false).unwrap();
+    assert_eq!(
+        l.b.poll_cq_event(),
+        None,
+        "the completion already there fires nothing"
+    );
+    l.send(11, false);
+    l.settle();
+    assert_eq!(l.b.poll_cq_event(), Some(l.cq_b));
+    assert_eq!(l.b.poll_cq_event(), None, "one event per arm");
+    let mut wc = [WorkCompletion::default(); 4];
+    assert_eq!(l.b.poll_cq(l.cq_b, &mut wc), Ok(2));
+    assert_eq!((wc[0].wr_id, wc[1].wr_id), (0, 1));
+}
+
+#[test]
+fn a_solicited_only_arm_waits_for_a_solicited_receive() {
+    let mut l = Link::new();
+    for i in 0..3 {
+        l.recv(i);
+    }
+    l.b.req_notify_cq(l.cq_b, true).unwrap();
+    l.send(10, false);
+    l.settle();
+    assert_eq!(
+        l.b.poll_cq_event(),
+        None,
+        "an unsolicited SEND does not wake it"
+    );
+    l.send(11, true);
+    l.settle();
+    assert_eq!(l.b.poll_cq_event(), Some(l.cq_b));
+    // An error completion wakes a solicited-only waiter too: the QP's
+    // remaining receive is flushed when it goes to the error state.
+    l.b.req_notify_cq(l.cq_b, true).unwrap();
+    l.b.modify_qp(
+        l.qb,
+        &QpAttr {
+            qp_state: Some(QpState::Err),
+            ..QpAttr::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(l.b.poll_cq_event(), Some(l.cq_b));
+    let mut wc = [WorkCompletion::default(); 4];
+    assert_eq!(l.b.poll_cq(l.cq_b, &mut wc), Ok(3));
+    assert_eq!(wc[2].status, WcStatus::WrFlushErr);
 }

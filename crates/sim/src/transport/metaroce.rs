@@ -393,7 +393,7 @@ impl Transport for MetaRoceHost {
             }],
         );
         self.ep
-            .post_send(ps_to_ns(now), ch.qp, wr)
+            .post_send_at(ps_to_ns(now), ch.qp, wr)
             .map_err(TransportError::PostSend)?;
         self.drain_completions();
         Ok(())

@@ -1,0 +1,492 @@
+//! A connection: everything one endpoint keeps about one peer device.
+//!
+//! One connection carries every QP (stream) between the two devices, over
+//! `paths_per_connection` paths, under one congestion controller, so the
+//! state grows with peers, not with QPs x paths. It owns:
+//! - the sending paths ([`TxPath`]) and the receiving view of the peer's
+//!   paths ([`RxPath`]);
+//! - the outgoing messages and the queues that feed the wire (ACKs first,
+//!   then probes, retransmissions, new segments);
+//! - the timers: per-path RTO and tail-loss probe, delayed ACK, RNR backoff
+//!   and the connection's retry timer that ends in `RetryExcErr`.
+//!
+//! Its parts, one file each:
+//! - [`transmit`]: which packet goes next, on which path, and emitting it;
+//! - [`receive`]: a data packet's PSN into its path's [`SackBitmap`], an
+//!   ACK into the paths' in-flight lists and the congestion controller;
+//! - [`timers`]: deadlines, RTOs, tail-loss probes, path retirement, retries;
+//! - [`responder`] and [`requester`]: what operations do at either end of a
+//!   QP. They keep their state in the QP table and reach the connection
+//!   only through the handful of methods in the "operations" section below.
+//!
+//! Follow a packet: `Endpoint::post_send` builds a [`TxMessage`] and queues
+//! it here ([`Connection::enqueue`]); [`Connection::poll_transmit`] picks a
+//! path with room, emits the header and gathers the payload from the memory
+//! region; at the peer, [`Connection::on_data`] records the PSN and hands
+//! the operation to the responder, which places the bytes; the peer's ACK
+//! comes back to [`Connection::on_ack`], which frees the segment, feeds the
+//! congestion controller and gives the op-ack to the requester, which
+//! completes the work request.
+
+mod receive;
+mod requester;
+mod responder;
+mod timers;
+mod transmit;
+
+use crate::auth::ConnectionAuth;
+use crate::cc::{CcConfig, CcMetrics, CongestionController, new_controller};
+use crate::device_state::DeviceState;
+use crate::maybe_ns::MaybeNs;
+use crate::message::{MessageSlab, MsgRef, SegRef, TxMessage};
+use crate::path::{PathStats, SentPacket, TxPath, initial_psn};
+use crate::qp::Qp;
+use crate::rtt::RttEstimator;
+use crate::sack::SackBitmap;
+use metaroce_wire::Flags;
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+
+/// The most packets a path may have outstanding: the span of the SACK bitmap.
+const PATH_PSN_WINDOW: u32 = 255;
+/// Bytes of headers a full data packet adds to its payload (for windows).
+const PACKET_OVERHEAD_BYTES: u32 = 64;
+
+/// Receiver-side state of one of the peer's paths.
+#[derive(Debug)]
+struct RxPath {
+    generation: u16,
+    window: SackBitmap,
+    rx_packets: u32,
+    ce_packets: u32,
+    last_ts: u32,
+    last_rx_ns: u64,
+    unacked: u32,
+    ack_queued: bool,
+    ack_deadline: MaybeNs,
+}
+
+impl RxPath {
+    fn new(psn_base: u32, slot: u8, generation: u16) -> Self {
+        Self {
+            generation,
+            window: SackBitmap::new(initial_psn(psn_base, slot, generation)),
+            rx_packets: 0,
+            ce_packets: 0,
+            last_ts: 0,
+            last_rx_ns: 0,
+            unacked: 0,
+            ack_queued: false,
+            ack_deadline: MaybeNs::NONE,
+        }
+    }
+}
+
+/// An entry of the retransmit queue.
+#[derive(Debug, Clone, Copy)]
+struct Resend {
+    seg: SegRef,
+    /// The path it was lost on: resend elsewhere if any other path has room.
+    lost_on: Option<u8>,
+    /// Send even if acknowledged: a probe asking the peer to repeat its op-ack.
+    probe: bool,
+}
+
+/// Counters of one connection.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnectionStats {
+    /// Data packets sent, first transmissions.
+    pub data_packets_sent: u64,
+    /// Data packets resent (loss, timeout, RNR, probes).
+    pub data_packets_retransmitted: u64,
+    /// Data packets declared lost.
+    pub data_packets_lost: u64,
+    /// ACK packets sent.
+    pub acks_sent: u64,
+    /// ACK packets received.
+    pub acks_received: u64,
+    /// Payload bytes sent (first transmissions).
+    pub payload_bytes_sent: u64,
+    /// Path retransmission timeouts.
+    pub rtos: u64,
+    /// Connection retry timeouts (no progress at all).
+    pub retry_timeouts: u64,
+    /// Paths retired and replaced.
+    pub paths_replaced: u64,
+    /// RNR NAKs received.
+    pub rnr_naks: u64,
+}
+
+/// One peer.
+#[derive(Debug)]
+pub(crate) struct Connection {
+    index: u32,
+    peer: SocketAddr,
+    paths: Vec<TxPath>,
+    /// Each path's next deadline (RTO or tail probe; `u64::MAX` for none),
+    /// refreshed whenever that path changes, so `next_timeout`, which runs
+    /// after every packet, reads numbers instead of recomputing every path.
+    path_deadlines: Vec<u64>,
+    rx_paths: Vec<Option<RxPath>>,
+    /// Receive paths with a delayed-ACK deadline set: the timer visits
+    /// these, not every receive path (with a hundred paths, walking the
+    /// large `RxPath` records was a cache miss each).
+    ack_pending: Vec<u8>,
+    cc: Box<dyn CongestionController>,
+    msgs: MessageSlab,
+    send_queue: VecDeque<MsgRef>,
+    retransmit_queue: VecDeque<Resend>,
+    inflight_bytes: u64,
+    rr_path: usize,
+    ack_rr: usize,
+    ack_now: VecDeque<u8>,
+    path_probes: VecDeque<usize>,
+    ack_deadline: Option<u64>,
+    /// Local QPs (by slot) whose op-ack the next ACKs must carry.
+    dirty_qps: VecDeque<u32>,
+    /// Local QPs (by slot) bound to this peer.
+    qps: Vec<u32>,
+    conn_rtt: RttEstimator,
+    /// When the connection last made progress (the retry timer's origin).
+    last_progress_ns: u64,
+    /// Retry timeouts since the last progress.
+    timeouts: u32,
+    /// Messages parked by an RNR NAK, and when each goes again.
+    rnr_timers: Vec<(u64, MsgRef)>,
+    /// The rate-hint epoch this peer was last counted as a sender in.
+    rx_epoch_seen: u64,
+    stats: ConnectionStats,
+    scratch_segs: Vec<SegRef>,
+    /// Keys, packet numbers and the replay window, when the endpoint
+    /// authenticates packets. Boxed: 1.6 KiB of keys and replay window
+    /// would otherwise sit in every connection of an unauthenticated
+    /// endpoint (a simulated 8192-host fabric has 16,384 of them).
+    auth: Option<Box<ConnectionAuth>>,
+}
+
+impl Connection {
+    ///
+    /// The send side (paths and their congestion state, a few hundred bytes
+    /// per path) is built with the first message: a connection that only
+    /// receives, and only sends ACKs, never needs it (half the connections
+    /// of a permutation, and all 1023 of an incast receiver's).
+    pub(crate) fn new(
+        index: u32,
+        peer: SocketAddr,
+        dev: &DeviceState,
+        auth: Option<Box<ConnectionAuth>>,
+    ) -> Self {
+        Self::with_paths(index, peer, dev, auth, 0)
+    }
+
+    /// Build the send side if this is the connection's first message.
+    fn ensure_send_side(&mut self, dev: &DeviceState) {
+        if !self.paths.is_empty() {
+            return;
+        }
+        let fresh = Self::with_paths(
+            self.index,
+            self.peer,
+            dev,
+            None,
+            dev.config.paths_per_connection,
+        );
+        self.paths = fresh.paths;
+        self.path_deadlines = fresh.path_deadlines;
+        self.cc = fresh.cc;
+    }
+
+    /// UDP source port of path `slot`, also before the send side exists
+    /// (ACKs of a receive-only connection are sprayed over the same ports).
+    pub(crate) fn path_port(&self, slot: usize, dev: &DeviceState) -> u16 {
+        match self.paths.get(slot) {
+            Some(path) => path.src_port,
+            None => dev.config.device_port + 1 + slot as u16,
+        }
+    }
+
+    /// What a closed connection's slot holds until it is reused: no paths,
+    /// no queues, nothing allocated, never ready and never due.
+    pub(crate) fn closed(index: u32, dev: &DeviceState) -> Self {
+        let nowhere = SocketAddr::from(([0, 0, 0, 0], 0));
+        Self::with_paths(index, nowhere, dev, None, 0)
+    }
+
+    fn with_paths(
+        index: u32,
+        peer: SocketAddr,
+        dev: &DeviceState,
+        auth: Option<Box<ConnectionAuth>>,
+        n: usize,
+    ) -> Self {
+        let cfg = &dev.config;
+        let paths = (0..n)
+            .map(|slot| {
+                TxPath::new(
+                    slot as u8,
+                    0,
+                    cfg.device_port + 1 + slot as u16,
+                    cfg.psn_base,
+                    cfg.base_rtt_ns,
+                )
+            })
+            .collect();
+        let mss = u64::from(cfg.mtu_payload_bytes + PACKET_OVERHEAD_BYTES);
+        let cc = new_controller(
+            cfg.cc,
+            &CcConfig {
+                mss_bytes: mss,
+                line_rate_bps: cfg.line_rate_bps,
+                base_rtt_ns: cfg.base_rtt_ns,
+                path_count: n,
+                max_path_window_bytes: u64::from(PATH_PSN_WINDOW) * mss,
+            },
+        );
+        Self {
+            index,
+            peer,
+            path_deadlines: vec![u64::MAX; n],
+            paths,
+            rx_paths: Vec::new(),
+            ack_pending: Vec::new(),
+            cc,
+            msgs: MessageSlab::default(),
+            send_queue: VecDeque::new(),
+            retransmit_queue: VecDeque::new(),
+            inflight_bytes: 0,
+            rr_path: 0,
+            ack_rr: 0,
+            ack_now: VecDeque::new(),
+            path_probes: VecDeque::new(),
+            ack_deadline: None,
+            dirty_qps: VecDeque::new(),
+            qps: Vec::new(),
+            conn_rtt: RttEstimator::new(cfg.base_rtt_ns),
+            last_progress_ns: 0,
+            timeouts: 0,
+            rnr_timers: Vec::new(),
+            rx_epoch_seen: u64::MAX,
+            stats: ConnectionStats::default(),
+            scratch_segs: Vec::new(),
+            auth,
+        }
+    }
+
+    /// The base flags every packet of this connection carries.
+    fn base_flags(&self, flags: Flags) -> Flags {
+        if self.auth.is_some() {
+            flags | Flags::AUTHENTICATED
+        } else {
+            flags
+        }
+    }
+
+    /// Bytes of heap and inline state this connection holds (for the
+    /// per-peer memory figure).
+    pub(crate) fn memory_bytes(&self) -> usize {
+        let paths: usize = self
+            .paths
+            .iter()
+            .map(|p| size_of::<TxPath>() + p.inflight.capacity() * size_of::<SentPacket>())
+            .sum();
+        size_of::<Self>()
+            + paths
+            + self.rx_paths.capacity() * size_of::<Option<RxPath>>()
+            + self.send_queue.capacity() * size_of::<MsgRef>()
+            + self.retransmit_queue.capacity() * size_of::<Resend>()
+            + self.ack_now.capacity()
+            + self.dirty_qps.capacity() * 4
+            + self.qps.capacity() * 4
+            + self.msgs.memory_bytes()
+            + self.cc.memory_bytes()
+            + self.auth.as_deref().map_or(0, ConnectionAuth::memory_bytes)
+    }
+
+    /// Sum of per-path statistics.
+    pub(crate) fn path_stats(&self) -> Vec<PathStats> {
+        self.paths.iter().map(|p| p.stats).collect()
+    }
+
+    /// Whether anything waits to be sent.
+    pub(crate) fn has_pending_output(&self) -> bool {
+        !self.ack_now.is_empty()
+            || !self.path_probes.is_empty()
+            || !self.retransmit_queue.is_empty()
+            || !self.send_queue.is_empty()
+    }
+
+    // ---------------------------------------------------------------- messages
+
+    /// Queue a new message for transmission.
+    pub(crate) fn enqueue(&mut self, now_ns: u64, dev: &DeviceState, msg: TxMessage) -> MsgRef {
+        self.ensure_send_side(dev);
+        if self.msgs.live() == 0 {
+            // Work starts: the retry timer measures from here.
+            self.last_progress_ns = now_ns;
+            self.timeouts = 0;
+        }
+        let r = self.msgs.insert(msg);
+        self.queue_for_send(r);
+        r
+    }
+
+    fn queue_for_send(&mut self, r: MsgRef) {
+        if let Some(m) = self.msgs.get_mut(r)
+            && !m.queued
+        {
+            m.queued = true;
+            self.send_queue.push_back(r);
+        }
+    }
+
+    /// The peer is gone: drop every message, every queued packet and all
+    /// in-flight accounting.
+    fn drop_all_messages(&mut self) {
+        for r in self.msgs.refs_where(|_| true) {
+            self.msgs.remove(r);
+        }
+        self.send_queue.clear();
+        self.retransmit_queue.clear();
+        self.rnr_timers.clear();
+        for p in &mut self.paths {
+            p.inflight.clear();
+            p.inflight_bytes = 0;
+        }
+        self.path_deadlines.fill(u64::MAX);
+        self.inflight_bytes = 0;
+    }
+
+    /// Forget a message (completed, failed or cancelled). Packets still in
+    /// flight for it are ignored when acknowledged.
+    fn free_msg(&mut self, r: MsgRef) {
+        self.msgs.remove(r);
+    }
+
+    /// Rewind a message after an RNR NAK once its timer fires.
+    fn resend_whole(&mut self, r: MsgRef) {
+        if let Some(m) = self.msgs.get_mut(r) {
+            m.rnr_wait = false;
+            m.rewind();
+            m.queued = false;
+            self.queue_for_send(r);
+        }
+    }
+
+    /// Drop every message of local QP `qp` (it failed or was destroyed).
+    pub(crate) fn cancel_qp_messages(&mut self, qp: u32) {
+        for r in self.msgs.refs_where(|m| m.qp == qp) {
+            self.msgs.remove(r);
+        }
+    }
+
+    // -------------------------------------------------------- for the endpoint
+
+    /// The peer device's address (IP and device port).
+    pub(crate) fn peer(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// Counters.
+    pub(crate) fn stats(&self) -> ConnectionStats {
+        self.stats
+    }
+
+    /// The congestion controller's view.
+    pub(crate) fn cc_metrics(&self) -> CcMetrics {
+        self.cc.metrics()
+    }
+
+    /// Messages held: local requests not yet completed and responses not
+    /// yet acknowledged, over every QP (`max_outstanding_ops_per_connection`
+    /// bounds it).
+    pub(crate) fn messages_held(&self) -> usize {
+        self.msgs.live()
+    }
+
+    /// Carry local QP `qp_index` to this peer from now on.
+    pub(crate) fn bind_qp(&mut self, qp_index: u32) {
+        self.qps.push(qp_index);
+    }
+
+    /// Stop carrying local QP `qp_index` and drop its messages; returns
+    /// whether any QP is left (if not, the endpoint closes the connection).
+    pub(crate) fn unbind_qp(&mut self, qp_index: u32) -> bool {
+        self.cancel_qp_messages(qp_index);
+        self.qps.retain(|&i| i != qp_index);
+        !self.qps.is_empty()
+    }
+
+    /// The packet keys, when the endpoint authenticates.
+    pub(crate) fn auth_mut(&mut self) -> Option<&mut ConnectionAuth> {
+        self.auth.as_deref_mut()
+    }
+
+    /// Move local QP `qp_index` to the error state: its messages are
+    /// cancelled, both its queues flushed in order.
+    pub(crate) fn fail_qp(&mut self, dev: &mut DeviceState, qp_index: usize) {
+        requester::enter_error(self, dev, qp_index);
+    }
+
+    /// Release the send completions at the head of QP `qp_index`'s queue
+    /// that are ready (after a post that completed at once).
+    pub(crate) fn release_completions(&mut self, dev: &mut DeviceState, qp_index: usize) {
+        requester::release_completions(self, dev, qp_index);
+    }
+
+    // ------------------------------------------------------------- operations
+    //
+    // All the responder and the requester touch of a connection.
+
+    /// The connection's slot in the endpoint (QPs name it when bound).
+    fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// Have the next ACK carry `qp`'s op-ack (its cumulative MSN, and its
+    /// NAK if any).
+    fn queue_op_ack(&mut self, qp: &mut Qp) {
+        if !qp.op_ack_dirty {
+            qp.op_ack_dirty = true;
+            self.dirty_qps.push_back(qp.handle.index() as u32);
+        }
+    }
+
+    /// The peer answered: restart the retry timer's clock and budget.
+    fn note_progress(&mut self, now_ns: u64) {
+        self.last_progress_ns = now_ns;
+        self.timeouts = 0;
+    }
+
+    /// Whether message `msg` (if it still exists) already waits out an RNR
+    /// NAK; a message that is gone counts as waiting (nothing to park).
+    fn rnr_waiting(&self, msg: Option<MsgRef>) -> bool {
+        msg.and_then(|r| self.msgs.get(r))
+            .is_none_or(|m| m.rnr_wait)
+    }
+
+    /// Count an RNR NAK from the peer.
+    fn count_rnr_nak(&mut self) {
+        self.stats.rnr_naks += 1;
+    }
+
+    /// Park message `msg` until `until_ns`, then send it whole again (the
+    /// peer dropped its payload for want of a receive).
+    fn start_rnr_backoff(&mut self, msg: MsgRef, until_ns: u64) {
+        self.msgs
+            .get_mut(msg)
+            .expect("checked by the caller")
+            .rnr_wait = true;
+        self.rnr_timers.push((until_ns, msg));
+    }
+
+    /// Local QPs (by slot) bound to this peer.
+    fn bound_qps(&self) -> &[u32] {
+        &self.qps
+    }
+}
+
+/// The QP in slot `index`, which the caller knows is live (looked up by
+/// number a moment before, or bound to the connection).
+fn live_qp(dev: &mut DeviceState, index: usize) -> &mut Qp {
+    dev.qps.at_mut(index).expect("live QP")
+}

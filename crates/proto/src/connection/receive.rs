@@ -1,0 +1,222 @@
+//! The receive side of a connection: data packets into the receiving view
+//! of the peer's paths (SACK window, ECN and timestamp for the ACK) and on
+//! to the responder or requester; ACKs into the sending paths' in-flight
+//! lists, RTT estimates and the congestion controller.
+
+use super::{Connection, Resend, RxPath, requester, responder};
+use crate::cc::AckSample;
+use crate::device_state::DeviceState;
+use crate::ecn::Ecn;
+use crate::maybe_ns::MaybeNs;
+use crate::message::{MsgKind, SegRef};
+use crate::path::SentState;
+use crate::sack::{RxOutcome, sack_contains, sack_highest};
+use metaroce_wire::{AckRepr, DataRepr, Flags, OpHeader, seq};
+
+impl Connection {
+    /// A data packet from the peer.
+    pub(crate) fn on_data(
+        &mut self,
+        now_ns: u64,
+        dev: &mut DeviceState,
+        ecn: Ecn,
+        repr: &DataRepr,
+        payload: &[u8],
+    ) {
+        let slot = repr.base.path_slot;
+        let generation = repr.base.path_gen;
+        if slot as usize >= dev.config.max_peer_paths {
+            // Receive state is per slot: a peer may not make us keep more.
+            dev.stats.rx_over_limit += 1;
+            return;
+        }
+        if self.rx_paths.len() <= slot as usize {
+            self.rx_paths.resize_with(slot as usize + 1, || None);
+        }
+        let psn_base = dev.config.psn_base;
+        let rx = self.rx_paths[slot as usize]
+            .get_or_insert_with(|| RxPath::new(psn_base, slot, generation));
+        if rx.generation != generation {
+            if (generation.wrapping_sub(rx.generation) as i16) < 0 {
+                dev.stats.rx_stale_path += 1;
+                return;
+            }
+            *rx = RxPath::new(psn_base, slot, generation);
+        }
+        rx.window
+            .advance_to(repr.psn.wrapping_sub(u32::from(repr.psn_floor_delta)));
+        let outcome = rx.window.record(repr.psn);
+        if outcome == RxOutcome::OutOfWindow {
+            dev.stats.rx_out_of_window += 1;
+            return;
+        }
+        if outcome == RxOutcome::Duplicate {
+            dev.stats.rx_duplicates += 1;
+        } else {
+            rx.rx_packets = rx.rx_packets.wrapping_add(1);
+            if ecn == Ecn::Ce {
+                rx.ce_packets = rx.ce_packets.wrapping_add(1);
+            }
+        }
+        rx.last_ts = repr.timestamp_ns;
+        rx.last_rx_ns = now_ns;
+        rx.unacked += 1;
+        dev.rate_hint.note_sender(&mut self.rx_epoch_seen, now_ns);
+
+        // Operation level: runs for duplicates too, so a probe makes the
+        // responder repeat its op-ack; placement itself is idempotent.
+        let op_event = match repr.op {
+            OpHeader::ReadResponse | OpHeader::AtomicResponse { .. } => {
+                requester::on_response(self, dev, now_ns, repr, payload)
+            }
+            _ => responder::on_request(self, dev, now_ns, repr, payload),
+        };
+
+        let rx = self.rx_paths[slot as usize]
+            .as_mut()
+            .expect("created above");
+        let immediate = outcome != RxOutcome::InOrder
+            || repr.base.flags.contains(Flags::ACK_REQUEST)
+            || op_event
+            || rx.unacked >= dev.config.ack_every_packets;
+        if immediate {
+            if !rx.ack_queued {
+                rx.ack_queued = true;
+                self.ack_now.push_back(slot);
+            }
+        } else if !rx.ack_deadline.is_some() {
+            let deadline = now_ns + dev.config.ack_delay_ns;
+            rx.ack_deadline = MaybeNs::some(deadline);
+            if !self.ack_pending.contains(&slot) {
+                self.ack_pending.push(slot);
+            }
+            self.ack_deadline = Some(self.ack_deadline.map_or(deadline, |d| d.min(deadline)));
+        }
+    }
+
+    /// An ACK from the peer.
+    pub(crate) fn on_ack(&mut self, now_ns: u64, dev: &mut DeviceState, ack: &AckRepr) {
+        self.stats.acks_received += 1;
+        for op_ack in ack.op_acks() {
+            requester::on_op_ack(self, dev, now_ns, op_ack);
+        }
+        let p = ack.base.path_slot as usize;
+        if p >= self.paths.len() || self.paths[p].generation != ack.base.path_gen {
+            dev.stats.rx_stale_path += 1;
+            return;
+        }
+        let highest = sack_highest(ack.ack_psn, &ack.sack);
+        let limit = highest.map_or(ack.ack_psn, |h| h.wrapping_add(1));
+        let mut acked_bytes = 0u64;
+        let mut acked_packets = 0u32;
+        let mut lost_bytes = 0u64;
+        let mut lost_packets = 0u64;
+        // Reused across ACKs: no allocation per packet.
+        let mut newly_acked_segs = std::mem::take(&mut self.scratch_segs);
+        {
+            let path = &mut self.paths[p];
+            let first_psn = path.first_inflight_psn();
+            for (i, sent) in path.inflight.iter_mut().enumerate() {
+                let psn = first_psn.wrapping_add(i as u32);
+                if !seq::seq_lt(psn, limit) {
+                    break;
+                }
+                if sent.state() != SentState::Outstanding {
+                    continue;
+                }
+                if sack_contains(ack.ack_psn, &ack.sack, psn) {
+                    sent.set_state(SentState::Acked);
+                    acked_bytes += u64::from(sent.wire_bytes);
+                    acked_packets += 1;
+                    newly_acked_segs.push(sent.seg());
+                } else {
+                    // Below the highest PSN received on an in-order route:
+                    // this one is lost. Resend it at once on another path.
+                    sent.set_state(SentState::Lost);
+                    lost_bytes += u64::from(sent.wire_bytes);
+                    lost_packets += 1;
+                    path.stats.packets_lost += 1;
+                    self.retransmit_queue.push_back(Resend {
+                        seg: sent.seg(),
+                        lost_on: Some(p as u8),
+                        probe: false,
+                    });
+                }
+            }
+            path.inflight_bytes -= acked_bytes + lost_bytes;
+            path.trim_front();
+            path.stats.packets_acked += u64::from(acked_packets);
+        }
+        self.inflight_bytes -= acked_bytes + lost_bytes;
+        self.stats.data_packets_lost += lost_packets;
+        dev.stats.data_packets_lost += lost_packets;
+        for seg in newly_acked_segs.drain(..) {
+            self.on_segment_acked(seg);
+        }
+        self.scratch_segs = newly_acked_segs;
+
+        // RTT from the echoed timestamp, less the time the receiver held it.
+        let path = &mut self.paths[p];
+        let echo_age = (now_ns as u32).wrapping_sub(ack.ts_echo);
+        let rtt_sample = (echo_age < (1 << 31))
+            .then(|| u64::from(echo_age.saturating_sub(ack.ack_delay_ns)).max(1));
+        if let Some(rtt) = rtt_sample
+            && acked_packets > 0
+        {
+            path.rtt.update(rtt);
+            self.conn_rtt.update(rtt);
+        }
+        // ECN: the receiver's counters are cumulative; only a newer ACK counts.
+        let mut ce_delta = 0;
+        if seq::seq_diff(ack.rx_packets, path.echoed_rx_packets) > 0 {
+            ce_delta = ack.ce_packets.wrapping_sub(path.echoed_ce_packets);
+            path.echoed_rx_packets = ack.rx_packets;
+            path.echoed_ce_packets = ack.ce_packets;
+            path.stats.ce_marks += u64::from(ce_delta);
+        }
+        path.probe_sent = false;
+        if acked_bytes > 0 {
+            path.consecutive_rtos = 0;
+            self.last_progress_ns = now_ns;
+            self.timeouts = 0;
+        }
+        let srtt_ns = path.rtt.srtt_ns();
+        let sample = AckSample {
+            now_ns,
+            acked_bytes,
+            acked_packets,
+            ce_packets: ce_delta,
+            rtt_ns: rtt_sample.filter(|_| acked_packets > 0),
+            srtt_ns,
+            path_inflight_bytes: path.inflight_bytes,
+        };
+        if acked_packets > 0 || ce_delta > 0 {
+            self.cc.on_ack(p, &sample);
+        }
+        if lost_bytes > 0 {
+            self.cc.on_loss(p, lost_bytes, now_ns);
+        }
+        if ack.rate_hint_mbps > 0 {
+            self.cc.on_rate_hint(
+                u64::from(ack.rate_hint_mbps) * 1_000_000,
+                self.conn_rtt.srtt_ns(),
+                now_ns,
+            );
+        }
+        self.refresh_path_deadline(p, dev);
+    }
+
+    fn on_segment_acked(&mut self, seg: SegRef) {
+        let Some(msg) = self.msgs.get_mut(seg.msg) else {
+            return;
+        };
+        if msg.attempt != seg.attempt || !msg.ack(seg.seg) {
+            return;
+        }
+        // A response is done once the requester has every segment; a request
+        // waits for the responder's op-ack or response.
+        if msg.kind == MsgKind::Response && msg.fully_acked() {
+            self.msgs.remove(seg.msg);
+        }
+    }
+}

@@ -1,0 +1,392 @@
+//! A connection's timers: delayed ACKs, per-path retransmission timeouts
+//! and tail-loss probes, RNR backoff, and the connection's retry timer.
+//! A path that keeps timing out while the others deliver is retired and
+//! its slot reopened on a fresh source port (a new ECMP route).
+
+use super::{Connection, Resend, requester};
+use crate::device_state::DeviceState;
+use crate::maybe_ns::MaybeNs;
+use crate::message::{MsgKind, SegRef};
+use crate::path::{SentState, TxPath};
+use crate::work::WcStatus;
+use rand_core::Rng;
+
+impl Connection {
+    /// The connection's earliest deadline.
+    pub(crate) fn next_timeout(&self, dev: &DeviceState) -> Option<u64> {
+        let mut t = self.ack_deadline;
+        let mut fold = |d: Option<u64>| {
+            if let Some(d) = d {
+                t = Some(t.map_or(d, |x| x.min(d)));
+            }
+        };
+        if let Some(&d) = self.path_deadlines.iter().min()
+            && d != u64::MAX
+        {
+            fold(Some(d));
+        }
+        for &(d, _) in &self.rnr_timers {
+            fold(Some(d));
+        }
+        fold(self.retry_deadline(dev));
+        t
+    }
+
+    pub(super) fn refresh_path_deadline(&mut self, p: usize, dev: &DeviceState) {
+        let cfg = &dev.config;
+        let path = &self.paths[p];
+        let rto = path
+            .rto_deadline(cfg.rto_min_ns, cfg.rto_max_ns)
+            .unwrap_or(u64::MAX);
+        let probe = path.probe_deadline(cfg.ack_delay_ns).unwrap_or(u64::MAX);
+        self.path_deadlines[p] = rto.min(probe);
+    }
+
+    fn refresh_all_path_deadlines(&mut self, dev: &DeviceState) {
+        for p in 0..self.paths.len() {
+            self.refresh_path_deadline(p, dev);
+        }
+    }
+
+    fn retry_deadline(&self, dev: &DeviceState) -> Option<u64> {
+        if self.msgs.live() == 0 {
+            return None;
+        }
+        let cfg = &dev.config;
+        let rto = self.conn_rtt.rto_ns(cfg.rto_min_ns, cfg.rto_max_ns);
+        Some(self.last_progress_ns + (rto << self.timeouts.min(16)).min(cfg.rto_max_ns))
+    }
+
+    /// Fire every deadline that has passed.
+    pub(crate) fn on_timeout(&mut self, now_ns: u64, dev: &mut DeviceState) {
+        // Delayed ACKs.
+        if self.ack_deadline.is_some_and(|d| d <= now_ns) {
+            self.ack_deadline = None;
+            let mut i = 0;
+            while i < self.ack_pending.len() {
+                let slot = self.ack_pending[i];
+                let Some(rx) = self
+                    .rx_paths
+                    .get_mut(usize::from(slot))
+                    .and_then(Option::as_mut)
+                else {
+                    self.ack_pending.swap_remove(i);
+                    continue;
+                };
+                match rx.ack_deadline.get() {
+                    Some(d) if d <= now_ns => {
+                        rx.ack_deadline = MaybeNs::NONE;
+                        if !rx.ack_queued {
+                            rx.ack_queued = true;
+                            self.ack_now.push_back(slot);
+                        }
+                        self.ack_pending.swap_remove(i);
+                    }
+                    Some(d) => {
+                        self.ack_deadline = Some(self.ack_deadline.map_or(d, |x| x.min(d)));
+                        i += 1;
+                    }
+                    // Sent since (an ACK went out for other reasons).
+                    None => {
+                        self.ack_pending.swap_remove(i);
+                    }
+                }
+            }
+        }
+        // Path retransmission timeouts and tail probes. The cached per-path
+        // deadlines are exact (refreshed on every change to a path), so only
+        // paths whose deadline has passed need a look: a connection with a
+        // hundred paths wakes for one path's timer at a time.
+        let (rto_min, rto_max) = (dev.config.rto_min_ns, dev.config.rto_max_ns);
+        for p in 0..self.paths.len() {
+            if self.path_deadlines[p] > now_ns {
+                continue;
+            }
+            if self.paths[p]
+                .rto_deadline(rto_min, rto_max)
+                .is_some_and(|d| d <= now_ns)
+            {
+                self.path_timeout(now_ns, dev, p);
+            } else if self.paths[p]
+                .probe_deadline(dev.config.ack_delay_ns)
+                .is_some_and(|d| d <= now_ns)
+            {
+                self.paths[p].probe_sent = true;
+                self.path_probes.push_back(p);
+            }
+            self.refresh_path_deadline(p, dev);
+        }
+        // RNR backoff.
+        let mut fired = Vec::new();
+        self.rnr_timers.retain(|&(d, r)| {
+            if d <= now_ns {
+                fired.push(r);
+                false
+            } else {
+                true
+            }
+        });
+        for r in fired {
+            self.resend_whole(r);
+        }
+        // The connection's retry timer: no progress at all for an RTO.
+        if self.retry_deadline(dev).is_some_and(|d| d <= now_ns) {
+            self.retry_timeout(now_ns, dev);
+            // Every path lost its packets: refresh them all.
+            self.refresh_all_path_deadlines(dev);
+        }
+    }
+
+    fn path_timeout(&mut self, now_ns: u64, dev: &mut DeviceState, p: usize) {
+        let oldest_sent_ns = self.paths[p]
+            .inflight
+            .iter()
+            .find(|s| s.state() == SentState::Outstanding)
+            .map(|s| s.sent_ns);
+        let lost = self.mark_path_lost(p);
+        self.inflight_bytes -= lost;
+        let path = &mut self.paths[p];
+        path.consecutive_rtos += 1;
+        path.stats.rtos += 1;
+        self.stats.rtos += 1;
+        dev.stats.rtos += 1;
+        self.cc.on_rto(p, now_ns);
+        // Retire the path only if it is singled out: other paths of this
+        // connection delivered after this path's lost packet was sent. When
+        // the whole connection is silent (an incast drowning every path, or
+        // a dead peer) a new source port would not help, and churning ports
+        // would only throw away path state.
+        // Past a few timeouts in a row, a fresh port is worth a try anyway:
+        // with one path, or every path on failed routes, nothing else can be
+        // singled out.
+        let others_progressed = oldest_sent_ns.is_some_and(|t| self.last_progress_ns > t);
+        let rtos = self.paths[p].consecutive_rtos;
+        let retire_after = dev.config.path_retire_after_rtos;
+        if (others_progressed && rtos >= retire_after) || rtos >= retire_after + 2 {
+            self.retire_path(now_ns, dev, p);
+        }
+    }
+
+    /// Mark every outstanding packet of path `p` lost and queue it for
+    /// retransmission elsewhere; returns the bytes taken out of flight.
+    fn mark_path_lost(&mut self, p: usize) -> u64 {
+        let path = &mut self.paths[p];
+        let mut lost = 0;
+        for sent in path
+            .inflight
+            .iter_mut()
+            .filter(|s| s.state() == SentState::Outstanding)
+        {
+            sent.set_state(SentState::Lost);
+            lost += u64::from(sent.wire_bytes);
+            path.stats.packets_lost += 1;
+            self.stats.data_packets_lost += 1;
+            self.retransmit_queue.push_back(Resend {
+                seg: sent.seg(),
+                lost_on: Some(p as u8),
+                probe: false,
+            });
+        }
+        path.inflight.clear();
+        path.inflight_bytes = 0;
+        lost
+    }
+
+    /// Retire a path that keeps losing and reopen its slot on a fresh source
+    /// port: a new port is a new ECMP hash, hence most likely a new route.
+    fn retire_path(&mut self, now_ns: u64, dev: &mut DeviceState, p: usize) {
+        let lost = self.mark_path_lost(p);
+        self.inflight_bytes -= lost;
+        let cfg = &dev.config;
+        let in_use: Vec<u16> = self.paths.iter().map(|x| x.src_port).collect();
+        let span = cfg.path_port_span;
+        let free: Vec<u16> = (1..=span)
+            .map(|k| cfg.device_port + k)
+            .filter(|port| !in_use.contains(port))
+            .collect();
+        let old = &self.paths[p];
+        let port = if free.is_empty() {
+            old.src_port
+        } else {
+            free[(dev.rng.next_u64() % free.len() as u64) as usize]
+        };
+        let mut stats = old.stats;
+        stats.replacements += 1;
+        let generation = old.generation.wrapping_add(1);
+        let mut fresh = TxPath::new(
+            old.slot,
+            generation,
+            port,
+            cfg.psn_base,
+            self.conn_rtt.srtt_ns(),
+        );
+        fresh.stats = stats;
+        self.paths[p] = fresh;
+        self.cc.on_path_replaced(p, now_ns);
+        self.stats.paths_replaced += 1;
+        dev.stats.paths_replaced += 1;
+    }
+
+    fn retry_timeout(&mut self, now_ns: u64, dev: &mut DeviceState) {
+        self.timeouts += 1;
+        self.stats.retry_timeouts += 1;
+        dev.stats.retry_timeouts += 1;
+        if self.timeouts > u32::from(dev.config.retry_cnt) {
+            requester::fail_connection(self, dev, WcStatus::RetryExcErr);
+            return;
+        }
+        // Restart the clock for the next round, and probe: for every request
+        // whose packets were all acknowledged but whose completion never came
+        // (a lost op-ack or response), resend its last segment asking for an
+        // immediate ACK; the responder repeats its op-ack for duplicates.
+        self.last_progress_ns = now_ns;
+        // Everything still in flight goes again now: a path whose own RTO has
+        // backed off past this round must not sit out the retry budget.
+        for p in 0..self.paths.len() {
+            let lost = self.mark_path_lost(p);
+            self.inflight_bytes -= lost;
+        }
+        for r in self
+            .msgs
+            .refs_where(|m| m.kind == MsgKind::Request && m.fully_acked() && !m.rnr_wait)
+        {
+            let msg = self.msgs.get(r).expect("listed above");
+            let seg = SegRef {
+                msg: r,
+                seg: msg.segs - 1,
+                attempt: msg.attempt,
+            };
+            self.retransmit_queue.push_back(Resend {
+                seg,
+                lost_on: None,
+                probe: true,
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::EndpointConfig;
+    use crate::testing::fixture::{self, End, Lab, completions, lab};
+    use crate::testing::{Fate, Side};
+    use crate::transmit::PacketKind;
+    use crate::work::{SendWr, WcStatus, WrOp};
+
+    fn write(l: &mut Lab, wr_id: u64, len: u32) {
+        let (a, b): (End, End) = (l.a, l.b);
+        l.pair.a.memory_mut(a.mr.handle).unwrap()[..len as usize].fill(wr_id as u8);
+        let wr = SendWr::new(
+            wr_id,
+            WrOp::Write {
+                remote_addr: b.mr.addr,
+                rkey: b.mr.rkey,
+            },
+            vec![a.sge(0, len)],
+        );
+        l.pair.a.post_send(a.qp, wr).unwrap();
+    }
+
+    fn succeeded(l: &mut Lab, wr_id: u64, len: usize) {
+        let wcs: Vec<_> = completions(&mut l.pair, Side::A)
+            .iter()
+            .map(|c| (c.wc.wr_id, c.wc.status))
+            .collect();
+        assert_eq!(wcs, [(wr_id, WcStatus::Success)]);
+        let (a, b) = (l.a, l.b);
+        assert_eq!(
+            l.pair.a.memory(a.mr.handle).unwrap()[..len],
+            l.pair.b.memory(b.mr.handle).unwrap()[..len]
+        );
+    }
+
+    #[test]
+    fn a_lost_tail_packet_is_resent_by_a_probe_well_before_an_rto() {
+        let mut l = lab(fixture::config(1), fixture::config(2));
+        // Four packets, one per path; the last is lost, and no later packet
+        // on its path can reveal the gap.
+        l.pair.set_filter(Some(Box::new(|hop| {
+            if hop.from == Side::A && hop.index == 3 {
+                Fate::Drop
+            } else {
+                Fate::Deliver
+            }
+        })));
+        write(&mut l, 1, 4096);
+        let start = l.pair.now();
+        let rto_min = l.pair.a.config().rto_min_ns;
+        let mut done = Vec::new();
+        while done.is_empty() {
+            assert!(
+                l.pair.now() - start < rto_min,
+                "not recovered within rto_min"
+            );
+            l.pair.run(1, 1_000);
+            done = completions(&mut l.pair, Side::A);
+        }
+        assert_eq!(done[0].wc.status, WcStatus::Success);
+        let s = *l.pair.a.stats();
+        assert!(s.tail_probes >= 1, "{s:?}");
+        assert_eq!(s.rtos, 0, "{s:?}");
+        assert_eq!(s.retry_timeouts, 0, "{s:?}");
+        let (a, b) = (l.a, l.b);
+        assert_eq!(
+            l.pair.a.memory(a.mr.handle).unwrap()[..4096],
+            l.pair.b.memory(b.mr.handle).unwrap()[..4096]
+        );
+    }
+
+    #[test]
+    fn a_lost_ack_is_recovered_by_a_probe() {
+        let mut l = lab(fixture::config(1), fixture::config(2));
+        // B's ACKs of both packets are lost: A's probe asks again.
+        l.pair.set_filter(Some(Box::new(|hop| {
+            if hop.from == Side::B && hop.index < 2 {
+                Fate::Drop
+            } else {
+                Fate::Deliver
+            }
+        })));
+        write(&mut l, 1, 2048);
+        assert!(l.pair.settle(1_000, 1_000));
+        assert!(l.pair.a.stats().tail_probes >= 1);
+        assert_eq!(l.pair.a.stats().rtos, 0);
+        succeeded(&mut l, 1, 2048);
+    }
+
+    #[test]
+    fn a_path_that_keeps_losing_is_retired_for_a_fresh_port() {
+        // A 10 Gbit/s link: the window is a dozen packets, so the WRITE
+        // takes several rounds and the other paths are seen to deliver
+        // after slot 0's packets went out (what singles a path out).
+        let cfg = |seed| EndpointConfig {
+            line_rate_bps: 10_000_000_000,
+            ..fixture::config(seed)
+        };
+        let mut l = lab(cfg(1), cfg(2));
+        let peer = l.pair.addr(Side::B);
+        let ports = l.pair.a.path_ports(peer).unwrap();
+        let dead = ports[0];
+        // Slot 0's route is broken: every data packet from its port is lost,
+        // while the other three deliver.
+        l.pair.set_filter(Some(Box::new(move |hop| {
+            if hop.transmit.kind == PacketKind::Data && hop.transmit.src_port == dead {
+                Fate::Drop
+            } else {
+                Fate::Deliver
+            }
+        })));
+        write(&mut l, 1, 64 << 10);
+        assert!(l.pair.settle(10_000, 1_000));
+        let s = *l.pair.a.stats();
+        assert!(s.rtos >= 1 && s.paths_replaced >= 1, "{s:?}");
+        let now_ports = l.pair.a.path_ports(peer).unwrap();
+        assert_ne!(now_ports[0], dead, "slot 0 moved to a fresh port");
+        assert_eq!(now_ports[1..], ports[1..], "the healthy paths stayed");
+        assert_eq!(
+            l.pair.a.path_stats(peer).unwrap()[0].replacements,
+            s.paths_replaced
+        );
+        succeeded(&mut l, 1, 64 << 10);
+    }
+}

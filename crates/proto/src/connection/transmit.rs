@@ -1,0 +1,330 @@
+//! The send side of a connection: which packet goes next (ACKs, then
+//! tail-loss probes, retransmissions, new segments), on which path (round
+//! robin among those with window room), and writing it out as bytes,
+//! split headers and payload, or a parsed repr.
+
+use super::{Connection, PACKET_OVERHEAD_BYTES, PATH_PSN_WINDOW};
+use crate::auth::ConnectionAuth;
+use crate::device_state::DeviceState;
+use crate::ecn::Ecn;
+use crate::maybe_ns::MaybeNs;
+use crate::message::SegRef;
+use crate::path::{SentPacket, SentState};
+use crate::transmit::{Layout, Out, PacketKind, PayloadRef, Transmit};
+use metaroce_wire::{self as wire, AckRepr, BaseRepr, DataRepr, Flags, ICRC_LEN};
+
+impl Connection {
+    /// Emit the next packet of this connection into `buf`, if any may go now.
+    pub(crate) fn poll_transmit(
+        &mut self,
+        now_ns: u64,
+        dev: &mut DeviceState,
+        out: &mut Out<'_>,
+    ) -> Option<Transmit> {
+        if let Some(slot) = self.ack_now.pop_front() {
+            return Some(self.emit_ack(now_ns, dev, slot, out));
+        }
+        while let Some(p) = self.path_probes.pop_front() {
+            // Tail-loss probe: resend the path's newest outstanding segment on
+            // that same path, past its window, asking for an ACK. If the data
+            // arrived and only the ACK was lost, the ACK covers everything; if
+            // the data was lost, the probe's PSN exposes the gap.
+            let Some(seg) = self.paths[p]
+                .inflight
+                .iter()
+                .rev()
+                .filter(|s| s.state() == SentState::Outstanding)
+                .map(SentPacket::seg)
+                .find(|s| {
+                    self.msgs
+                        .get(s.msg)
+                        .is_some_and(|m| m.attempt == s.attempt && !m.rnr_wait)
+                })
+            else {
+                continue;
+            };
+            self.stats.data_packets_retransmitted += 1;
+            dev.stats.data_packets_retransmitted += 1;
+            dev.stats.tail_probes += 1;
+            let flags = Flags::RETRANSMIT | Flags::ACK_REQUEST;
+            return Some(self.emit_segment(now_ns, dev, p, seg, flags, out));
+        }
+        while let Some(resend) = self.retransmit_queue.front().copied() {
+            let Some(msg) = self.msgs.get(resend.seg.msg) else {
+                self.retransmit_queue.pop_front();
+                continue;
+            };
+            let stale = msg.attempt != resend.seg.attempt || msg.rnr_wait;
+            if stale || (!resend.probe && msg.is_acked(resend.seg.seg)) {
+                self.retransmit_queue.pop_front();
+                continue;
+            }
+            let bytes = self.wire_bytes(resend.seg);
+            let path = self.choose_path(bytes, resend.lost_on)?;
+            self.retransmit_queue.pop_front();
+            let mut flags = Flags::RETRANSMIT;
+            if resend.probe {
+                flags |= Flags::ACK_REQUEST | Flags::COMPLETION_PROBE;
+            }
+            self.stats.data_packets_retransmitted += 1;
+            dev.stats.data_packets_retransmitted += 1;
+            return Some(self.emit_segment(now_ns, dev, path, resend.seg, flags, out));
+        }
+        while let Some(r) = self.send_queue.front().copied() {
+            let Some(msg) = self.msgs.get(r).filter(|m| m.has_unsent()) else {
+                self.send_queue.pop_front();
+                if let Some(m) = self.msgs.get_mut(r) {
+                    m.queued = false;
+                }
+                continue;
+            };
+            let seg = SegRef {
+                msg: r,
+                seg: msg.next_unsent,
+                attempt: msg.attempt,
+            };
+            let last = seg.seg + 1 == msg.segs;
+            let bytes = self.wire_bytes(seg);
+            let path = self.choose_path(bytes, None)?;
+            let msg = self.msgs.get_mut(r).expect("checked above");
+            msg.next_unsent += 1;
+            if !msg.has_unsent() {
+                msg.queued = false;
+                self.send_queue.pop_front();
+            }
+            // The last segment asks for an immediate ACK: completion latency
+            // must not wait for the delayed-ACK timer.
+            let flags = if last {
+                Flags::ACK_REQUEST
+            } else {
+                Flags::default()
+            };
+            self.stats.data_packets_sent += 1;
+            self.stats.payload_bytes_sent +=
+                u64::from(self.msgs.get(r).map_or(0, |m| m.seg_range(seg.seg).1));
+            return Some(self.emit_segment(now_ns, dev, path, seg, flags, out));
+        }
+        None
+    }
+
+    fn wire_bytes(&self, seg: SegRef) -> u64 {
+        let payload = self.msgs.get(seg.msg).map_or(0, |m| m.seg_range(seg.seg).1);
+        u64::from(payload + PACKET_OVERHEAD_BYTES)
+    }
+
+    /// Pick a path whose window has room for `bytes`, round robin, avoiding
+    /// `avoid` when another path can take the packet.
+    fn choose_path(&mut self, bytes: u64, avoid: Option<u8>) -> Option<usize> {
+        if self.inflight_bytes > 0 && self.inflight_bytes + bytes > self.cc.connection_window() {
+            return None;
+        }
+        let n = self.paths.len();
+        for pass in 0..2 {
+            for k in 0..n {
+                let p = (self.rr_path + k) % n;
+                if pass == 0 && n > 1 && avoid == Some(p as u8) {
+                    continue;
+                }
+                let path = &self.paths[p];
+                let psn_room = path.psn_span() < PATH_PSN_WINDOW;
+                let window_room = path.inflight_bytes == 0
+                    || path.inflight_bytes + bytes <= self.cc.path_window(p);
+                if psn_room && window_room {
+                    self.rr_path = (p + 1) % n;
+                    return Some(p);
+                }
+            }
+        }
+        None
+    }
+
+    fn emit_segment(
+        &mut self,
+        now_ns: u64,
+        dev: &mut DeviceState,
+        p: usize,
+        seg: SegRef,
+        flags: Flags,
+        out: &mut Out<'_>,
+    ) -> Transmit {
+        let msg = self.msgs.get(seg.msg).expect("caller checked the message");
+        let (offset, payload_len) = msg.seg_range(seg.seg);
+        let wire_bytes = payload_len + PACKET_OVERHEAD_BYTES;
+        let mss = u64::from(dev.config.mtu_payload_bytes + PACKET_OVERHEAD_BYTES);
+        let mut flags = flags;
+        if self.paths[p].inflight_bytes + u64::from(wire_bytes) + mss > self.cc.path_window(p) {
+            // This packet fills the path's window: ask for an ACK now rather
+            // than after the delayed-ACK timer, or the path would idle.
+            flags |= Flags::ACK_REQUEST;
+        }
+        let flags = self.base_flags(flags);
+        let path = &mut self.paths[p];
+        path.trim_front();
+        // How far below this packet the oldest one still in flight is.
+        let psn_floor_delta = path.psn_span() as u16;
+        let repr = DataRepr {
+            base: BaseRepr {
+                flags,
+                path_slot: path.slot,
+                path_gen: path.generation,
+                src_device_port: dev.config.device_port,
+            },
+            psn: path.next_psn,
+            timestamp_ns: now_ns as u32,
+            dst_qpn: msg.dst_qpn,
+            msg_seq: msg.msg_seq,
+            solicited: msg.solicited,
+            psn_floor_delta,
+            msg_len: msg.len,
+            offset,
+            op: msg.op,
+            payload_len,
+        };
+        let header_len = repr.header_len();
+        let total = repr.buffer_len();
+        // The whole datagram in `buf`: header, the payload gathered behind
+        // it, then the ICRC or the authentication trailer.
+        let write_whole = |buf: &mut [u8], auth: &mut Option<Box<ConnectionAuth>>| {
+            repr.emit_header(&mut buf[..header_len]);
+            msg.source.gather(
+                &dev.regions,
+                u64::from(offset),
+                &mut buf[header_len..header_len + payload_len as usize],
+            );
+            seal(auth, &mut buf[..total], header_len);
+        };
+        match out {
+            Out::Bytes(buf) => write_whole(buf, &mut self.auth),
+            // An authenticated packet is written whole: its tag covers (and,
+            // encrypted, rewrites) the payload, which the AEAD takes as one slice.
+            Out::Gather(buf, layout) if self.auth.is_some() => {
+                write_whole(buf, &mut self.auth);
+                **layout = Layout::Whole;
+            }
+            Out::Gather(buf, layout) => {
+                let span =
+                    msg.source
+                        .contiguous(&dev.regions, u64::from(offset), u64::from(payload_len));
+                let payload = span.and_then(|s| dev.regions.slice(s));
+                if let (Some(span), Some(payload)) = (span, payload) {
+                    // Header, then the trailer right behind it in the
+                    // buffer; the driver sends header, payload, trailer.
+                    repr.emit_header(&mut buf[..header_len]);
+                    let crc = wire::icrc_parts(&[&buf[..header_len], payload]);
+                    buf[header_len..header_len + ICRC_LEN].copy_from_slice(&crc.to_be_bytes());
+                    **layout = Layout::Split {
+                        header_len,
+                        trailer_len: ICRC_LEN,
+                        payload: PayloadRef(span),
+                    };
+                } else {
+                    write_whole(buf, &mut self.auth);
+                    **layout = Layout::Whole;
+                }
+            }
+            // The simulator carries the header only: no payload is gathered.
+            Out::Repr(slot) => slot.put_data(repr),
+        }
+        path.push_sent(SentPacket::new(
+            now_ns,
+            seg,
+            u16::try_from(wire_bytes).unwrap_or(u16::MAX),
+        ));
+        path.last_sent_ns = now_ns;
+        path.inflight_bytes += u64::from(wire_bytes);
+        path.stats.packets_sent += 1;
+        self.inflight_bytes += u64::from(wire_bytes);
+        dev.stats.data_packets_sent += 1;
+        let src_port = path.src_port;
+        self.refresh_path_deadline(p, dev);
+        Transmit {
+            dst: self.peer,
+            src_port,
+            ecn: Ecn::Ect0,
+            len: total,
+            kind: PacketKind::Data,
+        }
+    }
+
+    fn emit_ack(
+        &mut self,
+        now_ns: u64,
+        dev: &mut DeviceState,
+        slot: u8,
+        out: &mut Out<'_>,
+    ) -> Transmit {
+        let rate_hint_mbps = dev.rate_hint.share_mbps();
+        let flags = self.base_flags(Flags::default());
+        let rx = self.rx_paths[slot as usize]
+            .as_mut()
+            .expect("ACKs are queued for known paths");
+        rx.ack_queued = false;
+        rx.ack_deadline = MaybeNs::NONE;
+        rx.unacked = 0;
+        let mut ack = AckRepr::new(BaseRepr {
+            flags,
+            path_slot: slot,
+            path_gen: rx.generation,
+            src_device_port: dev.config.device_port,
+        });
+        ack.ack_psn = rx.window.ack_psn();
+        ack.sack = rx.window.to_wire();
+        ack.ts_echo = rx.last_ts;
+        ack.ack_delay_ns = now_ns
+            .saturating_sub(rx.last_rx_ns)
+            .min(u64::from(u32::MAX)) as u32;
+        ack.rx_packets = rx.rx_packets;
+        ack.ce_packets = rx.ce_packets;
+        ack.rate_hint_mbps = rate_hint_mbps;
+        while let Some(&q) = self.dirty_qps.front() {
+            let Some(qp) = dev.qps.at_mut(q as usize) else {
+                self.dirty_qps.pop_front();
+                continue;
+            };
+            if !ack.push_op_ack(qp.op_ack()) {
+                break;
+            }
+            qp.op_ack_dirty = false;
+            qp.rx_rnr = None;
+            self.dirty_qps.pop_front();
+        }
+        let len = match out {
+            Out::Bytes(buf) | Out::Gather(buf, _) => {
+                let len = wire::emit_ack(&ack, buf);
+                seal(&mut self.auth, &mut buf[..len], ack.covered_len());
+                if let Out::Gather(_, layout) = out {
+                    **layout = Layout::Whole;
+                }
+                len
+            }
+            Out::Repr(slot) => {
+                let len = ack.buffer_len();
+                slot.put_ack(ack);
+                len
+            }
+        };
+        self.stats.acks_sent += 1;
+        dev.stats.ack_packets_sent += 1;
+        // ACKs are sprayed over our own paths, round robin: one bad reverse
+        // route then costs each data path only a fraction of its ACKs, which
+        // the next (cumulative) ACK makes good.
+        self.ack_rr = (self.ack_rr + 1) % dev.config.paths_per_connection.max(1);
+        let src_port = self.path_port(self.ack_rr, dev);
+        Transmit {
+            dst: self.peer,
+            src_port,
+            ecn: Ecn::NotEct,
+            len,
+            kind: PacketKind::Ack,
+        }
+    }
+}
+
+/// Finish a datagram whose headers end at `header_len`: ICRC, or the
+/// connection's packet number and tag (the trailer left zero by the emitter).
+fn seal(auth: &mut Option<Box<ConnectionAuth>>, datagram: &mut [u8], header_len: usize) {
+    match auth {
+        Some(auth) => auth.seal(datagram, header_len),
+        None => wire::seal(datagram),
+    }
+}

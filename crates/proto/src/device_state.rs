@@ -1,0 +1,66 @@
+//! The device-wide state every connection works on: the configuration,
+//! registered memory, the QP table, the completion queue the driver
+//! drains, counters, the seeded random stream and the receiver's rate hint.
+//!
+//! The endpoint owns it and lends it to one connection at a time, with each
+//! packet, timer or post that connection handles; connections own
+//! everything that is theirs alone (paths, messages, timers).
+
+use crate::config::EndpointConfig;
+use crate::memory::RegionTable;
+use crate::qp::{Qp, QpTable};
+use crate::rate_hint::RateHint;
+use crate::seeded_rng::SeededRng;
+use crate::stats::EndpointStats;
+use crate::work::Completion;
+use std::collections::VecDeque;
+
+/// State one device's connections share.
+#[derive(Debug)]
+pub(crate) struct DeviceState {
+    pub(crate) config: EndpointConfig,
+    pub(crate) regions: RegionTable,
+    pub(crate) qps: QpTable,
+    /// Completions in the order they happened, until the driver polls them.
+    pub(crate) completions: VecDeque<Completion>,
+    pub(crate) stats: EndpointStats,
+    /// Keys, initial PSNs and replacement ports come from here.
+    pub(crate) rng: SeededRng,
+    pub(crate) rate_hint: RateHint,
+}
+
+impl DeviceState {
+    /// Fresh state for a (validated) configuration.
+    pub(crate) fn new(config: EndpointConfig) -> Self {
+        Self {
+            regions: RegionTable::new(config.max_memory_regions)
+                .with_max_bytes(config.max_registered_bytes),
+            qps: QpTable::default(),
+            completions: VecDeque::new(),
+            stats: EndpointStats::default(),
+            rng: SeededRng::new(config.seed),
+            rate_hint: RateHint::new(config.rate_hint_epoch_ns, config.line_rate_bps),
+            config,
+        }
+    }
+
+    /// The QP a packet naming local `qpn` on connection `conn` is for; a
+    /// miss (not ours, or not bound to that peer) is counted, and the
+    /// caller drops the packet.
+    pub(crate) fn qp_for_packet(&mut self, qpn: u32, conn: u32) -> Option<&mut Qp> {
+        let qp = self.qps.for_packet(qpn, conn);
+        if qp.is_none() {
+            self.stats.rx_unknown_qp += 1;
+        }
+        qp
+    }
+
+    /// Move a QP to the error state and flush both its queues with
+    /// `WrFlushErr` completions (its messages, if any, are the caller's).
+    pub(crate) fn flush_qp(&mut self, qp_index: usize) {
+        self.qps
+            .at_mut(qp_index)
+            .expect("live QP")
+            .flush(&mut self.completions);
+    }
+}
