@@ -5,7 +5,9 @@
 //! `metaroce` tools, the harness and the simulator start from.
 
 use crate::auth::AuthConfig;
-use crate::cc::CcAlgorithm;
+use crate::cc::{CcAlgorithm, MetaRoceParams};
+use crate::int_knob;
+use crate::knob::Knob;
 
 /// Configuration of one [`Endpoint`](crate::Endpoint) (one device).
 #[derive(Debug, Clone, PartialEq)]
@@ -82,6 +84,8 @@ pub struct EndpointConfig {
     pub psn_base: u32,
     /// Congestion controller for every connection.
     pub cc: CcAlgorithm,
+    /// Its tunables ([`MetaRoceParams::KNOBS`]).
+    pub cc_params: MetaRoceParams,
     /// Seed of every random choice the endpoint makes (keys, initial PSNs,
     /// replacement ports). Drivers seed it from the OS in production and from
     /// the test's seed in the harness.
@@ -119,6 +123,7 @@ impl Default for EndpointConfig {
             auth: None,
             psn_base: 0,
             cc: CcAlgorithm::default(),
+            cc_params: MetaRoceParams::default(),
             seed: 0,
         }
     }
@@ -135,6 +140,27 @@ pub struct ConfigError {
 }
 
 impl EndpointConfig {
+    /// The tunables of the protocol's behaviour by name (limits, keys and
+    /// identities are set in code, not here). Ranges are what
+    /// [`validate`](Self::validate) accepts or tighter; fields that depend
+    /// on each other are checked again there.
+    pub const KNOBS: &'static [Knob<Self>] = &[
+        int_knob!(Self, paths_per_connection: usize, 1, 256, "paths (UDP source ports, hence ECMP routes) per connection"),
+        int_knob!(Self, path_port_span: u16, 1, 4096, "source ports a device may draw paths from (at least paths_per_connection)"),
+        int_knob!(Self, mtu_payload_bytes: u32, 64, 65_000, "payload bytes per data packet"),
+        int_knob!(Self, base_rtt_ns: u64, 1, u32::MAX, "unloaded round trip: the initial window and the first RTO"),
+        int_knob!(Self, rto_min_ns: u64, 1, 60_000_000_000u64, "lower bound of every retransmission timeout"),
+        int_knob!(Self, rto_max_ns: u64, 1, 60_000_000_000u64, "upper bound of every retransmission timeout after backoff"),
+        int_knob!(Self, retry_cnt: u8, 0, 7, "timeouts without progress before work fails with RetryExcErr (ibverbs retry_cnt)"),
+        int_knob!(Self, rnr_retry: u8, 0, 7, "receiver-not-ready retries (7: infinite)"),
+        int_knob!(Self, min_rnr_timer_ns: u64, 1, 1_000_000_000, "delay before a SEND refused for want of a receive is resent"),
+        int_knob!(Self, path_retire_after_rtos: u32, 1, 64, "consecutive timeouts after which a path is retired and replaced"),
+        int_knob!(Self, ack_every_packets: u32, 1, 255, "the receiver acknowledges at least every this many packets per path"),
+        int_knob!(Self, ack_delay_ns: u64, 1, 1_000_000_000, "...or this long after the first unacknowledged packet"),
+        int_knob!(Self, rate_hint_epoch_ns: u64, 1, 1_000_000_000, "window over which a receiver counts active senders for its rate hint"),
+        int_knob!(Self, max_peer_paths: usize, 1, 256, "path slots a peer may use toward this endpoint"),
+    ];
+
     /// Check every field's range; the endpoint refuses a config that fails.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |field, reason| Err(ConfigError { field, reason });
@@ -196,6 +222,15 @@ impl EndpointConfig {
         }
         if self.max_peer_paths == 0 || self.max_peer_paths > 256 {
             return bad("max_peer_paths", "must be 1..=256");
+        }
+        for k in MetaRoceParams::KNOBS {
+            let v = (k.get)(&self.cc_params);
+            if !(k.min..=k.max).contains(&v) {
+                return bad(
+                    k.name,
+                    "congestion-control parameter out of range (see MetaRoceParams::KNOBS)",
+                );
+            }
         }
         Ok(())
     }

@@ -41,6 +41,7 @@ mod device_state;
 mod ecn;
 pub mod endpoint;
 mod grow;
+pub mod knob;
 mod maybe_ns;
 pub mod memory;
 mod message;

@@ -6,7 +6,10 @@ use crate::scenario::Scenario;
 use crate::sim::Sim;
 use crate::time::{Ps, ps_to_us};
 use crate::transport::TransportFactory;
+use crate::transport::knobs;
 use crate::transport::metaroce::MetaRoceFactory;
+use metaroce_proto::EndpointConfig;
+use metaroce_proto::cc::MetaRoceParams;
 use std::time::{Duration, Instant};
 
 /// Wall-clock figures of a run (not deterministic; never in `results.json`).
@@ -74,15 +77,24 @@ pub fn run_scenario(
     let t0 = Instant::now();
     let mut built = scn.build(seed)?;
     let tc = &scn.transport;
+    let knobs = tc.knob_values();
+    let rc_knobs = |f: &mut crate::transport::rc::RcFactory| {
+        knobs::apply_all(knobs::RC_KNOBS, &mut f.cfg, &knobs);
+        if let Some(d) = f.cfg.dcqcn.as_mut() {
+            knobs::apply_all(knobs::DCQCN_KNOBS, d, &knobs);
+        }
+    };
     match tc.kind.as_str() {
         "rocev2" => {
-            let f = crate::transport::rocev2::factory(tc.mtu_bytes, tc.qps, tc.dcqcn);
+            let mut f = crate::transport::rocev2::factory(tc.mtu_bytes, tc.qps, tc.dcqcn);
+            rc_knobs(&mut f);
             run_with(scn, built, &f, None, seed, t0, progress)
         }
         "irn" => {
             // IRN runs without PFC (its point): the fabric drops on overflow.
             built.fabric.pfc = None;
-            let f = crate::transport::irn::factory(tc.mtu_bytes, tc.qps, tc.dcqcn);
+            let mut f = crate::transport::irn::factory(tc.mtu_bytes, tc.qps, tc.dcqcn);
+            rc_knobs(&mut f);
             run_with(scn, built, &f, None, seed, t0, progress)
         }
         "ib" => {
@@ -94,12 +106,14 @@ pub fn run_scenario(
             // Credit per link sized from the link's own credit loop (rate x
             // round trip + frames), recovered by periodic resynchronisation
             // when packets die on the wire (see `sim/credit.rs`).
-            let credit = crate::sim::CreditConfig {
+            let mut credit = crate::sim::CreditConfig {
                 bytes: None,
                 resync_ps: crate::time::us_to_ps(1.0),
                 max_frame_bytes: tc.mtu_bytes + crate::transport::MAX_HEADER_BYTES,
             };
-            let f = crate::transport::ib::factory(tc.mtu_bytes, tc.qps);
+            knobs::apply_all(knobs::IB_KNOBS, &mut credit, &knobs);
+            let mut f = crate::transport::ib::factory(tc.mtu_bytes, tc.qps);
+            rc_knobs(&mut f);
             run_with(scn, built, &f, Some(credit), seed, t0, progress)
         }
         _ => {
@@ -110,6 +124,18 @@ pub fn run_scenario(
             };
             if scn.transport.rto_min_us > 0.0 {
                 factory.base.rto_min_ns = (scn.transport.rto_min_us * 1e3) as u64;
+            }
+            // The endpoint's and the controller's knobs; the three the
+            // factory sets per host itself are taken over explicitly.
+            knobs::apply_all(EndpointConfig::KNOBS, &mut factory.base, &knobs);
+            knobs::apply_all(MetaRoceParams::KNOBS, &mut factory.base.cc_params, &knobs);
+            for (name, v) in &knobs {
+                match name.as_str() {
+                    "paths_per_connection" => factory.paths = *v as usize,
+                    "mtu_payload_bytes" => factory.mtu_payload_bytes = *v as u32,
+                    "base_rtt_ns" => factory.base_rtt_override_ns = Some(*v as u64),
+                    _ => {}
+                }
             }
             run_with(scn, built, &factory, None, seed, t0, progress)
         }

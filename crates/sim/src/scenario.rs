@@ -186,7 +186,6 @@ impl Default for SwitchConf {
 
 /// Host transport.
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
 pub struct TransportConf {
     /// `metaroce`, or a baseline: `rocev2`, `irn`, `ib` (see docs/baselines.md).
     #[serde(default = "default_transport")]
@@ -206,6 +205,30 @@ pub struct TransportConf {
     /// Minimum RTO, µs.
     #[serde(default)]
     pub rto_min_us: f64,
+    /// Every other key: a tunable of one of the transports, by name
+    /// (`transport::knobs`; e.g. `ack_delay_ns`, `ecn_gain`,
+    /// `dcqcn_timer_us`, `ib_credit_bytes`). Checked when the file is read.
+    #[serde(flatten)]
+    pub knobs: std::collections::BTreeMap<String, toml::Value>,
+}
+
+impl TransportConf {
+    /// The tunables as numbers (in key order); non-numeric values were
+    /// refused when the file was read.
+    pub fn knob_values(&self) -> Vec<(String, f64)> {
+        self.knobs
+            .iter()
+            .filter_map(|(k, v)| knob_number(v).map(|n| (k.clone(), n)))
+            .collect()
+    }
+}
+
+fn knob_number(v: &toml::Value) -> Option<f64> {
+    match v {
+        toml::Value::Integer(i) => Some(*i as f64),
+        toml::Value::Float(f) => Some(*f),
+        _ => None,
+    }
 }
 
 fn yes() -> bool {
@@ -381,7 +404,11 @@ fn place(w: &WorkloadConf, hosts: u32, seed: u64) -> Result<Placement, (&'static
             if w.senders as usize > set.len() {
                 return Err((
                     "senders",
-                    format!("{} senders, but only {} hosts besides the receiver", w.senders, set.len()),
+                    format!(
+                        "{} senders, but only {} hosts besides the receiver",
+                        w.senders,
+                        set.len()
+                    ),
                 ));
             }
             set.truncate(w.senders as usize);
@@ -390,14 +417,28 @@ fn place(w: &WorkloadConf, hosts: u32, seed: u64) -> Result<Placement, (&'static
         if w.ranks as usize > set.len() {
             return Err((
                 "ranks",
-                format!("{} ranks, but the workload has {} hosts", w.ranks, set.len()),
+                format!(
+                    "{} ranks, but the workload has {} hosts",
+                    w.ranks,
+                    set.len()
+                ),
             ));
         }
         set.truncate(w.ranks as usize);
     }
-    let needs_two = matches!(w.kind.as_str(), "permutation" | "all_to_all" | "ring_allreduce" | "background");
+    let needs_two = matches!(
+        w.kind.as_str(),
+        "permutation" | "all_to_all" | "ring_allreduce" | "background"
+    );
     if needs_two && set.len() < 2 || w.kind == "incast" && set.is_empty() {
-        return Err(("hosts", format!("{} needs at least 2 hosts, has {}", w.kind, set.len() + usize::from(w.kind == "incast"))));
+        return Err((
+            "hosts",
+            format!(
+                "{} needs at least 2 hosts, has {}",
+                w.kind,
+                set.len() + usize::from(w.kind == "incast")
+            ),
+        ));
     }
     if w.kind == "ring_allreduce" && w.order == "random" {
         set = shuffled(&set, seed);
@@ -520,6 +561,29 @@ impl Scenario {
         }
         if !(1..=256).contains(&self.transport.paths) {
             return bad("transport.paths", "must be 1..=256");
+        }
+        for (name, value) in &self.transport.knobs {
+            let key = format!("transport.{name}");
+            let Some(n) = knob_number(value) else {
+                return bad(&key, "must be a number");
+            };
+            if let Err(why) = crate::transport::knobs::check(name, n) {
+                return bad(&key, &why);
+            }
+        }
+        {
+            // Settings that must agree with each other (rto_min <= rto_max...).
+            let mut ep = metaroce_proto::EndpointConfig::default();
+            let values = self.transport.knob_values();
+            crate::transport::knobs::apply_all(
+                metaroce_proto::EndpointConfig::KNOBS,
+                &mut ep,
+                &values,
+            );
+            ep.path_port_span = ep.path_port_span.max(ep.paths_per_connection as u16);
+            if let Err(e) = ep.validate() {
+                return bad(&format!("transport.{}", e.field), e.reason);
+            }
         }
         if self.end_us <= 0.0 || self.sample_us <= 0.0 {
             return bad("end_us", "end_us and sample_us must be > 0");

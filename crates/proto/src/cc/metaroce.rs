@@ -136,6 +136,43 @@ impl Default for MetaRoceParams {
 }
 
 impl MetaRoceParams {
+    /// The tunables by name (see [`crate::knob`]); the ranges are those
+    /// [`MetaRoceCc::new`] would otherwise clamp to.
+    pub const KNOBS: &'static [crate::knob::Knob<Self>] = &[
+        crate::real_knob!(
+            Self,
+            ecn_gain,
+            1e-6,
+            1.0,
+            "EWMA gain of each path's marked-fraction estimate alpha"
+        ),
+        crate::real_knob!(
+            Self,
+            initial_alpha,
+            0.0,
+            1.0,
+            "alpha of a new or replaced path"
+        ),
+        crate::real_knob!(
+            Self,
+            ai_mss_per_rtt,
+            0.0,
+            1024.0,
+            "additive increase of a clean path, MSS per path RTT"
+        ),
+        crate::real_knob!(
+            Self,
+            max_conn_ai_mss_per_rtt,
+            0.0,
+            65536.0,
+            "cap of the connection window's additive increase, MSS per RTT"
+        ),
+        crate::int_knob!(Self, max_conn_window_bdp_multiple: u64, 1, 1024, "connection window cap, in BDPs"),
+        crate::int_knob!(Self, rate_cap_headroom_mss: u64, 0, 1024, "headroom added to the receiver's rate cap, MSS"),
+        crate::int_knob!(Self, probation_window_mss: u64, 1, 256, "window of a replaced path, MSS"),
+        crate::int_knob!(Self, min_initial_path_window_mss: u64, 1, 256, "smallest initial window of each path, MSS"),
+    ];
+
     fn sanitized(self) -> Self {
         fn clamp(v: f64, lo: f64, hi: f64, fallback: f64) -> f64 {
             if v.is_nan() {
@@ -652,7 +689,11 @@ mod tests {
 
     #[test]
     fn factory_builds_metaroce() {
-        let cc = new_controller(CcAlgorithm::default(), &cfg(400_000_000_000, 16));
+        let cc = new_controller(
+            CcAlgorithm::default(),
+            &cfg(400_000_000_000, 16),
+            &MetaRoceParams::default(),
+        );
         assert_eq!(cc.name(), "metaroce");
         assert_eq!(cc.connection_window(), 500_000);
         assert_eq!(cc.path_window(3), 31_250);

@@ -127,9 +127,13 @@ pub enum CcAlgorithm {
     MetaRoce,
 }
 
-/// Builds a controller for `algorithm` with its default tunables.
-pub fn new_controller(algorithm: CcAlgorithm, config: &CcConfig) -> Box<dyn CongestionController> {
+/// Builds a controller for `algorithm` with its tunables.
+pub fn new_controller(
+    algorithm: CcAlgorithm,
+    config: &CcConfig,
+    params: &MetaRoceParams,
+) -> Box<dyn CongestionController> {
     match algorithm {
-        CcAlgorithm::MetaRoce => Box::new(MetaRoceCc::new(*config, MetaRoceParams::default())),
+        CcAlgorithm::MetaRoce => Box::new(MetaRoceCc::new(*config, *params)),
     }
 }

@@ -241,6 +241,7 @@ impl Connection {
                 path_count: n,
                 max_path_window_bytes: u64::from(PATH_PSN_WINDOW) * mss,
             },
+            &cfg.cc_params,
         );
         Self {
             index,

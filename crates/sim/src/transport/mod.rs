@@ -9,6 +9,7 @@
 pub mod dcqcn;
 pub mod ib;
 pub mod irn;
+pub mod knobs;
 pub mod metaroce;
 pub mod rc;
 pub mod rocev2;
