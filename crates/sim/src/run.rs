@@ -2,7 +2,7 @@
 
 use crate::error::SimError;
 use crate::report::{self, Results, TimeSeries};
-use crate::scenario::Scenario;
+use crate::scenario::{FailureTarget, Scenario};
 use crate::sim::Sim;
 use crate::time::{Ps, ps_to_us};
 use crate::transport::TransportFactory;
@@ -142,6 +142,30 @@ pub fn run_scenario(
     }
 }
 
+/// What each group's hosts counted about each other: a flow's sender about
+/// its receiver (resends, timeouts), the receiver about the sender
+/// (duplicates). A host pair carrying several groups' flows is counted
+/// under the first of them.
+fn extras<F: TransportFactory>(sim: &Sim<F>) -> report::RunExtras {
+    use crate::transport::{PairStats, Transport};
+    let work = sim.workload();
+    let mut seen = std::collections::HashSet::new();
+    let mut group_pairs = vec![PairStats::default(); work.groups.len()];
+    for f in &work.flows {
+        let Some(g) = f.group else { continue };
+        if !seen.insert((f.src, f.dst)) {
+            continue;
+        }
+        let tx = sim.host(f.src).pair_stats(f.dst);
+        let rx = sim.host(f.dst).pair_stats(f.src);
+        let p = &mut group_pairs[g as usize];
+        p.retransmissions += tx.retransmissions;
+        p.timeouts += tx.timeouts;
+        p.duplicates_received += rx.duplicates_received;
+    }
+    report::RunExtras { group_pairs }
+}
+
 fn run_with<F: TransportFactory>(
     scn: &Scenario,
     built: crate::scenario::Built,
@@ -164,11 +188,28 @@ fn run_with<F: TransportFactory>(
     if let Some(c) = credit {
         sim.set_credit_flow_control(c);
     }
-    for &(a, b, at, up) in &built.failures {
-        sim.schedule_link(a, b, at, up)?;
+    for f in &built.failures {
+        match f.target {
+            FailureTarget::Link(a, b) => sim.schedule_link_failure(a, b, f.at, f.up_at)?,
+            FailureTarget::Switch(s) => sim.schedule_switch_failure(s, f.at, f.up_at)?,
+            FailureTarget::Plane(p) => sim.schedule_plane_failure(p, f.at, f.up_at)?,
+        }
     }
-    for &(s, at, up) in &built.switch_failures {
-        sim.schedule_switch(s, at, up)?;
+    for &(a, b) in &built.monitors {
+        sim.monitor_link(a, b)?;
+    }
+    // Every incast's bottleneck: the link(s) into its receiver.
+    let receivers: Vec<(usize, u32)> = sim
+        .workload()
+        .groups
+        .iter()
+        .enumerate()
+        .filter_map(|(g, spec)| spec.receiver.map(|r| (g, r)))
+        .collect();
+    for (g, r) in receivers {
+        for p in sim.ports_into_host(r) {
+            sim.monitor_port(p, format!("incast-{g}-into-host{r}"));
+        }
     }
     let setup = t0.elapsed();
     let t1 = Instant::now();
@@ -189,6 +230,7 @@ fn run_with<F: TransportFactory>(
         makespan,
         finished,
         perf.events,
+        &extras(&sim),
     );
     results.transport.clone_from(&scn.transport.kind);
     let series = report::time_series(sim.topology(), sim.measurements(), bin_ps);

@@ -44,9 +44,12 @@ pub struct Scenario {
     /// Traffic.
     #[serde(default)]
     pub workload: Vec<WorkloadConf>,
-    /// Link and switch failures.
+    /// Link, switch and plane failures.
     #[serde(default)]
     pub failure: Vec<FailureConf>,
+    /// Links watched bin by bin.
+    #[serde(default)]
+    pub monitor: Vec<MonitorConf>,
     /// Directory relative file names resolve against (not in the file).
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -153,9 +156,14 @@ pub struct SwitchConf {
     /// `ecmp` or `adaptive`.
     #[serde(default = "default_routing")]
     pub routing: String,
-    /// Random loss per packet per link.
+    /// Random loss per packet per link (a route of n links loses
+    /// 1 - (1 - loss)^n of its packets).
     #[serde(default)]
     pub loss: f64,
+    /// Random loss per packet end to end, the same for every route (drawn
+    /// once per packet, data and ACKs alike, as it reaches its host).
+    #[serde(default)]
+    pub loss_e2e: f64,
     /// Routing re-convergence delay after a link or switch failure or
     /// recovery, µs (absent: switches avoid only their own dead ports).
     #[serde(default)]
@@ -322,6 +330,41 @@ pub struct FailureConf {
     /// A whole switch, e.g. `"core3"`.
     #[serde(default)]
     pub switch: String,
+    /// A whole plane of a multi-plane fabric (every switch in it, with its
+    /// host links), by index.
+    #[serde(default)]
+    pub plane: Option<u32>,
+}
+
+/// A link direction to watch bin by bin (utilisation, queue, drops in
+/// `timeseries.json`): both directions of the link between two nodes.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MonitorConf {
+    /// The link by its two ends, e.g. `["tor0", "agg1"]`.
+    pub link: Vec<String>,
+}
+
+/// What a failure takes down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureTarget {
+    /// The link between two nodes.
+    Link(NodeRef, NodeRef),
+    /// A switch.
+    Switch(u32),
+    /// A plane.
+    Plane(u32),
+}
+
+/// A failure as the simulator schedules it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailureSpec {
+    /// What fails.
+    pub target: FailureTarget,
+    /// When.
+    pub at: Ps,
+    /// When it comes back, if it does.
+    pub up_at: Option<Ps>,
 }
 
 /// Everything a run needs, built from a [`Scenario`].
@@ -333,10 +376,10 @@ pub struct Built {
     pub fabric: FabricConfig,
     /// Flows.
     pub flows: FlowSet,
-    /// (a, b, at, up) link events.
-    pub failures: Vec<(NodeRef, NodeRef, Ps, bool)>,
-    /// (switch, at, up) switch events.
-    pub switch_failures: Vec<(u32, Ps, bool)>,
+    /// Failures.
+    pub failures: Vec<FailureSpec>,
+    /// Links watched (both directions of each).
+    pub monitors: Vec<(NodeRef, NodeRef)>,
     /// End of the run.
     pub end_ps: Ps,
 }
@@ -538,6 +581,9 @@ impl Scenario {
         if !(0.0..1.0).contains(&sw.loss) {
             return bad("switch.loss", "must be in [0, 1)");
         }
+        if !(0.0..1.0).contains(&sw.loss_e2e) {
+            return bad("switch.loss_e2e", "must be in [0, 1)");
+        }
         if sw
             .reconverge_us
             .is_some_and(|d| !(d >= 0.0 && d.is_finite()))
@@ -709,6 +755,7 @@ impl Scenario {
                 Routing::Ecmp
             },
             loss: sw.loss,
+            loss_e2e: sw.loss_e2e,
             sample_ps: us_to_ps(self.sample_us),
             nic_queue_packets: 2,
             reconverge_ps: sw.reconverge_us.map(us_to_ps),
@@ -774,38 +821,54 @@ impl Scenario {
             }
         }
         let mut failures = Vec::new();
-        let mut switch_failures = Vec::new();
         for f in &self.failure {
             let at = us_to_ps(f.at_us);
-            let up = f.up_at_us.map(us_to_ps);
-            if !f.switch.is_empty() {
+            let up_at = f.up_at_us.map(us_to_ps);
+            let target = if let Some(p) = f.plane {
+                if p >= topo.planes {
+                    return Err(e(format!(
+                        "failure.plane: no plane {p} (the topology has {})",
+                        topo.planes
+                    )));
+                }
+                FailureTarget::Plane(p)
+            } else if !f.switch.is_empty() {
                 let Some(NodeRef::Switch(s)) = topo.find_node(&f.switch) else {
                     return Err(e(format!("failure.switch: no switch named '{}'", f.switch)));
                 };
-                switch_failures.push((s, at, false));
-                if let Some(u) = up {
-                    switch_failures.push((s, u, true));
-                }
+                FailureTarget::Switch(s)
             } else if f.link.len() == 2 {
                 let find = |n: &str| {
                     topo.find_node(n)
                         .ok_or_else(|| e(format!("failure.link: no node named '{n}'")))
                 };
-                let (a, b) = (find(&f.link[0])?, find(&f.link[1])?);
-                failures.push((a, b, at, false));
-                if let Some(u) = up {
-                    failures.push((a, b, u, true));
-                }
+                FailureTarget::Link(find(&f.link[0])?, find(&f.link[1])?)
             } else {
-                return Err(e("failure: give link = [a, b] or switch = name".into()));
+                return Err(e(
+                    "failure: give link = [a, b], switch = name or plane = index".into(),
+                ));
+            };
+            failures.push(FailureSpec { target, at, up_at });
+        }
+        let mut monitors = Vec::new();
+        for m in &self.monitor {
+            if m.link.len() != 2 {
+                return Err(e(
+                    "monitor.link: give the link's two ends, e.g. [\"tor0\", \"agg1\"]".into(),
+                ));
             }
+            let find = |n: &str| {
+                topo.find_node(n)
+                    .ok_or_else(|| e(format!("monitor.link: no node named '{n}'")))
+            };
+            monitors.push((find(&m.link[0])?, find(&m.link[1])?));
         }
         Ok(Built {
             topo,
             fabric,
             flows,
             failures,
-            switch_failures,
+            monitors,
             end_ps: us_to_ps(self.end_us),
         })
     }

@@ -91,9 +91,13 @@ pub struct GroupSpec {
     pub kind: CollKind,
     /// Ranks taking part.
     pub ranks: u32,
-    /// nccl-tests S: bytes the operation moves (all_reduce: the buffer;
-    /// alltoall: count x typesize x n).
+    /// nccl-tests S, per rank: the bytes one rank's buffer holds (all-reduce:
+    /// the buffer; all-to-all: what each rank sends, count x typesize x n;
+    /// a permutation: one flow; an incast: what the receiver takes in; flow
+    /// files: every flow's bytes together).
     pub bytes: u64,
+    /// An incast's receiver (its bottleneck queue is watched).
+    pub receiver: Option<u32>,
 }
 
 /// Flows, triggers and groups of one scenario.
@@ -119,6 +123,7 @@ impl FlowSet {
             kind,
             ranks,
             bytes,
+            receiver: None,
         });
         self.groups.len() as u32 - 1
     }
@@ -145,7 +150,7 @@ impl FlowSet {
             name.map_or_else(|| format!("permutation {n}"), str::to_string),
             CollKind::Flows,
             n,
-            bytes * u64::from(n),
+            bytes,
         );
         for (s, &d) in dst.iter().enumerate() {
             let mut f = FlowSpec::at(hosts[s], hosts[d as usize], bytes, start);
@@ -170,6 +175,7 @@ impl FlowSet {
             n + 1,
             bytes * u64::from(n),
         );
+        self.groups[g as usize].receiver = Some(receiver);
         for &s in senders {
             let mut f = FlowSpec::at(s, receiver, bytes, start);
             f.group = Some(g);
@@ -194,7 +200,7 @@ impl FlowSet {
             name.map_or_else(|| format!("all-to-all {n}"), str::to_string),
             CollKind::AllToAll,
             n,
-            bytes * u64::from(n) * u64::from(n),
+            bytes * u64::from(n),
         );
         for (i, &src) in ranks.iter().enumerate() {
             let mut prev: Option<u32> = None;

@@ -115,6 +115,9 @@ pub struct ConnectionStats {
     pub paths_replaced: u64,
     /// RNR NAKs received.
     pub rnr_naks: u64,
+    /// Data packets received that had arrived before (the peer resent
+    /// what did not need resending: spurious retransmissions and probes).
+    pub duplicates_received: u64,
 }
 
 /// One peer.

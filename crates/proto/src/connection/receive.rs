@@ -52,6 +52,7 @@ impl Connection {
         }
         if outcome == RxOutcome::Duplicate {
             dev.stats.rx_duplicates += 1;
+            self.stats.duplicates_received += 1;
         } else {
             rx.rx_packets = rx.rx_packets.wrapping_add(1);
             if ecn == Ecn::Ce {

@@ -7,6 +7,7 @@
 //! send at once, hashing each packet's 5-tuple to pick the plane.
 
 use super::Sim;
+use super::loss::LossCause;
 use super::packet::PacketHead;
 use super::routing::five_tuple_hash;
 use crate::error::SimError;
@@ -65,6 +66,10 @@ impl<F: TransportFactory> Sim<F> {
     /// Packet `k` reaches its destination host `h`.
     #[inline]
     pub(super) fn host_receive(&mut self, now: Ps, h: u32, k: u32) {
+        if self.cfg.loss_e2e > 0.0 && super::unit(&mut self.rng) < self.cfg.loss_e2e {
+            self.account_loss(now, k, LossCause::EndToEnd, None, None);
+            return;
+        }
         let body = self
             .packets
             .take_body(k)

@@ -8,8 +8,8 @@
 //! (its send completion).
 
 use super::{
-    FRAME_OVERHEAD_BYTES, HostInfo, MessageEvent, Transport, TransportError, TransportFactory,
-    TransportStats, Wire,
+    FRAME_OVERHEAD_BYTES, HostInfo, MessageEvent, PairStats, Transport, TransportError,
+    TransportFactory, TransportStats, Wire,
 };
 use crate::address::{host_index, host_ip};
 use crate::time::{Ps, ns_to_ps, ps_to_ns};
@@ -414,6 +414,17 @@ impl Transport for MetaRoceHost {
             paths_replaced: s.paths_replaced,
             trimmed_dropped: self.trimmed_dropped,
         }
+    }
+
+    fn pair_stats(&self, peer: u32) -> PairStats {
+        let addr = SocketAddr::new(host_ip(peer), DEVICE_PORT);
+        self.ep
+            .connection_stats(addr)
+            .map_or_else(PairStats::default, |c| PairStats {
+                retransmissions: c.data_packets_retransmitted,
+                timeouts: c.rtos,
+                duplicates_received: c.duplicates_received,
+            })
     }
 }
 

@@ -98,6 +98,28 @@ impl TransportStats {
     }
 }
 
+/// What one host's transport counted about one peer (for per-workload
+/// figures: a workload's sends are its flows' sender-peer pairs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PairStats {
+    /// Data packets resent to the peer.
+    pub retransmissions: u64,
+    /// Retransmission timeouts on the way to the peer.
+    pub timeouts: u64,
+    /// Data packets from the peer that had already arrived (spurious
+    /// retransmissions and probes, counted where they land).
+    pub duplicates_received: u64,
+}
+
+impl PairStats {
+    /// Add another pair's counters.
+    pub fn add(&mut self, o: &Self) {
+        self.retransmissions += o.retransmissions;
+        self.timeouts += o.timeouts;
+        self.duplicates_received += o.duplicates_received;
+    }
+}
+
 /// Why a transport refused to build a host, open a channel or take a message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TransportError {
@@ -187,6 +209,13 @@ pub trait Transport {
     /// Bytes of transport state held (for the memory report), if known.
     fn memory_bytes(&self) -> usize {
         0
+    }
+
+    /// What this host counted about host `peer` (all zero if it keeps no
+    /// per-peer counters).
+    fn pair_stats(&self, peer: u32) -> PairStats {
+        let _ = peer;
+        PairStats::default()
     }
 }
 
