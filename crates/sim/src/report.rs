@@ -188,6 +188,8 @@ pub struct Results {
     pub links: usize,
     /// Unloaded RTT used to configure hosts, µs.
     pub base_rtt_us: f64,
+    /// One host's line rate over all its planes, Gb/s.
+    pub line_rate_gbps: f64,
     /// Simulated time until the last awaited flow finished, µs.
     pub makespan_us: f64,
     /// Whether the run ended before the end time with every flow done.
@@ -435,6 +437,7 @@ pub fn results(
         switches: topo.switches.len(),
         links: topo.links.len(),
         base_rtt_us: round3(ps_to_us(base_rtt(topo))),
+        line_rate_gbps: (topo.host_rate_bps * u64::from(topo.planes)) as f64 / 1e9,
         makespan_us: round3(ps_to_us(makespan)),
         finished,
         fct: FctStats {

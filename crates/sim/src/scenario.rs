@@ -242,6 +242,12 @@ fn knob_number(v: &toml::Value) -> Option<f64> {
 fn yes() -> bool {
     true
 }
+fn ten() -> u32 {
+    10
+}
+fn default_interval() -> f64 {
+    20.0
+}
 fn default_order() -> String {
     "rank".into()
 }
@@ -313,6 +319,15 @@ pub struct WorkloadConf {
     /// Background: stop generating at, µs.
     #[serde(default)]
     pub until_us: f64,
+    /// Probes: message sizes, bytes (each size its own group).
+    #[serde(default)]
+    pub sizes: Vec<u64>,
+    /// Probes: messages of each size per pair.
+    #[serde(default = "ten")]
+    pub count: u32,
+    /// Probes: time between two probes of a pair, µs.
+    #[serde(default = "default_interval")]
+    pub interval_us: f64,
 }
 
 /// A failure (and optional recovery).
@@ -471,7 +486,7 @@ fn place(w: &WorkloadConf, hosts: u32, seed: u64) -> Result<Placement, (&'static
     }
     let needs_two = matches!(
         w.kind.as_str(),
-        "permutation" | "all_to_all" | "ring_allreduce" | "background"
+        "permutation" | "all_to_all" | "ring_allreduce" | "background" | "probes"
     );
     if needs_two && set.len() < 2 || w.kind == "incast" && set.is_empty() {
         return Err((
@@ -643,12 +658,22 @@ impl Scenario {
                 "cm",
                 "csv",
                 "background",
+                "probes",
             ];
             if !kinds.contains(&w.kind.as_str()) {
                 return bad("kind", &format!("unknown workload kind '{}'", w.kind));
             }
             if matches!(w.kind.as_str(), "cm" | "csv") && w.file.is_empty() {
                 return bad("file", "cm and csv workloads need a file");
+            }
+            if w.kind == "probes" {
+                if w.sizes.is_empty() || w.sizes.contains(&0) {
+                    return bad("sizes", "probes need sizes, each > 0 bytes");
+                }
+                if w.count == 0 || w.interval_us.is_nan() || w.interval_us <= 0.0 {
+                    return bad("count", "probes need count >= 1 and interval_us > 0");
+                }
+                continue;
             }
             if !matches!(w.kind.as_str(), "cm" | "csv") && w.bytes == 0 {
                 return bad("bytes", &format!("{} workload needs bytes > 0", w.kind));
@@ -777,6 +802,14 @@ impl Scenario {
                 "permutation" => flows.permutation(&placed, w.bytes, start, wseed, name),
                 "incast" => flows.incast(&placed, w.receiver, w.bytes, start, name),
                 "all_to_all" => flows.all_to_all(&placed, w.bytes, start, w.serial, name),
+                "probes" => flows.probes(
+                    &placed,
+                    &w.sizes,
+                    w.count,
+                    us_to_ps(w.interval_us),
+                    start,
+                    name,
+                ),
                 "ring_allreduce" => {
                     let step = if w.step_trigger == "sent" {
                         StepTrigger::Sent

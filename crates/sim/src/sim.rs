@@ -128,6 +128,8 @@ pub struct RunPerf {
 
 /// A simulation: a topology, a transport on every host, a workload.
 pub struct Sim<F: TransportFactory> {
+    /// Builds hosts and opens channels (as their first message starts).
+    factory: F,
     topo: Topology,
     cfg: FabricConfig,
     /// Two per link, `2i` its a→b direction and `2i + 1` its b→a.
@@ -189,6 +191,7 @@ impl<F: TransportFactory> Sim<F> {
         let labels = topo.labels.len();
         let bin_ps = cfg.sample_ps.max(1);
         let mut sim = Self {
+            factory: factory.clone(),
             cfg,
             ports,
             switches,
@@ -229,7 +232,7 @@ impl<F: TransportFactory> Sim<F> {
             topo,
         };
         sim.port_failure = vec![u32::MAX; sim.ports.len()];
-        sim.setup_flows(factory)?;
+        sim.setup_flows()?;
         if sim.cfg.reconverge_ps.is_some() {
             sim.leaves = sim
                 .topo

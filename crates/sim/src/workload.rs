@@ -272,6 +272,39 @@ impl FlowSet {
         }
     }
 
+    /// Latency probes: host `hosts[2i]` sends host `hosts[2i+1]` `count`
+    /// messages of each of `sizes`, one every `interval` from `start` (one
+    /// size after the other), each its own group per size (`probe 8 B`) so
+    /// each size's latency percentiles stand apart. The pairs should be
+    /// idle otherwise: what a probe measures is the fabric's queueing.
+    pub fn probes(
+        &mut self,
+        hosts: &[u32],
+        sizes: &[u64],
+        count: u32,
+        interval: Ps,
+        start: Ps,
+        name: Option<&str>,
+    ) {
+        let pairs: Vec<(u32, u32)> = hosts.chunks_exact(2).map(|p| (p[0], p[1])).collect();
+        let mut t = start;
+        for &size in sizes {
+            let label = match name {
+                Some(n) => format!("{n} {size} B"),
+                None => format!("probe {size} B"),
+            };
+            let g = self.group(label, CollKind::Flows, 2 * pairs.len() as u32, size);
+            for _ in 0..count {
+                for &(a, b) in &pairs {
+                    let mut f = FlowSpec::at(a, b, size, t);
+                    f.group = Some(g);
+                    self.flows.push(f);
+                }
+                t += interval;
+            }
+        }
+    }
+
     /// Background load: Poisson arrivals of `bytes` flows between random
     /// pairs, at `load` of every host's `rate_bps`, from `start` to `until`.
     #[allow(clippy::too_many_arguments)]

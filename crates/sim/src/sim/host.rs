@@ -30,8 +30,10 @@ pub(super) struct HostState<H> {
     armed_at: Option<Ps>,
     /// Packets the NIC pulled that have not started serializing.
     pub(super) queued: u32,
-    /// (destination host, channel) of every channel it sends on.
-    pub(super) channels: Vec<(u32, u32)>,
+    /// Every channel it sends on, by destination host: the transport's
+    /// channel number and the messages still to finish on it (at zero the
+    /// channel is closed and its state released).
+    pub(super) channels: std::collections::HashMap<u32, (u32, u32)>,
 }
 
 /// A transport per host from `factory`, each with its ports from `build_ports`.
@@ -56,7 +58,7 @@ pub(super) fn build_hosts<F: TransportFactory>(
             timer_at: None,
             armed_at: None,
             queued: 0,
-            channels: Vec::new(),
+            channels: std::collections::HashMap::new(),
         });
     }
     Ok(hosts)

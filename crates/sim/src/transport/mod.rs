@@ -211,6 +211,18 @@ pub trait Transport {
         0
     }
 
+    /// Channel `channel` (from `open_channel`) carried its last message:
+    /// release what it holds on the sending side. Counters survive.
+    fn close_send_channel(&mut self, channel: u32) {
+        let _ = channel;
+    }
+
+    /// The channel from host `from` carried its last message: release the
+    /// receiving side. Counters survive.
+    fn close_recv_channel(&mut self, from: u32) {
+        let _ = from;
+    }
+
     /// What this host counted about host `peer` (all zero if it keeps no
     /// per-peer counters).
     fn pair_stats(&self, peer: u32) -> PairStats {
@@ -234,7 +246,7 @@ pub struct HostInfo {
 
 /// Builds hosts and wires channels between them (the out-of-band setup a
 /// real deployment does over TCP or a connection manager).
-pub trait TransportFactory {
+pub trait TransportFactory: Clone {
     /// The per-host transport.
     type Host: Transport;
 
