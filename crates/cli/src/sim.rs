@@ -39,11 +39,17 @@ pub(crate) struct SimArgs {
     /// and print the results side by side.
     #[arg(long, value_delimiter = ',')]
     transports: Vec<String>,
+    /// Suite: run only the experiments whose id contains this.
+    #[arg(long, default_value = "")]
+    only: String,
 }
 
 pub(crate) fn run(args: SimArgs) -> Result<ExitCode, String> {
     if args.scenario.as_deref() == Some(std::path::Path::new("sweep")) {
         return sweep(&args);
+    }
+    if args.scenario.as_deref() == Some(std::path::Path::new("suite")) {
+        return suite(&args);
     }
     if args.plan.is_some() {
         return Err(
@@ -157,6 +163,55 @@ fn run_one(scn: &Scenario, seed: Option<u64>, quiet: bool) -> Result<Outcome, St
         eprintln!();
     }
     out
+}
+
+/// `metaroce sim suite DIR`: every experiment of DIR/suite.toml with every
+/// transport, judged against its targets; Markdown tables on stdout (and
+/// in `--out FILE`), one JSON record per experiment beside it.
+fn suite(args: &SimArgs) -> Result<ExitCode, String> {
+    let dir = args
+        .plan
+        .as_ref()
+        .ok_or("sim suite: give the suite's directory: metaroce sim suite scenarios/claims")?;
+    let suite = metaroce_sim::suite::Suite::load(dir).map_err(|e| e.to_string())?;
+    if let Some(out) = &args.out
+        && out.is_dir()
+    {
+        return Err(format!(
+            "--out {}: is a directory (give a file for the tables)",
+            out.display()
+        ));
+    }
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let show = !args.quiet && std::io::stderr().is_terminal();
+    let wall = Instant::now();
+    let results = suite.run(&args.only, threads.max(1), &mut |done, total, what| {
+        if show {
+            eprint!(
+                "\r\x1b[K{done}/{total} runs  {:.0} s  {what}",
+                wall.elapsed().as_secs_f64()
+            );
+        }
+    });
+    if show {
+        eprintln!();
+    }
+    let md = metaroce_sim::suite::markdown(&suite.transports, &results);
+    print!("{md}");
+    if let Some(out) = &args.out {
+        std::fs::write(out, &md).map_err(|e| format!("{}: {e}", out.display()))?;
+        let json = serde_json::to_string_pretty(&results).map_err(|e| e.to_string())? + "\n";
+        let jpath = out.with_extension("json");
+        std::fs::write(&jpath, json).map_err(|e| format!("{}: {e}", jpath.display()))?;
+    }
+    println!(
+        "suite: {} experiments in {:.0} s on {threads} threads",
+        results.len(),
+        wall.elapsed().as_secs_f64()
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 fn sweep(args: &SimArgs) -> Result<ExitCode, String> {

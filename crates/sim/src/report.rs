@@ -95,6 +95,13 @@ pub struct FailureResult {
     pub data_quiet_after_us: f64,
     /// The same for ACKs and other control packets.
     pub acks_quiet_after_us: f64,
+    /// Goodput delivered to hosts in the window `D` before the failure
+    /// (`D` = the failure time, at most 100 µs), Gb/s.
+    pub goodput_before_gbps: f64,
+    /// ... from `D/2` after it for `D` (or until it recovers), Gb/s.
+    pub goodput_during_gbps: f64,
+    /// ... from `D/2` after its recovery for `D` (0 if it never recovers).
+    pub goodput_after_gbps: f64,
 }
 
 /// Per-transport counts the report cannot read from the fabric.
@@ -411,18 +418,28 @@ pub fn results(
     let failures = m
         .failures
         .iter()
-        .map(|f| FailureResult {
-            part: f.part.to_string(),
-            at_us: round3(ps_to_us(f.at)),
-            up_at_us: f.up_at.map(|u| round3(ps_to_us(u))),
-            data_lost: f.data_lost,
-            acks_lost: f.control_lost,
-            data_quiet_after_us: round3(ps_to_us(
-                f.last_data.map_or(0, |t| t.saturating_sub(f.at)),
-            )),
-            acks_quiet_after_us: round3(ps_to_us(
-                f.last_control.map_or(0, |t| t.saturating_sub(f.at)),
-            )),
+        .map(|f| {
+            let d = f.at.min(100 * crate::time::PS_PER_US);
+            let (during_end, after) = match f.up_at {
+                Some(u) => ((f.at + d / 2 + d).min(u), Some(u + d / 2)),
+                None => (f.at + d / 2 + d, None),
+            };
+            FailureResult {
+                part: f.part.to_string(),
+                at_us: round3(ps_to_us(f.at)),
+                up_at_us: f.up_at.map(|u| round3(ps_to_us(u))),
+                data_lost: f.data_lost,
+                acks_lost: f.control_lost,
+                data_quiet_after_us: round3(ps_to_us(
+                    f.last_data.map_or(0, |t| t.saturating_sub(f.at)),
+                )),
+                acks_quiet_after_us: round3(ps_to_us(
+                    f.last_control.map_or(0, |t| t.saturating_sub(f.at)),
+                )),
+                goodput_before_gbps: round3(window_goodput_gbps(m, f.at - d, f.at)),
+                goodput_during_gbps: round3(window_goodput_gbps(m, f.at + d / 2, during_end)),
+                goodput_after_gbps: round3(after.map_or(0.0, |a| window_goodput_gbps(m, a, a + d))),
+            }
         })
         .collect();
     fab.headroom_drops = m.headroom_drops;
@@ -466,6 +483,19 @@ pub fn results(
 
 fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
+}
+
+/// Goodput delivered to hosts over `[from, to)`, Gb/s (whole bins).
+fn window_goodput_gbps(m: &Measurements, from: Ps, to: Ps) -> f64 {
+    let bin = m.bin_ps.max(1);
+    let (b0, b1) = (from / bin, to / bin);
+    if b1 <= b0 {
+        return 0.0;
+    }
+    let bytes: u64 = (b0..b1)
+        .map(|b| m.delivered.bins.get(b as usize).copied().unwrap_or(0))
+        .sum();
+    bytes as f64 * 8.0 / (ps_to_us((b1 - b0) * bin) * 1e3)
 }
 
 /// How long after an incast toward `receiver` started at `start` the

@@ -455,6 +455,11 @@ fn key_number(ov: &[(String, toml::Value)], key: &str) -> Option<f64> {
 /// - `failed_flows`: flows that ended in an error;
 /// - `max_quiet_after_us`: over every failure, the longer of data's and
 ///   ACKs' time to stop running into it;
+/// - `failure_goodput_drop`: 1 - goodput during the first failure over
+///   goodput before it; `failure_goodput_recovered`: goodput after its
+///   recovery over before;
+/// - `drain_ratio:NAME`: the group's time over its bytes at one host's line
+///   rate (an incast's ideal drain);
 /// - `group:NAME.FIELD`: a field of the group whose name starts with NAME;
 /// - `worst:PREFIX.FIELD` / `best:PREFIX.FIELD`: the largest / smallest
 ///   field over groups whose name starts with PREFIX.
@@ -472,6 +477,15 @@ pub fn named_metric(r: &Results, name: &str) -> Option<f64> {
             (r.fct.flows > 0).then(|| r.transport_stats.timeouts as f64 / r.fct.flows as f64)
         }
         "failed_flows" => Some(r.fct.failed as f64),
+        "failure_goodput_drop" => {
+            let f = r.failures.first()?;
+            (f.goodput_before_gbps > 0.0)
+                .then(|| 1.0 - f.goodput_during_gbps / f.goodput_before_gbps)
+        }
+        "failure_goodput_recovered" => {
+            let f = r.failures.first()?;
+            (f.goodput_before_gbps > 0.0).then(|| f.goodput_after_gbps / f.goodput_before_gbps)
+        }
         "max_quiet_after_us" => Some(
             r.failures
                 .iter()
@@ -480,6 +494,13 @@ pub fn named_metric(r: &Results, name: &str) -> Option<f64> {
         ),
         _ => {
             let (kind, rest) = name.split_once(':')?;
+            if kind == "drain_ratio" {
+                // A group's time over the ideal: its bytes at one host's
+                // line rate (an incast's bytes all go through the receiver).
+                let c = r.collectives.iter().find(|c| c.name.starts_with(rest))?;
+                let ideal_us = c.bytes as f64 * 8.0 / (r.line_rate_gbps * 1e3);
+                return (ideal_us > 0.0).then(|| c.time_us / ideal_us);
+            }
             let (prefix, field) = rest.rsplit_once('.')?;
             let vals = r
                 .collectives
