@@ -82,3 +82,198 @@ fn sim_bad_key_names_key_and_line() {
     assert!(stderr.contains('5'), "line number missing: {stderr}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A fresh directory for one test's files.
+fn temp_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("metaroce-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A 4-host star with one permutation of `bytes` per host.
+fn small_scenario(dir: &std::path::Path, extra: &str) -> std::path::PathBuf {
+    let path = dir.join("small.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "name = \"small\"\n{extra}\n[topology]\nkind = \"star\"\nhosts = 4\nlink_gbps = 100\n\n[[workload]]\nkind = \"permutation\"\nbytes = 100000\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+#[test]
+fn sim_huge_topology_is_refused_before_allocating() {
+    let dir = temp_dir("huge");
+    let star = dir.join("star.toml");
+    std::fs::write(
+        &star,
+        "name = \"x\"\n[topology]\nkind = \"star\"\nhosts = 4000000000\nlink_gbps = 100\n",
+    )
+    .unwrap();
+    assert_one_line_error(&["sim", star.to_str().unwrap()], "limit of 2^20");
+    let wide = dir.join("wide.toml");
+    std::fs::write(
+        &wide,
+        "name = \"x\"\n[topology]\nkind = \"leaf_spine\"\nhosts = 100000\nhosts_per_leaf = 1\nspines = 1000\nlink_gbps = 100\n",
+    )
+    .unwrap();
+    assert_one_line_error(&["sim", wide.to_str().unwrap()], "would need about");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Output into a pipe whose reader is gone ends the process quietly (by
+/// SIGPIPE, as `seq | head` ends `seq`), never with a panic (exit 101).
+#[test]
+fn closed_stdout_pipe_ends_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+    for args in [
+        &["sim", "-q"][..],
+        &["sim"][..],
+        &["harness", "-s", "64K", "--loss", "0"][..],
+    ] {
+        // A child another test forks at the same moment may hold the read
+        // end open until it execs, and then the write succeeds: try again
+        // until the pipe is seen closed.
+        let mut killed_by_sigpipe = false;
+        for _ in 0..10 {
+            let mut child = Command::new(env!("CARGO_BIN_EXE_metaroce"))
+                .args(args)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("run metaroce");
+            // Close the read end before the child writes its first line.
+            drop(child.stdout.take());
+            let out = child.wait_with_output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+            killed_by_sigpipe = out.status.signal() == Some(libc::SIGPIPE);
+            assert!(
+                killed_by_sigpipe || out.status.success(),
+                "{args:?}: {:?} {stderr}",
+                out.status
+            );
+            if killed_by_sigpipe {
+                break;
+            }
+        }
+        assert!(killed_by_sigpipe, "{args:?}: never saw the closed pipe");
+    }
+}
+
+#[test]
+fn bad_out_dir_is_refused_before_the_run() {
+    let out = metaroce(&["sim", "--out", "/etc/passwd"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty(), "the run started");
+    assert_one_line_error(&["sim", "--out", "/etc/passwd"], "not a directory");
+    assert_one_line_error(&["sim", "--out", "/etc/passwd/x"], "cannot create");
+    assert_one_line_error(
+        &["sim", "sweep", "no-such-plan.toml", "--out", "/etc/passwd"],
+        "no-such-plan.toml",
+    );
+}
+
+#[test]
+fn sweep_options_outside_a_sweep_are_refused() {
+    assert_one_line_error(&["sim", "--shard", "0/2"], "--shard");
+    assert_one_line_error(&["sim", "--threads", "2"], "--threads");
+    assert_one_line_error(&["sim", "-q", "sweep", "plan.toml"], "cannot be used with");
+}
+
+#[test]
+fn sweep_is_a_subcommand_with_checked_options() {
+    let dir = temp_dir("sweep");
+    small_scenario(&dir, "");
+    let plan = dir.join("plan.toml");
+    std::fs::write(
+        &plan,
+        "scenario = \"small.toml\"\nseeds = [1]\n[grid]\n\"transport.paths\" = [1, 4]\n",
+    )
+    .unwrap();
+    let plan = plan.to_str().unwrap();
+    let out_dir = dir.join("out");
+    let out = metaroce(&[
+        "sim",
+        "sweep",
+        plan,
+        "-q",
+        "--shard",
+        "1/2",
+        "--threads",
+        "1",
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out_dir.join("sweep-1-of-2.json").exists());
+    assert_one_line_error(&["sim", "sweep", plan, "--threads", "0"], "--threads 0");
+    assert_one_line_error(&["sim", "sweep", plan, "--shard", "2/2"], "--shard 2/2");
+    assert_one_line_error(&["sim", "sweep", plan, "--threads", "-1"], "-1");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn chaos_zero_seeds_is_exit_2() {
+    assert_one_line_error(&["chaos", "--seeds", "0"], "--seeds 0");
+    assert_one_line_error(
+        &["chaos", "--start", "18446744073709551615", "--seeds", "2"],
+        "2^64",
+    );
+}
+
+/// Negative numbers reach the range checks (instead of being taken for
+/// flags: "unexpected argument '-0'").
+#[test]
+fn negative_numbers_are_range_errors() {
+    assert_one_line_error(&["harness", "--loss", "-0.01"], "--loss -0.01");
+    assert_one_line_error(&["harness", "--seed", "-1"], "'-1'");
+    assert_one_line_error(&["sim", "--seed", "-3"], "'-3'");
+    assert_one_line_error(&["chaos", "--seeds", "-5"], "'-5'");
+}
+
+#[test]
+fn unfinished_simulation_exits_3_unless_allowed() {
+    let dir = temp_dir("unfinished");
+    let scn = small_scenario(&dir, "end_us = 2.0");
+    let scn = scn.to_str().unwrap();
+    let out = metaroce(&["sim", scn, "-q"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("NOT FINISHED"));
+    assert!(stderr.contains("--allow-unfinished"), "{stderr}");
+    let out = metaroce(&["sim", scn, "-q", "--allow-unfinished"]);
+    assert_eq!(out.status.code(), Some(0));
+    let out = metaroce(&["sim", scn, "-q", "--transports", "metaroce,ib"]);
+    assert_eq!(out.status.code(), Some(3));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Random loss under InfiniBand's lossless model is simulated, with a
+/// note beside the row saying the baseline assumes otherwise.
+#[test]
+fn baseline_assumptions_broken_get_a_note() {
+    let dir = temp_dir("notes");
+    let scn = small_scenario(&dir, "[switch]\nloss = 0.001\n");
+    let out = metaroce(&[
+        "sim",
+        scn.to_str().unwrap(),
+        "-q",
+        "--allow-unfinished",
+        "--transports",
+        "metaroce,ib",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    let notes: Vec<&str> = stdout.lines().filter(|l| l.contains("note:")).collect();
+    assert_eq!(notes.len(), 1, "{stdout}");
+    assert!(notes[0].contains("ib") && notes[0].contains("switch.loss = 0.001"));
+    std::fs::remove_dir_all(&dir).ok();
+}

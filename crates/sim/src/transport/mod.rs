@@ -6,12 +6,15 @@
 //! protocol core; the baselines (RoCEv2 with go-back-N and DCQCN, IRN,
 //! InfiniBand-style credits) implement the same trait and slot in beside it.
 
+mod assumptions;
 pub mod dcqcn;
 pub mod ib;
 pub mod irn;
 pub mod metaroce;
 pub mod rc;
 pub mod rocev2;
+
+pub use assumptions::baseline_notes;
 
 use crate::Ps;
 use metaroce_proto::{ConfigError, MemoryError, PostError, QpError};
