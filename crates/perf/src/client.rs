@@ -3,14 +3,16 @@
 
 use crate::figures::peak_bps;
 use crate::messages::{Done, Hello, Report};
+use crate::params::auth_mode;
 use crate::rig::{
     PP_RECVS, Rig, STALL_NS, connect, empty_wcs, local_endpoint, post_recvs, rig, wc_error,
 };
 use crate::verify::{first_diff, pattern};
 use crate::{
-    AddrLine, BwFigures, CQ_MOD, Figures, LatFigures, LocalOpts, Params, PerfError, Session, Test,
+    AddrLine, AuthOpts, BwFigures, CQ_MOD, Figures, LatFigures, LocalOpts, Params, PerfError,
+    Session, Test,
 };
-use metaroce_cm::{self as cm, Endpoint, MsgType, RemoteBuf};
+use metaroce_cm::{self as cm, Confirm, Endpoint, KeyConfirmation, MsgType, RemoteBuf, Role};
 use metaroce_udp::now_ns;
 use metaroce_verbs::{MemoryRegion, SendWr, Sge, WcOpcode, WcStatus, WrOp};
 use std::net::{SocketAddr, TcpStream};
@@ -28,6 +30,9 @@ pub fn run_client(
     last: bool,
 ) -> Result<Session, PerfError> {
     p.validate(test).map_err(PerfError::Other)?;
+    if let Some(a) = &local.auth {
+        cm::check_job_secret(&a.job_secret)?;
+    }
     let mut tcp = TcpStream::connect_timeout(&server, Duration::from_secs(5))
         .map_err(|e| PerfError::Other(format!("cannot reach server {server}: {e}")))?;
     tcp.set_nodelay(true)?;
@@ -53,6 +58,9 @@ pub fn run_client(
     };
     cm::send(&mut tcp, MsgType::Hello, &hello)?;
     let peer: Endpoint = cm::recv(&mut tcp, MsgType::Accept)?;
+    if let Some(a) = &local.auth {
+        confirm_keys(&mut tcp, a, hello.endpoint.session_id, &peer)?;
+    }
     connect(&rig, peer_ip, &peer)?;
     let remote = peer.buf;
     let (figures, completed) = if test.is_lat() {
@@ -120,6 +128,37 @@ pub fn run_client(
         stats,
         server_rx_malformed: report.rx_malformed,
     })
+}
+
+/// Check the server's key confirmation and send the client's
+/// (`docs/spec/connection-manager.md`): different job secrets are refused
+/// here, on both sides, before a packet flows.
+fn confirm_keys(
+    tcp: &mut TcpStream,
+    auth: &AuthOpts,
+    client_session: u64,
+    server: &Endpoint,
+) -> Result<(), PerfError> {
+    let mode = auth_mode(Some(auth));
+    let at = |role| {
+        KeyConfirmation::new(
+            &auth.job_secret,
+            role,
+            client_session,
+            server.session_id,
+            mode,
+        )
+    };
+    if let Err(e) = at(Role::Server).verify(server.key_confirm.as_deref()) {
+        let why = "key confirmation failed: the client's job secret differs from the server's (METAROCE_JOB_SECRET must be the same on both hosts)";
+        let _ = cm::send(tcp, MsgType::Error, &why.to_string());
+        return Err(e.into());
+    }
+    let confirm = Confirm {
+        key_confirm: at(Role::Client).to_hex(),
+    };
+    cm::send(tcp, MsgType::Confirm, &confirm)?;
+    Ok(())
 }
 
 fn bw_wr(

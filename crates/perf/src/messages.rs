@@ -65,6 +65,7 @@ mod tests {
                 },
                 session_id: 3,
                 auth: "none".into(),
+                key_confirm: None,
             },
             last: true,
         };

@@ -7,7 +7,7 @@ use crate::params::auth_mode;
 use crate::rig::{PP_RECVS, connect, empty_wcs, local_endpoint, post_recvs, rig, wc_error};
 use crate::verify::{first_diff, pattern};
 use crate::{AddrLine, LocalOpts, PerfError, ServerSession, Test};
-use metaroce_cm::{self as cm, MsgType};
+use metaroce_cm::{self as cm, Confirm, KeyConfirmation, MsgType, Role};
 use metaroce_verbs::{SendWr, Sge, WcOpcode, WcStatus, WrOp};
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -21,6 +21,9 @@ pub fn serve(
     local: &LocalOpts,
     on_session: &mut dyn FnMut(&ServerSession),
 ) -> Result<(), PerfError> {
+    if let Some(a) = &local.auth {
+        cm::check_job_secret(&a.job_secret)?;
+    }
     loop {
         let (mut tcp, _) = listener.accept()?;
         tcp.set_nodelay(true)?;
@@ -102,7 +105,34 @@ fn server_session(
             posted_recv[q] = initial;
         }
     }
-    cm::send(tcp, MsgType::Accept, &local_endpoint(&rig, p))?;
+    let mut accept = local_endpoint(&rig, p);
+    // With packet authentication, prove this side holds the job secret and
+    // check the client does, before any packet flows.
+    let confirmation = local.auth.map(|a| {
+        let mode = auth_mode(Some(&a));
+        let at = |role| {
+            KeyConfirmation::new(
+                &a.job_secret,
+                role,
+                hello.endpoint.session_id,
+                accept.session_id,
+                mode,
+            )
+        };
+        (at(Role::Server), at(Role::Client))
+    });
+    if let Some((server, _)) = &confirmation {
+        accept.key_confirm = Some(server.to_hex());
+    }
+    cm::send(tcp, MsgType::Accept, &accept)?;
+    if let Some((_, client)) = &confirmation {
+        let c: Confirm = cm::recv(tcp, MsgType::Confirm)?;
+        if let Err(e) = client.verify(Some(&c.key_confirm)) {
+            let why = "key confirmation failed: the server's job secret differs from the client's (METAROCE_JOB_SECRET must be the same on both hosts)";
+            let _ = cm::send(tcp, MsgType::Error, &why.to_string());
+            return Err(e.into());
+        }
+    }
     let mut bad = None;
     let mut received = 0u64;
     let done: Done = if test == Test::SendBw || pingpong {
