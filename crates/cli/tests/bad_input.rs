@@ -277,3 +277,242 @@ fn baseline_assumptions_broken_get_a_note() {
     assert!(notes[0].contains("ib") && notes[0].contains("switch.loss = 0.001"));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// perftest flags users type by habit: honoured, ignored with a note, or
+/// refused with "not supported by MetaRoCE".
+#[test]
+fn perftest_flags_are_honoured_ignored_or_refused() {
+    for (flag, needle) in [
+        (&["-b"][..], "-b"),
+        (&["--report-both"][..], "--report-both"),
+        (&["-V"][..], "-V"),
+        (&["-c", "UD"][..], "-c UD"),
+    ] {
+        let mut args = vec!["perf", "write-bw", "--loopback"];
+        args.extend_from_slice(flag);
+        assert_one_line_error(&args, "not supported by MetaRoCE");
+        assert_one_line_error(&args, needle);
+    }
+    // Harmless ones: accepted, one note each, the run goes ahead.
+    let out = metaroce(&[
+        "perf",
+        "write-bw",
+        "--loopback",
+        "-s",
+        "4K",
+        "-n",
+        "50",
+        "-F",
+        "-d",
+        "mlx5_0",
+        "-x",
+        "3",
+        "-c",
+        "RC",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        stderr.lines().filter(|l| l.starts_with("note:")).count(),
+        3,
+        "{stderr}"
+    );
+    // Honoured ones.
+    let out = metaroce(&[
+        "perf",
+        "write-bw",
+        "--loopback",
+        "-s",
+        "4K",
+        "-n",
+        "60",
+        "-m",
+        "1024",
+        "-Q",
+        "10",
+        "-l",
+        "4",
+        "-I",
+        "64",
+        "-N",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for line in [
+        "CQ Moderation   : 10",
+        "Post List       : 4",
+        "Mtu             : 1024[B]",
+        "Max inline data : 64[B]",
+    ] {
+        assert!(stdout.contains(line), "{line}: {stdout}");
+    }
+    // -N: the peak column reads 0.00, as in perftest.
+    let row = stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("4096"))
+        .unwrap();
+    assert_eq!(row.split_whitespace().nth(2), Some("0.00"), "{row}");
+    let out = metaroce(&["perf", "write-lat", "--loopback", "-n", "50", "-I", "64"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn perf_bad_option_values_are_exit_2() {
+    let base = ["perf", "write-bw", "--loopback"];
+    for (extra, needle) in [
+        (&["-Q", "0"][..], "-Q 0"),
+        (&["-Q", "5000"][..], "-Q 5000"),
+        (&["-l", "0"][..], "-l 0"),
+        (&["-I", "5000"][..], "-I 5000"),
+        (&["-m", "10"][..], "--mtu 10"),
+        (&["-q", "-1"][..], "'-1'"),
+        (&["-D", "0"][..], "-D 0"),
+    ] {
+        let mut args = base.to_vec();
+        args.extend_from_slice(extra);
+        assert_one_line_error(&args, needle);
+    }
+    assert_one_line_error(
+        &["perf", "write-lat", "--loopback", "-q", "2"],
+        "-q applies",
+    );
+    assert_one_line_error(&["perf", "read-bw", "--loopback", "-I", "64"], "-I");
+    assert_one_line_error(
+        &["perf", "write-lat", "--loopback", "--run_infinitely"],
+        "--run_infinitely",
+    );
+    assert_one_line_error(
+        &["perf", "udp-bw", "--loopback", "--auth"],
+        "--auth does not apply",
+    );
+}
+
+/// A JSON path that cannot be written fails before the run, not after.
+#[test]
+fn perf_json_path_is_checked_before_the_run() {
+    let out = metaroce(&["perf", "write-bw", "--loopback", "--json", "/tmp"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty(), "the run started");
+    assert_one_line_error(
+        &["perf", "write-bw", "--loopback", "--json", "/tmp"],
+        "is a directory",
+    );
+    assert_one_line_error(
+        &[
+            "perf",
+            "write-bw",
+            "--loopback",
+            "--out_json_file",
+            "/nonexistent/x.json",
+        ],
+        "cannot write",
+    );
+}
+
+/// `--out_json_file` writes perftest's layout: `{"test_info": ..,
+/// "results": ..}` with its key names, plus a schema version and the
+/// parameters that reproduce the run.
+#[test]
+fn perf_json_has_perftests_layout_and_the_parameters() {
+    let dir = temp_dir("json");
+    let path = dir.join("lat.json");
+    let out = metaroce(&[
+        "perf",
+        "send-lat",
+        "--loopback",
+        "-n",
+        "50",
+        "--seed",
+        "77",
+        "--out_json_file",
+        path.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&path).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert!(
+        text.find("\"test_info\"") < text.find("\"results\""),
+        "{text}"
+    );
+    assert_eq!(doc["schema_version"], 1);
+    assert_eq!(doc["test_info"]["test"], "Send_Latency_Test");
+    assert!(doc["results"]["percentile_99.9"].is_number(), "{text}");
+    assert_eq!(doc["results"]["n_iterations"], 50);
+    for key in ["size", "qps", "tx_depth", "mtu", "paths", "seed"] {
+        assert!(doc["parameters"].get(key).is_some(), "{key}: {text}");
+    }
+    assert_eq!(doc["parameters"]["seed"], 77);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Two hosts with different job secrets: refused at connect time, on both
+/// sides, with a message that says the secrets differ.
+#[test]
+fn different_job_secrets_are_refused_on_both_sides() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let mut server = Command::new(env!("CARGO_BIN_EXE_metaroce"))
+        .args(["perf", "write-bw", "--auth", "-p", &port])
+        .env("METAROCE_JOB_SECRET", "11".repeat(32))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until it listens.
+    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
+    assert!(
+        lines.any(|l| l.is_ok_and(|l| l.contains("Waiting for client"))),
+        "the server did not start"
+    );
+    let client = Command::new(env!("CARGO_BIN_EXE_metaroce"))
+        .args([
+            "perf",
+            "write-bw",
+            "127.0.0.1",
+            "--auth",
+            "-n",
+            "50",
+            "-p",
+            &port,
+        ])
+        .env("METAROCE_JOB_SECRET", "22".repeat(32))
+        .output()
+        .unwrap();
+    let server = server.wait_with_output().unwrap();
+    for (side, out) in [("client", &client), ("server", &server)] {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{side}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{side}: {stderr}");
+        assert!(
+            stderr.contains("key confirmation failed") && stderr.contains("job secret"),
+            "{side}: {stderr}"
+        );
+    }
+    // An all-zero secret is refused before anything starts.
+    let out = Command::new(env!("CARGO_BIN_EXE_metaroce"))
+        .args(["perf", "write-bw", "127.0.0.1", "--auth", "-p", &port])
+        .env("METAROCE_JOB_SECRET", "0".repeat(64))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("all zeros"), "{stderr}");
+}

@@ -19,14 +19,23 @@ fn params(_test: Test, size: u64, iters: u64) -> Params {
         mtu: 4096,
         paths: 8,
         pattern_seed: 0xfeed,
+        run_infinitely: false,
     }
 }
 
 fn loopback(test: Test, p: &Params, local: &LocalOpts) -> Session {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let mut out = None;
-    perf::run_loopback(test, l, &[p.size], p, local, &mut |s| out = Some(s.clone()))
-        .unwrap_or_else(|e| panic!("{}: {e}", test.name()));
+    perf::run_loopback(
+        test,
+        l,
+        &[p.size],
+        p,
+        local,
+        &mut |s| out = Some(s.clone()),
+        &mut |_| {},
+    )
+    .unwrap_or_else(|e| panic!("{}: {e}", test.name()));
     out.expect("one session")
 }
 
