@@ -516,3 +516,24 @@ fn different_job_secrets_are_refused_on_both_sides() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("all zeros"), "{stderr}");
 }
+
+/// Scenario values that used to panic (a baseline dividing by a zero MTU)
+/// or to grow without bound (a nanosecond time-series bin) are one-line
+/// errors naming the key.
+#[test]
+fn sim_values_that_panicked_or_exploded_are_exit_2() {
+    let dir = temp_dir("values");
+    let scn = small_scenario(&dir, "");
+    let text = std::fs::read_to_string(&scn).unwrap();
+    std::fs::write(
+        &scn,
+        format!("{text}\n[transport]\nkind = \"irn\"\nmtu_bytes = 0\n"),
+    )
+    .unwrap();
+    assert_one_line_error(&["sim", scn.to_str().unwrap()], "transport.mtu_bytes");
+    let scn = small_scenario(&dir, "sample_us = 0.000001");
+    assert_one_line_error(&["sim", scn.to_str().unwrap()], "sample_us");
+    let scn = small_scenario(&dir, "end_us = nan");
+    assert_one_line_error(&["sim", scn.to_str().unwrap()], "finite");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -19,6 +19,9 @@ pub const MAX_HOSTS: u64 = 1 << 20;
 /// Most memory a scenario's fabric may be estimated to need at setup
 /// ([`FabricSize::estimated_bytes`]).
 pub const MAX_FABRIC_BYTES: u64 = 16 << 30;
+/// Most time-series bins a run may ask for (`end_us / sample_us`; each
+/// bin holds a counter per link tier).
+pub const MAX_SAMPLE_BINS: f64 = 1e8;
 /// Largest `topology.oversubscription`.
 pub const MAX_OVERSUBSCRIPTION: u32 = 1024;
 
@@ -523,8 +526,21 @@ impl Scenario {
         if !(1..=256).contains(&self.transport.paths) {
             return bad("transport.paths", "must be 1..=256");
         }
-        if self.end_us <= 0.0 || self.sample_us <= 0.0 {
-            return bad("end_us", "end_us and sample_us must be > 0");
+        let positive = |t: f64| t > 0.0 && t.is_finite();
+        if !positive(self.end_us) || !positive(self.sample_us) {
+            return bad("end_us", "end_us and sample_us must be finite and > 0");
+        }
+        if self.end_us / self.sample_us > MAX_SAMPLE_BINS {
+            return bad(
+                "sample_us",
+                &format!(
+                    "end_us / sample_us = {:.0} time-series bins; at most {MAX_SAMPLE_BINS:.0} (raise sample_us)",
+                    self.end_us / self.sample_us
+                ),
+            );
+        }
+        if !(64..=65_000).contains(&self.transport.mtu_bytes) {
+            return bad("transport.mtu_bytes", "must be 64..=65000");
         }
         for w in &self.workload {
             let kinds = [
