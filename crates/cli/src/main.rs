@@ -10,10 +10,10 @@
 //! - `metaroce perf`: perftest-style tools over the real UDP datapath.
 //! - `metaroce sim`: the packet-level fabric simulator.
 //!
-//! Exit codes: 0 success; 1 a check failed (a chaos seed, data that did
-//! not verify); 2 bad input or a failed run, with one line on stderr;
-//! 3 a simulation reached its end time with flows unfinished (unless
-//! `--allow-unfinished`). Output into a closed pipe (`| head`) ends the
+//! Exit codes: 0 success; 1 `chaos` found a failing seed; 2 bad input or
+//! a failed run (including data that did not verify), with one line on
+//! stderr; 3 a simulation reached its end time with flows unfinished
+//! (unless `--allow-unfinished`). Output into a closed pipe (`| head`) ends the
 //! process quietly, as it does for coreutils.
 // One `unsafe` block (SIGPIPE's disposition, in `main`), allowed there.
 #![deny(unsafe_code)]
