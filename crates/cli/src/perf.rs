@@ -18,7 +18,7 @@ use metaroce_perf::{
 };
 use metaroce_udp::Impair;
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// What "BW peak" means here, and how perftest's flags are treated.
@@ -108,13 +108,10 @@ pub(crate) struct PerfArgs {
     /// Write the JSON report to --out_json_file (perftest's flag).
     #[arg(long = "out_json")]
     out_json: bool,
-    /// File of the JSON report; implies --out_json.
-    #[arg(
-        long = "out_json_file",
-        value_name = "FILE",
-        default_value = "perftest_out.json"
-    )]
-    out_json_file: PathBuf,
+    /// File of the JSON report; implies --out_json [default:
+    /// perftest_out.json].
+    #[arg(long = "out_json_file", value_name = "FILE")]
+    out_json_file: Option<PathBuf>,
     /// Do not verify transferred data.
     #[arg(long = "no-verify")]
     no_verify: bool,
@@ -244,11 +241,9 @@ fn parse_size(s: &str) -> Result<u64, String> {
 
 /// Where the JSON report goes, if anywhere.
 fn json_path(args: &PerfArgs) -> Option<PathBuf> {
-    let file_given = args.out_json_file != Path::new("perftest_out.json");
-    match &args.json {
-        Some(p) => Some(p.clone()),
-        None if args.out_json || file_given => Some(args.out_json_file.clone()),
-        None => None,
+    match (&args.json, &args.out_json_file) {
+        (Some(p), _) | (None, Some(p)) => Some(p.clone()),
+        (None, None) => args.out_json.then(|| PathBuf::from("perftest_out.json")),
     }
 }
 
@@ -298,7 +293,12 @@ pub(crate) fn run(args: PerfArgs) -> Result<ExitCode, String> {
     if args.duration == Some(0) {
         return Err("-D 0: the duration must be at least 1 s".into());
     }
-    let json = json_path(&args).map(JsonOut::prepare).transpose()?;
+    // Only a client writes the report (a server notes the option).
+    let client = args.loopback || args.host.is_some();
+    let json = json_path(&args)
+        .filter(|_| client)
+        .map(JsonOut::prepare)
+        .transpose()?;
     match args.test.as_str() {
         "udp-bw" | "udp-lat" => raw_baseline(&args, json),
         _ => rdma_test(&args, json),
@@ -402,11 +402,7 @@ fn rdma_test(args: &PerfArgs, json: Option<JsonOut>) -> Result<ExitCode, String>
         offload: !args.no_offload,
     };
     if args.host.is_none() && !args.loopback {
-        let result = serve(args, test, &local);
-        if let Some(j) = json {
-            j.discard();
-        }
-        return result;
+        return serve(args, test, &local);
     }
     let gbits = args.report_gbits;
     let duration = p.duration_s > 0;
@@ -527,8 +523,13 @@ fn serve(args: &PerfArgs, test: Test, local: &LocalOpts) -> Result<ExitCode, Str
         ("-D", args.duration.is_some()),
         ("-q", args.qps.is_some()),
         ("-t", args.tx_depth.is_some()),
+        ("-Q", args.cq_mod.is_some()),
+        ("-l", args.post_list.is_some()),
+        ("-N", args.no_peak),
         ("--run_infinitely", args.run_infinitely),
         ("--no-verify", args.no_verify),
+        ("--report_gbits", args.report_gbits),
+        ("--json", json_path(args).is_some()),
     ];
     let given: Vec<&str> = client_side
         .iter()
@@ -537,7 +538,7 @@ fn serve(args: &PerfArgs, test: Test, local: &LocalOpts) -> Result<ExitCode, Str
         .collect();
     if !given.is_empty() {
         eprintln!(
-            "note: the server runs what the client asks; {} given here are the client's to choose",
+            "note: the server runs what the client asks and the client reports; {} given here are the client's to choose",
             given.join(" ")
         );
     }
