@@ -41,6 +41,11 @@ pub struct Endpoint {
     /// Absent (a peer that predates it): "none".
     #[serde(default = "auth_none")]
     pub auth: String,
+    /// With packet authentication, the server's key confirmation in its
+    /// `Accept` (64 hex digits, [`crate::KeyConfirmation`]); absent
+    /// otherwise and in the client's `Hello`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_confirm: Option<String>,
 }
 
 fn auth_none() -> String {
@@ -62,5 +67,6 @@ mod tests {
         .unwrap();
         assert_eq!(e.session_id, 0);
         assert_eq!(e.auth, "none");
+        assert_eq!(e.key_confirm, None);
     }
 }

@@ -52,6 +52,7 @@ mod tests {
                 mtu: 4096,
                 paths: 16,
                 pattern_seed: 9,
+                run_infinitely: false,
             },
             endpoint: Endpoint {
                 device_port: 4791,
@@ -65,6 +66,7 @@ mod tests {
                 },
                 session_id: 3,
                 auth: "none".into(),
+                key_confirm: None,
             },
             last: true,
         };

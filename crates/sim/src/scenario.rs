@@ -7,13 +7,24 @@ use crate::error::SimError;
 use crate::fabric::{BufferModel, EcnConfig, FabricConfig, PfcConfig, Routing};
 use crate::hostset::{HostSetConf, shuffled};
 use crate::time::{PS_PER_NS, Ps, us_to_ps};
-use crate::topology::{LinkParams, NodeRef, Topology};
+use crate::topology::{FabricSize, LinkParams, NodeRef, Topology};
 use crate::workload::{FlowSet, StepTrigger};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// The embedded default scenario (`metaroce sim` with no file).
 pub const DEFAULT_SCENARIO: &str = include_str!("../../../scenarios/default.toml");
+
+/// Most hosts a scenario may have.
+pub const MAX_HOSTS: u64 = 1 << 20;
+/// Most memory a scenario's fabric may be estimated to need at setup
+/// ([`FabricSize::estimated_bytes`]).
+pub const MAX_FABRIC_BYTES: u64 = 16 << 30;
+/// Most time-series bins a run may ask for (`end_us / sample_us`; each
+/// bin holds a counter per link tier).
+pub const MAX_SAMPLE_BINS: f64 = 1e8;
+/// Largest `topology.oversubscription`.
+pub const MAX_OVERSUBSCRIPTION: u32 = 1024;
 
 /// Transport kinds a scenario may name.
 pub const TRANSPORTS: [&str; 4] = ["metaroce", "rocev2", "irn", "ib"];
@@ -103,6 +114,68 @@ pub struct TopologyConf {
     /// Propagation delay per link, ns.
     #[serde(default = "default_latency")]
     pub latency_ns: u64,
+}
+
+impl TopologyConf {
+    /// Leaf-spine / rail spines: as given, or a leaf's down-ports over
+    /// the oversubscription.
+    fn spines_or_default(&self) -> u32 {
+        if self.spines == 0 {
+            (self.hosts_per_leaf / self.oversubscription).max(1)
+        } else {
+            self.spines
+        }
+    }
+
+    /// Fat tree arity: as given, or the smallest that holds the hosts.
+    fn fat_tree_k(&self) -> u32 {
+        if self.k == 0 {
+            Topology::fat_tree_k_for(self.hosts, self.oversubscription)
+        } else {
+            self.k
+        }
+    }
+
+    /// What this shape builds, counted before building it.
+    pub fn size(&self) -> FabricSize {
+        let planes = u64::from(self.planes);
+        match self.kind.as_str() {
+            "fat_tree" => FabricSize::fat_tree(
+                self.hosts.into(),
+                self.fat_tree_k().into(),
+                self.oversubscription.into(),
+                planes,
+            ),
+            "leaf_spine" => FabricSize::leaf_spine(
+                self.hosts.into(),
+                self.hosts_per_leaf.into(),
+                self.spines_or_default().into(),
+                1,
+                planes,
+            ),
+            "rail" => FabricSize::rail(
+                self.servers.into(),
+                self.rails.into(),
+                self.hosts_per_leaf.into(),
+                self.spines_or_default().into(),
+                planes,
+            ),
+            "star" => FabricSize::leaf_spine(self.hosts.into(), self.hosts.into(), 0, 1, planes),
+            _ => FabricSize::back_to_back(),
+        }
+    }
+}
+
+/// `bytes` in the largest binary unit that keeps it at least 1.
+fn human_bytes(bytes: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < units.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{v:.1} {}", units[u])
 }
 
 fn one_u32() -> u32 {
@@ -583,11 +656,55 @@ impl Scenario {
         if t.planes == 0 || t.planes > 16 {
             return bad("topology.planes", "must be 1..=16");
         }
-        if t.oversubscription == 0 {
-            return bad("topology.oversubscription", "must be at least 1");
+        if !(1..=MAX_OVERSUBSCRIPTION).contains(&t.oversubscription) {
+            return bad(
+                "topology.oversubscription",
+                &format!("must be 1..={MAX_OVERSUBSCRIPTION}"),
+            );
         }
         if t.k % 2 == 1 {
             return bad("topology.k", "must be even");
+        }
+        // Bound the fabric before anything is allocated for it.
+        let hosts = match t.kind.as_str() {
+            "rail" => u64::from(t.servers) * u64::from(t.rails),
+            "back_to_back" => 2,
+            _ => u64::from(t.hosts),
+        };
+        if hosts > MAX_HOSTS {
+            let key = if t.kind == "rail" {
+                "topology.servers"
+            } else {
+                "topology.hosts"
+            };
+            return bad(
+                key,
+                &format!("{hosts} hosts is more than the simulator's limit of 2^20 = {MAX_HOSTS}"),
+            );
+        }
+        if t.kind == "fat_tree"
+            && t.k > 0
+            && !Topology::fat_tree_holds(t.k, t.oversubscription, t.hosts)
+        {
+            return bad(
+                "topology.k",
+                &format!("k={} holds fewer than {} hosts", t.k, t.hosts),
+            );
+        }
+        let size = t.size();
+        let need = size.estimated_bytes();
+        if need > MAX_FABRIC_BYTES {
+            return bad(
+                "topology",
+                &format!(
+                    "{} hosts, {} switches and {} links would need about {} of memory; the limit is {} (see docs/scenario.md)",
+                    size.hosts,
+                    size.switches,
+                    size.links,
+                    human_bytes(need),
+                    human_bytes(MAX_FABRIC_BYTES)
+                ),
+            );
         }
         let sw = &self.switch;
         if !["ecmp", "adaptive"].contains(&sw.routing.as_str()) {
@@ -646,8 +763,21 @@ impl Scenario {
                 return bad(&format!("transport.{}", e.field), e.reason);
             }
         }
-        if self.end_us <= 0.0 || self.sample_us <= 0.0 {
-            return bad("end_us", "end_us and sample_us must be > 0");
+        let positive = |t: f64| t > 0.0 && t.is_finite();
+        if !positive(self.end_us) || !positive(self.sample_us) {
+            return bad("end_us", "end_us and sample_us must be finite and > 0");
+        }
+        if self.end_us / self.sample_us > MAX_SAMPLE_BINS {
+            return bad(
+                "sample_us",
+                &format!(
+                    "end_us / sample_us = {:.0} time-series bins; at most {MAX_SAMPLE_BINS:.0} (raise sample_us)",
+                    self.end_us / self.sample_us
+                ),
+            );
+        }
+        if !(64..=65_000).contains(&self.transport.mtu_bytes) {
+            return bad("transport.mtu_bytes", "must be 64..=65000");
         }
         for w in &self.workload {
             let kinds = [
@@ -718,35 +848,24 @@ impl Scenario {
         };
         let topo = match t.kind.as_str() {
             "fat_tree" => {
-                let k = if t.k == 0 {
-                    Topology::fat_tree_k_for(t.hosts, t.oversubscription)
-                } else {
-                    t.k
-                };
-                if k * k * k / 4 * t.oversubscription < t.hosts {
-                    return Err(e(format!(
-                        "topology.k: k={k} holds fewer than {} hosts",
-                        t.hosts
-                    )));
-                }
-                Topology::fat_tree(t.hosts, k, t.oversubscription, t.planes, lp)
+                Topology::fat_tree(t.hosts, t.fat_tree_k(), t.oversubscription, t.planes, lp)
             }
-            "leaf_spine" => {
-                let spines = if t.spines == 0 {
-                    (t.hosts_per_leaf / t.oversubscription).max(1)
-                } else {
-                    t.spines
-                };
-                Topology::leaf_spine(t.hosts, t.hosts_per_leaf, spines, 1, t.planes, lp)
-            }
-            "rail" => {
-                let spines = if t.spines == 0 {
-                    (t.hosts_per_leaf / t.oversubscription).max(1)
-                } else {
-                    t.spines
-                };
-                Topology::rail(t.servers, t.rails, t.hosts_per_leaf, spines, t.planes, lp)
-            }
+            "leaf_spine" => Topology::leaf_spine(
+                t.hosts,
+                t.hosts_per_leaf,
+                t.spines_or_default(),
+                1,
+                t.planes,
+                lp,
+            ),
+            "rail" => Topology::rail(
+                t.servers,
+                t.rails,
+                t.hosts_per_leaf,
+                t.spines_or_default(),
+                t.planes,
+                lp,
+            ),
             "star" => Topology::leaf_spine(t.hosts, t.hosts, 0, 1, t.planes, lp),
             _ => Topology::back_to_back(lp),
         };
@@ -925,6 +1044,38 @@ mod tests {
         assert!(e.starts_with("x.toml:6:"), "{e}");
         assert!(e.contains("hostz"), "{e}");
         assert!(!e.contains('\n'));
+    }
+
+    /// Huge fabrics are refused before anything is allocated, with the
+    /// memory they would need.
+    #[test]
+    fn huge_fabrics_are_refused_with_their_memory() {
+        let star = |hosts: u64| {
+            format!("name = \"x\"\n[topology]\nkind = \"star\"\nhosts = {hosts}\nlink_gbps = 100\n")
+        };
+        let e = Scenario::parse(&star(4_000_000_000), "x.toml")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "x.toml:4: topology.hosts: 4000000000 hosts is more than the simulator's limit of 2^20 = 1048576"
+        );
+        assert!(Scenario::parse(&star(1 << 20), "x.toml").is_ok());
+        // Few hosts, but a fabric of 10^6 x 10^4 links.
+        let wide = "name = \"x\"\n[topology]\nkind = \"leaf_spine\"\nhosts = 1000000\nhosts_per_leaf = 1\nspines = 10000\nlink_gbps = 100\n";
+        let e = Scenario::parse(wide, "x.toml").unwrap_err().to_string();
+        assert!(
+            e.contains("10001000000 links would need about 4.7 TiB"),
+            "{e}"
+        );
+        // Rail's servers x rails is checked without overflowing.
+        let rail = "name = \"x\"\n[topology]\nkind = \"rail\"\nservers = 4000000000\nrails = 8\nhosts_per_leaf = 2\nlink_gbps = 100\n";
+        let e = Scenario::parse(rail, "x.toml").unwrap_err().to_string();
+        assert!(e.contains("32000000000 hosts"), "{e}");
+        // A fat tree's explicit k, however large, is counted, not built.
+        let ft = "name = \"x\"\n[topology]\nkind = \"fat_tree\"\nhosts = 16\nk = 2000000\nlink_gbps = 100\n";
+        let e = Scenario::parse(ft, "x.toml").unwrap_err().to_string();
+        assert!(e.contains("would need about"), "{e}");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! protocol core; the baselines (RoCEv2 with go-back-N and DCQCN, IRN,
 //! InfiniBand-style credits) implement the same trait and slot in beside it.
 
+mod assumptions;
 pub mod dcqcn;
 pub mod ib;
 pub mod irn;
@@ -13,6 +14,8 @@ pub mod knobs;
 pub mod metaroce;
 pub mod rc;
 pub mod rocev2;
+
+pub use assumptions::baseline_notes;
 
 use crate::Ps;
 use metaroce_proto::{ConfigError, MemoryError, PostError, QpError};
