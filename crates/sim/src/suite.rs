@@ -105,6 +105,10 @@ pub struct ExperimentSpec {
 struct SuiteFile {
     #[serde(default = "all_transports")]
     transports: Vec<String>,
+    /// Overrides per transport, for every run of it (RoCEv2 as deployed
+    /// runs with PFC on: `rocev2 = { "switch.pfc" = true }`).
+    #[serde(default)]
+    transport_set: BTreeMap<String, BTreeMap<String, toml::Value>>,
     experiment: Vec<ExperimentSpec>,
 }
 
@@ -122,6 +126,8 @@ pub struct Suite {
     pub dir: PathBuf,
     /// Transports every experiment runs with.
     pub transports: Vec<String>,
+    /// Overrides per transport.
+    pub transport_set: BTreeMap<String, BTreeMap<String, toml::Value>>,
     /// Experiments in file order.
     pub experiments: Vec<ExperimentSpec>,
 }
@@ -189,6 +195,7 @@ impl Suite {
         let suite = Self {
             dir: dir.to_path_buf(),
             transports: f.transports,
+            transport_set: f.transport_set,
             experiments: f.experiment,
         };
         for (i, e) in suite.experiments.iter().enumerate() {
@@ -310,8 +317,12 @@ impl Suite {
                     loop {
                         let n = next.fetch_add(1, Ordering::Relaxed);
                         let Some((key, ov)) = keys.get(n) else { break };
+                        let mut ov = ov.clone();
+                        if let Some(extra) = self.transport_set.get(&key.transport) {
+                            ov.extend(extra.iter().map(|(k, v)| (k.clone(), v.clone())));
+                        }
                         let r = self
-                            .scenario(key.experiment, ov)
+                            .scenario(key.experiment, &ov)
                             .map_err(|e| e.to_string())
                             .and_then(|mut scn| {
                                 scn.transport.kind.clone_from(&key.transport);

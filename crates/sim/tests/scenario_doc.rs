@@ -40,6 +40,8 @@ bytes = 1000
 at_us = 1.0
 up_at_us = 2.0
 switch = "switch0"
+[[monitor]]
+link = ["h0", "switch0"]
 "#;
     let scn = Scenario::parse(text, "every-key.toml").unwrap();
     let doc = serde_json::to_value(&scn).unwrap();
@@ -67,5 +69,30 @@ switch = "switch0"
         missing.is_empty(),
         "docs/scenario.md lacks rows for: {}",
         missing.join(", ")
+    );
+}
+
+/// Every transport tunable settable under `[transport]` has a row.
+#[test]
+fn every_transport_knob_has_a_row() {
+    use metaroce_sim::transport::knobs::{DCQCN_KNOBS, IB_KNOBS, RC_KNOBS};
+    let names = metaroce_proto::EndpointConfig::KNOBS
+        .iter()
+        .map(|k| k.name)
+        .chain(
+            metaroce_proto::cc::MetaRoceParams::KNOBS
+                .iter()
+                .map(|k| k.name),
+        )
+        .chain(DCQCN_KNOBS.iter().map(|k| k.name))
+        .chain(RC_KNOBS.iter().map(|k| k.name))
+        .chain(IB_KNOBS.iter().map(|k| k.name));
+    let body = section("`[transport]`");
+    let missing: Vec<&str> = names
+        .filter(|n| !body.contains(&format!("| `{n}` |")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/scenario.md [transport] lacks rows for {missing:?}"
     );
 }
