@@ -95,6 +95,16 @@ enum Role {
     Member { writer: Mutex<TcpStream> },
 }
 
+/// A control-channel failure in words (a closed connection says so).
+fn why(e: &CmError) -> String {
+    match e {
+        CmError::Io(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
+            "the connection closed".into()
+        }
+        other => other.to_string(),
+    }
+}
+
 fn send_quiet<T: Serialize>(w: &Mutex<TcpStream>, ty: MsgType, body: &T) {
     let mut s = w.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let _ = cm::send(&mut *s, ty, body);
@@ -173,7 +183,8 @@ impl Control {
                                         &writers,
                                         Some(k),
                                         format!(
-                                            "rank {k} left the job before finishing (its connection to the root ended: {e})"
+                                            "rank {k} left the job before finishing (its connection to the root ended: {})",
+                                            why(&e)
                                         ),
                                     );
                                 }
@@ -215,7 +226,7 @@ impl Control {
                         Err(e) => {
                             if !watcher.lock().done[0] {
                                 watcher
-                                    .set_abort(format!("lost contact with the root (rank 0): {e}"));
+                                    .set_abort(format!("lost contact with the root (rank 0): {}", why(&e)));
                             }
                             return;
                         }
