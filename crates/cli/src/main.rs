@@ -9,8 +9,11 @@
 //! - `metaroce memory`: bytes held per idle connection and per idle QP.
 //! - `metaroce perf`: perftest-style tools over the real UDP datapath.
 //! - `metaroce sim`: the packet-level fabric simulator.
+//! - `metaroce coll-perf`: nccl-tests' collective benchmarks over the real
+//!   UDP datapath, ranks as processes on one machine or across hosts.
 #![forbid(unsafe_code)]
 
+mod coll_perf;
 mod perf;
 mod sim;
 
@@ -47,6 +50,10 @@ enum Command {
     Perf(perf::PerfArgs),
     /// The packet-level fabric simulator.
     Sim(sim::SimArgs),
+    /// nccl-tests over MetaRoCE: all_reduce, all_gather, reduce_scatter,
+    /// alltoall, broadcast, reduce, sendrecv (`-h` after the collective
+    /// for the options).
+    CollPerf(coll_perf::CollPerfArgs),
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -120,6 +127,7 @@ fn main() -> ExitCode {
         Command::Memory => memory(),
         Command::Perf(args) => perf::run(args),
         Command::Sim(args) => sim::run(args),
+        Command::CollPerf(args) => coll_perf::run(args),
     };
     match result {
         Ok(code) => code,

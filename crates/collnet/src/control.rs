@@ -225,8 +225,10 @@ impl Control {
                         }
                         Err(e) => {
                             if !watcher.lock().done[0] {
-                                watcher
-                                    .set_abort(format!("lost contact with the root (rank 0): {}", why(&e)));
+                                watcher.set_abort(format!(
+                                    "lost contact with the root (rank 0): {}",
+                                    why(&e)
+                                ));
                             }
                             return;
                         }

@@ -37,7 +37,10 @@ fn missing_rank_is_named_after_the_timeout() {
     for r in &results[1..] {
         let e = r.as_ref().expect_err("a member without rank 2");
         let text = e.to_string();
-        assert!(text.contains("[2]") && text.contains("never joined"), "{text}");
+        assert!(
+            text.contains("[2]") && text.contains("never joined"),
+            "{text}"
+        );
     }
 }
 
@@ -58,7 +61,12 @@ const CHILD_ROOT: &str = "COLLNET_TEST_CHILD_ROOT";
 const WORLD: u32 = 4;
 
 fn spec() -> OpSpec {
-    OpSpec::new(Collective::AllReduce, DataType::Float32, ReduceOp::Sum, 256 << 10)
+    OpSpec::new(
+        Collective::AllReduce,
+        DataType::Float32,
+        ReduceOp::Sum,
+        256 << 10,
+    )
 }
 
 /// All-reduces until something fails; returns the error and how many ran.
@@ -108,9 +116,15 @@ fn dead_rank(victim: u32) {
     for t in threads {
         let (rank, e, ran, at) = t.join().unwrap();
         let text = e.to_string();
-        eprintln!("rank {rank} after {ran} all-reduces, {:?} after the kill: {text}", at.saturating_duration_since(killed));
+        eprintln!(
+            "rank {rank} after {ran} all-reduces, {:?} after the kill: {text}",
+            at.saturating_duration_since(killed)
+        );
         assert!(ran > 0, "rank {rank} never completed an all-reduce");
-        assert!(at.saturating_duration_since(killed) < Duration::from_secs(10), "rank {rank}");
+        assert!(
+            at.saturating_duration_since(killed) < Duration::from_secs(10),
+            "rank {rank}"
+        );
         let names_victim = if victim == 0 {
             text.contains("rank 0")
         } else {
