@@ -35,7 +35,8 @@ pub(crate) struct CollPerfArgs {
     collective: String,
     /// nccl-tests options (-b -e -f -i -n -w -m -c -o -d -r -z -a) and
     /// --ranks N, --hostfile F, --rank R, --impair SPEC, --json FILE,
-    /// --mtu N, --paths N, --slots N, --slot-bytes N, --bootstrap-timeout S.
+    /// --mtu N, --paths N, --slots N, --slot-bytes N, --bootstrap-timeout S,
+    /// --poll-us N.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
     rest: Vec<String>,
 }
@@ -51,6 +52,7 @@ const METAROCE_USAGE: &str = "\
   --slots <n>                 staging slots per peer (default 4)
   --slot-bytes <size>         bytes per staging slot (default 256K)
   --bootstrap-timeout <s>     seconds to wait for every rank (default 30)
+  --poll-us <us>              poll this long before sleeping on a completion event (default 0: never spin)
 ";
 
 /// metaroce's own options of the run.
@@ -66,6 +68,7 @@ struct Extra {
     slots: Option<u32>,
     slot_bytes: Option<u64>,
     bootstrap_timeout_s: Option<u64>,
+    poll_us: Option<u64>,
 }
 
 fn split_args(rest: &[String]) -> Result<(Vec<String>, Extra), String> {
@@ -88,6 +91,7 @@ fn split_args(rest: &[String]) -> Result<(Vec<String>, Extra), String> {
             "--slots",
             "--slot-bytes",
             "--bootstrap-timeout",
+            "--poll-us",
         ];
         if !known.contains(&name) {
             nccl.push(a.clone());
@@ -123,6 +127,7 @@ fn split_args(rest: &[String]) -> Result<(Vec<String>, Extra), String> {
             "--paths" => x.paths = Some(small("--paths")?),
             "--slots" => x.slots = Some(small("--slots")?),
             "--slot-bytes" => x.slot_bytes = Some(num("--slot-bytes")?),
+            "--poll-us" => x.poll_us = Some(num("--poll-us")?),
             _ => x.bootstrap_timeout_s = Some(num("--bootstrap-timeout")?),
         }
     }
@@ -204,11 +209,23 @@ pub(crate) fn run(args: CollPerfArgs) -> Result<ExitCode, String> {
     if let Some(p) = extra.paths {
         cfg.paths = p;
     }
+    if let Some(us) = extra.poll_us {
+        cfg.poll_before_sleep = Duration::from_micros(us);
+    }
     if let Some(s) = extra.bootstrap_timeout_s {
         cfg.bootstrap_timeout = Duration::from_secs(s);
     }
     let mut comm = connect(&job, &cfg).map_err(|e| e.to_string())?;
     let result = run_rank(&mut comm, collective, &options, &extra);
+    if std::env::var_os("METAROCE_STATS").is_some() {
+        eprintln!(
+            "rank {}: {:?}\n  {:?}\n  {:?}",
+            comm.rank(),
+            comm.driver_stats(),
+            comm.comm_stats(),
+            comm.device_stats()
+        );
+    }
     let finished = comm.finish().map_err(|e| e.to_string());
     let code = result?;
     finished?;

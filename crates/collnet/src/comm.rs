@@ -93,11 +93,13 @@ pub struct NetComm {
     wcs: Vec<WorkCompletion>,
     actions: Vec<Action>,
     computed: Vec<metaroce_coll::ComputeId>,
+    copied: Vec<WriteId>,
     reposts: Vec<QueuePair>,
     control: Control,
     members: Vec<Member>,
     cache: BufferCache,
     stall: Duration,
+    poll_window: Duration,
     failed: Option<String>,
     finished: bool,
     next_op: u64,
@@ -211,11 +213,13 @@ impl NetComm {
             wcs: vec![empty_wc(); 256],
             actions: Vec::new(),
             computed: Vec::new(),
+            copied: Vec::new(),
             reposts: Vec::new(),
             control,
             members,
             cache: BufferCache::default(),
             stall: cfg.stall_timeout,
+            poll_window: cfg.poll_before_sleep,
             failed: None,
             finished: false,
             next_op: 0,
@@ -586,6 +590,14 @@ impl NetComm {
                 };
                 return Err(self.fail(e));
             }
+            // Before sleeping, keep polling for a short while when allowed:
+            // on a rank with a core of its own the answer to a small
+            // message usually comes within microseconds, far sooner than
+            // two thread wake-ups (engine, then this thread) deliver it.
+            if !self.poll_window.is_zero() && idle < self.poll_window {
+                std::hint::spin_loop();
+                continue;
+            }
             // Arm, then look once more: a completion that landed between
             // the poll and the arm would not fire the event.
             let cq = self.cq;
@@ -618,10 +630,12 @@ impl NetComm {
             }
             any = true;
             self.computed.clear();
+            self.copied.clear();
             let Self {
                 dev,
                 actions,
                 computed,
+                copied,
                 ops,
                 done,
                 peers,
@@ -635,7 +649,9 @@ impl NetComm {
                 for a in actions.drain(..) {
                     match a {
                         Action::Write(w) => {
-                            post_write(ctx, *rank, peers, ops, staging.as_ref(), &w)?;
+                            if post_write(ctx, *rank, peers, ops, staging.as_ref(), &w)? {
+                                copied.push(w.id);
+                            }
                             *writes_outstanding += 1;
                             stats.writes_posted += 1;
                         }
@@ -651,6 +667,14 @@ impl NetComm {
                 }
                 Ok(())
             })?;
+            // A write whose bytes were copied at post time no longer needs
+            // its source: that is all its local completion means to the
+            // state machine, so it hears of it now rather than a round
+            // trip later (the transport's completion is then only counted).
+            for i in 0..self.copied.len() {
+                let id = self.copied[i];
+                self.comm.on_write_done(id)?;
+            }
             for i in 0..self.computed.len() {
                 let id = self.computed[i];
                 self.comm.on_compute_done(id)?;
@@ -689,7 +713,9 @@ impl NetComm {
             match wc.opcode {
                 WcOpcode::RdmaWrite => {
                     self.writes_outstanding -= 1;
-                    self.comm.on_write_done(WriteId(wc.wr_id))?;
+                    if wc.wr_id & INLINE_WR == 0 {
+                        self.comm.on_write_done(WriteId(wc.wr_id))?;
+                    }
                 }
                 WcOpcode::RecvRdmaWithImm => {
                     let Some(peer) = peer else {
@@ -745,6 +771,15 @@ fn region_of(
     }
 }
 
+/// Writes up to this many bytes go inline: copied at post time, so the
+/// state machine may reuse their source at once.
+const INLINE_MAX_BYTES: u64 = 4096;
+/// Work-request id bit of an inline write (the state machine's write ids
+/// are sequence numbers far below it).
+const INLINE_WR: u64 = 1 << 63;
+
+/// Posts one WRITE_WITH_IMM; true when its bytes were copied at post time
+/// (inline or zero-length), so its source is free already.
 fn post_write(
     ctx: &mut Context,
     rank: Rank,
@@ -752,33 +787,45 @@ fn post_write(
     ops: &HashMap<OpId, OpBuffers>,
     staging: Option<&MemoryRegion>,
     w: &Write,
-) -> Result<(), CollNetError> {
+) -> Result<bool, CollNetError> {
     let link = peers
         .get(w.peer as usize)
         .copied()
         .flatten()
         .ok_or_else(|| CollNetError::Buffer(format!("rank {rank} has no link to {}", w.peer)))?;
-    let sg_list = if w.len == 0 {
-        Vec::new()
+    let op = WrOp::WriteImm {
+        remote_addr: link.staging.addr + w.remote_offset,
+        rkey: link.staging.rkey,
+        imm: w.imm,
+    };
+    let (wr, copied) = if w.len == 0 {
+        (SendWr::new(w.id.0 | INLINE_WR, op, Vec::new()), true)
     } else {
         let mr = region_of(ops, staging, w.op, w.src.buf).ok_or_else(|| {
             CollNetError::Buffer(format!("write source {} has no registered buffer", w.src))
         })?;
         let len = u32::try_from(w.len)
             .map_err(|_| CollNetError::Buffer(format!("a {}-byte write", w.len)))?;
-        vec![mr.sge(w.src.offset, len)]
+        if w.len <= INLINE_MAX_BYTES {
+            let at = w.src.offset as usize;
+            let bytes = ctx
+                .mr_bytes(&mr)
+                .get(at..at + len as usize)
+                .ok_or_else(|| {
+                    CollNetError::Buffer(format!("write source {} out of its buffer", w.src))
+                })?
+                .to_vec();
+            (SendWr::inline(w.id.0 | INLINE_WR, op, bytes), true)
+        } else {
+            (
+                SendWr::new(w.id.0, op, vec![mr.sge(w.src.offset, len)]),
+                false,
+            )
+        }
     };
-    let wr = SendWr::new(
-        w.id.0,
-        WrOp::WriteImm {
-            remote_addr: link.staging.addr + w.remote_offset,
-            rkey: link.staging.rkey,
-            imm: w.imm,
-        },
-        sg_list,
-    );
     ctx.post_send(link.qp, std::slice::from_ref(&wr))
-        .map_err(|(_, e)| CollNetError::Verbs(e))
+        .map_err(|(_, e)| CollNetError::Verbs(e))?;
+    Ok(copied)
 }
 
 fn run_compute(
