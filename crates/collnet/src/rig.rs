@@ -46,7 +46,11 @@ fn endpoint_config(cfg: &NetConfig) -> EndpointConfig {
         // healthy paths (see metaroce-perf's rig for the measurement).
         base_rtt_ns: 50_000,
         rto_min_ns: cfg.rto_min_ns,
-        rto_max_ns: 200_000_000,
+        // Dead ranks are found through the control channel in
+        // milliseconds; the transport's own give-up may take its time, so
+        // that a rank descheduled for a second on a crowded host is not
+        // declared dead (7 retries backing off to 2 s: about 4 s).
+        rto_max_ns: 2_000_000_000,
         ..EndpointConfig::default()
     }
 }
