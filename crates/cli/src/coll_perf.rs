@@ -209,12 +209,6 @@ pub(crate) fn run(args: CollPerfArgs) -> Result<ExitCode, String> {
     if let Some(p) = extra.paths {
         cfg.paths = p;
     }
-    if let Some(us) = std::env::var("METAROCE_COLL_RTO_MIN_US")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-    {
-        cfg.rto_min_ns = us * 1000;
-    }
     if let Some(us) = extra.poll_us {
         cfg.poll_before_sleep = Duration::from_micros(us);
     }
