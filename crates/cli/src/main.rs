@@ -9,6 +9,8 @@
 //! - `metaroce memory`: bytes held per idle connection and per idle QP.
 //! - `metaroce perf`: perftest-style tools over the real UDP datapath.
 //! - `metaroce sim`: the packet-level fabric simulator.
+//! - `metaroce coll-perf`: nccl-tests' collective benchmarks over the real
+//!   UDP datapath, ranks as processes on one machine or across hosts.
 //!
 //! Exit codes: 0 success; 1 `chaos` found a failing seed; 2 bad input or
 //! a failed run (including data that did not verify), with one line on
@@ -18,6 +20,7 @@
 // One `unsafe` block (SIGPIPE's disposition, in `main`), allowed there.
 #![deny(unsafe_code)]
 
+mod coll_perf;
 mod perf;
 mod sim;
 
@@ -54,6 +57,10 @@ enum Command {
     Perf(perf::PerfArgs),
     /// The packet-level fabric simulator.
     Sim(sim::SimArgs),
+    /// nccl-tests over MetaRoCE: all_reduce, all_gather, reduce_scatter,
+    /// alltoall, broadcast, reduce, sendrecv (`-h` after the collective
+    /// for the options).
+    CollPerf(coll_perf::CollPerfArgs),
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -151,6 +158,7 @@ fn main() -> ExitCode {
         Command::Memory => memory(),
         Command::Perf(args) => perf::run(args),
         Command::Sim(args) => sim::run(args),
+        Command::CollPerf(args) => coll_perf::run(args),
     };
     match result {
         Ok(code) => code,

@@ -272,6 +272,16 @@ impl Endpoint {
         self.dev.regions.bytes_mut(mr)
     }
 
+    /// The bytes of several distinct regions at once, all writable (a
+    /// driver computing from one region into another); `None` when a
+    /// handle is stale or virtual or two handles name the same region.
+    pub fn memory_disjoint_mut<const N: usize>(
+        &mut self,
+        mrs: [MrHandle; N],
+    ) -> Option<[&mut [u8]; N]> {
+        self.dev.regions.bytes_disjoint_mut(mrs)
+    }
+
     /// Live memory regions.
     pub fn memory_regions(&self) -> u32 {
         self.dev.regions.live()

@@ -565,6 +565,17 @@ impl Context {
         self.endpoint.memory_mut(mr.handle).unwrap_or(&mut [])
     }
 
+    /// The bytes of several distinct regions at once, all writable, for
+    /// local computation from one region into another (a reduction reading
+    /// a receive region and writing a result region). `None` when a region
+    /// is deregistered or virtual, or the same region is named twice.
+    pub fn mr_bytes_disjoint_mut<const N: usize>(
+        &mut self,
+        mrs: [&MemoryRegion; N],
+    ) -> Option<[&mut [u8]; N]> {
+        self.endpoint.memory_disjoint_mut(mrs.map(|m| m.handle))
+    }
+
     /// `ibv_create_cq` with room for `cqe` completions.
     pub fn create_cq(&mut self, cqe: usize) -> Result<CompletionQueue, VerbsError> {
         self.cqs.create(cqe)
