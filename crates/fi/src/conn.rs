@@ -97,7 +97,7 @@ fn answer(mut stream: TcpStream, domain: &Weak<DomainShared>, ep: usize, instanc
     let result = match domain.upgrade() {
         None => Err("the endpoint is closed".to_string()),
         Some(d) => {
-            let mut st = d.lock();
+            let mut st = d.lock_background();
             match st.ep_and_sinks(ep) {
                 Some((e, mut s)) if e.instance == instance => e.accept(&mut s, &hello),
                 _ => Err("the endpoint is closed".to_string()),
@@ -126,7 +126,7 @@ pub(crate) fn spawn_connect(domain: Weak<DomainShared>, ep: usize, instance: u64
         .spawn(move || {
             let answer = handshake(&job).map_err(|e| format!("connection manager at {}: {e}", job.target));
             let Some(d) = domain.upgrade() else { return };
-            let mut st = d.lock();
+            let mut st = d.lock_background();
             if let Some((e, mut s)) = st.ep_and_sinks(ep) {
                 if e.instance == instance {
                     e.finish_connect(&mut s, job.peer, answer);

@@ -10,6 +10,7 @@ use crate::ffi::mem::UserRegion;
 use crate::flags;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::CString;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// Slots addressed by index; a closed object's slot is reused.
@@ -333,6 +334,11 @@ impl DomainState {
 #[derive(Debug)]
 pub(crate) struct DomainShared {
     state: Mutex<DomainState>,
+    /// Connection-manager threads waiting for the lock. An application
+    /// thread that polls in a tight loop would otherwise take the lock back
+    /// every time before a woken waiter runs (a mutex is not fair), and
+    /// starve connection set-up.
+    background_waiters: AtomicUsize,
 }
 
 impl DomainShared {
@@ -351,10 +357,30 @@ impl DomainShared {
                 next_key: 1,
                 prov_keys,
             }),
+            background_waiters: AtomicUsize::new(0),
         })
     }
 
+    /// The lock, for application calls: they stand back while a
+    /// connection-manager thread waits for it.
     pub(crate) fn lock(&self) -> MutexGuard<'_, DomainState> {
+        let mut spins = 0u32;
+        while self.background_waiters.load(Ordering::Acquire) > 0 && spins < 10_000 {
+            std::thread::yield_now();
+            spins += 1;
+        }
+        self.lock_inner()
+    }
+
+    /// The lock, for connection-manager threads.
+    pub(crate) fn lock_background(&self) -> MutexGuard<'_, DomainState> {
+        self.background_waiters.fetch_add(1, Ordering::AcqRel);
+        let g = self.lock_inner();
+        self.background_waiters.fetch_sub(1, Ordering::AcqRel);
+        g
+    }
+
+    fn lock_inner(&self) -> MutexGuard<'_, DomainState> {
         self.state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

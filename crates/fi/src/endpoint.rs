@@ -290,6 +290,8 @@ pub(crate) struct EpState {
     pub(crate) tx_op_flags: u64,
     pub(crate) rx_op_flags: u64,
     pub(crate) enabled: bool,
+    /// `FI_DIRECTED_RECV`: receives filter on their source address.
+    pub(crate) directed_recv: bool,
     pub(crate) domain: Weak<DomainShared>,
     pub(crate) listener: Option<crate::conn::Listener>,
     peers: Vec<Peer>,
@@ -383,6 +385,7 @@ impl EpState {
             tx_op_flags: 0,
             rx_op_flags: 0,
             enabled: false,
+            directed_recv: false,
             domain,
             listener: None,
             peers: Vec::new(),
@@ -1489,6 +1492,14 @@ impl EpState {
         let peer = self.links[&qpn].peer;
         let src = self.source_of(s, peer);
         let tagged = h.has(FLAG_TAGGED);
+        log::debug(&format!(
+            "{}: {:?} seq {} tag {:#x} len {} from fi_addr {src:#x}",
+            self.peer_desc(qpn),
+            h.kind,
+            h.seq,
+            h.tag,
+            h.len
+        ));
         let q = if tagged { &mut self.tagged } else { &mut self.msg };
         match q.match_posted(src, h.tag) {
             Some(recv) => match h.kind {
@@ -1632,6 +1643,7 @@ impl EpState {
         let c = self.counters;
         format!(
             "endpoint {}: MetaRoCE data packets sent {}, resent {}, lost {}, RTOs {}, tail probes {}, paths retired {}, \
+             ACKs sent {}, received datagrams {} (duplicates {}, unknown QP {}, stale path {}, out of window {}), progress gaps over 200 us {}, \
              ECN-marked {}, impairment drops {}; provider: eager {}, rendezvous {}, unexpected {}, malformed {}, \
              RMA refused {}, connections out {} / in {}; unmatched at close: {} receives, {} unexpected",
             self.name,
@@ -1641,6 +1653,13 @@ impl EpState {
             e.rtos,
             e.tail_probes,
             e.paths_replaced,
+            e.ack_packets_sent,
+            e.rx_datagrams,
+            e.rx_duplicates,
+            e.rx_unknown_qp,
+            e.rx_stale_path,
+            e.rx_out_of_window,
+            st.io.progress_gaps_over_200us,
             st.io.rx_queue_ce_marks,
             st.io.impair_dropped,
             c.eager_sent,

@@ -184,6 +184,9 @@ pub(super) unsafe extern "C" fn endpoint_open(
     };
     // SAFETY: the attribute pointers of an fi_info are null or valid; the
     // source address, if set, has `src_addrlen` bytes.
+    let directed = (info.caps & flags::DIRECTED_RECV != 0)
+        // SAFETY: as below.
+        || unsafe { info.rx_attr.as_ref() }.is_some_and(|a| a.caps & flags::DIRECTED_RECV != 0);
     let (ep_type, tx_flags, rx_flags, src) = unsafe {
         let ep_type = info.ep_attr.as_ref().map_or(sys::fi_ep_type_FI_EP_RDM, |a| a.type_);
         let tx = info.tx_attr.as_ref().map_or(0, |a| a.op_flags);
@@ -216,6 +219,7 @@ pub(super) unsafe extern "C" fn endpoint_open(
     };
     state.tx_op_flags = tx_flags;
     state.rx_op_flags = rx_flags;
+    state.directed_recv = directed;
     let id = d.shared.lock().eps.insert(state);
     let port = src.map_or(0, |(_, p)| p);
     match Listener::start(cfg.bind_ip, port, Arc::downgrade(&d.shared), id, instance) {
@@ -525,6 +529,11 @@ fn do_recv(obj: &EpObj, r: RecvReq) -> isize {
     };
     if !e.enabled {
         return neg(flags::EOPBADSTATE) as isize;
+    }
+    let mut r = r;
+    if !e.directed_recv {
+        // Without FI_DIRECTED_RECV the source argument is ignored.
+        r.filter.src = crate::matching::ANY_SOURCE;
     }
     if r.flags & flags::MULTI_RECV != 0 {
         super::log::warn("FI_MULTI_RECV is not offered");

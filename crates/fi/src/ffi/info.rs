@@ -205,6 +205,12 @@ pub(super) unsafe extern "C" fn getinfo(
         // SAFETY: as above, with valid attribute pointers.
         unsafe { read_hints(h) }
     });
+    // The core asks with "metaroce;ofi_rxm"-style names when it looks for
+    // utility layering over this provider: not ours to answer, not a warning.
+    if h.as_ref().and_then(|h| h.prov_name.as_deref()).is_some_and(|n| n.contains(';')) {
+        log::debug("fi_getinfo: a layered provider name is not metaroce's own");
+        return super::neg(flags::ENODATA);
+    }
     let cfg = config();
     let offer = match caps::check(h.as_ref(), version, cfg.eager_limit) {
         Ok(o) => o,
