@@ -596,7 +596,10 @@ unsafe fn many(iov: *const sys::iovec, count: usize) -> Result<UserIov, c_int> {
     if count > crate::caps::IOV_LIMIT || (count > 0 && iov.is_null()) {
         return Err(neg(flags::EINVAL));
     }
-    // SAFETY: the caller's contract.
+    if count == 0 {
+        return Ok(UserIov::default());
+    }
+    // SAFETY: the caller's contract; `iov` is non-null (checked above).
     unsafe {
         let v = std::slice::from_raw_parts(iov, count);
         Ok(UserIov::new(v.iter().map(|x| (x.iov_base as usize, x.iov_len))))

@@ -215,7 +215,14 @@ pub(super) unsafe extern "C" fn getinfo(
     let offer = match caps::check(h.as_ref(), version, cfg.eager_limit) {
         Ok(o) => o,
         Err(why) => {
-            log::warn(&format!("fi_getinfo: metaroce cannot satisfy the hints: {why}"));
+            let line = format!("fi_getinfo: metaroce cannot satisfy the hints: {why}");
+            // Utility providers probe every provider for every endpoint
+            // type; a mismatch of type alone is not worth a warning.
+            if why.contains("endpoint type") {
+                log::info(&line);
+            } else {
+                log::warn(&line);
+            }
             return super::neg(flags::ENODATA);
         }
     };
