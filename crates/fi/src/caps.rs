@@ -195,10 +195,15 @@ pub fn check(h: Option<&Hints>, version: u32, eager_limit: usize) -> Result<Offe
         ));
     }
     if h.max_msg_size > MAX_MSG {
-        return Err(format!("hints ask for max_msg_size {} > {MAX_MSG}", h.max_msg_size));
+        return Err(format!(
+            "hints ask for max_msg_size {} > {MAX_MSG}",
+            h.max_msg_size
+        ));
     }
     if h.tx_ctx_cnt > 1 || h.rx_ctx_cnt > 1 {
-        return Err("hints ask for more than one tx/rx context per endpoint (no scalable endpoints)".into());
+        return Err(
+            "hints ask for more than one tx/rx context per endpoint (no scalable endpoints)".into(),
+        );
     }
     if h.inject_size > eager_limit {
         return Err(format!(
@@ -234,7 +239,10 @@ pub fn check(h: Option<&Hints>, version: u32, eager_limit: usize) -> Result<Offe
         return Err(format!("hints ask for mr_key_size {} > 8", h.mr_key_size));
     }
     if h.domain_caps & !(flags::LOCAL_COMM | flags::REMOTE_COMM) != 0 {
-        return Err(format!("hints ask for domain capabilities {:#x}", h.domain_caps));
+        return Err(format!(
+            "hints ask for domain capabilities {:#x}",
+            h.domain_caps
+        ));
     }
     if h.data_progress == PROGRESS_AUTO {
         return Err("hints ask for FI_PROGRESS_AUTO data progress: metaroce's transport progresses on its own, but \
@@ -259,7 +267,9 @@ pub fn check(h: Option<&Hints>, version: u32, eager_limit: usize) -> Result<Offe
         if c & (flags::MSG | flags::TAGGED) != 0 && c & (flags::SEND | flags::RECV) == 0 {
             c |= flags::SEND | flags::RECV;
         }
-        if c & flags::RMA != 0 && c & (flags::READ | flags::WRITE | flags::REMOTE_READ | flags::REMOTE_WRITE) == 0 {
+        if c & flags::RMA != 0
+            && c & (flags::READ | flags::WRITE | flags::REMOTE_READ | flags::REMOTE_WRITE) == 0
+        {
             c |= flags::READ | flags::WRITE | flags::REMOTE_READ | flags::REMOTE_WRITE;
         }
         o.caps = c;
@@ -357,7 +367,10 @@ mod tests {
             resource_mgmt: RM_ENABLED,
             av_type: AV_MAP,
             threading: 2,
-            mr_mode: flags::MR_LOCAL | flags::MR_ALLOCATED | flags::MR_PROV_KEY | flags::MR_VIRT_ADDR,
+            mr_mode: flags::MR_LOCAL
+                | flags::MR_ALLOCATED
+                | flags::MR_PROV_KEY
+                | flags::MR_VIRT_ADDR,
             ..Hints::default()
         };
         let o = check(Some(&h), V, 16384).unwrap();
@@ -390,7 +403,11 @@ mod tests {
             data_progress: PROGRESS_AUTO,
             ..Hints::default()
         };
-        assert!(check(Some(&h), V, 16384).unwrap_err().contains("FI_PROGRESS_AUTO"));
+        assert!(
+            check(Some(&h), V, 16384)
+                .unwrap_err()
+                .contains("FI_PROGRESS_AUTO")
+        );
     }
 
     #[test]

@@ -110,7 +110,7 @@ impl Tunables {
     /// settings and one log line per tunable (invalid values say so).
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> (Self, Vec<(bool, String)>) {
         let mut lines = Vec::new();
-        let mut get = |name: &str| -> (String, Source) {
+        let get = |name: &str| -> (String, Source) {
             let p = PARAMS
                 .iter()
                 .find(|p| p.name == name)
@@ -139,7 +139,10 @@ impl Tunables {
             };
             match err {
                 None => lines.push((false, format!("{var}={v:?} ({from})"))),
-                Some(e) => lines.push((true, format!("{var}={v:?} is invalid ({e}); using the default"))),
+                Some(e) => lines.push((
+                    true,
+                    format!("{var}={v:?} is invalid ({e}); using the default"),
+                )),
             }
         };
         macro_rules! num {
@@ -195,7 +198,12 @@ impl Tunables {
                 out.staging_cache_bytes = n << 20;
                 note("staging_cache_mb", &v, src, None);
             }
-            _ => note("staging_cache_mb", &v, src, Some("expected MiB, 0..=1048576".into())),
+            _ => note(
+                "staging_cache_mb",
+                &v,
+                src,
+                Some("expected MiB, 0..=1048576".into()),
+            ),
         }
         (out, lines)
     }

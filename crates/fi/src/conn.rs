@@ -41,7 +41,13 @@ pub(crate) struct Listener {
 impl Listener {
     /// Bind a listener on `ip` (any free port) that answers for endpoint
     /// `ep` (instance `instance`) of `domain`.
-    pub(crate) fn start(ip: Ipv4Addr, port: u16, domain: Weak<DomainShared>, ep: usize, instance: u64) -> io::Result<Self> {
+    pub(crate) fn start(
+        ip: Ipv4Addr,
+        port: u16,
+        domain: Weak<DomainShared>,
+        ep: usize,
+        instance: u64,
+    ) -> io::Result<Self> {
         let l = TcpListener::bind((ip, port))?;
         let port = l.local_addr()?.port();
         let stop = Arc::new(AtomicBool::new(false));
@@ -73,7 +79,10 @@ impl Drop for Listener {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
         // Wake the blocking accept with a connection of our own.
-        let _ = TcpStream::connect_timeout(&SocketAddr::from((self.ip, self.port)), Duration::from_secs(1));
+        let _ = TcpStream::connect_timeout(
+            &SocketAddr::from((self.ip, self.port)),
+            Duration::from_secs(1),
+        );
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -89,7 +98,9 @@ fn answer(mut stream: TcpStream, domain: &Weak<DomainShared>, ep: usize, instanc
         // Our own wake-up at close, or a peer that went away.
         Err(CmError::Io(_)) => return,
         Err(e) => {
-            log::warn(&format!("connection manager: refused a malformed request: {e}"));
+            log::warn(&format!(
+                "connection manager: refused a malformed request: {e}"
+            ));
             let _ = send(&mut stream, MsgType::Error, &e.to_string());
             return;
         }
@@ -112,7 +123,9 @@ fn answer(mut stream: TcpStream, domain: &Weak<DomainShared>, ep: usize, instanc
             log::warn(&format!(
                 "connection manager: refused {} ({}): {why}",
                 hello.params.src,
-                stream.peer_addr().map_or_else(|_| "?".into(), |a| a.to_string())
+                stream
+                    .peer_addr()
+                    .map_or_else(|_| "?".into(), |a| a.to_string())
             ));
             let _ = send(&mut stream, MsgType::Error, &why);
         }
@@ -124,13 +137,14 @@ pub(crate) fn spawn_connect(domain: Weak<DomainShared>, ep: usize, instance: u64
     let spawned = std::thread::Builder::new()
         .name("mr-fi-connect".into())
         .spawn(move || {
-            let answer = handshake(&job).map_err(|e| format!("connection manager at {}: {e}", job.target));
+            let answer =
+                handshake(&job).map_err(|e| format!("connection manager at {}: {e}", job.target));
             let Some(d) = domain.upgrade() else { return };
             let mut st = d.lock_background();
-            if let Some((e, mut s)) = st.ep_and_sinks(ep) {
-                if e.instance == instance {
-                    e.finish_connect(&mut s, job.peer, answer);
-                }
+            if let Some((e, mut s)) = st.ep_and_sinks(ep)
+                && e.instance == instance
+            {
+                e.finish_connect(&mut s, job.peer, answer);
             }
         });
     if let Err(e) = spawned {
@@ -145,15 +159,27 @@ fn handshake(job: &ConnectJob) -> Result<Endpoint, String> {
     let mut stream = loop {
         match TcpStream::connect_timeout(&target, STEP_TIMEOUT) {
             Ok(s) => break s,
-            Err(e) if start.elapsed() < CONNECT_PATIENCE && e.kind() == io::ErrorKind::ConnectionRefused => {
+            Err(e)
+                if start.elapsed() < CONNECT_PATIENCE
+                    && e.kind() == io::ErrorKind::ConnectionRefused =>
+            {
                 std::thread::sleep(delay);
                 delay = (delay * 2).min(Duration::from_millis(500));
             }
-            Err(e) => return Err(format!("connect: {e} (after {:.1} s)", start.elapsed().as_secs_f64())),
+            Err(e) => {
+                return Err(format!(
+                    "connect: {e} (after {:.1} s)",
+                    start.elapsed().as_secs_f64()
+                ));
+            }
         }
     };
-    stream.set_read_timeout(Some(STEP_TIMEOUT)).map_err(|e| e.to_string())?;
-    stream.set_write_timeout(Some(STEP_TIMEOUT)).map_err(|e| e.to_string())?;
+    stream
+        .set_read_timeout(Some(STEP_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    stream
+        .set_write_timeout(Some(STEP_TIMEOUT))
+        .map_err(|e| e.to_string())?;
     let _ = stream.set_nodelay(true);
     send(&mut stream, MsgType::Hello, &job.hello).map_err(|e| e.to_string())?;
     recv::<Endpoint>(&mut stream, MsgType::Accept).map_err(|e| e.to_string())

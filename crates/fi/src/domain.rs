@@ -4,7 +4,6 @@
 //! anything). The C handles in `ffi` hold only the domain and an index.
 
 use crate::addr::EpAddr;
-use crate::config::Tunables;
 use crate::endpoint::EpState;
 use crate::ffi::mem::UserRegion;
 use crate::flags;
@@ -48,9 +47,6 @@ impl<T> Slab<T> {
         (0..self.items.len())
             .filter(|&i| self.items[i].is_some())
             .collect()
-    }
-    pub(crate) fn len(&self) -> usize {
-        self.items.iter().filter(|x| x.is_some()).count()
     }
 }
 
@@ -275,7 +271,10 @@ pub(crate) struct EqQueues {
 
 impl EqShared {
     pub(crate) fn push(&self, ev: EqEvent) {
-        let mut q = self.q.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut q = self
+            .q
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         q.events.push_back(ev);
         self.cv.notify_all();
     }
@@ -284,7 +283,6 @@ impl EqShared {
 /// Everything a domain holds.
 #[derive(Debug)]
 pub(crate) struct DomainState {
-    pub(crate) cfg: Arc<Tunables>,
     pub(crate) eps: Slab<EpState>,
     pub(crate) cqs: Slab<CqState>,
     pub(crate) cntrs: Slab<CntrState>,
@@ -342,10 +340,9 @@ pub(crate) struct DomainShared {
 }
 
 impl DomainShared {
-    pub(crate) fn new(cfg: Arc<Tunables>, virt_addr: bool, prov_keys: bool) -> Arc<Self> {
+    pub(crate) fn new(virt_addr: bool, prov_keys: bool) -> Arc<Self> {
         Arc::new(Self {
             state: Mutex::new(DomainState {
-                cfg,
                 eps: Slab::default(),
                 cqs: Slab::default(),
                 cntrs: Slab::default(),

@@ -32,7 +32,7 @@
 
 use crate::addr::EpAddr;
 use crate::config::Tunables;
-use crate::domain::{CqEntry, CqError, DomainShared, Sinks};
+use crate::domain::{CqEntry, CqError, Sinks};
 use crate::ffi::log;
 use crate::ffi::mem::UserIov;
 use crate::flags;
@@ -47,7 +47,6 @@ use metaroce_verbs::{
 };
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Weak;
 
 /// Work request ids of receive slots have this bit; the rest are op ids.
 const RECV_BIT: u64 = 1 << 63;
@@ -292,7 +291,6 @@ pub(crate) struct EpState {
     pub(crate) enabled: bool,
     /// `FI_DIRECTED_RECV`: receives filter on their source address.
     pub(crate) directed_recv: bool,
-    pub(crate) domain: Weak<DomainShared>,
     pub(crate) listener: Option<crate::conn::Listener>,
     peers: Vec<Peer>,
     peer_of: HashMap<EpAddr, usize>,
@@ -326,7 +324,10 @@ fn wc_error(status: WcStatus) -> (i32, &'static str) {
             "transport retries exhausted: the peer stopped answering",
         ),
         WcStatus::RnrRetryExcErr => (flags::ETIMEDOUT, "the peer posted no receive in time"),
-        WcStatus::RemAccessErr => (flags::EACCES, "the peer refused the access (key, rights or bounds)"),
+        WcStatus::RemAccessErr => (
+            flags::EACCES,
+            "the peer refused the access (key, rights or bounds)",
+        ),
         WcStatus::RemInvReqErr | WcStatus::LocLenErr => {
             (flags::EMSGSIZE, "the request did not fit the peer's buffer")
         }
@@ -338,11 +339,7 @@ fn wc_error(status: WcStatus) -> (i32, &'static str) {
 impl EpState {
     /// Start a device for a new endpoint, its verbs objects and its
     /// connection-manager listener.
-    pub(crate) fn open(
-        cfg: std::sync::Arc<Tunables>,
-        domain: Weak<DomainShared>,
-        instance: u64,
-    ) -> Result<Self, String> {
+    pub(crate) fn open(cfg: std::sync::Arc<Tunables>, instance: u64) -> Result<Self, String> {
         let ep_cfg = EndpointConfig {
             device_port: 0,
             mtu_payload_bytes: cfg.mtu,
@@ -356,7 +353,8 @@ impl EpState {
         };
         let mut dc = DeviceConfig::new(ep_cfg, IpAddr::V4(cfg.bind_ip));
         dc.impair = cfg.impair;
-        let dev = Device::start(dc).map_err(|e| format!("MetaRoCE device on {}: {e}", cfg.bind_ip))?;
+        let dev =
+            Device::start(dc).map_err(|e| format!("MetaRoCE device on {}: {e}", cfg.bind_ip))?;
         let (pd, vcq) = dev
             .with(|ctx, _| -> Result<_, VerbsError> {
                 let pd = ctx.alloc_pd();
@@ -386,7 +384,6 @@ impl EpState {
             rx_op_flags: 0,
             enabled: false,
             directed_recv: false,
-            domain,
             listener: None,
             peers: Vec::new(),
             peer_of: HashMap::new(),
@@ -437,7 +434,9 @@ impl EpState {
     fn source_of(&self, s: &Sinks<'_>, peer: usize) -> u64 {
         self.av
             .and_then(|a| s.avs.get(a))
-            .map_or(flags::ADDR_NOTAVAIL, |av| av.source_of(&self.peers[peer].addr))
+            .map_or(flags::ADDR_NOTAVAIL, |av| {
+                av.source_of(&self.peers[peer].addr)
+            })
     }
 
     // ------------------------------------------------------------ reporting
@@ -445,7 +444,9 @@ impl EpState {
     fn tx_wanted(&self, flags_: u64) -> bool {
         match self.tx_cq {
             None => false,
-            Some(b) => flags_ & flags::INJECT == 0 && (!b.selective || flags_ & flags::COMPLETION != 0),
+            Some(b) => {
+                flags_ & flags::INJECT == 0 && (!b.selective || flags_ & flags::COMPLETION != 0)
+            }
         }
     }
 
@@ -483,10 +484,8 @@ impl EpState {
                 if let Some(c) = cntr.and_then(|c| s.cntrs.get_mut(c)) {
                     c.value += 1;
                 }
-                if wanted {
-                    if let Some(q) = cq.and_then(|b| s.cqs.get_mut(b.cq)) {
-                        q.push(entry);
-                    }
+                if wanted && let Some(q) = cq.and_then(|b| s.cqs.get_mut(b.cq)) {
+                    q.push(entry);
                 }
             }
         }
@@ -508,7 +507,13 @@ impl EpState {
     }
 
     /// Report a finished (or failed) op.
-    fn finish_op(&mut self, ctx: &mut Context, s: &mut Sinks<'_>, op: Op, err: Option<(i32, String)>) {
+    fn finish_op(
+        &mut self,
+        ctx: &mut Context,
+        s: &mut Sinks<'_>,
+        op: Op,
+        err: Option<(i32, String)>,
+    ) {
         match op {
             Op::Send {
                 context,
@@ -530,14 +535,27 @@ impl EpState {
                     src: flags::ADDR_NOTAVAIL,
                     ..CqEntry::default()
                 };
-                Self::report(s, self.tx_cq, self.cntrs.send, wanted, entry, err.map(|(c, t)| (c, 0, t)));
+                Self::report(
+                    s,
+                    self.tx_cq,
+                    self.cntrs.send,
+                    wanted,
+                    entry,
+                    err.map(|(c, t)| (c, 0, t)),
+                );
             }
             Op::Control { .. } => {
                 if let Some((_, t)) = err {
                     log::warn(&t);
                 }
             }
-            Op::RndvRecv { recv, h, src, staging, .. } => {
+            Op::RndvRecv {
+                recv,
+                h,
+                src,
+                staging,
+                ..
+            } => {
                 self.staging.put(ctx, staging);
                 self.complete_recv(s, recv, src, &h, h.len as usize, err);
             }
@@ -555,7 +573,14 @@ impl EpState {
                     src: flags::ADDR_NOTAVAIL,
                     ..CqEntry::default()
                 };
-                Self::report(s, self.tx_cq, self.cntrs.write, wanted, entry, err.map(|(c, t)| (c, 0, t)));
+                Self::report(
+                    s,
+                    self.tx_cq,
+                    self.cntrs.write,
+                    wanted,
+                    entry,
+                    err.map(|(c, t)| (c, 0, t)),
+                );
             }
             Op::RmaRead {
                 context,
@@ -572,7 +597,14 @@ impl EpState {
                     src: flags::ADDR_NOTAVAIL,
                     ..CqEntry::default()
                 };
-                Self::report(s, self.tx_cq, self.cntrs.read, wanted, entry, err.map(|(c, t)| (c, 0, t)));
+                Self::report(
+                    s,
+                    self.tx_cq,
+                    self.cntrs.read,
+                    wanted,
+                    entry,
+                    err.map(|(c, t)| (c, 0, t)),
+                );
             }
         }
     }
@@ -587,7 +619,12 @@ impl EpState {
         msg_len: usize,
         err: Option<(i32, String)>,
     ) {
-        let mut f = flags::RECV | if recv.tagged { flags::TAGGED } else { flags::MSG };
+        let mut f = flags::RECV
+            | if recv.tagged {
+                flags::TAGGED
+            } else {
+                flags::MSG
+            };
         if h.has(FLAG_CQ_DATA) {
             f |= flags::REMOTE_CQ_DATA;
         }
@@ -749,7 +786,12 @@ impl EpState {
     }
 
     /// A QP in INIT with its receive slots posted.
-    fn new_link(&mut self, ctx: &mut Context, _s: &mut Sinks<'_>, peer: usize) -> Result<u32, VerbsError> {
+    fn new_link(
+        &mut self,
+        ctx: &mut Context,
+        _s: &mut Sinks<'_>,
+        peer: usize,
+    ) -> Result<u32, VerbsError> {
         let slots = self.cfg.recv_slots;
         let slot_bytes = self.slot_bytes();
         let qp = ctx.create_qp(
@@ -777,7 +819,11 @@ impl EpState {
                 ..QpAttr::default()
             },
         )?;
-        let slab = ctx.reg_mr(self.pd, u64::from(slots) * slot_bytes as u64, AccessFlags::LOCAL_WRITE)?;
+        let slab = ctx.reg_mr(
+            self.pd,
+            u64::from(slots) * slot_bytes as u64,
+            AccessFlags::LOCAL_WRITE,
+        )?;
         let qpn = qp.qp_num();
         let wrs: Vec<RecvWr> = (0..slots)
             .map(|i| RecvWr {
@@ -807,9 +853,18 @@ impl EpState {
         self.cfg.eager_limit + HEADER_BYTES
     }
 
-    fn to_rts(ctx: &mut Context, qp: QueuePair, dest: SocketAddr, remote: &CmEndpoint) -> Result<(), VerbsError> {
+    fn to_rts(
+        ctx: &mut Context,
+        qp: QueuePair,
+        dest: SocketAddr,
+        remote: &CmEndpoint,
+    ) -> Result<(), VerbsError> {
         ctx.set_peer_session(dest, remote.session_id)?;
-        let mtu = ctx.endpoint().config().mtu_payload_bytes.min(remote.mtu.max(256));
+        let mtu = ctx
+            .endpoint()
+            .config()
+            .mtu_payload_bytes
+            .min(remote.mtu.max(256));
         ctx.modify_qp(
             qp,
             &QpAttr {
@@ -833,7 +888,12 @@ impl EpState {
     }
 
     /// The connection manager answered for the connection to `peer`.
-    pub(crate) fn finish_connect(&mut self, s: &mut Sinks<'_>, peer: usize, answer: Result<CmEndpoint, String>) {
+    pub(crate) fn finish_connect(
+        &mut self,
+        s: &mut Sinks<'_>,
+        peer: usize,
+        answer: Result<CmEndpoint, String>,
+    ) {
         let OutState::Connecting(qpn) = self.peers[peer].out.clone() else {
             return;
         };
@@ -841,9 +901,13 @@ impl EpState {
         dev.with(|ctx, _| {
             let result = answer.and_then(|remote| {
                 if remote.qpns.len() != 1 {
-                    return Err(format!("the peer answered with {} QPs, not 1", remote.qpns.len()));
+                    return Err(format!(
+                        "the peer answered with {} QPs, not 1",
+                        remote.qpns.len()
+                    ));
                 }
-                let dest = SocketAddr::new(IpAddr::V4(self.peers[peer].addr.ip), remote.device_port);
+                let dest =
+                    SocketAddr::new(IpAddr::V4(self.peers[peer].addr.ip), remote.device_port);
                 let qp = self.links[&qpn].qp;
                 Self::to_rts(ctx, qp, dest, &remote).map_err(verbs_err)?;
                 if let Some(l) = self.links.get_mut(&qpn) {
@@ -880,7 +944,12 @@ impl EpState {
         let who = self.peers[peer].addr;
         for wr in pending {
             if let Some(op) = self.ops.remove(&wr.wr_id) {
-                self.finish_op(ctx, s, op, Some((flags::EHOSTUNREACH, format!("peer {who}: {why}"))));
+                self.finish_op(
+                    ctx,
+                    s,
+                    op,
+                    Some((flags::EHOSTUNREACH, format!("peer {who}: {why}"))),
+                );
             }
         }
     }
@@ -894,10 +963,16 @@ impl EpState {
     ) -> Result<CmEndpoint, String> {
         let src: EpAddr = hello.params.src.parse()?;
         if hello.endpoint.qpns.len() != 1 {
-            return Err(format!("{} QPs offered, expected 1", hello.endpoint.qpns.len()));
+            return Err(format!(
+                "{} QPs offered, expected 1",
+                hello.endpoint.qpns.len()
+            ));
         }
         if hello.endpoint.auth != "none" {
-            return Err(format!("packet protection {:?} is not what this endpoint runs (none)", hello.endpoint.auth));
+            return Err(format!(
+                "packet protection {:?} is not what this endpoint runs (none)",
+                hello.endpoint.auth
+            ));
         }
         let peer = self.peer_index(src);
         let dev = self.dev.clone();
@@ -922,7 +997,11 @@ impl EpState {
     // ------------------------------------------------------------ requests
 
     /// `fi_send` and friends.
-    pub(crate) fn send(&mut self, s: &mut Sinks<'_>, r: SendReq) -> Result<Option<ConnectJob>, i32> {
+    pub(crate) fn send(
+        &mut self,
+        s: &mut Sinks<'_>,
+        r: SendReq,
+    ) -> Result<Option<ConnectJob>, i32> {
         let peer = self.resolve_dest(s, r.dest)?;
         let len = r.iov.len();
         if len as u64 > u64::from(u32::MAX >> 1) {
@@ -993,12 +1072,14 @@ impl EpState {
 
     /// A request's op learns the QP it went on once the connection exists.
     fn fix_op_qpn(&mut self, peer: usize, id: u64) {
-        let q = match self.peers[peer].out {
-            OutState::Ready(q) | OutState::Connecting(q) => q,
-            _ => return,
+        let (OutState::Ready(q) | OutState::Connecting(q)) = self.peers[peer].out else {
+            return;
         };
+        #[allow(clippy::single_match)]
         match self.ops.get_mut(&id) {
-            Some(Op::Send { qpn, .. } | Op::RmaWrite { qpn, .. } | Op::RmaRead { qpn, .. }) => *qpn = q,
+            Some(Op::Send { qpn, .. } | Op::RmaWrite { qpn, .. } | Op::RmaRead { qpn, .. }) => {
+                *qpn = q
+            }
             _ => {}
         }
     }
@@ -1011,7 +1092,11 @@ impl EpState {
             flags: r.flags,
             tagged: r.tagged,
         };
-        let q = if r.tagged { &mut self.tagged } else { &mut self.msg };
+        let q = if r.tagged {
+            &mut self.tagged
+        } else {
+            &mut self.msg
+        };
         match q.take_unexpected(&r.filter) {
             Some((src, _tag, u)) => {
                 let dev = self.dev.clone();
@@ -1025,10 +1110,12 @@ impl EpState {
     /// `FI_PEEK` (with `FI_CLAIM` or `FI_DISCARD`): look for a message
     /// that arrived unexpected.
     pub(crate) fn peek(&mut self, s: &mut Sinks<'_>, r: RecvReq) -> Result<(), i32> {
-        let q = if r.tagged { &mut self.tagged } else { &mut self.msg };
-        let found = q
-            .peek_unexpected(&r.filter)
-            .map(|(src, _, u)| (*src, u.h));
+        let q = if r.tagged {
+            &mut self.tagged
+        } else {
+            &mut self.msg
+        };
+        let found = q.peek_unexpected(&r.filter).map(|(src, _, u)| (*src, u.h));
         let f = flags::RECV | if r.tagged { flags::TAGGED } else { flags::MSG };
         let Some((src, h)) = found else {
             let entry = CqEntry {
@@ -1049,7 +1136,11 @@ impl EpState {
             return Ok(());
         };
         if r.flags & (flags::CLAIM | flags::DISCARD) != 0 {
-            let q = if r.tagged { &mut self.tagged } else { &mut self.msg };
+            let q = if r.tagged {
+                &mut self.tagged
+            } else {
+                &mut self.msg
+            };
             let (src, _, u) = q.take_unexpected(&r.filter).expect("peeked above");
             if r.flags & flags::DISCARD != 0 {
                 let dev = self.dev.clone();
@@ -1115,10 +1206,22 @@ impl EpState {
         self.control(ctx, s, qpn, fin, &[]);
     }
 
-    fn control(&mut self, ctx: &mut Context, s: &mut Sinks<'_>, qpn: u32, h: Header, payload: &[u8]) {
+    fn control(
+        &mut self,
+        ctx: &mut Context,
+        s: &mut Sinks<'_>,
+        qpn: u32,
+        h: Header,
+        payload: &[u8],
+    ) {
         let id = self.op_id();
         self.ops.insert(id, Op::Control { qpn });
-        self.post(ctx, s, qpn, SendWr::inline(id, WrOp::Send, h.with_payload(payload)));
+        self.post(
+            ctx,
+            s,
+            qpn,
+            SendWr::inline(id, WrOp::Send, h.with_payload(payload)),
+        );
     }
 
     /// `fi_cancel`: a posted receive with this context completes with
@@ -1133,7 +1236,12 @@ impl EpState {
         };
         let entry = CqEntry {
             op_context: context,
-            flags: flags::RECV | if recv.tagged { flags::TAGGED } else { flags::MSG },
+            flags: flags::RECV
+                | if recv.tagged {
+                    flags::TAGGED
+                } else {
+                    flags::MSG
+                },
             buf: recv.iov.first_addr(),
             src: flags::ADDR_NOTAVAIL,
             ..CqEntry::default()
@@ -1150,7 +1258,14 @@ impl EpState {
     }
 
     /// A matched message: eager data is copied in, a rendezvous starts its READ.
-    fn consume(&mut self, ctx: &mut Context, s: &mut Sinks<'_>, recv: PostedRecv, src: u64, u: Unexpected) {
+    fn consume(
+        &mut self,
+        ctx: &mut Context,
+        s: &mut Sinks<'_>,
+        recv: PostedRecv,
+        src: u64,
+        u: Unexpected,
+    ) {
         match u.h.kind {
             Kind::Rts => self.start_read(ctx, s, recv, src, u.link, u.h),
             _ => {
@@ -1160,9 +1275,21 @@ impl EpState {
         }
     }
 
-    fn start_read(&mut self, ctx: &mut Context, s: &mut Sinks<'_>, recv: PostedRecv, src: u64, qpn: u32, h: Header) {
+    fn start_read(
+        &mut self,
+        ctx: &mut Context,
+        s: &mut Sinks<'_>,
+        recv: PostedRecv,
+        src: u64,
+        qpn: u32,
+        h: Header,
+    ) {
         let Ok(len) = u32::try_from(h.len) else {
-            let text = format!("{}: rendezvous of {} bytes is too large", self.peer_desc(qpn), h.len);
+            let text = format!(
+                "{}: rendezvous of {} bytes is too large",
+                self.peer_desc(qpn),
+                h.len
+            );
             self.send_fin(ctx, s, qpn, h.id, flags::EMSGSIZE as u16);
             self.complete_recv(s, recv, src, &h, 0, Some((flags::EMSGSIZE, text)));
             return;
@@ -1170,7 +1297,10 @@ impl EpState {
         let staging = match self.staging.get(ctx, self.pd, len as usize) {
             Ok(mr) => mr,
             Err(e) => {
-                let text = format!("{}: staging for a {len}-byte rendezvous: {e}", self.peer_desc(qpn));
+                let text = format!(
+                    "{}: staging for a {len}-byte rendezvous: {e}",
+                    self.peer_desc(qpn)
+                );
                 self.send_fin(ctx, s, qpn, h.id, flags::ENOMEM as u16);
                 self.complete_recv(s, recv, src, &h, 0, Some((flags::ENOMEM, text)));
                 return;
@@ -1200,7 +1330,11 @@ impl EpState {
     }
 
     /// `fi_write` / `fi_writedata` / `fi_inject_write`.
-    pub(crate) fn rma_write(&mut self, s: &mut Sinks<'_>, r: RmaReq) -> Result<Option<ConnectJob>, i32> {
+    pub(crate) fn rma_write(
+        &mut self,
+        s: &mut Sinks<'_>,
+        r: RmaReq,
+    ) -> Result<Option<ConnectJob>, i32> {
         let peer = self.resolve_dest(s, r.peer)?;
         let id = self.op_id();
         let wanted = self.tx_wanted(r.flags);
@@ -1262,7 +1396,11 @@ impl EpState {
     }
 
     /// `fi_read`.
-    pub(crate) fn rma_read(&mut self, s: &mut Sinks<'_>, r: RmaReq) -> Result<Option<ConnectJob>, i32> {
+    pub(crate) fn rma_read(
+        &mut self,
+        s: &mut Sinks<'_>,
+        r: RmaReq,
+    ) -> Result<Option<ConnectJob>, i32> {
         let peer = self.resolve_dest(s, r.peer)?;
         let id = self.op_id();
         let wanted = self.tx_wanted(r.flags);
@@ -1288,7 +1426,12 @@ impl EpState {
             // the op completes when the data is in.
             let cid = self.op_id();
             self.ops.insert(cid, Op::Control { qpn: 0 });
-            let job = self.request(ctx, s, peer, SendWr::inline(cid, WrOp::Send, h.with_payload(&[])));
+            let job = self.request(
+                ctx,
+                s,
+                peer,
+                SendWr::inline(cid, WrOp::Send, h.with_payload(&[])),
+            );
             self.fix_op_qpn(peer, id);
             job
         });
@@ -1353,8 +1496,16 @@ impl EpState {
             }
         } else if let Some(op) = op {
             match op {
-                Op::Send { staging: None, .. } | Op::Control { .. } => self.finish_op(ctx, s, op, None),
-                Op::RndvRecv { recv, h, src, qpn, staging } => {
+                Op::Send { staging: None, .. } | Op::Control { .. } => {
+                    self.finish_op(ctx, s, op, None)
+                }
+                Op::RndvRecv {
+                    recv,
+                    h,
+                    src,
+                    qpn,
+                    staging,
+                } => {
                     let n = (h.len as usize).min(staging.length as usize);
                     recv.iov.scatter_from(0, &ctx.mr_bytes(&staging)[..n]);
                     self.send_fin(ctx, s, qpn, h.id, 0);
@@ -1398,7 +1549,14 @@ impl EpState {
         }
     }
 
-    fn on_recv_slot(&mut self, ctx: &mut Context, s: &mut Sinks<'_>, qpn: u32, slot: usize, wc: &WorkCompletion) {
+    fn on_recv_slot(
+        &mut self,
+        ctx: &mut Context,
+        s: &mut Sinks<'_>,
+        qpn: u32,
+        slot: usize,
+        wc: &WorkCompletion,
+    ) {
         let slot_bytes = self.slot_bytes();
         let Some(link) = self.links.get(&qpn) else {
             return;
@@ -1419,7 +1577,10 @@ impl EpState {
             sg_list: vec![link.slab.sge(start as u64, slot_bytes as u32)],
         };
         if let Err((_, e)) = ctx.post_recv(link.qp, &[wr]) {
-            log::warn(&format!("{}: reposting a receive slot: {e}", self.peer_desc(qpn)));
+            log::warn(&format!(
+                "{}: reposting a receive slot: {e}",
+                self.peer_desc(qpn)
+            ));
         }
         self.on_message(ctx, s, qpn, &msg);
         self.scratch = msg;
@@ -1430,7 +1591,10 @@ impl EpState {
             Ok(x) => x,
             Err(e) => {
                 self.counters.malformed += 1;
-                log::warn(&format!("{}: dropped a malformed message: {e}", self.peer_desc(qpn)));
+                log::warn(&format!(
+                    "{}: dropped a malformed message: {e}",
+                    self.peer_desc(qpn)
+                ));
                 return;
             }
         };
@@ -1441,7 +1605,11 @@ impl EpState {
                     let err = (h.status != 0).then(|| {
                         (
                             i32::from(h.status),
-                            format!("{}: the receiver refused the rendezvous (error {})", self.peer_desc(qpn), h.status),
+                            format!(
+                                "{}: the receiver refused the rendezvous (error {})",
+                                self.peer_desc(qpn),
+                                h.status
+                            ),
                         )
                     });
                     self.finish_op(ctx, s, op, err);
@@ -1453,7 +1621,11 @@ impl EpState {
                     let err = (h.status != 0).then(|| {
                         (
                             i32::from(h.status),
-                            format!("{}: RMA write refused by the target (error {})", self.peer_desc(qpn), h.status),
+                            format!(
+                                "{}: RMA write refused by the target (error {})",
+                                self.peer_desc(qpn),
+                                h.status
+                            ),
                         )
                     });
                     self.finish_op(ctx, s, op, err);
@@ -1464,7 +1636,14 @@ impl EpState {
         }
     }
 
-    fn on_ordered(&mut self, ctx: &mut Context, s: &mut Sinks<'_>, qpn: u32, h: Header, payload: &[u8]) {
+    fn on_ordered(
+        &mut self,
+        ctx: &mut Context,
+        s: &mut Sinks<'_>,
+        qpn: u32,
+        h: Header,
+        payload: &[u8],
+    ) {
         let Some(link) = self.links.get_mut(&qpn) else {
             return;
         };
@@ -1488,7 +1667,14 @@ impl EpState {
         }
     }
 
-    fn deliver(&mut self, ctx: &mut Context, s: &mut Sinks<'_>, qpn: u32, h: Header, payload: &[u8]) {
+    fn deliver(
+        &mut self,
+        ctx: &mut Context,
+        s: &mut Sinks<'_>,
+        qpn: u32,
+        h: Header,
+        payload: &[u8],
+    ) {
         let peer = self.links[&qpn].peer;
         let src = self.source_of(s, peer);
         let tagged = h.has(FLAG_TAGGED);
@@ -1500,7 +1686,11 @@ impl EpState {
             h.tag,
             h.len
         ));
-        let q = if tagged { &mut self.tagged } else { &mut self.msg };
+        let q = if tagged {
+            &mut self.tagged
+        } else {
+            &mut self.msg
+        };
         match q.match_posted(src, h.tag) {
             Some(recv) => match h.kind {
                 Kind::Rts => self.start_read(ctx, s, recv, src, qpn, h),
@@ -1524,7 +1714,14 @@ impl EpState {
         }
     }
 
-    fn on_rma_write(&mut self, ctx: &mut Context, s: &mut Sinks<'_>, qpn: u32, h: Header, payload: &[u8]) {
+    fn on_rma_write(
+        &mut self,
+        ctx: &mut Context,
+        s: &mut Sinks<'_>,
+        qpn: u32,
+        h: Header,
+        payload: &[u8],
+    ) {
         let res = s
             .mrs
             .resolve(h.key, h.addr, payload.len() as u64, flags::REMOTE_WRITE)
@@ -1615,21 +1812,32 @@ impl EpState {
         }
     }
 
-    fn on_rma_read_resp(&mut self, ctx: &mut Context, s: &mut Sinks<'_>, qpn: u32, h: Header, payload: &[u8]) {
+    fn on_rma_read_resp(
+        &mut self,
+        ctx: &mut Context,
+        s: &mut Sinks<'_>,
+        qpn: u32,
+        h: Header,
+        payload: &[u8],
+    ) {
         let Some(Op::RmaRead { iov, got, .. }) = self.ops.get_mut(&h.id) else {
             return;
         };
-        if h.status == 0 {
-            if let Ok(off) = usize::try_from(h.addr) {
-                *got += iov.scatter_from(off, payload);
-            }
+        if h.status == 0
+            && let Ok(off) = usize::try_from(h.addr)
+        {
+            *got += iov.scatter_from(off, payload);
         }
         if h.has(FLAG_LAST) || h.status != 0 {
             let op = self.ops.remove(&h.id).expect("looked up above");
             let err = (h.status != 0).then(|| {
                 (
                     i32::from(h.status),
-                    format!("{}: RMA read refused by the target (error {})", self.peer_desc(qpn), h.status),
+                    format!(
+                        "{}: RMA read refused by the target (error {})",
+                        self.peer_desc(qpn),
+                        h.status
+                    ),
                 )
             });
             self.finish_op(ctx, s, op, err);

@@ -144,7 +144,10 @@ mod tests {
         q.push_unexpected(2, 0x11, "c");
         assert_eq!(q.peek_unexpected(&f(2, 0x11, 0)).unwrap().2, "c");
         assert_eq!(q.take_unexpected(&f(ANY_SOURCE, 0x11, 0)).unwrap().2, "b");
-        assert_eq!(q.take_unexpected(&f(ANY_SOURCE, 0x00, 0xff)).unwrap().2, "a");
+        assert_eq!(
+            q.take_unexpected(&f(ANY_SOURCE, 0x00, 0xff)).unwrap().2,
+            "a"
+        );
         assert_eq!(q.unexpected_len(), 1);
     }
 

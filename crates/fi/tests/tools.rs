@@ -99,15 +99,26 @@ fn fi(cmd: &str) -> Command {
 
 #[test]
 fn fi_info_lists_the_provider_its_caps_and_tunables() {
-    let _g = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _g = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if !tools(&["fi_info"]) {
         return;
     }
-    let o = run(fi("fi_info").args(["-p", "metaroce", "-v"]), Duration::from_secs(30));
+    let o = run(
+        fi("fi_info").args(["-p", "metaroce", "-v"]),
+        Duration::from_secs(30),
+    );
     let t = text(&o);
     assert!(o.status.success(), "{t}");
-    let short = text(&run(fi("fi_info").args(["-p", "metaroce"]), Duration::from_secs(30)));
-    assert!(short.contains("provider: metaroce") && short.contains("FI_EP_RDM"), "{short}");
+    let short = text(&run(
+        fi("fi_info").args(["-p", "metaroce"]),
+        Duration::from_secs(30),
+    ));
+    assert!(
+        short.contains("provider: metaroce") && short.contains("FI_EP_RDM"),
+        "{short}"
+    );
     for want in [
         "prov_name: metaroce",
         "FI_EP_RDM",
@@ -127,11 +138,19 @@ fn fi_info_lists_the_provider_its_caps_and_tunables() {
     }
     let o = run(fi("fi_info").arg("-e"), Duration::from_secs(30));
     let t = text(&o);
-    for want in ["FI_METAROCE_EAGER_LIMIT", "FI_METAROCE_IMPAIR", "FI_METAROCE_BIND_IP", "FI_METAROCE_STATS"] {
+    for want in [
+        "FI_METAROCE_EAGER_LIMIT",
+        "FI_METAROCE_IMPAIR",
+        "FI_METAROCE_BIND_IP",
+        "FI_METAROCE_STATS",
+    ] {
         assert!(t.contains(want), "fi_info -e lacks {want}");
     }
     // Hints it cannot meet: a warning that says why.
-    let o = run(fi("fi_info").args(["-p", "metaroce", "-c", "FI_ATOMIC"]), Duration::from_secs(30));
+    let o = run(
+        fi("fi_info").args(["-p", "metaroce", "-c", "FI_ATOMIC"]),
+        Duration::from_secs(30),
+    );
     let t = text(&o);
     assert!(
         t.contains("metaroce cannot satisfy the hints") && t.contains("FI_ATOMIC"),
@@ -141,7 +160,9 @@ fn fi_info_lists_the_provider_its_caps_and_tunables() {
 
 fn pingpong(mode: &str) {
     let server = fi("fi_pingpong")
-        .args(["-p", "metaroce", "-e", "rdm", "-m", mode, "-S", "all", "-I", "10", "-c", "-B", "47611"])
+        .args([
+            "-p", "metaroce", "-e", "rdm", "-m", mode, "-S", "all", "-I", "10", "-c", "-B", "47611",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -149,7 +170,19 @@ fn pingpong(mode: &str) {
     std::thread::sleep(Duration::from_millis(500));
     let client = run(
         fi("fi_pingpong").args([
-            "-p", "metaroce", "-e", "rdm", "-m", mode, "-S", "all", "-I", "10", "-c", "-P", "47611",
+            "-p",
+            "metaroce",
+            "-e",
+            "rdm",
+            "-m",
+            mode,
+            "-S",
+            "all",
+            "-I",
+            "10",
+            "-c",
+            "-P",
+            "47611",
             "127.0.0.1",
         ]),
         Duration::from_secs(240),
@@ -159,7 +192,9 @@ fn pingpong(mode: &str) {
     assert!(client.status.success(), "client failed:\n{c}\nserver:\n{s}");
     assert!(server.status.success(), "server failed:\n{s}");
     // Every size up to 6 MiB (fi_pingpong's largest), each with all 10 iterations acknowledged.
-    for size in ["0 ", "1 ", "3 ", "1k ", "1.5k ", "16k ", "24k ", "64k ", "1m ", "6m "] {
+    for size in [
+        "0 ", "1 ", "3 ", "1k ", "1.5k ", "16k ", "24k ", "64k ", "1m ", "6m ",
+    ] {
         let line = c
             .lines()
             .find(|l| l.starts_with(size))
@@ -170,7 +205,9 @@ fn pingpong(mode: &str) {
 
 #[test]
 fn fi_pingpong_msg_every_size_with_data_check() {
-    let _g = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _g = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if tools(&["fi_pingpong"]) {
         pingpong("msg");
     }
@@ -178,7 +215,9 @@ fn fi_pingpong_msg_every_size_with_data_check() {
 
 #[test]
 fn fi_pingpong_tagged_every_size_with_data_check() {
-    let _g = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _g = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if tools(&["fi_pingpong"]) {
         pingpong("tagged");
     }
@@ -188,7 +227,10 @@ fn mpi_program() -> PathBuf {
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mpi_check");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mpi/mpi_check.c");
     let o = run(
-        Command::new("mpicc").args(["-O2", "-o"]).arg(&out).arg(&src),
+        Command::new("mpicc")
+            .args(["-O2", "-o"])
+            .arg(&out)
+            .arg(&src),
         Duration::from_secs(120),
     );
     assert!(o.status.success(), "mpicc failed:\n{}", text(&o));
@@ -197,11 +239,23 @@ fn mpi_program() -> PathBuf {
 
 fn mpirun(ranks: u32, prog: &Path, extra_env: &[(&str, &str)]) -> String {
     let mut c = fi("mpirun");
-    c.args(["--allow-run-as-root", "--oversubscribe", "-np", &ranks.to_string()])
-        .args(["--mca", "pml", "cm", "--mca", "mtl", "ofi"])
-        .args(["--mca", "mtl_ofi_provider_include", "metaroce"])
-        .args(["--mca", "btl", "self,vader,tcp", "--mca", "mtl_base_verbose", "100"])
-        .args(["-x", "FI_PROVIDER_PATH", "-x", "FI_LOG_LEVEL"]);
+    c.args([
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "-np",
+        &ranks.to_string(),
+    ])
+    .args(["--mca", "pml", "cm", "--mca", "mtl", "ofi"])
+    .args(["--mca", "mtl_ofi_provider_include", "metaroce"])
+    .args([
+        "--mca",
+        "btl",
+        "self,vader,tcp",
+        "--mca",
+        "mtl_base_verbose",
+        "100",
+    ])
+    .args(["-x", "FI_PROVIDER_PATH", "-x", "FI_LOG_LEVEL"]);
     for (k, v) in extra_env {
         c.env(k, v).args(["-x", k]);
     }
@@ -212,13 +266,18 @@ fn mpirun(ranks: u32, prog: &Path, extra_env: &[(&str, &str)]) -> String {
         t.contains(&format!("mpi_check ({ranks} ranks):")) && t.contains(" passed, 0 failed"),
         "no pass line:\n{t}"
     );
-    assert!(t.contains("mtl:ofi:provider: metaroce"), "the MTL did not pick metaroce:\n{t}");
+    assert!(
+        t.contains("mtl:ofi:provider: metaroce"),
+        "the MTL did not pick metaroce:\n{t}"
+    );
     t
 }
 
 #[test]
 fn open_mpi_on_2_3_4_ranks() {
-    let _g = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _g = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if !tools(&["mpicc", "mpirun"]) {
         return;
     }
@@ -230,7 +289,9 @@ fn open_mpi_on_2_3_4_ranks() {
 
 #[test]
 fn open_mpi_with_five_percent_receive_loss() {
-    let _g = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _g = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if !tools(&["mpicc", "mpirun"]) {
         return;
     }
@@ -238,7 +299,10 @@ fn open_mpi_with_five_percent_receive_loss() {
     let t = mpirun(
         2,
         &prog,
-        &[("FI_METAROCE_IMPAIR", "loss=0.05,seed=7"), ("FI_METAROCE_STATS", "1")],
+        &[
+            ("FI_METAROCE_IMPAIR", "loss=0.05,seed=7"),
+            ("FI_METAROCE_STATS", "1"),
+        ],
     );
     let resent: Vec<u64> = t
         .lines()
@@ -249,6 +313,9 @@ fn open_mpi_with_five_percent_receive_loss() {
         })
         .collect();
     assert_eq!(resent.len(), 2, "expected both ranks' counters:\n{t}");
-    assert!(resent.iter().all(|&r| r > 0), "no resends under 5 % loss: {resent:?}");
+    assert!(
+        resent.iter().all(|&r| r > 0),
+        "no resends under 5 % loss: {resent:?}"
+    );
     assert!(t.contains("impairment drops"), "{t}");
 }

@@ -381,7 +381,11 @@ fn place(w: &WorkloadConf, hosts: u32, seed: u64) -> Result<Placement, (&'static
             if w.senders as usize > set.len() {
                 return Err((
                     "senders",
-                    format!("{} senders, but only {} hosts besides the receiver", w.senders, set.len()),
+                    format!(
+                        "{} senders, but only {} hosts besides the receiver",
+                        w.senders,
+                        set.len()
+                    ),
                 ));
             }
             set.truncate(w.senders as usize);
@@ -390,14 +394,28 @@ fn place(w: &WorkloadConf, hosts: u32, seed: u64) -> Result<Placement, (&'static
         if w.ranks as usize > set.len() {
             return Err((
                 "ranks",
-                format!("{} ranks, but the workload has {} hosts", w.ranks, set.len()),
+                format!(
+                    "{} ranks, but the workload has {} hosts",
+                    w.ranks,
+                    set.len()
+                ),
             ));
         }
         set.truncate(w.ranks as usize);
     }
-    let needs_two = matches!(w.kind.as_str(), "permutation" | "all_to_all" | "ring_allreduce" | "background");
+    let needs_two = matches!(
+        w.kind.as_str(),
+        "permutation" | "all_to_all" | "ring_allreduce" | "background"
+    );
     if needs_two && set.len() < 2 || w.kind == "incast" && set.is_empty() {
-        return Err(("hosts", format!("{} needs at least 2 hosts, has {}", w.kind, set.len() + usize::from(w.kind == "incast"))));
+        return Err((
+            "hosts",
+            format!(
+                "{} needs at least 2 hosts, has {}",
+                w.kind,
+                set.len() + usize::from(w.kind == "incast")
+            ),
+        ));
     }
     if w.kind == "ring_allreduce" && w.order == "random" {
         set = shuffled(&set, seed);

@@ -125,7 +125,14 @@ impl FlowSet {
 
     /// A random permutation (derangement) among `hosts`: every host sends
     /// `bytes` to one other and receives from one.
-    pub fn permutation(&mut self, hosts: &[u32], bytes: u64, start: Ps, seed: u64, name: Option<&str>) {
+    pub fn permutation(
+        &mut self,
+        hosts: &[u32],
+        bytes: u64,
+        start: Ps,
+        seed: u64,
+        name: Option<&str>,
+    ) {
         let n = hosts.len() as u32;
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let mut dst: Vec<u32> = (0..n).collect();
@@ -148,7 +155,14 @@ impl FlowSet {
     }
 
     /// Every host of `senders` sends `bytes` to `receiver`.
-    pub fn incast(&mut self, senders: &[u32], receiver: u32, bytes: u64, start: Ps, name: Option<&str>) {
+    pub fn incast(
+        &mut self,
+        senders: &[u32],
+        receiver: u32,
+        bytes: u64,
+        start: Ps,
+        name: Option<&str>,
+    ) {
         let n = senders.len() as u32;
         let g = self.group(
             name.map_or_else(|| format!("incast {n}:1"), str::to_string),

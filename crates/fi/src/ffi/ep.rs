@@ -36,8 +36,24 @@ static EP_OPS: sys::fi_ops_ep = sys::fi_ops_ep {
     rx_size_left: Some(size_left),
     tx_size_left: Some(size_left),
 };
-enosys!(tx_ctx_enosys(*mut sys::fid_ep, c_int, *mut sys::fi_tx_attr, *mut *mut sys::fid_ep, *mut c_void) -> c_int);
-enosys!(rx_ctx_enosys(*mut sys::fid_ep, c_int, *mut sys::fi_rx_attr, *mut *mut sys::fid_ep, *mut c_void) -> c_int);
+enosys!(
+    tx_ctx_enosys(
+        *mut sys::fid_ep,
+        c_int,
+        *mut sys::fi_tx_attr,
+        *mut *mut sys::fid_ep,
+        *mut c_void,
+    ) -> c_int
+);
+enosys!(
+    rx_ctx_enosys(
+        *mut sys::fid_ep,
+        c_int,
+        *mut sys::fi_rx_attr,
+        *mut *mut sys::fid_ep,
+        *mut c_void,
+    ) -> c_int
+);
 
 static CM_OPS: sys::fi_ops_cm = sys::fi_ops_cm {
     size: size_of::<sys::fi_ops_cm>(),
@@ -57,7 +73,9 @@ enosys!(listen_enosys(*mut sys::fid_pep) -> c_int);
 enosys!(accept_enosys(*mut sys::fid_ep, *const c_void, usize) -> c_int);
 enosys!(reject_enosys(*mut sys::fid_pep, sys::fid_t, *const c_void, usize) -> c_int);
 enosys!(shutdown_enosys(*mut sys::fid_ep, u64) -> c_int);
-enosys!(join_enosys(*mut sys::fid_ep, *const c_void, u64, *mut *mut sys::fid_mc, *mut c_void) -> c_int);
+enosys!(
+    join_enosys(*mut sys::fid_ep, *const c_void, u64, *mut *mut sys::fid_mc, *mut c_void) -> c_int
+);
 
 static MSG_OPS: sys::fi_ops_msg = sys::fi_ops_msg {
     size: size_of::<sys::fi_ops_msg>(),
@@ -127,11 +145,44 @@ enosys!(at_writev(Ep, Ioc, *mut V, usize, Addr, u64, u64, Dt, Aop, V) -> isize);
 enosys!(at_writemsg(Ep, *const sys::fi_msg_atomic, u64) -> isize);
 enosys!(at_inject(Ep, CV, usize, Addr, u64, u64, Dt, Aop) -> isize);
 enosys!(at_readwrite(Ep, CV, usize, V, V, V, Addr, u64, u64, Dt, Aop, V) -> isize);
-enosys!(at_readwritev(Ep, Ioc, *mut V, usize, IocM, *mut V, usize, Addr, u64, u64, Dt, Aop, V) -> isize);
+enosys!(
+    at_readwritev(Ep, Ioc, *mut V, usize, IocM, *mut V, usize, Addr, u64, u64, Dt, Aop, V) -> isize
+);
 enosys!(at_readwritemsg(Ep, *const sys::fi_msg_atomic, IocM, *mut V, usize, u64) -> isize);
 enosys!(at_compwrite(Ep, CV, usize, V, CV, V, V, V, Addr, u64, u64, Dt, Aop, V) -> isize);
-enosys!(at_compwritev(Ep, Ioc, *mut V, usize, Ioc, *mut V, usize, IocM, *mut V, usize, Addr, u64, u64, Dt, Aop, V) -> isize);
-enosys!(at_compwritemsg(Ep, *const sys::fi_msg_atomic, Ioc, *mut V, usize, IocM, *mut V, usize, u64) -> isize);
+enosys!(
+    at_compwritev(
+        Ep,
+        Ioc,
+        *mut V,
+        usize,
+        Ioc,
+        *mut V,
+        usize,
+        IocM,
+        *mut V,
+        usize,
+        Addr,
+        u64,
+        u64,
+        Dt,
+        Aop,
+        V,
+    ) -> isize
+);
+enosys!(
+    at_compwritemsg(
+        Ep,
+        *const sys::fi_msg_atomic,
+        Ioc,
+        *mut V,
+        usize,
+        IocM,
+        *mut V,
+        usize,
+        u64,
+    ) -> isize
+);
 enosys!(at_valid(Ep, Dt, Aop, *mut usize) -> c_int);
 
 static COLL_OPS: sys::fi_ops_collective = sys::fi_ops_collective {
@@ -182,13 +233,16 @@ pub(super) unsafe extern "C" fn endpoint_open(
     let Some(info) = info else {
         return neg(flags::EINVAL);
     };
+    let directed = (info.caps & flags::DIRECTED_RECV != 0)
+        // SAFETY: an fi_info's attribute pointers are null or valid.
+        || unsafe { info.rx_attr.as_ref() }.is_some_and(|a| a.caps & flags::DIRECTED_RECV != 0);
     // SAFETY: the attribute pointers of an fi_info are null or valid; the
     // source address, if set, has `src_addrlen` bytes.
-    let directed = (info.caps & flags::DIRECTED_RECV != 0)
-        // SAFETY: as below.
-        || unsafe { info.rx_attr.as_ref() }.is_some_and(|a| a.caps & flags::DIRECTED_RECV != 0);
     let (ep_type, tx_flags, rx_flags, src) = unsafe {
-        let ep_type = info.ep_attr.as_ref().map_or(sys::fi_ep_type_FI_EP_RDM, |a| a.type_);
+        let ep_type = info
+            .ep_attr
+            .as_ref()
+            .map_or(sys::fi_ep_type_FI_EP_RDM, |a| a.type_);
         let tx = info.tx_attr.as_ref().map_or(0, |a| a.op_flags);
         let rx = info.rx_attr.as_ref().map_or(0, |a| a.op_flags);
         let src = (!info.src_addr.is_null() && info.src_addrlen >= ADDR_BYTES)
@@ -196,7 +250,12 @@ pub(super) unsafe extern "C" fn endpoint_open(
             .and_then(|b| {
                 // A source address names the IP (and maybe the listener port).
                 let fam = u16::from_ne_bytes([b[0], b[1]]);
-                (fam == 2).then(|| (Ipv4Addr::new(b[4], b[5], b[6], b[7]), u16::from_be_bytes([b[2], b[3]])))
+                (fam == 2).then(|| {
+                    (
+                        Ipv4Addr::new(b[4], b[5], b[6], b[7]),
+                        u16::from_be_bytes([b[2], b[3]]),
+                    )
+                })
             });
         (ep_type, tx, rx, src)
     };
@@ -210,7 +269,7 @@ pub(super) unsafe extern "C" fn endpoint_open(
     }
     let cfg = Arc::new(cfg);
     let instance = INSTANCES.fetch_add(1, Ordering::Relaxed);
-    let mut state = match EpState::open(Arc::clone(&cfg), Arc::downgrade(&d.shared), instance) {
+    let mut state = match EpState::open(Arc::clone(&cfg), instance) {
         Ok(s) => s,
         Err(why) => {
             super::log::warn(&format!("fi_endpoint: {why}"));
@@ -237,7 +296,10 @@ pub(super) unsafe extern "C" fn endpoint_open(
         }
         Err(e) => {
             d.shared.lock().eps.remove(id);
-            super::log::warn(&format!("fi_endpoint: connection-manager listener on {}: {e}", cfg.bind_ip));
+            super::log::warn(&format!(
+                "fi_endpoint: connection-manager listener on {}: {e}",
+                cfg.bind_ip
+            ));
             return neg(flags::EADDRNOTAVAIL);
         }
     }
@@ -371,7 +433,11 @@ unsafe extern "C" fn ep_control(f: *mut sys::fid, cmd: c_int, arg: *mut c_void) 
                 super::log::warn("fi_enable: bind an address vector first");
                 return neg(flags::ENOAV);
             }
-            if e.tx_cq.is_none() && e.rx_cq.is_none() && e.cntrs.send.is_none() && e.cntrs.recv.is_none() {
+            if e.tx_cq.is_none()
+                && e.rx_cq.is_none()
+                && e.cntrs.send.is_none()
+                && e.cntrs.recv.is_none()
+            {
                 super::log::warn("fi_enable: bind a completion queue (or counters) first");
                 return neg(flags::ENOCQ);
             }
@@ -382,7 +448,11 @@ unsafe extern "C" fn ep_control(f: *mut sys::fid, cmd: c_int, arg: *mut c_void) 
             // SAFETY: the API: `arg` points at a u64 of flags.
             let fl = unsafe { &mut *arg.cast::<u64>() };
             let tx = *fl & flags::TRANSMIT != 0;
-            let target = if tx { &mut e.tx_op_flags } else { &mut e.rx_op_flags };
+            let target = if tx {
+                &mut e.tx_op_flags
+            } else {
+                &mut e.rx_op_flags
+            };
             let mask = !(flags::TRANSMIT | flags::RECV);
             if cmd as u32 == sys::FI_GETOPSFLAG {
                 *fl = *target;
@@ -409,8 +479,18 @@ unsafe extern "C" fn ep_cancel(f: sys::fid_t, context: *mut c_void) -> isize {
     }
 }
 
-unsafe extern "C" fn ep_getopt(_f: sys::fid_t, level: c_int, name: c_int, val: *mut c_void, len: *mut usize) -> c_int {
-    if level == sys::FI_OPT_ENDPOINT as c_int && name == sys::FI_OPT_MIN_MULTI_RECV as c_int && !val.is_null() && !len.is_null() {
+unsafe extern "C" fn ep_getopt(
+    _f: sys::fid_t,
+    level: c_int,
+    name: c_int,
+    val: *mut c_void,
+    len: *mut usize,
+) -> c_int {
+    if level == sys::FI_OPT_ENDPOINT as c_int
+        && name == sys::FI_OPT_MIN_MULTI_RECV as c_int
+        && !val.is_null()
+        && !len.is_null()
+    {
         // SAFETY: the API: `val` holds a size_t, `len` its size.
         unsafe {
             *val.cast::<usize>() = 0;
@@ -421,7 +501,13 @@ unsafe extern "C" fn ep_getopt(_f: sys::fid_t, level: c_int, name: c_int, val: *
     neg(flags::ENOPROTOOPT)
 }
 
-unsafe extern "C" fn ep_setopt(_f: sys::fid_t, _level: c_int, _name: c_int, _val: *const c_void, _len: usize) -> c_int {
+unsafe extern "C" fn ep_setopt(
+    _f: sys::fid_t,
+    _level: c_int,
+    _name: c_int,
+    _val: *const c_void,
+    _len: usize,
+) -> c_int {
     neg(flags::ENOPROTOOPT)
 }
 
@@ -451,7 +537,13 @@ unsafe extern "C" fn ep_setname(f: sys::fid_t, addr: *mut c_void, len: usize) ->
         return 0;
     }
     drop(e.listener.take());
-    match Listener::start(want.ip, want.cm_port, Arc::downgrade(&obj.shared), obj.id, obj.instance) {
+    match Listener::start(
+        want.ip,
+        want.cm_port,
+        Arc::downgrade(&obj.shared),
+        obj.id,
+        obj.instance,
+    ) {
         Ok(l) => {
             e.name.cm_port = l.port;
             e.listener = Some(l);
@@ -560,7 +652,11 @@ fn do_rma(obj: &EpObj, r: RmaReq, write: bool) -> isize {
     if !e.enabled {
         return neg(flags::EOPBADSTATE) as isize;
     }
-    let r = if write { e.rma_write(&mut s, r) } else { e.rma_read(&mut s, r) };
+    let r = if write {
+        e.rma_write(&mut s, r)
+    } else {
+        e.rma_read(&mut s, r)
+    };
     drop(st);
     match r {
         Ok(job) => {
@@ -572,11 +668,19 @@ fn do_rma(obj: &EpObj, r: RmaReq, write: bool) -> isize {
 }
 
 fn tx_flags(obj: &EpObj) -> u64 {
-    obj.shared.lock().eps.get(obj.id).map_or(0, |e| e.tx_op_flags)
+    obj.shared
+        .lock()
+        .eps
+        .get(obj.id)
+        .map_or(0, |e| e.tx_op_flags)
 }
 
 fn rx_flags(obj: &EpObj) -> u64 {
-    obj.shared.lock().eps.get(obj.id).map_or(0, |e| e.rx_op_flags)
+    obj.shared
+        .lock()
+        .eps
+        .get(obj.id)
+        .map_or(0, |e| e.rx_op_flags)
 }
 
 /// One buffer as an iovec list.
@@ -602,7 +706,9 @@ unsafe fn many(iov: *const sys::iovec, count: usize) -> Result<UserIov, c_int> {
     // SAFETY: the caller's contract; `iov` is non-null (checked above).
     unsafe {
         let v = std::slice::from_raw_parts(iov, count);
-        Ok(UserIov::new(v.iter().map(|x| (x.iov_base as usize, x.iov_len))))
+        Ok(UserIov::new(
+            v.iter().map(|x| (x.iov_base as usize, x.iov_len)),
+        ))
     }
 }
 
@@ -627,151 +733,475 @@ unsafe extern "C" fn msg_recv(ep: Ep, buf: V, len: usize, _d: V, src: Addr, ctx:
     let o = ep!(ep);
     // SAFETY: the API: the receive buffer is ours until the completion.
     let iov = unsafe { one(buf, len) };
-    do_recv(o, RecvReq { iov, filter: RecvFilter { src, tag: 0, ignore: 0 }, context: ctx as usize, flags: rx_flags(o), tagged: false })
+    do_recv(
+        o,
+        RecvReq {
+            iov,
+            filter: RecvFilter {
+                src,
+                tag: 0,
+                ignore: 0,
+            },
+            context: ctx as usize,
+            flags: rx_flags(o),
+            tagged: false,
+        },
+    )
 }
 
-unsafe extern "C" fn msg_recvv(ep: Ep, iov: *const sys::iovec, _d: *mut V, count: usize, src: Addr, ctx: V) -> isize {
+unsafe extern "C" fn msg_recvv(
+    ep: Ep,
+    iov: *const sys::iovec,
+    _d: *mut V,
+    count: usize,
+    src: Addr,
+    ctx: V,
+) -> isize {
     let o = ep!(ep);
     // SAFETY: the API: the iovecs are ours until the completion.
     let iov = iov_or_ret!(unsafe { many(iov, count) });
-    do_recv(o, RecvReq { iov, filter: RecvFilter { src, tag: 0, ignore: 0 }, context: ctx as usize, flags: rx_flags(o), tagged: false })
+    do_recv(
+        o,
+        RecvReq {
+            iov,
+            filter: RecvFilter {
+                src,
+                tag: 0,
+                ignore: 0,
+            },
+            context: ctx as usize,
+            flags: rx_flags(o),
+            tagged: false,
+        },
+    )
 }
 
 unsafe extern "C" fn msg_recvmsg(ep: Ep, msg: *const sys::fi_msg, fl: u64) -> isize {
     let o = ep!(ep);
     // SAFETY: the API: a valid message descriptor.
-    let Some(m) = (unsafe { msg.as_ref() }) else { return neg(flags::EINVAL) as isize };
+    let Some(m) = (unsafe { msg.as_ref() }) else {
+        return neg(flags::EINVAL) as isize;
+    };
     // SAFETY: as in `msg_recvv`.
     let iov = iov_or_ret!(unsafe { many(m.msg_iov, m.iov_count) });
-    do_recv(o, RecvReq { iov, filter: RecvFilter { src: m.addr, tag: 0, ignore: 0 }, context: m.context as usize, flags: fl, tagged: false })
+    do_recv(
+        o,
+        RecvReq {
+            iov,
+            filter: RecvFilter {
+                src: m.addr,
+                tag: 0,
+                ignore: 0,
+            },
+            context: m.context as usize,
+            flags: fl,
+            tagged: false,
+        },
+    )
 }
 
 unsafe extern "C" fn msg_send(ep: Ep, buf: CV, len: usize, _d: V, dest: Addr, ctx: V) -> isize {
     let o = ep!(ep);
     // SAFETY: the API: the send buffer is readable until the completion.
     let iov = unsafe { one(buf, len) };
-    do_send(o, SendReq { iov, dest, tag: 0, data: None, context: ctx as usize, flags: tx_flags(o), tagged: false })
+    do_send(
+        o,
+        SendReq {
+            iov,
+            dest,
+            tag: 0,
+            data: None,
+            context: ctx as usize,
+            flags: tx_flags(o),
+            tagged: false,
+        },
+    )
 }
 
-unsafe extern "C" fn msg_sendv(ep: Ep, iov: *const sys::iovec, _d: *mut V, count: usize, dest: Addr, ctx: V) -> isize {
+unsafe extern "C" fn msg_sendv(
+    ep: Ep,
+    iov: *const sys::iovec,
+    _d: *mut V,
+    count: usize,
+    dest: Addr,
+    ctx: V,
+) -> isize {
     let o = ep!(ep);
     // SAFETY: the API.
     let iov = iov_or_ret!(unsafe { many(iov, count) });
-    do_send(o, SendReq { iov, dest, tag: 0, data: None, context: ctx as usize, flags: tx_flags(o), tagged: false })
+    do_send(
+        o,
+        SendReq {
+            iov,
+            dest,
+            tag: 0,
+            data: None,
+            context: ctx as usize,
+            flags: tx_flags(o),
+            tagged: false,
+        },
+    )
 }
 
 unsafe extern "C" fn msg_sendmsg(ep: Ep, msg: *const sys::fi_msg, fl: u64) -> isize {
     let o = ep!(ep);
     // SAFETY: the API: a valid message descriptor.
-    let Some(m) = (unsafe { msg.as_ref() }) else { return neg(flags::EINVAL) as isize };
+    let Some(m) = (unsafe { msg.as_ref() }) else {
+        return neg(flags::EINVAL) as isize;
+    };
     // SAFETY: the API.
     let iov = iov_or_ret!(unsafe { many(m.msg_iov, m.iov_count) });
     let data = (fl & flags::REMOTE_CQ_DATA != 0).then_some(m.data);
-    do_send(o, SendReq { iov, dest: m.addr, tag: 0, data, context: m.context as usize, flags: fl, tagged: false })
+    do_send(
+        o,
+        SendReq {
+            iov,
+            dest: m.addr,
+            tag: 0,
+            data,
+            context: m.context as usize,
+            flags: fl,
+            tagged: false,
+        },
+    )
 }
 
 unsafe extern "C" fn msg_inject(ep: Ep, buf: CV, len: usize, dest: Addr) -> isize {
     let o = ep!(ep);
     // SAFETY: the API; the data is copied before this returns.
     let iov = unsafe { one(buf, len) };
-    do_send(o, SendReq { iov, dest, tag: 0, data: None, context: 0, flags: flags::INJECT, tagged: false })
+    do_send(
+        o,
+        SendReq {
+            iov,
+            dest,
+            tag: 0,
+            data: None,
+            context: 0,
+            flags: flags::INJECT,
+            tagged: false,
+        },
+    )
 }
 
-unsafe extern "C" fn msg_senddata(ep: Ep, buf: CV, len: usize, _d: V, data: u64, dest: Addr, ctx: V) -> isize {
+unsafe extern "C" fn msg_senddata(
+    ep: Ep,
+    buf: CV,
+    len: usize,
+    _d: V,
+    data: u64,
+    dest: Addr,
+    ctx: V,
+) -> isize {
     let o = ep!(ep);
     // SAFETY: the API.
     let iov = unsafe { one(buf, len) };
-    do_send(o, SendReq { iov, dest, tag: 0, data: Some(data), context: ctx as usize, flags: tx_flags(o), tagged: false })
+    do_send(
+        o,
+        SendReq {
+            iov,
+            dest,
+            tag: 0,
+            data: Some(data),
+            context: ctx as usize,
+            flags: tx_flags(o),
+            tagged: false,
+        },
+    )
 }
 
 unsafe extern "C" fn msg_injectdata(ep: Ep, buf: CV, len: usize, data: u64, dest: Addr) -> isize {
     let o = ep!(ep);
     // SAFETY: the API; the data is copied before this returns.
     let iov = unsafe { one(buf, len) };
-    do_send(o, SendReq { iov, dest, tag: 0, data: Some(data), context: 0, flags: flags::INJECT, tagged: false })
+    do_send(
+        o,
+        SendReq {
+            iov,
+            dest,
+            tag: 0,
+            data: Some(data),
+            context: 0,
+            flags: flags::INJECT,
+            tagged: false,
+        },
+    )
 }
 
-unsafe extern "C" fn t_recv(ep: Ep, buf: V, len: usize, _d: V, src: Addr, tag: u64, ignore: u64, ctx: V) -> isize {
+unsafe extern "C" fn t_recv(
+    ep: Ep,
+    buf: V,
+    len: usize,
+    _d: V,
+    src: Addr,
+    tag: u64,
+    ignore: u64,
+    ctx: V,
+) -> isize {
     let o = ep!(ep);
     // SAFETY: the API.
     let iov = unsafe { one(buf, len) };
-    do_recv(o, RecvReq { iov, filter: RecvFilter { src, tag, ignore }, context: ctx as usize, flags: rx_flags(o), tagged: true })
+    do_recv(
+        o,
+        RecvReq {
+            iov,
+            filter: RecvFilter { src, tag, ignore },
+            context: ctx as usize,
+            flags: rx_flags(o),
+            tagged: true,
+        },
+    )
 }
 
-unsafe extern "C" fn t_recvv(ep: Ep, iov: *const sys::iovec, _d: *mut V, count: usize, src: Addr, tag: u64, ignore: u64, ctx: V) -> isize {
+unsafe extern "C" fn t_recvv(
+    ep: Ep,
+    iov: *const sys::iovec,
+    _d: *mut V,
+    count: usize,
+    src: Addr,
+    tag: u64,
+    ignore: u64,
+    ctx: V,
+) -> isize {
     let o = ep!(ep);
     // SAFETY: the API.
     let iov = iov_or_ret!(unsafe { many(iov, count) });
-    do_recv(o, RecvReq { iov, filter: RecvFilter { src, tag, ignore }, context: ctx as usize, flags: rx_flags(o), tagged: true })
+    do_recv(
+        o,
+        RecvReq {
+            iov,
+            filter: RecvFilter { src, tag, ignore },
+            context: ctx as usize,
+            flags: rx_flags(o),
+            tagged: true,
+        },
+    )
 }
 
 unsafe extern "C" fn t_recvmsg(ep: Ep, msg: *const sys::fi_msg_tagged, fl: u64) -> isize {
     let o = ep!(ep);
     // SAFETY: the API: a valid message descriptor.
-    let Some(m) = (unsafe { msg.as_ref() }) else { return neg(flags::EINVAL) as isize };
+    let Some(m) = (unsafe { msg.as_ref() }) else {
+        return neg(flags::EINVAL) as isize;
+    };
     // SAFETY: the API (a peek may pass no buffers).
     let iov = iov_or_ret!(unsafe { many(m.msg_iov, m.iov_count) });
-    let filter = RecvFilter { src: m.addr, tag: m.tag, ignore: m.ignore };
-    do_recv(o, RecvReq { iov, filter, context: m.context as usize, flags: fl, tagged: true })
+    let filter = RecvFilter {
+        src: m.addr,
+        tag: m.tag,
+        ignore: m.ignore,
+    };
+    do_recv(
+        o,
+        RecvReq {
+            iov,
+            filter,
+            context: m.context as usize,
+            flags: fl,
+            tagged: true,
+        },
+    )
 }
 
-unsafe extern "C" fn t_send(ep: Ep, buf: CV, len: usize, _d: V, dest: Addr, tag: u64, ctx: V) -> isize {
+unsafe extern "C" fn t_send(
+    ep: Ep,
+    buf: CV,
+    len: usize,
+    _d: V,
+    dest: Addr,
+    tag: u64,
+    ctx: V,
+) -> isize {
     let o = ep!(ep);
     // SAFETY: the API.
     let iov = unsafe { one(buf, len) };
-    do_send(o, SendReq { iov, dest, tag, data: None, context: ctx as usize, flags: tx_flags(o), tagged: true })
+    do_send(
+        o,
+        SendReq {
+            iov,
+            dest,
+            tag,
+            data: None,
+            context: ctx as usize,
+            flags: tx_flags(o),
+            tagged: true,
+        },
+    )
 }
 
-unsafe extern "C" fn t_sendv(ep: Ep, iov: *const sys::iovec, _d: *mut V, count: usize, dest: Addr, tag: u64, ctx: V) -> isize {
+unsafe extern "C" fn t_sendv(
+    ep: Ep,
+    iov: *const sys::iovec,
+    _d: *mut V,
+    count: usize,
+    dest: Addr,
+    tag: u64,
+    ctx: V,
+) -> isize {
     let o = ep!(ep);
     // SAFETY: the API.
     let iov = iov_or_ret!(unsafe { many(iov, count) });
-    do_send(o, SendReq { iov, dest, tag, data: None, context: ctx as usize, flags: tx_flags(o), tagged: true })
+    do_send(
+        o,
+        SendReq {
+            iov,
+            dest,
+            tag,
+            data: None,
+            context: ctx as usize,
+            flags: tx_flags(o),
+            tagged: true,
+        },
+    )
 }
 
 unsafe extern "C" fn t_sendmsg(ep: Ep, msg: *const sys::fi_msg_tagged, fl: u64) -> isize {
     let o = ep!(ep);
     // SAFETY: the API: a valid message descriptor.
-    let Some(m) = (unsafe { msg.as_ref() }) else { return neg(flags::EINVAL) as isize };
+    let Some(m) = (unsafe { msg.as_ref() }) else {
+        return neg(flags::EINVAL) as isize;
+    };
     // SAFETY: the API.
     let iov = iov_or_ret!(unsafe { many(m.msg_iov, m.iov_count) });
     let data = (fl & flags::REMOTE_CQ_DATA != 0).then_some(m.data);
-    do_send(o, SendReq { iov, dest: m.addr, tag: m.tag, data, context: m.context as usize, flags: fl, tagged: true })
+    do_send(
+        o,
+        SendReq {
+            iov,
+            dest: m.addr,
+            tag: m.tag,
+            data,
+            context: m.context as usize,
+            flags: fl,
+            tagged: true,
+        },
+    )
 }
 
 unsafe extern "C" fn t_inject(ep: Ep, buf: CV, len: usize, dest: Addr, tag: u64) -> isize {
     let o = ep!(ep);
     // SAFETY: the API; copied before this returns.
     let iov = unsafe { one(buf, len) };
-    do_send(o, SendReq { iov, dest, tag, data: None, context: 0, flags: flags::INJECT, tagged: true })
+    do_send(
+        o,
+        SendReq {
+            iov,
+            dest,
+            tag,
+            data: None,
+            context: 0,
+            flags: flags::INJECT,
+            tagged: true,
+        },
+    )
 }
 
-unsafe extern "C" fn t_senddata(ep: Ep, buf: CV, len: usize, _d: V, data: u64, dest: Addr, tag: u64, ctx: V) -> isize {
+unsafe extern "C" fn t_senddata(
+    ep: Ep,
+    buf: CV,
+    len: usize,
+    _d: V,
+    data: u64,
+    dest: Addr,
+    tag: u64,
+    ctx: V,
+) -> isize {
     let o = ep!(ep);
     // SAFETY: the API.
     let iov = unsafe { one(buf, len) };
-    do_send(o, SendReq { iov, dest, tag, data: Some(data), context: ctx as usize, flags: tx_flags(o), tagged: true })
+    do_send(
+        o,
+        SendReq {
+            iov,
+            dest,
+            tag,
+            data: Some(data),
+            context: ctx as usize,
+            flags: tx_flags(o),
+            tagged: true,
+        },
+    )
 }
 
-unsafe extern "C" fn t_injectdata(ep: Ep, buf: CV, len: usize, data: u64, dest: Addr, tag: u64) -> isize {
+unsafe extern "C" fn t_injectdata(
+    ep: Ep,
+    buf: CV,
+    len: usize,
+    data: u64,
+    dest: Addr,
+    tag: u64,
+) -> isize {
     let o = ep!(ep);
     // SAFETY: the API; copied before this returns.
     let iov = unsafe { one(buf, len) };
-    do_send(o, SendReq { iov, dest, tag, data: Some(data), context: 0, flags: flags::INJECT, tagged: true })
+    do_send(
+        o,
+        SendReq {
+            iov,
+            dest,
+            tag,
+            data: Some(data),
+            context: 0,
+            flags: flags::INJECT,
+            tagged: true,
+        },
+    )
 }
 
-unsafe extern "C" fn rma_read(ep: Ep, buf: V, len: usize, _d: V, src: Addr, addr: u64, key: u64, ctx: V) -> isize {
+unsafe extern "C" fn rma_read(
+    ep: Ep,
+    buf: V,
+    len: usize,
+    _d: V,
+    src: Addr,
+    addr: u64,
+    key: u64,
+    ctx: V,
+) -> isize {
     let o = ep!(ep);
     // SAFETY: the API: the buffer is ours until the completion.
     let iov = unsafe { one(buf, len) };
-    do_rma(o, RmaReq { iov, peer: src, addr, key, data: None, context: ctx as usize, flags: tx_flags(o) }, false)
+    do_rma(
+        o,
+        RmaReq {
+            iov,
+            peer: src,
+            addr,
+            key,
+            data: None,
+            context: ctx as usize,
+            flags: tx_flags(o),
+        },
+        false,
+    )
 }
 
-unsafe extern "C" fn rma_readv(ep: Ep, iov: *const sys::iovec, _d: *mut V, count: usize, src: Addr, addr: u64, key: u64, ctx: V) -> isize {
+unsafe extern "C" fn rma_readv(
+    ep: Ep,
+    iov: *const sys::iovec,
+    _d: *mut V,
+    count: usize,
+    src: Addr,
+    addr: u64,
+    key: u64,
+    ctx: V,
+) -> isize {
     let o = ep!(ep);
     // SAFETY: the API.
     let iov = iov_or_ret!(unsafe { many(iov, count) });
-    do_rma(o, RmaReq { iov, peer: src, addr, key, data: None, context: ctx as usize, flags: tx_flags(o) }, false)
+    do_rma(
+        o,
+        RmaReq {
+            iov,
+            peer: src,
+            addr,
+            key,
+            data: None,
+            context: ctx as usize,
+            flags: tx_flags(o),
+        },
+        false,
+    )
 }
 
 /// An RMA message's one remote segment.
@@ -790,59 +1220,190 @@ unsafe fn rma_target(m: &sys::fi_msg_rma) -> Result<(u64, u64), c_int> {
 unsafe extern "C" fn rma_readmsg(ep: Ep, msg: *const sys::fi_msg_rma, fl: u64) -> isize {
     let o = ep!(ep);
     // SAFETY: the API: a valid message descriptor.
-    let Some(m) = (unsafe { msg.as_ref() }) else { return neg(flags::EINVAL) as isize };
+    let Some(m) = (unsafe { msg.as_ref() }) else {
+        return neg(flags::EINVAL) as isize;
+    };
     // SAFETY: the API.
     let (addr, key) = iov_or_ret!(unsafe { rma_target(m) });
     // SAFETY: the API.
     let iov = iov_or_ret!(unsafe { many(m.msg_iov, m.iov_count) });
-    do_rma(o, RmaReq { iov, peer: m.addr, addr, key, data: None, context: m.context as usize, flags: fl }, false)
+    do_rma(
+        o,
+        RmaReq {
+            iov,
+            peer: m.addr,
+            addr,
+            key,
+            data: None,
+            context: m.context as usize,
+            flags: fl,
+        },
+        false,
+    )
 }
 
-unsafe extern "C" fn rma_write(ep: Ep, buf: CV, len: usize, _d: V, dest: Addr, addr: u64, key: u64, ctx: V) -> isize {
+unsafe extern "C" fn rma_write(
+    ep: Ep,
+    buf: CV,
+    len: usize,
+    _d: V,
+    dest: Addr,
+    addr: u64,
+    key: u64,
+    ctx: V,
+) -> isize {
     let o = ep!(ep);
     // SAFETY: the API (the data is copied at post time).
     let iov = unsafe { one(buf, len) };
-    do_rma(o, RmaReq { iov, peer: dest, addr, key, data: None, context: ctx as usize, flags: tx_flags(o) }, true)
+    do_rma(
+        o,
+        RmaReq {
+            iov,
+            peer: dest,
+            addr,
+            key,
+            data: None,
+            context: ctx as usize,
+            flags: tx_flags(o),
+        },
+        true,
+    )
 }
 
-unsafe extern "C" fn rma_writev(ep: Ep, iov: *const sys::iovec, _d: *mut V, count: usize, dest: Addr, addr: u64, key: u64, ctx: V) -> isize {
+unsafe extern "C" fn rma_writev(
+    ep: Ep,
+    iov: *const sys::iovec,
+    _d: *mut V,
+    count: usize,
+    dest: Addr,
+    addr: u64,
+    key: u64,
+    ctx: V,
+) -> isize {
     let o = ep!(ep);
     // SAFETY: the API.
     let iov = iov_or_ret!(unsafe { many(iov, count) });
-    do_rma(o, RmaReq { iov, peer: dest, addr, key, data: None, context: ctx as usize, flags: tx_flags(o) }, true)
+    do_rma(
+        o,
+        RmaReq {
+            iov,
+            peer: dest,
+            addr,
+            key,
+            data: None,
+            context: ctx as usize,
+            flags: tx_flags(o),
+        },
+        true,
+    )
 }
 
 unsafe extern "C" fn rma_writemsg(ep: Ep, msg: *const sys::fi_msg_rma, fl: u64) -> isize {
     let o = ep!(ep);
     // SAFETY: the API: a valid message descriptor.
-    let Some(m) = (unsafe { msg.as_ref() }) else { return neg(flags::EINVAL) as isize };
+    let Some(m) = (unsafe { msg.as_ref() }) else {
+        return neg(flags::EINVAL) as isize;
+    };
     // SAFETY: the API.
     let (addr, key) = iov_or_ret!(unsafe { rma_target(m) });
     // SAFETY: the API.
     let iov = iov_or_ret!(unsafe { many(m.msg_iov, m.iov_count) });
     let data = (fl & flags::REMOTE_CQ_DATA != 0).then_some(m.data);
-    do_rma(o, RmaReq { iov, peer: m.addr, addr, key, data, context: m.context as usize, flags: fl }, true)
+    do_rma(
+        o,
+        RmaReq {
+            iov,
+            peer: m.addr,
+            addr,
+            key,
+            data,
+            context: m.context as usize,
+            flags: fl,
+        },
+        true,
+    )
 }
 
-unsafe extern "C" fn rma_inject(ep: Ep, buf: CV, len: usize, dest: Addr, addr: u64, key: u64) -> isize {
+unsafe extern "C" fn rma_inject(
+    ep: Ep,
+    buf: CV,
+    len: usize,
+    dest: Addr,
+    addr: u64,
+    key: u64,
+) -> isize {
     let o = ep!(ep);
     // SAFETY: the API; copied before this returns.
     let iov = unsafe { one(buf, len) };
-    do_rma(o, RmaReq { iov, peer: dest, addr, key, data: None, context: 0, flags: flags::INJECT }, true)
+    do_rma(
+        o,
+        RmaReq {
+            iov,
+            peer: dest,
+            addr,
+            key,
+            data: None,
+            context: 0,
+            flags: flags::INJECT,
+        },
+        true,
+    )
 }
 
-unsafe extern "C" fn rma_writedata(ep: Ep, buf: CV, len: usize, _d: V, data: u64, dest: Addr, addr: u64, key: u64, ctx: V) -> isize {
+unsafe extern "C" fn rma_writedata(
+    ep: Ep,
+    buf: CV,
+    len: usize,
+    _d: V,
+    data: u64,
+    dest: Addr,
+    addr: u64,
+    key: u64,
+    ctx: V,
+) -> isize {
     let o = ep!(ep);
     // SAFETY: the API.
     let iov = unsafe { one(buf, len) };
-    do_rma(o, RmaReq { iov, peer: dest, addr, key, data: Some(data), context: ctx as usize, flags: tx_flags(o) }, true)
+    do_rma(
+        o,
+        RmaReq {
+            iov,
+            peer: dest,
+            addr,
+            key,
+            data: Some(data),
+            context: ctx as usize,
+            flags: tx_flags(o),
+        },
+        true,
+    )
 }
 
-unsafe extern "C" fn rma_injectdata(ep: Ep, buf: CV, len: usize, data: u64, dest: Addr, addr: u64, key: u64) -> isize {
+unsafe extern "C" fn rma_injectdata(
+    ep: Ep,
+    buf: CV,
+    len: usize,
+    data: u64,
+    dest: Addr,
+    addr: u64,
+    key: u64,
+) -> isize {
     let o = ep!(ep);
     // SAFETY: the API; copied before this returns.
     let iov = unsafe { one(buf, len) };
-    do_rma(o, RmaReq { iov, peer: dest, addr, key, data: Some(data), context: 0, flags: flags::INJECT }, true)
+    do_rma(
+        o,
+        RmaReq {
+            iov,
+            peer: dest,
+            addr,
+            key,
+            data: Some(data),
+            context: 0,
+            flags: flags::INJECT,
+        },
+        true,
+    )
 }
 
 #[allow(dead_code)]

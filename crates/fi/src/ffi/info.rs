@@ -72,10 +72,17 @@ unsafe fn read_hints(h: &sys::fi_info) -> Hints {
 fn resolve(node: Option<&str>, service: Option<&str>) -> Result<Option<EpAddr>, String> {
     let port: u16 = match service {
         None => 0,
-        Some(s) => s.parse().map_err(|_| format!("service \"{s}\" is not a port number"))?,
+        Some(s) => s
+            .parse()
+            .map_err(|_| format!("service \"{s}\" is not a port number"))?,
     };
     let ip = match node {
-        None => return Ok((port != 0).then_some(EpAddr { ip: config().bind_ip, cm_port: port })),
+        None => {
+            return Ok((port != 0).then_some(EpAddr {
+                ip: config().bind_ip,
+                cm_port: port,
+            }));
+        }
         Some(n) => (n, port)
             .to_socket_addrs()
             .map_err(|e| format!("node \"{n}\": {e}"))?
@@ -119,7 +126,11 @@ unsafe fn fill(fi: &mut sys::fi_info, o: &Offer, src: Option<EpAddr>, dest: Opti
     }
     if let Some(a) = dest {
         fi.dest_addr = malloc_addr(a);
-        fi.dest_addrlen = if fi.dest_addr.is_null() { 0 } else { ADDR_BYTES };
+        fi.dest_addrlen = if fi.dest_addr.is_null() {
+            0
+        } else {
+            ADDR_BYTES
+        };
     }
     // SAFETY: the caller's contract: `fi_dupinfo(NULL)` allocated every attribute.
     let (tx, rx, ep, d, f) = unsafe {
@@ -207,7 +218,10 @@ pub(super) unsafe extern "C" fn getinfo(
     });
     // The core asks with "metaroce;ofi_rxm"-style names when it looks for
     // utility layering over this provider: not ours to answer, not a warning.
-    if h.as_ref().and_then(|h| h.prov_name.as_deref()).is_some_and(|n| n.contains(';')) {
+    if h.as_ref()
+        .and_then(|h| h.prov_name.as_deref())
+        .is_some_and(|n| n.contains(';'))
+    {
         log::debug("fi_getinfo: a layered provider name is not metaroce's own");
         return super::neg(flags::ENODATA);
     }
@@ -231,7 +245,9 @@ pub(super) unsafe extern "C" fn getinfo(
     let addr = match resolve(node_s.as_deref(), service_s.as_deref()) {
         Ok(a) => a,
         Err(why) => {
-            log::warn(&format!("fi_getinfo: metaroce cannot use the address: {why}"));
+            log::warn(&format!(
+                "fi_getinfo: metaroce cannot use the address: {why}"
+            ));
             return super::neg(flags::ENODATA);
         }
     };

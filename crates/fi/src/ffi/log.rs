@@ -35,15 +35,27 @@ fn emit(level: sys::fi_log_level, subsys: sys::fi_log_subsys, msg: &str) {
 
 /// Log at `FI_LOG_WARN` (shown by default).
 pub(crate) fn warn(msg: &str) {
-    emit(sys::fi_log_level_FI_LOG_WARN, sys::fi_log_subsys_FI_LOG_CORE, msg);
+    emit(
+        sys::fi_log_level_FI_LOG_WARN,
+        sys::fi_log_subsys_FI_LOG_CORE,
+        msg,
+    );
 }
 
 /// Log at `FI_LOG_INFO`.
 pub(crate) fn info(msg: &str) {
-    emit(sys::fi_log_level_FI_LOG_INFO, sys::fi_log_subsys_FI_LOG_CORE, msg);
+    emit(
+        sys::fi_log_level_FI_LOG_INFO,
+        sys::fi_log_subsys_FI_LOG_CORE,
+        msg,
+    );
 }
 
 /// Log at `FI_LOG_DEBUG`.
 pub(crate) fn debug(msg: &str) {
-    emit(sys::fi_log_level_FI_LOG_DEBUG, sys::fi_log_subsys_FI_LOG_CORE, msg);
+    emit(
+        sys::fi_log_level_FI_LOG_DEBUG,
+        sys::fi_log_subsys_FI_LOG_CORE,
+        msg,
+    );
 }

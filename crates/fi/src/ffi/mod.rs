@@ -23,7 +23,10 @@ mod objects;
     unreachable_pub,
     unused_qualifications,
     clippy::all,
-    clippy::undocumented_unsafe_blocks
+    clippy::use_self,
+    clippy::manual_let_else,
+    clippy::undocumented_unsafe_blocks,
+    unsafe_op_in_unsafe_fn
 )]
 pub(crate) mod sys {
     //! Bindings generated at build time from the system's libfabric headers.
@@ -100,7 +103,11 @@ fn read_param(prov: *const sys::fi_provider, name: &str) -> Option<String> {
     }
     // SAFETY: on success the core gave a NUL-terminated string (the
     // environment's value), valid at least until the next environment change.
-    Some(unsafe { CStr::from_ptr(value) }.to_string_lossy().into_owned())
+    Some(
+        unsafe { CStr::from_ptr(value) }
+            .to_string_lossy()
+            .into_owned(),
+    )
 }
 
 /// The entry point libfabric's core looks up in a DL provider.

@@ -1,10 +1,12 @@
 //! Fabric, domain, event queue, address vector, completion queue,
 //! counter and memory region objects, with their op tables.
 
-use super::{class_of, config, neg, register, sys, unregister, write_cstr};
+use super::{class_of, neg, register, sys, unregister, write_cstr};
 use crate::addr::{ADDR_BYTES, EpAddr};
 use crate::caps;
-use crate::domain::{AvState, CntrState, CqEntry, CqState, DomainShared, EqEvent, EqShared, MrEntry};
+use crate::domain::{
+    AvState, CntrState, CqEntry, CqState, DomainShared, EqEvent, EqShared, MrEntry,
+};
 use crate::ffi::mem::UserRegion;
 use crate::flags;
 use std::ffi::{CString, c_char, c_int, c_void};
@@ -16,7 +18,7 @@ use std::time::{Duration, Instant};
 
 /// A stub for an operation the provider does not implement.
 macro_rules! enosys {
-    ($name:ident ( $($t:ty),* ) -> $ret:ty) => {
+    ($name:ident ( $($t:ty),* $(,)? ) -> $ret:ty) => {
         pub(super) unsafe extern "C" fn $name($(_: $t),*) -> $ret {
             -(sys::FI_ENOSYS as $ret)
         }
@@ -101,8 +103,21 @@ static FABRIC_OPS: sys::fi_ops_fabric = sys::fi_ops_fabric {
     trywait: Some(trywait_enosys),
     domain2: Some(domain2_open),
 };
-enosys!(passive_ep_enosys(*mut sys::fid_fabric, *mut sys::fi_info, *mut *mut sys::fid_pep, *mut c_void) -> c_int);
-enosys!(wait_open_enosys(*mut sys::fid_fabric, *mut sys::fi_wait_attr, *mut *mut sys::fid_wait) -> c_int);
+enosys!(
+    passive_ep_enosys(
+        *mut sys::fid_fabric,
+        *mut sys::fi_info,
+        *mut *mut sys::fid_pep,
+        *mut c_void,
+    ) -> c_int
+);
+enosys!(
+    wait_open_enosys(
+        *mut sys::fid_fabric,
+        *mut sys::fi_wait_attr,
+        *mut *mut sys::fid_wait,
+    ) -> c_int
+);
 enosys!(trywait_enosys(*mut sys::fid_fabric, *mut *mut sys::fid, c_int) -> c_int);
 
 /// The provider's `fabric` entry.
@@ -163,12 +178,54 @@ static MR_OPS: sys::fi_ops_mr = sys::fi_ops_mr {
     regv: Some(mr_regv),
     regattr: Some(mr_regattr),
 };
-enosys!(scalable_ep_enosys(*mut sys::fid_domain, *mut sys::fi_info, *mut *mut sys::fid_ep, *mut c_void) -> c_int);
-enosys!(poll_open_enosys(*mut sys::fid_domain, *mut sys::fi_poll_attr, *mut *mut sys::fid_poll) -> c_int);
-enosys!(stx_ctx_enosys(*mut sys::fid_domain, *mut sys::fi_tx_attr, *mut *mut sys::fid_stx, *mut c_void) -> c_int);
-enosys!(srx_ctx_enosys(*mut sys::fid_domain, *mut sys::fi_rx_attr, *mut *mut sys::fid_ep, *mut c_void) -> c_int);
-enosys!(query_atomic_enosys(*mut sys::fid_domain, sys::fi_datatype, sys::fi_op, *mut sys::fi_atomic_attr, u64) -> c_int);
-enosys!(query_collective_enosys(*mut sys::fid_domain, sys::fi_collective_op, *mut sys::fi_collective_attr, u64) -> c_int);
+enosys!(
+    scalable_ep_enosys(
+        *mut sys::fid_domain,
+        *mut sys::fi_info,
+        *mut *mut sys::fid_ep,
+        *mut c_void,
+    ) -> c_int
+);
+enosys!(
+    poll_open_enosys(
+        *mut sys::fid_domain,
+        *mut sys::fi_poll_attr,
+        *mut *mut sys::fid_poll,
+    ) -> c_int
+);
+enosys!(
+    stx_ctx_enosys(
+        *mut sys::fid_domain,
+        *mut sys::fi_tx_attr,
+        *mut *mut sys::fid_stx,
+        *mut c_void,
+    ) -> c_int
+);
+enosys!(
+    srx_ctx_enosys(
+        *mut sys::fid_domain,
+        *mut sys::fi_rx_attr,
+        *mut *mut sys::fid_ep,
+        *mut c_void,
+    ) -> c_int
+);
+enosys!(
+    query_atomic_enosys(
+        *mut sys::fid_domain,
+        sys::fi_datatype,
+        sys::fi_op,
+        *mut sys::fi_atomic_attr,
+        u64,
+    ) -> c_int
+);
+enosys!(
+    query_collective_enosys(
+        *mut sys::fid_domain,
+        sys::fi_collective_op,
+        *mut sys::fi_collective_attr,
+        u64,
+    ) -> c_int
+);
 
 unsafe extern "C" fn domain2_open(
     fabric: *mut sys::fid_fabric,
@@ -194,7 +251,9 @@ unsafe extern "C" fn domain_open(
         let mr_mode = info
             .as_ref()
             .and_then(|i| i.domain_attr.as_ref())
-            .map_or(flags::MR_PROV_KEY | flags::MR_VIRT_ADDR, |d| d.mr_mode as u32 as u64);
+            .map_or(flags::MR_PROV_KEY | flags::MR_VIRT_ADDR, |d| {
+                d.mr_mode as u32 as u64
+            });
         (api, mr_mode)
     };
     let (prov_keys, virt_addr) = caps::mr_semantics(mr_mode, api);
@@ -204,7 +263,7 @@ unsafe extern "C" fn domain_open(
             ops: (&raw const DOMAIN_OPS).cast_mut(),
             mr: (&raw const MR_OPS).cast_mut(),
         },
-        shared: DomainShared::new(config(), virt_addr, prov_keys),
+        shared: DomainShared::new(virt_addr, prov_keys),
         api_version: api,
     };
     // SAFETY: `dom` is the caller's out pointer.
@@ -256,11 +315,14 @@ unsafe extern "C" fn eq_open(
     context: *mut c_void,
 ) -> c_int {
     // SAFETY: `attr` is null or valid.
-    if let Some(a) = unsafe { attr.as_ref() } {
-        if !matches!(a.wait_obj, sys::fi_wait_obj_FI_WAIT_NONE | sys::fi_wait_obj_FI_WAIT_UNSPEC) {
-            super::log::warn("fi_eq_open: only FI_WAIT_NONE / FI_WAIT_UNSPEC event queues are offered");
-            return neg(flags::ENOSYS);
-        }
+    if let Some(a) = unsafe { attr.as_ref() }
+        && !matches!(
+            a.wait_obj,
+            sys::fi_wait_obj_FI_WAIT_NONE | sys::fi_wait_obj_FI_WAIT_UNSPEC
+        )
+    {
+        super::log::warn("fi_eq_open: only FI_WAIT_NONE / FI_WAIT_UNSPEC event queues are offered");
+        return neg(flags::ENOSYS);
     }
     let obj = EqObj {
         fid: sys::fid_eq {
@@ -279,18 +341,20 @@ unsafe extern "C" fn eq_close(f: *mut sys::fid) -> c_int {
     0
 }
 
-fn eq_take(
-    eq: &EqShared,
-    timeout: Option<Duration>,
-    peek: bool,
-) -> Result<EqEvent, c_int> {
+fn eq_take(eq: &EqShared, timeout: Option<Duration>, peek: bool) -> Result<EqEvent, c_int> {
     let deadline = timeout.map(|t| Instant::now() + t);
-    let mut q = eq.q.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut q =
+        eq.q.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
     loop {
         if !q.errors.is_empty() {
             return Err(neg(flags::EAVAIL));
         }
-        if let Some(ev) = if peek { q.events.front().cloned() } else { q.events.pop_front() } {
+        if let Some(ev) = if peek {
+            q.events.front().cloned()
+        } else {
+            q.events.pop_front()
+        } {
             return Ok(ev);
         }
         let Some(d) = deadline else {
@@ -326,7 +390,13 @@ unsafe fn eq_deliver(ev: EqEvent, event: *mut u32, buf: *mut c_void, len: usize)
     n as isize
 }
 
-unsafe extern "C" fn eq_read(eq: *mut sys::fid_eq, event: *mut u32, buf: *mut c_void, len: usize, fl: u64) -> isize {
+unsafe extern "C" fn eq_read(
+    eq: *mut sys::fid_eq,
+    event: *mut u32,
+    buf: *mut c_void,
+    len: usize,
+    fl: u64,
+) -> isize {
     // SAFETY: called through EQ_OPS: `eq` heads an EqObj.
     let obj = unsafe { &*eq.cast::<EqObj>() };
     match eq_take(&obj.eq, None, fl & flags::PEEK != 0) {
@@ -358,10 +428,18 @@ unsafe extern "C" fn eq_sread(
     }
 }
 
-unsafe extern "C" fn eq_readerr(eq: *mut sys::fid_eq, buf: *mut sys::fi_eq_err_entry, _fl: u64) -> isize {
+unsafe extern "C" fn eq_readerr(
+    eq: *mut sys::fid_eq,
+    buf: *mut sys::fi_eq_err_entry,
+    _fl: u64,
+) -> isize {
     // SAFETY: called through EQ_OPS.
     let obj = unsafe { &*eq.cast::<EqObj>() };
-    let mut q = obj.eq.q.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut q = obj
+        .eq
+        .q
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let Some((fid_, ctx, err, text)) = q.errors.pop_front() else {
         return neg(flags::EAGAIN) as isize;
     };
@@ -380,7 +458,13 @@ unsafe extern "C" fn eq_readerr(eq: *mut sys::fid_eq, buf: *mut sys::fi_eq_err_e
     1
 }
 
-unsafe extern "C" fn eq_write(eq: *mut sys::fid_eq, event: u32, buf: *const c_void, len: usize, _fl: u64) -> isize {
+unsafe extern "C" fn eq_write(
+    eq: *mut sys::fid_eq,
+    event: u32,
+    buf: *const c_void,
+    len: usize,
+    _fl: u64,
+) -> isize {
     // SAFETY: called through EQ_OPS.
     let obj = unsafe { &*eq.cast::<EqObj>() };
     let mut bytes = vec![0u8; len];
@@ -402,7 +486,11 @@ unsafe extern "C" fn eq_strerror(
     let s = format!("metaroce provider error {prov_errno}");
     // SAFETY: the caller's buffer of `len` bytes (or null).
     unsafe { write_cstr(buf, len, &s) };
-    if buf.is_null() { c"metaroce provider error".as_ptr() } else { buf }
+    if buf.is_null() {
+        c"metaroce provider error".as_ptr()
+    } else {
+        buf
+    }
 }
 
 // ------------------------------------------------------------------ AV
@@ -425,7 +513,14 @@ static AV_OPS: sys::fi_ops_av = sys::fi_ops_av {
     straddr: Some(av_straddr),
     av_set: Some(av_set_enosys),
 };
-enosys!(av_set_enosys(*mut sys::fid_av, *mut sys::fi_av_set_attr, *mut *mut sys::fid_av_set, *mut c_void) -> c_int);
+enosys!(
+    av_set_enosys(
+        *mut sys::fid_av,
+        *mut sys::fi_av_set_attr,
+        *mut *mut sys::fid_av_set,
+        *mut c_void,
+    ) -> c_int
+);
 
 unsafe extern "C" fn av_open(
     domain: *mut sys::fid_domain,
@@ -469,10 +564,10 @@ unsafe extern "C" fn av_close(f: *mut sys::fid) -> c_int {
     let mut st = obj.shared.lock();
     st.avs.remove(obj.id);
     for id in st.eps.ids() {
-        if let Some(e) = st.eps.get_mut(id) {
-            if e.av == Some(obj.id) {
-                e.av = None;
-            }
+        if let Some(e) = st.eps.get_mut(id)
+            && e.av == Some(obj.id)
+        {
+            e.av = None;
         }
     }
     0
@@ -524,8 +619,10 @@ unsafe fn av_insert_parsed(
             unsafe { *fi_addr.add(i) = v };
         }
     }
-    if state.event_flag {
-        if let Some(eq) = state.eq.clone() {
+    if state.event_flag
+        && let Some(eq) = state.eq.clone()
+    {
+        {
             let entry = sys::fi_eq_entry {
                 fid: (&raw const obj.fid.fid).cast_mut(),
                 context,
@@ -533,7 +630,10 @@ unsafe fn av_insert_parsed(
             };
             // SAFETY: `fi_eq_entry` is plain data; viewed as its bytes.
             let bytes = unsafe {
-                std::slice::from_raw_parts((&raw const entry).cast::<u8>(), size_of::<sys::fi_eq_entry>())
+                std::slice::from_raw_parts(
+                    (&raw const entry).cast::<u8>(),
+                    size_of::<sys::fi_eq_entry>(),
+                )
             }
             .to_vec();
             eq.push(EqEvent {
@@ -561,7 +661,9 @@ unsafe extern "C" fn av_insert(
         .map(|i| {
             // SAFETY: the API: `addr` holds `count` addresses of the
             // provider's format (16 bytes each).
-            let b = unsafe { std::slice::from_raw_parts(addr.cast::<u8>().add(i * ADDR_BYTES), ADDR_BYTES) };
+            let b = unsafe {
+                std::slice::from_raw_parts(addr.cast::<u8>().add(i * ADDR_BYTES), ADDR_BYTES)
+            };
             EpAddr::from_bytes(b).map_err(|e| e.to_string())
         })
         .collect();
@@ -635,7 +737,12 @@ unsafe extern "C" fn av_insertsym(
     unsafe { av_insert_parsed(av, &addrs, fi_addr, context) }
 }
 
-unsafe extern "C" fn av_remove(av: *mut sys::fid_av, fi_addr: *mut sys::fi_addr_t, count: usize, _fl: u64) -> c_int {
+unsafe extern "C" fn av_remove(
+    av: *mut sys::fid_av,
+    fi_addr: *mut sys::fi_addr_t,
+    count: usize,
+    _fl: u64,
+) -> c_int {
     // SAFETY: called through AV_OPS.
     let obj = unsafe { &*av.cast::<AvObj>() };
     let mut st = obj.shared.lock();
@@ -653,7 +760,12 @@ unsafe extern "C" fn av_remove(av: *mut sys::fid_av, fi_addr: *mut sys::fi_addr_
     rc
 }
 
-unsafe extern "C" fn av_lookup(av: *mut sys::fid_av, fi_addr: sys::fi_addr_t, addr: *mut c_void, addrlen: *mut usize) -> c_int {
+unsafe extern "C" fn av_lookup(
+    av: *mut sys::fid_av,
+    fi_addr: sys::fi_addr_t,
+    addr: *mut c_void,
+    addrlen: *mut usize,
+) -> c_int {
     // SAFETY: called through AV_OPS.
     let obj = unsafe { &*av.cast::<AvObj>() };
     let st = obj.shared.lock();
@@ -672,7 +784,12 @@ unsafe extern "C" fn av_lookup(av: *mut sys::fid_av, fi_addr: sys::fi_addr_t, ad
     0
 }
 
-unsafe extern "C" fn av_straddr(_av: *mut sys::fid_av, addr: *const c_void, buf: *mut c_char, len: *mut usize) -> *const c_char {
+unsafe extern "C" fn av_straddr(
+    _av: *mut sys::fid_av,
+    addr: *const c_void,
+    buf: *mut c_char,
+    len: *mut usize,
+) -> *const c_char {
     // SAFETY: the API: `addr` is one address of the provider's format.
     let b = unsafe { std::slice::from_raw_parts(addr.cast::<u8>(), ADDR_BYTES) };
     let s = match EpAddr::from_bytes(b) {
@@ -722,7 +839,9 @@ unsafe extern "C" fn cq_open(
     if let Some(a) = a {
         if !matches!(
             a.wait_obj,
-            sys::fi_wait_obj_FI_WAIT_NONE | sys::fi_wait_obj_FI_WAIT_UNSPEC | sys::fi_wait_obj_FI_WAIT_YIELD
+            sys::fi_wait_obj_FI_WAIT_NONE
+                | sys::fi_wait_obj_FI_WAIT_UNSPEC
+                | sys::fi_wait_obj_FI_WAIT_YIELD
         ) {
             super::log::warn(&format!(
                 "fi_cq_open: wait object {} is not offered (FI_WAIT_NONE, FI_WAIT_UNSPEC: fi_cq_sread blocks)",
@@ -798,27 +917,35 @@ unsafe fn write_entry(format: u32, buf: *mut c_void, i: usize, e: &CqEntry) {
     // SAFETY: the caller's contract: room for entry `i` of this format.
     unsafe {
         match format {
-            sys::fi_cq_format_FI_CQ_FORMAT_MSG => at.cast::<sys::fi_cq_msg_entry>().write_unaligned(sys::fi_cq_msg_entry {
-                op_context: ctx,
-                flags: e.flags,
-                len: e.len,
-            }),
-            sys::fi_cq_format_FI_CQ_FORMAT_DATA => at.cast::<sys::fi_cq_data_entry>().write_unaligned(sys::fi_cq_data_entry {
-                op_context: ctx,
-                flags: e.flags,
-                len: e.len,
-                buf: e.buf as *mut c_void,
-                data: e.data,
-            }),
-            sys::fi_cq_format_FI_CQ_FORMAT_TAGGED => at.cast::<sys::fi_cq_tagged_entry>().write_unaligned(sys::fi_cq_tagged_entry {
-                op_context: ctx,
-                flags: e.flags,
-                len: e.len,
-                buf: e.buf as *mut c_void,
-                data: e.data,
-                tag: e.tag,
-            }),
-            _ => at.cast::<sys::fi_cq_entry>().write_unaligned(sys::fi_cq_entry { op_context: ctx }),
+            sys::fi_cq_format_FI_CQ_FORMAT_MSG => at
+                .cast::<sys::fi_cq_msg_entry>()
+                .write_unaligned(sys::fi_cq_msg_entry {
+                    op_context: ctx,
+                    flags: e.flags,
+                    len: e.len,
+                }),
+            sys::fi_cq_format_FI_CQ_FORMAT_DATA => at
+                .cast::<sys::fi_cq_data_entry>()
+                .write_unaligned(sys::fi_cq_data_entry {
+                    op_context: ctx,
+                    flags: e.flags,
+                    len: e.len,
+                    buf: e.buf as *mut c_void,
+                    data: e.data,
+                }),
+            sys::fi_cq_format_FI_CQ_FORMAT_TAGGED => at
+                .cast::<sys::fi_cq_tagged_entry>()
+                .write_unaligned(sys::fi_cq_tagged_entry {
+                    op_context: ctx,
+                    flags: e.flags,
+                    len: e.len,
+                    buf: e.buf as *mut c_void,
+                    data: e.data,
+                    tag: e.tag,
+                }),
+            _ => at
+                .cast::<sys::fi_cq_entry>()
+                .write_unaligned(sys::fi_cq_entry { op_context: ctx }),
         }
     }
 }
@@ -827,9 +954,17 @@ unsafe fn write_entry(format: u32, buf: *mut c_void, i: usize, e: &CqEntry) {
 ///
 /// # Safety
 /// `buf` holds `count` entries of the CQ's format; `src` null or `count` addresses.
-unsafe fn cq_read_into(obj: &CqObj, buf: *mut c_void, count: usize, src: *mut sys::fi_addr_t) -> isize {
+unsafe fn cq_read_into(
+    obj: &CqObj,
+    buf: *mut c_void,
+    count: usize,
+    src: *mut sys::fi_addr_t,
+) -> isize {
     let mut st = obj.shared.lock();
-    let needs_progress = st.cqs.get(obj.id).is_some_and(|q| q.entries.is_empty() && q.errors.is_empty());
+    let needs_progress = st
+        .cqs
+        .get(obj.id)
+        .is_some_and(|q| q.entries.is_empty() && q.errors.is_empty());
     if needs_progress {
         st.progress_all();
     }
@@ -870,7 +1005,12 @@ unsafe extern "C" fn cq_read(cq: *mut sys::fid_cq, buf: *mut c_void, count: usiz
     unsafe { cq_read_into(&*cq.cast::<CqObj>(), buf, count, std::ptr::null_mut()) }
 }
 
-unsafe extern "C" fn cq_readfrom(cq: *mut sys::fid_cq, buf: *mut c_void, count: usize, src: *mut sys::fi_addr_t) -> isize {
+unsafe extern "C" fn cq_readfrom(
+    cq: *mut sys::fid_cq,
+    buf: *mut c_void,
+    count: usize,
+    src: *mut sys::fi_addr_t,
+) -> isize {
     // SAFETY: called through CQ_OPS; `buf` and `src` per the API.
     unsafe { cq_read_into(&*cq.cast::<CqObj>(), buf, count, src) }
 }
@@ -906,7 +1046,13 @@ fn timeout_of(ms: c_int) -> Option<Instant> {
 ///
 /// # Safety
 /// As [`cq_read_into`].
-unsafe fn cq_sread_into(obj: &CqObj, buf: *mut c_void, count: usize, src: *mut sys::fi_addr_t, timeout: c_int) -> isize {
+unsafe fn cq_sread_into(
+    obj: &CqObj,
+    buf: *mut c_void,
+    count: usize,
+    src: *mut sys::fi_addr_t,
+    timeout: c_int,
+) -> isize {
     let deadline = timeout_of(timeout);
     loop {
         // SAFETY: the caller's contract.
@@ -914,7 +1060,9 @@ unsafe fn cq_sread_into(obj: &CqObj, buf: *mut c_void, count: usize, src: *mut s
         if r != neg(flags::EAGAIN) as isize {
             return r;
         }
-        let left = deadline.map_or(Duration::from_secs(1), |d| d.saturating_duration_since(Instant::now()));
+        let left = deadline.map_or(Duration::from_secs(1), |d| {
+            d.saturating_duration_since(Instant::now())
+        });
         if left.is_zero() {
             return neg(flags::EAGAIN) as isize;
         }
@@ -922,9 +1070,23 @@ unsafe fn cq_sread_into(obj: &CqObj, buf: *mut c_void, count: usize, src: *mut s
     }
 }
 
-unsafe extern "C" fn cq_sread(cq: *mut sys::fid_cq, buf: *mut c_void, count: usize, _cond: *const c_void, timeout: c_int) -> isize {
+unsafe extern "C" fn cq_sread(
+    cq: *mut sys::fid_cq,
+    buf: *mut c_void,
+    count: usize,
+    _cond: *const c_void,
+    timeout: c_int,
+) -> isize {
     // SAFETY: called through CQ_OPS; `buf` per the API.
-    unsafe { cq_sread_into(&*cq.cast::<CqObj>(), buf, count, std::ptr::null_mut(), timeout) }
+    unsafe {
+        cq_sread_into(
+            &*cq.cast::<CqObj>(),
+            buf,
+            count,
+            std::ptr::null_mut(),
+            timeout,
+        )
+    }
 }
 
 unsafe extern "C" fn cq_sreadfrom(
@@ -943,7 +1105,11 @@ unsafe extern "C" fn cq_signal(_cq: *mut sys::fid_cq) -> c_int {
     0
 }
 
-unsafe extern "C" fn cq_readerr(cq: *mut sys::fid_cq, buf: *mut sys::fi_cq_err_entry, _fl: u64) -> isize {
+unsafe extern "C" fn cq_readerr(
+    cq: *mut sys::fid_cq,
+    buf: *mut sys::fi_cq_err_entry,
+    _fl: u64,
+) -> isize {
     // SAFETY: called through CQ_OPS.
     let obj = unsafe { &*cq.cast::<CqObj>() };
     if buf.is_null() {
@@ -963,7 +1129,11 @@ unsafe extern "C" fn cq_readerr(cq: *mut sys::fid_cq, buf: *mut sys::fi_cq_err_e
     // has `err_data_size` (before, the field is not touched). A user
     // buffer in `err_data` is valid for `err_data_size` bytes (API 1.5).
     unsafe {
-        let user_size = if new_layout { (&raw const (*buf).err_data_size).read() } else { 0 };
+        let user_size = if new_layout {
+            (&raw const (*buf).err_data_size).read()
+        } else {
+            0
+        };
         let user_data = (&raw const (*buf).err_data).read();
         (&raw mut (*buf).op_context).write(e.entry.op_context as *mut c_void);
         (&raw mut (*buf).flags).write(e.entry.flags);
@@ -1006,9 +1176,10 @@ unsafe extern "C" fn cq_strerror(
     let Some(q) = st.cqs.get_mut(obj.id) else {
         return c"metaroce: unknown completion queue".as_ptr();
     };
-    let text = q
-        .text(prov_errno)
-        .map_or_else(|| format!("metaroce provider error {prov_errno}"), |c| c.to_string_lossy().into_owned());
+    let text = q.text(prov_errno).map_or_else(
+        || format!("metaroce provider error {prov_errno}"),
+        |c| c.to_string_lossy().into_owned(),
+    );
     if !buf.is_null() {
         // SAFETY: the caller's buffer of `len` bytes.
         unsafe { write_cstr(buf, len, &text) };
@@ -1047,14 +1218,16 @@ unsafe extern "C" fn cntr_open(
 ) -> c_int {
     // SAFETY: called through DOMAIN_OPS; `attr` per the API.
     let (d, a) = unsafe { (domain_of(domain), attr.as_ref()) };
-    if let Some(a) = a {
-        if !matches!(
+    if let Some(a) = a
+        && !matches!(
             a.wait_obj,
-            sys::fi_wait_obj_FI_WAIT_NONE | sys::fi_wait_obj_FI_WAIT_UNSPEC | sys::fi_wait_obj_FI_WAIT_YIELD
-        ) {
-            super::log::warn("fi_cntr_open: only FI_WAIT_NONE / FI_WAIT_UNSPEC counters are offered");
-            return neg(flags::ENOSYS);
-        }
+            sys::fi_wait_obj_FI_WAIT_NONE
+                | sys::fi_wait_obj_FI_WAIT_UNSPEC
+                | sys::fi_wait_obj_FI_WAIT_YIELD
+        )
+    {
+        super::log::warn("fi_cntr_open: only FI_WAIT_NONE / FI_WAIT_UNSPEC counters are offered");
+        return neg(flags::ENOSYS);
     }
     let id = d.shared.lock().cntrs.insert(CntrState::default());
     let obj = CntrObj {
@@ -1094,7 +1267,11 @@ unsafe extern "C" fn cntr_close(f: *mut sys::fid) -> c_int {
     0
 }
 
-fn with_cntr<R>(c: *mut sys::fid_cntr, progress: bool, f: impl FnOnce(&mut CntrState) -> R) -> Option<R> {
+fn with_cntr<R>(
+    c: *mut sys::fid_cntr,
+    progress: bool,
+    f: impl FnOnce(&mut CntrState) -> R,
+) -> Option<R> {
     // SAFETY: every caller is called through CNTR_OPS: `c` heads a CntrObj.
     let obj = unsafe { &*c.cast::<CntrObj>() };
     let mut st = obj.shared.lock();
@@ -1136,7 +1313,9 @@ unsafe extern "C" fn cntr_wait(c: *mut sys::fid_cntr, threshold: u64, timeout: c
         if e != start_err {
             return neg(flags::EAVAIL);
         }
-        let left = deadline.map_or(Duration::from_secs(1), |d| d.saturating_duration_since(Instant::now()));
+        let left = deadline.map_or(Duration::from_secs(1), |d| {
+            d.saturating_duration_since(Instant::now())
+        });
         if left.is_zero() {
             return neg(flags::ETIMEDOUT);
         }
@@ -1177,7 +1356,8 @@ unsafe extern "C" fn mr_close(f: *mut sys::fid) -> c_int {
     0
 }
 
-/// Register `len` bytes at `base`.
+/// Register `len` bytes at `base` (the arguments of `fi_mr_reg`).
+#[allow(clippy::too_many_arguments)]
 ///
 /// # Safety
 /// `domain` is a DomainObj's fid; `base..base+len` is the application's
@@ -1216,7 +1396,14 @@ unsafe fn mr_register(
     };
     // SAFETY: the caller's contract on the region's memory.
     let region = unsafe { UserRegion::new(base, len) };
-    st.mrs.by_key.insert(key, MrEntry { region, access, offset });
+    st.mrs.by_key.insert(
+        key,
+        MrEntry {
+            region,
+            access,
+            offset,
+        },
+    );
     drop(st);
     let obj = MrObj {
         fid: sys::fid_mr {
@@ -1249,7 +1436,18 @@ unsafe extern "C" fn mr_reg(
     context: *mut c_void,
 ) -> c_int {
     // SAFETY: the API: `buf..buf+len` stays valid until the MR closes.
-    unsafe { mr_register(fid_, buf as usize, len, access, offset, requested_key, mr, context) }
+    unsafe {
+        mr_register(
+            fid_,
+            buf as usize,
+            len,
+            access,
+            offset,
+            requested_key,
+            mr,
+            context,
+        )
+    }
 }
 
 unsafe extern "C" fn mr_regv(
@@ -1269,11 +1467,25 @@ unsafe extern "C" fn mr_regv(
     // SAFETY: the API: one iovec, valid until the MR closes.
     unsafe {
         let v = &*iov;
-        mr_register(fid_, v.iov_base as usize, v.iov_len, access, offset, requested_key, mr, context)
+        mr_register(
+            fid_,
+            v.iov_base as usize,
+            v.iov_len,
+            access,
+            offset,
+            requested_key,
+            mr,
+            context,
+        )
     }
 }
 
-unsafe extern "C" fn mr_regattr(fid_: *mut sys::fid, attr: *const sys::fi_mr_attr, _fl: u64, mr: *mut *mut sys::fid_mr) -> c_int {
+unsafe extern "C" fn mr_regattr(
+    fid_: *mut sys::fid,
+    attr: *const sys::fi_mr_attr,
+    _fl: u64,
+    mr: *mut *mut sys::fid_mr,
+) -> c_int {
     // SAFETY: the API: a valid attribute structure with `iov_count` iovecs.
     unsafe {
         let Some(a) = attr.as_ref() else {
@@ -1287,6 +1499,15 @@ unsafe extern "C" fn mr_regattr(fid_: *mut sys::fid, attr: *const sys::fi_mr_att
             return neg(flags::EINVAL);
         }
         let v = &*a.mr_iov;
-        mr_register(fid_, v.iov_base as usize, v.iov_len, a.access, a.offset, a.requested_key, mr, a.context)
+        mr_register(
+            fid_,
+            v.iov_base as usize,
+            v.iov_len,
+            a.access,
+            a.offset,
+            a.requested_key,
+            mr,
+            a.context,
+        )
     }
 }
