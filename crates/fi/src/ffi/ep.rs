@@ -11,7 +11,7 @@ use crate::domain::DomainShared;
 use crate::endpoint::{ConnectJob, CqBinding, EpState, RecvReq, RmaReq, SendReq};
 use crate::flags;
 use crate::matching::RecvFilter;
-use std::ffi::{c_char, c_int, c_void};
+use std::ffi::{c_int, c_void};
 use std::mem::size_of;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
@@ -1404,10 +1404,4 @@ unsafe extern "C" fn rma_injectdata(
         },
         true,
     )
-}
-
-#[allow(dead_code)]
-fn _assert_sizes() {
-    let _: [(); ADDR_BYTES] = [(); 16];
-    let _ = size_of::<c_char>();
 }
