@@ -9,6 +9,8 @@ fn main() {
     println!("cargo:rerun-if-env-changed=LIBFABRIC_INCLUDE_DIR");
     let include = std::env::var("LIBFABRIC_INCLUDE_DIR").unwrap_or_else(|_| "/usr/include".into());
     let header = Path::new(&include).join("rdma/providers/fi_prov.h");
+    // Rerun when the headers appear, change or go.
+    println!("cargo:rerun-if-changed={}", header.display());
     if !header.exists() {
         panic!(
             "\n\nmetaroce-fi needs libfabric's development headers ({} not found).\n\
