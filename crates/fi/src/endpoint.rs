@@ -782,6 +782,8 @@ impl EpState {
             },
             session_id: ctx.session_id(),
             auth: "none".into(),
+            // The provider runs unauthenticated: no job secret to confirm.
+            key_confirm: None,
         }
     }
 
