@@ -47,7 +47,8 @@ local FLAG_ACK_REQUEST = 0x01
 local FLAG_RETRANSMIT = 0x02
 local FLAG_COMPLETION_PROBE = 0x04
 local FLAG_AUTHENTICATED = 0x08
-local FLAGS_RESERVED = 0xf0
+local FLAG_SENDER_DRAINED = 0x10
+local FLAGS_RESERVED = 0xe0
 
 local packet_types = { [TYPE_DATA] = "Data", [TYPE_ACK] = "Ack" }
 
@@ -93,6 +94,8 @@ local f = {
         nil, FLAG_COMPLETION_PROBE, "Every segment was acknowledged but no completion came"),
     flag_authenticated = ProtoField.bool("metaroce.flags.authenticated", "Authenticated", 8,
         nil, FLAG_AUTHENTICATED, "The packet ends with the authentication trailer, not the ICRC"),
+    flag_sender_drained = ProtoField.bool("metaroce.flags.sender_drained", "Sender drained", 8,
+        nil, FLAG_SENDER_DRAINED, "The sender has no more new data queued toward this device"),
     flag_reserved = ProtoField.uint8("metaroce.flags.reserved", "Reserved", base.HEX, nil, FLAGS_RESERVED),
     path_slot = ProtoField.uint8("metaroce.path_slot", "Path slot", base.DEC),
     path_gen = ProtoField.uint16("metaroce.path_gen", "Path generation", base.DEC),
@@ -307,6 +310,7 @@ local function add_base(tvb, tree)
     flags_item:add(f.flag_retransmit, tvb(2, 1))
     flags_item:add(f.flag_completion_probe, tvb(2, 1))
     flags_item:add(f.flag_authenticated, tvb(2, 1))
+    flags_item:add(f.flag_sender_drained, tvb(2, 1))
     flags_item:add(f.flag_reserved, tvb(2, 1))
     if band(u8(tvb, 2), FLAGS_RESERVED) ~= 0 then
         flags_item:add_proto_expert_info(e.reserved)
@@ -322,6 +326,7 @@ local function flag_text(flags)
     if band(flags, FLAG_RETRANSMIT) ~= 0 then names[#names + 1] = "RT" end
     if band(flags, FLAG_COMPLETION_PROBE) ~= 0 then names[#names + 1] = "CP" end
     if band(flags, FLAG_AUTHENTICATED) ~= 0 then names[#names + 1] = "AU" end
+    if band(flags, FLAG_SENDER_DRAINED) ~= 0 then names[#names + 1] = "SD" end
     if #names == 0 then return "" end
     return " flags=" .. table.concat(names, "|")
 end

@@ -47,6 +47,12 @@ pub struct EndpointConfig {
     pub ack_delay_ns: u64,
     /// Window over which the receiver counts active senders for its rate hint.
     pub rate_hint_epoch_ns: u64,
+    /// Share of its line a receiver grants its senders in all when there
+    /// are several (see `admission.rs`); the rest lets queues drain.
+    pub grant_utilisation: f64,
+    /// A connection idle (nothing in flight) for this many base RTTs starts
+    /// its next message as a new one would, cold (0: never).
+    pub idle_restart_rtts: u64,
     /// Largest message a work request may carry.
     pub max_message_bytes: u32,
     /// Maximum outstanding send work requests per QP.
@@ -110,6 +116,8 @@ impl Default for EndpointConfig {
             ack_every_packets: 4,
             ack_delay_ns: 4_000,
             rate_hint_epoch_ns: 50_000,
+            grant_utilisation: 0.95,
+            idle_restart_rtts: 16,
             max_message_bytes: 1 << 31,
             max_send_wr: 4096,
             max_recv_wr: 4096,
@@ -159,6 +167,14 @@ impl EndpointConfig {
         int_knob!(Self, ack_delay_ns: u64, 1, 1_000_000_000, "...or this long after the first unacknowledged packet"),
         int_knob!(Self, rate_hint_epoch_ns: u64, 1, 1_000_000_000, "window over which a receiver counts active senders for its rate hint"),
         int_knob!(Self, max_peer_paths: usize, 1, 256, "path slots a peer may use toward this endpoint"),
+        crate::real_knob!(
+            Self,
+            grant_utilisation,
+            0.1,
+            1.0,
+            "share of its line a receiver grants its senders in all when there are several"
+        ),
+        int_knob!(Self, idle_restart_rtts: u64, 0, 1_000_000, "base RTTs idle after which a connection starts its next message cold (0: never)"),
     ];
 
     /// Check every field's range; the endpoint refuses a config that fails.

@@ -42,8 +42,14 @@ impl Flags {
     /// (they share a job secret); a receiver that expects authentication
     /// drops packets without it, and one that does not drops packets with it.
     pub const AUTHENTICATED: Self = Self(0x08);
+    /// Data packets: after this packet the sender has no more new data
+    /// queued toward this device. A receiver sharing its link among several
+    /// senders stops counting this one at once, instead of an epoch later,
+    /// so the others' shares rise as soon as it is done. Receivers that
+    /// ignore it only lift those shares later.
+    pub const SENDER_DRAINED: Self = Self(0x10);
     /// Every defined flag bit.
-    pub const KNOWN: Self = Self(0x0f);
+    pub const KNOWN: Self = Self(0x1f);
 
     /// No flag set.
     pub const fn empty() -> Self {

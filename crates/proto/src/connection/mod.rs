@@ -34,6 +34,7 @@ mod responder;
 mod timers;
 mod transmit;
 
+use crate::admission::SenderState;
 use crate::auth::ConnectionAuth;
 use crate::cc::{CcConfig, CcMetrics, CongestionController, new_controller};
 use crate::device_state::DeviceState;
@@ -140,6 +141,15 @@ pub(crate) struct Connection {
     send_queue: VecDeque<MsgRef>,
     retransmit_queue: VecDeque<Resend>,
     inflight_bytes: u64,
+    /// Pacing (while the receiver's grant caps us): no new data packet
+    /// before this time.
+    next_pace_ns: u64,
+    /// A packet was held back by pacing: wake at `next_pace_ns`.
+    pace_blocked: bool,
+    /// When the last data packet went out (idle restart and pacing measure
+    /// from it), and its size on the wire.
+    last_data_sent_ns: u64,
+    last_paced_bytes: u64,
     rr_path: usize,
     ack_rr: usize,
     ack_now: VecDeque<u8>,
@@ -156,8 +166,8 @@ pub(crate) struct Connection {
     timeouts: u32,
     /// Messages parked by an RNR NAK, and when each goes again.
     rnr_timers: Vec<(u64, MsgRef)>,
-    /// The rate-hint epoch this peer was last counted as a sender in.
-    rx_epoch_seen: u64,
+    /// What admission keeps about this peer as a sender to us.
+    admission: SenderState,
     stats: ConnectionStats,
     scratch_segs: Vec<SegRef>,
     /// Keys, packet numbers and the replay window, when the endpoint
@@ -258,6 +268,10 @@ impl Connection {
             send_queue: VecDeque::new(),
             retransmit_queue: VecDeque::new(),
             inflight_bytes: 0,
+            next_pace_ns: 0,
+            pace_blocked: false,
+            last_data_sent_ns: 0,
+            last_paced_bytes: 0,
             rr_path: 0,
             ack_rr: 0,
             ack_now: VecDeque::new(),
@@ -269,7 +283,7 @@ impl Connection {
             last_progress_ns: 0,
             timeouts: 0,
             rnr_timers: Vec::new(),
-            rx_epoch_seen: u64::MAX,
+            admission: SenderState::default(),
             stats: ConnectionStats::default(),
             scratch_segs: Vec::new(),
             auth,
@@ -324,6 +338,19 @@ impl Connection {
     /// Queue a new message for transmission.
     pub(crate) fn enqueue(&mut self, now_ns: u64, dev: &DeviceState, msg: TxMessage) -> MsgRef {
         self.ensure_send_side(dev);
+        let idle_ns = dev
+            .config
+            .idle_restart_rtts
+            .saturating_mul(dev.config.base_rtt_ns);
+        if idle_ns > 0
+            && self.inflight_bytes == 0
+            && self.stats.data_packets_sent > 0
+            && now_ns.saturating_sub(self.last_data_sent_ns) > idle_ns
+        {
+            // Idle long enough that the receiver's last grant says nothing
+            // about now (others may have started toward it meanwhile).
+            self.cc.on_idle_restart(now_ns);
+        }
         if self.msgs.live() == 0 {
             // Work starts: the retry timer measures from here.
             self.last_progress_ns = now_ns;

@@ -62,7 +62,12 @@ impl Connection {
         rx.last_ts = repr.timestamp_ns;
         rx.last_rx_ns = now_ns;
         rx.unacked += 1;
-        dev.rate_hint.note_sender(&mut self.rx_epoch_seen, now_ns);
+        dev.admission.on_data(
+            &mut self.admission,
+            now_ns,
+            repr.timestamp_ns,
+            repr.base.flags.contains(Flags::SENDER_DRAINED),
+        );
 
         // Operation level: runs for duplicates too, so a probe makes the
         // responder repeat its op-ack; placement itself is idempotent.
@@ -197,11 +202,37 @@ impl Connection {
         if lost_bytes > 0 {
             self.cc.on_loss(p, lost_bytes, now_ns);
         }
-        if ack.rate_hint_mbps > 0 {
-            self.cc.on_rate_hint(
-                u64::from(ack.rate_hint_mbps) * 1_000_000,
-                self.conn_rtt.srtt_ns(),
+        // Every ACK carries the receiver's grant, 0 meaning no cap: a cap
+        // set while the receiver briefly had two senders must also be lifted.
+        self.cc.on_rate_hint(
+            u64::from(ack.rate_hint_mbps) * 1_000_000,
+            self.conn_rtt.srtt_ns(),
+            now_ns,
+        );
+        if std::env::var("X_TRACE").ok().as_deref() == Some(&self.peer.to_string())
+            && dev.config.seed
+                == std::env::var("X_TRACESEED")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0)
+        {
+            eprintln!(
+                "T {} p{} acked {} ce {} hint {} W {} infl {} pace {:?} srtt {} sq {} rq {} msgs {} np {} pb {} probes {}",
                 now_ns,
+                p,
+                acked_bytes,
+                ce_delta,
+                ack.rate_hint_mbps,
+                self.cc.connection_window(),
+                self.inflight_bytes,
+                self.cc.pacing_rate_bps(),
+                self.paths[p].rtt.srtt_ns(),
+                self.send_queue.len(),
+                self.retransmit_queue.len(),
+                self.msgs.live(),
+                self.next_pace_ns,
+                self.pace_blocked,
+                self.path_probes.len()
             );
         }
         self.refresh_path_deadline(p, dev);

@@ -29,6 +29,9 @@ impl Connection {
             fold(Some(d));
         }
         fold(self.retry_deadline(dev));
+        if self.pace_blocked {
+            fold(Some(self.next_pace_ns));
+        }
         t
     }
 
@@ -59,6 +62,10 @@ impl Connection {
 
     /// Fire every deadline that has passed.
     pub(crate) fn on_timeout(&mut self, now_ns: u64, dev: &mut DeviceState) {
+        // The pacing clock came round: the endpoint marks us ready.
+        if self.pace_blocked && self.next_pace_ns <= now_ns {
+            self.pace_blocked = false;
+        }
         // Delayed ACKs.
         if self.ack_deadline.is_some_and(|d| d <= now_ns) {
             self.ack_deadline = None;

@@ -60,7 +60,7 @@ impl Connection {
                 continue;
             }
             let bytes = self.wire_bytes(resend.seg);
-            let path = self.choose_path(bytes, resend.lost_on)?;
+            let path = self.choose_path(now_ns, bytes, resend.lost_on)?;
             self.retransmit_queue.pop_front();
             let mut flags = Flags::RETRANSMIT;
             if resend.probe {
@@ -85,7 +85,7 @@ impl Connection {
             };
             let last = seg.seg + 1 == msg.segs;
             let bytes = self.wire_bytes(seg);
-            let path = self.choose_path(bytes, None)?;
+            let path = self.choose_path(now_ns, bytes, None)?;
             let msg = self.msgs.get_mut(r).expect("checked above");
             msg.next_unsent += 1;
             if !msg.has_unsent() {
@@ -94,11 +94,16 @@ impl Connection {
             }
             // The last segment asks for an immediate ACK: completion latency
             // must not wait for the delayed-ACK timer.
-            let flags = if last {
+            let mut flags = if last {
                 Flags::ACK_REQUEST
             } else {
                 Flags::default()
             };
+            if self.send_queue.is_empty() && self.retransmit_queue.is_empty() {
+                // Nothing new after this: the receiver may give our share
+                // of its link to its other senders at once.
+                flags |= Flags::SENDER_DRAINED;
+            }
             self.stats.data_packets_sent += 1;
             self.stats.payload_bytes_sent +=
                 u64::from(self.msgs.get(r).map_or(0, |m| m.seg_range(seg.seg).1));
@@ -114,9 +119,21 @@ impl Connection {
 
     /// Pick a path whose window has room for `bytes`, round robin, avoiding
     /// `avoid` when another path can take the packet.
-    fn choose_path(&mut self, bytes: u64, avoid: Option<u8>) -> Option<usize> {
+    fn choose_path(&mut self, now_ns: u64, bytes: u64, avoid: Option<u8>) -> Option<usize> {
         if self.inflight_bytes > 0 && self.inflight_bytes + bytes > self.cc.connection_window() {
+            // An ACK will wake us, not the pacing clock.
+            self.pace_blocked = false;
             return None;
+        }
+        if let Some(rate) = self.cc.pacing_rate_bps() {
+            // The gap after the last packet at the rate in force now, so a
+            // grant that rises takes effect at once.
+            let gap = self.last_paced_bytes * 8_000_000_000 / rate.max(1);
+            self.next_pace_ns = self.last_data_sent_ns + gap;
+            if now_ns < self.next_pace_ns {
+                self.pace_blocked = true;
+                return None;
+            }
         }
         let n = self.paths.len();
         for pass in 0..2 {
@@ -152,11 +169,18 @@ impl Connection {
         let wire_bytes = payload_len + PACKET_OVERHEAD_BYTES;
         let mss = u64::from(dev.config.mtu_payload_bytes + PACKET_OVERHEAD_BYTES);
         let mut flags = flags;
-        if self.paths[p].inflight_bytes + u64::from(wire_bytes) + mss > self.cc.path_window(p) {
-            // This packet fills the path's window: ask for an ACK now rather
-            // than after the delayed-ACK timer, or the path would idle.
+        if self.paths[p].inflight_bytes + u64::from(wire_bytes) + mss > self.cc.path_window(p)
+            || self.inflight_bytes + u64::from(wire_bytes) + mss > self.cc.connection_window()
+        {
+            // This packet fills the path's or the connection's window: ask
+            // for an ACK now rather than after the delayed-ACK timer, or
+            // the sender would idle (a lone packet on a path never fills
+            // the receiver's count of packets per ACK).
             flags |= Flags::ACK_REQUEST;
         }
+        self.last_paced_bytes = u64::from(wire_bytes);
+        self.pace_blocked = false;
+        self.last_data_sent_ns = now_ns;
         let flags = self.base_flags(flags);
         let path = &mut self.paths[p];
         path.trim_front();
@@ -253,7 +277,7 @@ impl Connection {
         slot: u8,
         out: &mut Out<'_>,
     ) -> Transmit {
-        let rate_hint_mbps = dev.rate_hint.share_mbps();
+        let rate_hint_mbps = dev.admission.grant_mbps(&mut self.admission, now_ns);
         let flags = self.base_flags(Flags::default());
         let rx = self.rx_paths[slot as usize]
             .as_mut()
