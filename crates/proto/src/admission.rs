@@ -328,8 +328,9 @@ impl Admission {
         };
         let total = self.line_mbps * self.utilisation_permille / 1000 * qf / 1000;
         let current = self.active[i as usize].map_or(0, |a| a.grant_mbps);
-        let grant = if n == 1 && self.pending_mbps == 0 {
-            // Alone, nothing still in flight from others: the whole link.
+        let grant = if n == 1 {
+            // Alone: the whole link (what others still have in flight is
+            // at most the tail of their last window).
             self.line_mbps
         } else {
             let fair = (total / n).max(1);

@@ -112,7 +112,7 @@ impl Default for EndpointConfig {
             retry_cnt: 7,
             rnr_retry: 7,
             min_rnr_timer_ns: 10_000,
-            path_retire_after_rtos: 1,
+            path_retire_after_rtos: 2,
             ack_every_packets: 4,
             ack_delay_ns: 4_000,
             rate_hint_epoch_ns: 50_000,

@@ -990,6 +990,12 @@ impl Endpoint {
         })
     }
 
+    /// Bytes the receiver's admission state holds (one entry per sender
+    /// heard from recently; counted apart from the connections).
+    pub fn admission_memory_bytes(&self) -> usize {
+        self.dev.admission.memory_bytes()
+    }
+
     /// Bytes a QP holds.
     pub fn qp_memory_bytes(&self, qp: QpHandle) -> Option<usize> {
         self.qp(qp).map(|q| {

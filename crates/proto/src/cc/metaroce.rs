@@ -260,6 +260,10 @@ struct PathState {
     probation: bool,
     /// When the path last reported CE marks.
     last_ce_ns: MaybeNs,
+    /// Its window before the last RTO, and what the connection gave up
+    /// with it: what undoing a spurious RTO restores.
+    pre_rto_window: u64,
+    rto_given_up: u64,
 }
 
 /// The MetaRoCE congestion controller. See the module documentation.
@@ -380,6 +384,8 @@ impl MetaRoceCc {
             srtt_ns: ns_u32(srtt_ns),
             probation,
             last_ce_ns: MaybeNs::NONE,
+            pre_rto_window: 0,
+            rto_given_up: 0,
         }
     }
 
@@ -581,8 +587,11 @@ impl CongestionController for MetaRoceCc {
         p.obs_start_ns = MaybeNs::NONE;
         p.obs_acked = 0;
         p.obs_ce = 0;
+        let before = self.paths[path].window;
         let given_up = self.set_path_window(path, self.mss);
         self.shrink_connection(given_up);
+        self.paths[path].pre_rto_window = before;
+        self.paths[path].rto_given_up = given_up;
         self.rto_reductions = self.rto_reductions.saturating_add(1);
     }
 
@@ -653,6 +662,27 @@ impl CongestionController for MetaRoceCc {
 
     fn path_window(&self, path: PathSlot) -> u64 {
         self.paths.get(path).map_or(self.mss, |p| p.window)
+    }
+
+    fn on_spurious_rto(&mut self, path: PathSlot, _now_ns: u64) {
+        if path >= self.paths.len() {
+            return;
+        }
+        let (window, given_up) = (
+            self.paths[path].pre_rto_window,
+            self.paths[path].rto_given_up,
+        );
+        if window == 0 {
+            return;
+        }
+        self.paths[path].probation = false;
+        self.paths[path].pre_rto_window = 0;
+        self.paths[path].rto_given_up = 0;
+        self.set_path_window(path, window);
+        self.conn_window = self
+            .conn_window
+            .saturating_add(given_up)
+            .min(self.conn_upper());
     }
 
     fn pacing_rate_bps(&self) -> Option<u64> {

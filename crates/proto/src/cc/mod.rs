@@ -96,6 +96,11 @@ pub trait CongestionController: std::fmt::Debug + Send {
     fn on_path_replaced(&mut self, path: PathSlot, now_ns: u64);
     /// Current window of `path` in bytes (always >= one MSS).
     fn path_window(&self, path: PathSlot) -> u64;
+    /// An RTO on `path` proved spurious (a packet it gave up on arrived):
+    /// undo its cut.
+    fn on_spurious_rto(&mut self, path: PathSlot, now_ns: u64) {
+        let _ = (path, now_ns);
+    }
     /// The rate to pace new packets at, if any (the receiver's grant).
     fn pacing_rate_bps(&self) -> Option<u64> {
         None

@@ -114,6 +114,16 @@ pub struct ConnectionStats {
     pub retry_timeouts: u64,
     /// Paths retired and replaced.
     pub paths_replaced: u64,
+    /// Paths retired because they proved dead (an unanswered probe, losses
+    /// in a row) while others delivered, without waiting for an RTO.
+    pub path_failovers: u64,
+    /// RTOs proved spurious afterwards (the packets were late, not lost),
+    /// and their window cut undone.
+    pub spurious_rtos: u64,
+    /// Unanswered probes on a silent connection: the path's packets went
+    /// again elsewhere (an RTO's work at the probe's timescale, without
+    /// its window cut).
+    pub probe_timeouts: u64,
     /// RNR NAKs received.
     pub rnr_naks: u64,
     /// Data packets received that had arrived before (the peer resent
@@ -151,9 +161,10 @@ pub(crate) struct Connection {
     last_data_sent_ns: u64,
     last_paced_bytes: u64,
     rr_path: usize,
-    ack_rr: usize,
     ack_now: VecDeque<u8>,
-    path_probes: VecDeque<usize>,
+    /// Probes to send: on which path, and for a suspect path the segment
+    /// to carry (its own were resent elsewhere).
+    path_probes: VecDeque<(usize, Option<SegRef>)>,
     ack_deadline: Option<u64>,
     /// Local QPs (by slot) whose op-ack the next ACKs must carry.
     dirty_qps: VecDeque<u32>,
@@ -170,6 +181,9 @@ pub(crate) struct Connection {
     admission: SenderState,
     stats: ConnectionStats,
     scratch_segs: Vec<SegRef>,
+    /// Source ports of recently retired paths, avoided by replacements.
+    bad_ports: [u16; 8],
+    bad_port_next: usize,
     /// Keys, packet numbers and the replay window, when the endpoint
     /// authenticates packets. Boxed: 1.6 KiB of keys and replay window
     /// would otherwise sit in every connection of an unauthenticated
@@ -273,7 +287,6 @@ impl Connection {
             last_data_sent_ns: 0,
             last_paced_bytes: 0,
             rr_path: 0,
-            ack_rr: 0,
             ack_now: VecDeque::new(),
             path_probes: VecDeque::new(),
             ack_deadline: None,
@@ -286,6 +299,8 @@ impl Connection {
             admission: SenderState::default(),
             stats: ConnectionStats::default(),
             scratch_segs: Vec::new(),
+            bad_ports: [0; 8],
+            bad_port_next: 0,
             auth,
         }
     }

@@ -24,25 +24,30 @@ impl Connection {
         if let Some(slot) = self.ack_now.pop_front() {
             return Some(self.emit_ack(now_ns, dev, slot, out));
         }
-        while let Some(p) = self.path_probes.pop_front() {
+        while let Some((p, carry)) = self.path_probes.pop_front() {
             // Tail-loss probe: resend the path's newest outstanding segment on
             // that same path, past its window, asking for an ACK. If the data
             // arrived and only the ACK was lost, the ACK covers everything; if
-            // the data was lost, the probe's PSN exposes the gap.
-            let Some(seg) = self.paths[p]
+            // the data was lost, the probe's PSN exposes the gap. A suspect
+            // path's probe carries a copy of a segment already resent
+            // elsewhere: only its answer matters.
+            let live = |s: &SegRef| {
+                self.msgs
+                    .get(s.msg)
+                    .is_some_and(|m| m.attempt == s.attempt && !m.rnr_wait)
+            };
+            let own = self.paths[p]
                 .inflight
                 .iter()
                 .rev()
                 .filter(|s| s.state() == SentState::Outstanding)
                 .map(SentPacket::seg)
-                .find(|s| {
-                    self.msgs
-                        .get(s.msg)
-                        .is_some_and(|m| m.attempt == s.attempt && !m.rnr_wait)
-                })
-            else {
+                .find(|s| live(s));
+            let Some(seg) = own.or(carry.filter(|s| live(s))) else {
+                self.paths[p].probe_sent_ns = MaybeNs::NONE;
                 continue;
             };
+            self.paths[p].probe_sent_ns = MaybeNs::some(now_ns);
             self.stats.data_packets_retransmitted += 1;
             dev.stats.data_packets_retransmitted += 1;
             dev.stats.tail_probes += 1;
@@ -143,6 +148,11 @@ impl Connection {
                     continue;
                 }
                 let path = &self.paths[p];
+                if n > 1 && (path.silent_rounds > 0 || (path.unproven && path.inflight_bytes > 0)) {
+                    // Suspect (its probe is out), or a replacement whose one
+                    // packet is still unanswered: new data goes elsewhere.
+                    continue;
+                }
                 let psn_room = path.psn_span() < PATH_PSN_WINDOW;
                 let window_room = path.inflight_bytes == 0
                     || path.inflight_bytes + bytes <= self.cc.path_window(p);
@@ -255,6 +265,7 @@ impl Connection {
             u16::try_from(wire_bytes).unwrap_or(u16::MAX),
         ));
         path.last_sent_ns = now_ns;
+        path.last_sent_ack_request = flags.contains(Flags::ACK_REQUEST);
         path.inflight_bytes += u64::from(wire_bytes);
         path.stats.packets_sent += 1;
         self.inflight_bytes += u64::from(wire_bytes);
@@ -282,6 +293,7 @@ impl Connection {
         let rx = self.rx_paths[slot as usize]
             .as_mut()
             .expect("ACKs are queued for known paths");
+        let rx_generation = rx.generation;
         rx.ack_queued = false;
         rx.ack_deadline = MaybeNs::NONE;
         rx.unacked = 0;
@@ -329,11 +341,12 @@ impl Connection {
         };
         self.stats.acks_sent += 1;
         dev.stats.ack_packets_sent += 1;
-        // ACKs are sprayed over our own paths, round robin: one bad reverse
-        // route then costs each data path only a fraction of its ACKs, which
-        // the next (cumulative) ACK makes good.
-        self.ack_rr = (self.ack_rr + 1) % dev.config.paths_per_connection.max(1);
-        let src_port = self.path_port(self.ack_rr, dev);
+        // The ACKs of the peer's path (slot, generation) all take one
+        // reverse route, chosen by the pair: if that route dies, the peer
+        // sees its path go silent, retires it, and the new generation moves
+        // the ACKs to a new reverse route too. (Spraying ACKs over every
+        // route instead would keep feeding a dead one for ever.)
+        let src_port = ack_port(dev, slot, rx_generation);
         Transmit {
             dst: self.peer,
             src_port,
@@ -342,6 +355,14 @@ impl Connection {
             kind: PacketKind::Ack,
         }
     }
+}
+
+/// The source port the ACKs of the peer's path `(slot, generation)` leave
+/// from: one of our path ports, spread by slot, moved by every generation.
+fn ack_port(dev: &DeviceState, slot: u8, generation: u16) -> u16 {
+    let span = u32::from(dev.config.path_port_span.max(1));
+    let k = (u32::from(slot) + u32::from(generation).wrapping_mul(37)) % span;
+    dev.config.device_port + 1 + k as u16
 }
 
 /// Finish a datagram whose headers end at `header_len`: ICRC, or the
