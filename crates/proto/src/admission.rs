@@ -384,10 +384,10 @@ mod tests {
         // x is cut to its share, y gets its own from its next ACK on.
         assert_eq!(a.grant_mbps(&mut x, 300), 50_000);
         assert_eq!(a.grant_mbps(&mut y, 400), 50_000);
-        // x is done: y alone gets the link back an RTT later.
+        // x says it is drained (its last packet): y alone gets the whole
+        // link back at once, not after x falls silent for an epoch.
         a.on_data(&mut x, 20_000, 20_000, true);
-        assert_eq!(a.grant_mbps(&mut y, 20_001), 50_000);
-        assert_eq!(a.grant_mbps(&mut y, 20_000 + RTT + 1), 0);
+        assert_eq!(a.grant_mbps(&mut y, 20_001), 0);
     }
 
     #[test]

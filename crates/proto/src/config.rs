@@ -45,6 +45,12 @@ pub struct EndpointConfig {
     pub ack_every_packets: u32,
     /// ...or this long after the first unacknowledged packet, whichever is first.
     pub ack_delay_ns: u64,
+    /// For how long after a receive path last showed a hole or a duplicate
+    /// (packets, or our ACKs, lost on the way) every ACK is sent twice.
+    /// `0`: never. Default 1 ms: a few hundred RTTs of a datacenter, long
+    /// enough to span a lossy stretch, short enough that a clean fabric
+    /// stops paying at once.
+    pub ack_copy_horizon_ns: u64,
     /// Window over which the receiver counts active senders for its rate hint.
     pub rate_hint_epoch_ns: u64,
     /// Share of its line a receiver grants its senders in all when there
@@ -115,6 +121,7 @@ impl Default for EndpointConfig {
             path_retire_after_rtos: 2,
             ack_every_packets: 4,
             ack_delay_ns: 4_000,
+            ack_copy_horizon_ns: 1_000_000,
             rate_hint_epoch_ns: 50_000,
             grant_utilisation: 0.95,
             idle_restart_rtts: 16,
@@ -165,6 +172,7 @@ impl EndpointConfig {
         int_knob!(Self, path_retire_after_rtos: u32, 1, 64, "consecutive timeouts after which a path is retired and replaced"),
         int_knob!(Self, ack_every_packets: u32, 1, 255, "the receiver acknowledges at least every this many packets per path"),
         int_knob!(Self, ack_delay_ns: u64, 1, 1_000_000_000, "...or this long after the first unacknowledged packet"),
+        int_knob!(Self, ack_copy_horizon_ns: u64, 0, 1_000_000_000, "every ACK goes twice for this long after a hole or a duplicate (0: never), ns"),
         int_knob!(Self, rate_hint_epoch_ns: u64, 1, 1_000_000_000, "window over which a receiver counts active senders for its rate hint"),
         int_knob!(Self, max_peer_paths: usize, 1, 256, "path slots a peer may use toward this endpoint"),
         crate::real_knob!(

@@ -341,10 +341,11 @@ fn sessions_are_required_and_fixed_per_connection() {
 
 #[test]
 fn authenticated_transmits_are_whole_and_fit_the_buffer() {
-    let mut p = pair(
-        config(1, auth(A_IP, SECRET, false)),
-        config(2, auth(B_IP, SECRET, false)),
-    );
+    // A full window from the start (no cold start): all eight packets go
+    // out before any ACK.
+    let mut a_cfg = config(1, auth(A_IP, SECRET, false));
+    a_cfg.cc_params.initial_window_mss = 0;
+    let mut p = pair(a_cfg, config(2, auth(B_IP, SECRET, false)));
     let plain = Endpoint::new(config(9, None)).unwrap();
     assert_eq!(
         p.net.a.max_datagram_len(),

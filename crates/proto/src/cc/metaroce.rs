@@ -742,9 +742,18 @@ mod tests {
         }
     }
 
+    /// The defaults, but starting at a full BDP (no cold start): most tests
+    /// here are about the window's dynamics once the receiver has spoken.
+    fn warm() -> MetaRoceParams {
+        MetaRoceParams {
+            initial_window_mss: 0,
+            ..MetaRoceParams::default()
+        }
+    }
+
     /// 400 Gb/s x 10 us = 500 000 B BDP; 16 paths of 31 250 B.
     fn cc400() -> MetaRoceCc {
-        MetaRoceCc::new(cfg(400_000_000_000, 16), MetaRoceParams::default())
+        MetaRoceCc::new(cfg(400_000_000_000, 16), warm())
     }
 
     fn ack(now_ns: u64, packets: u32, ce: u32, inflight: u64) -> AckSample {
@@ -794,7 +803,7 @@ mod tests {
             assert_eq!(cc.path_window(p), 31_250);
         }
         // 100 Gb/s: BDP/16 = 7 812 B < 2 MSS, so each path gets the 2-MSS floor.
-        let cc = MetaRoceCc::new(cfg(100_000_000_000, 16), MetaRoceParams::default());
+        let cc = MetaRoceCc::new(cfg(100_000_000_000, 16), warm());
         assert_eq!(cc.connection_window(), 125_000);
         for p in 0..16 {
             assert_eq!(cc.path_window(p), 2 * MSS);
@@ -802,7 +811,7 @@ mod tests {
         // Per-path cap applies.
         let mut c = cfg(400_000_000_000, 1);
         c.max_path_window_bytes = 64 * MSS;
-        let cc = MetaRoceCc::new(c, MetaRoceParams::default());
+        let cc = MetaRoceCc::new(c, warm());
         assert_eq!(cc.connection_window(), 500_000);
         assert_eq!(cc.path_window(0), 64 * MSS);
         check_invariants(&cc);
@@ -810,11 +819,7 @@ mod tests {
 
     #[test]
     fn factory_builds_metaroce() {
-        let cc = new_controller(
-            CcAlgorithm::default(),
-            &cfg(400_000_000_000, 16),
-            &MetaRoceParams::default(),
-        );
+        let cc = new_controller(CcAlgorithm::default(), &cfg(400_000_000_000, 16), &warm());
         assert_eq!(cc.name(), "metaroce");
         assert_eq!(cc.connection_window(), 500_000);
         assert_eq!(cc.path_window(3), 31_250);
@@ -874,7 +879,7 @@ mod tests {
             cfg(400_000_000_000, 1),
             MetaRoceParams {
                 initial_alpha: 0.0,
-                ..MetaRoceParams::default()
+                ..warm()
             },
         );
         // Half of the packets marked, many RTTs: alpha -> 0.5.
@@ -891,7 +896,7 @@ mod tests {
             cfg(400_000_000_000, 1),
             MetaRoceParams {
                 initial_alpha: 0.25,
-                ..MetaRoceParams::default()
+                ..warm()
             },
         );
         let w = cc.path_window(0);
@@ -971,7 +976,7 @@ mod tests {
     #[test]
     fn rate_hint_caps_within_one_call_and_lifts() {
         let mut cc = cc400();
-        let headroom = 2 * MSS;
+        let headroom = cc.params.rate_cap_headroom_mss * MSS;
         // Incast: the receiver gives this sender 1/20 of 400 Gb/s.
         cc.on_rate_hint(20_000_000_000, RTT, 0);
         let cap = 20_000_000_000 * RTT / 8_000_000_000 + headroom;
@@ -1003,8 +1008,52 @@ mod tests {
     }
 
     #[test]
-    fn loss_halves_once_per_rtt_and_rto_sets_one_mss() {
+    fn a_cold_connection_starts_small_and_the_first_grant_sets_its_window() {
+        let cold = || MetaRoceCc::new(cfg(400_000_000_000, 16), MetaRoceParams::default());
+        let mut cc = cold();
+        let initial = MetaRoceParams::default().initial_window_mss * cc.mss;
+        assert_eq!(cc.connection_window(), initial);
+        // An idle receiver (no cap): a full BDP at once, no slow start.
+        cc.on_rate_hint(0, RTT, 0);
+        assert_eq!(cc.connection_window(), 500_000);
+        check_invariants(&cc);
+        // A busy one names our share: a quarter of the line, a quarter BDP.
+        let mut cc = cold();
+        cc.on_rate_hint(100_000_000_000, RTT, 0);
+        assert_eq!(cc.connection_window(), 125_000);
+        check_invariants(&cc);
+        // Idle long enough that the grant is stale: cold again.
+        cc.on_idle_restart(100 * RTT);
+        assert_eq!(cc.connection_window(), initial);
+    }
+
+    #[test]
+    fn a_loss_without_recent_ecn_is_not_congestion() {
+        // By default a loss cuts only a path that saw ECN marks lately: on a
+        // lossy fabric most losses are corruption or a failed link, and
+        // halving for each would starve a lossy connection for nothing.
         let mut cc = cc400();
+        cc.on_loss(2, 4096, 1_000);
+        assert_eq!(cc.path_window(2), 31_250);
+        assert_eq!(cc.metrics().loss_reductions, 0);
+        // With a mark just before, the same loss halves the (already cut)
+        // path once more.
+        cc.on_ack(2, &ack(2_000, 1, 1, 31_250));
+        let w = cc.path_window(2);
+        cc.on_loss(2, 4096, 2_000 + RTT);
+        assert_eq!(cc.path_window(2), w / 2);
+        assert_eq!(cc.metrics().loss_reductions, 1);
+    }
+
+    #[test]
+    fn loss_halves_once_per_rtt_and_rto_sets_one_mss() {
+        let mut cc = MetaRoceCc::new(
+            cfg(400_000_000_000, 16),
+            MetaRoceParams {
+                loss_needs_ecn_rtts: 0.0,
+                ..warm()
+            },
+        );
         let conn0 = cc.connection_window();
         cc.on_loss(2, 4096, 1_000);
         assert_eq!(cc.path_window(2), 15_625);
@@ -1124,7 +1173,7 @@ mod tests {
             loss_needs_ecn_rtts: f64::NAN,
         };
         for c in weird {
-            for p in [MetaRoceParams::default(), params] {
+            for p in [warm(), params] {
                 let mut cc = MetaRoceCc::new(c, p);
                 check_invariants(&cc);
                 random_events(&mut cc, 0x5eed, 2_000);
@@ -1223,7 +1272,7 @@ mod tests {
     fn never_stalls_under_random_events() {
         for seed in 0..64u64 {
             let paths = [1usize, 2, 16, 256][(seed % 4) as usize];
-            let mut cc = MetaRoceCc::new(cfg(400_000_000_000, paths), MetaRoceParams::default());
+            let mut cc = MetaRoceCc::new(cfg(400_000_000_000, paths), warm());
             random_events(
                 &mut cc,
                 seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0xdead_beef,
@@ -1250,7 +1299,7 @@ mod tests {
     /// one base RTT after the queue state that caused them. Packets are sent
     /// round-robin over the paths within both windows, as the owner does.
     fn fluid_sim(line: u64, n: usize, k: f64, rtts: u64) -> SimStats {
-        let mut cc = MetaRoceCc::new(cfg(line, n), MetaRoceParams::default());
+        let mut cc = MetaRoceCc::new(cfg(line, n), warm());
         let c = line as f64 / 8e9; // bytes per ns
         let bdp = c * RTT as f64;
         let steps_per_rtt = 20u64;

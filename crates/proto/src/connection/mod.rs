@@ -44,7 +44,7 @@ use crate::path::{PathStats, SentPacket, TxPath, initial_psn};
 use crate::qp::Qp;
 use crate::rtt::RttEstimator;
 use crate::sack::SackBitmap;
-use metaroce_wire::Flags;
+use metaroce_wire::{AckRepr, Flags};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 
@@ -162,6 +162,10 @@ pub(crate) struct Connection {
     last_paced_bytes: u64,
     rr_path: usize,
     ack_now: VecDeque<u8>,
+    /// Second copies of ACKs just sent, while the connection is lossy.
+    ack_copies: VecDeque<(AckRepr, u16)>,
+    /// When a hole or a duplicate last showed on a receive path (0: never).
+    rx_loss_seen_ns: u64,
     /// Probes to send: on which path, and for a suspect path the segment
     /// to carry (its own were resent elsewhere).
     path_probes: VecDeque<(usize, Option<SegRef>)>,
@@ -288,6 +292,8 @@ impl Connection {
             last_paced_bytes: 0,
             rr_path: 0,
             ack_now: VecDeque::new(),
+            ack_copies: VecDeque::new(),
+            rx_loss_seen_ns: 0,
             path_probes: VecDeque::new(),
             ack_deadline: None,
             dirty_qps: VecDeque::new(),
@@ -328,6 +334,7 @@ impl Connection {
             + self.send_queue.capacity() * size_of::<MsgRef>()
             + self.retransmit_queue.capacity() * size_of::<Resend>()
             + self.ack_now.capacity()
+            + self.ack_copies.capacity() * size_of::<(AckRepr, u16)>()
             + self.dirty_qps.capacity() * 4
             + self.qps.capacity() * 4
             + self.msgs.memory_bytes()
@@ -343,6 +350,7 @@ impl Connection {
     /// Whether anything waits to be sent.
     pub(crate) fn has_pending_output(&self) -> bool {
         !self.ack_now.is_empty()
+            || !self.ack_copies.is_empty()
             || !self.path_probes.is_empty()
             || !self.retransmit_queue.is_empty()
             || !self.send_queue.is_empty()

@@ -55,6 +55,11 @@ impl Connection {
             dev.stats.rx_out_of_window += 1;
             return;
         }
+        if outcome != RxOutcome::InOrder {
+            // A hole (packets lost on the way) or a resend of what we had
+            // (an ACK of ours lost on the way back): the route is lossy.
+            self.rx_loss_seen_ns = now_ns.max(1);
+        }
         if outcome == RxOutcome::Duplicate {
             dev.stats.rx_duplicates += 1;
             self.stats.duplicates_received += 1;

@@ -24,6 +24,9 @@ impl Connection {
         if let Some(slot) = self.ack_now.pop_front() {
             return Some(self.emit_ack(now_ns, dev, slot, out));
         }
+        if let Some((ack, src_port)) = self.ack_copies.pop_front() {
+            return Some(self.put_ack(dev, ack, src_port, out));
+        }
         while let Some((p, carry)) = self.path_probes.pop_front() {
             // Tail-loss probe: resend the path's newest outstanding segment on
             // that same path, past its window, asking for an ACK. If the data
@@ -324,6 +327,36 @@ impl Connection {
             qp.rx_rnr = None;
             self.dirty_qps.pop_front();
         }
+        // The ACKs of the peer's path (slot, generation) all take one
+        // reverse route, chosen by the pair: if that route dies, the peer
+        // sees its path go silent, retires it, and the new generation moves
+        // the ACKs to a new reverse route too. (Spraying ACKs over every
+        // route instead would keep feeding a dead one for ever.)
+        let src_port = ack_port(dev, slot, rx_generation);
+        if self.rx_loss_seen_ns != 0
+            && now_ns.saturating_sub(self.rx_loss_seen_ns) < dev.config.ack_copy_horizon_ns
+            && self.ack_copies.len() < usize::from(self.paths.len().max(1) as u8)
+        {
+            // This connection's packets are being lost on the way to us
+            // (holes in a path's PSNs, or resends we already had): ACKs are
+            // lost on the way back as often. A lost ACK stalls a window-
+            // limited path until its probe timeout, two RTTs or more, so
+            // each ACK goes twice, back to back on the same route: both are
+            // lost only with the square of the loss rate, for an ACK's
+            // worth of reverse bandwidth (1.5 % of a data packet's).
+            self.ack_copies.push_back((ack.clone(), src_port));
+        }
+        self.put_ack(dev, ack, src_port, out)
+    }
+
+    /// Emit a built ACK into `out`.
+    fn put_ack(
+        &mut self,
+        dev: &mut DeviceState,
+        ack: AckRepr,
+        src_port: u16,
+        out: &mut Out<'_>,
+    ) -> Transmit {
         let len = match out {
             Out::Bytes(buf) | Out::Gather(buf, _) => {
                 let len = wire::emit_ack(&ack, buf);
@@ -341,12 +374,6 @@ impl Connection {
         };
         self.stats.acks_sent += 1;
         dev.stats.ack_packets_sent += 1;
-        // The ACKs of the peer's path (slot, generation) all take one
-        // reverse route, chosen by the pair: if that route dies, the peer
-        // sees its path go silent, retires it, and the new generation moves
-        // the ACKs to a new reverse route too. (Spraying ACKs over every
-        // route instead would keep feeding a dead one for ever.)
-        let src_port = ack_port(dev, slot, rx_generation);
         Transmit {
             dst: self.peer,
             src_port,
