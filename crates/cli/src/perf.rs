@@ -52,9 +52,11 @@ pub(crate) struct PerfArgs {
     /// Paths (UDP source ports) per connection.
     #[arg(long, default_value_t = 16)]
     paths: u32,
-    /// MTU payload bytes per packet.
-    #[arg(long, default_value_t = 4096)]
-    mtu: u32,
+    /// Payload bytes per packet. Default: sized from the path to the peer
+    /// (the largest whose packets leave unfragmented, at most 8192); an
+    /// explicit value the path cannot carry is an error.
+    #[arg(long)]
+    mtu: Option<u32>,
     /// Write the results as JSON (perftest out_json key names) to FILE.
     #[arg(long)]
     json: Option<String>,
@@ -147,7 +149,7 @@ pub(crate) fn run(args: PerfArgs) -> Result<ExitCode, String> {
         qps: if test.is_lat() { 1 } else { args.qps },
         tx_depth: if test.is_lat() { 1 } else { args.tx_depth },
         verify: !args.no_verify,
-        mtu: args.mtu,
+        mtu: args.mtu.unwrap_or(0),
         paths: args.paths,
         pattern_seed: args.seed.unwrap_or_else(metaroce_udp::os_seed),
     };
@@ -185,7 +187,12 @@ pub(crate) fn run(args: PerfArgs) -> Result<ExitCode, String> {
     let duration = p.duration_s > 0;
     let mut on_session = |s: &Session| {
         if !printed_header {
-            println!("{}", perf::header(test, &p, &local));
+            let used = Params {
+                mtu: s.mtu,
+                ..p.clone()
+            };
+            println!("{}", perf::header(test, &used, &local));
+            println!(" Path            : {}", s.path.describe());
             println!("{}", s.local.render("local"));
             println!("{}", s.remote.render("remote"));
             println!("{RESULT_LINE}");
@@ -306,6 +313,27 @@ fn write_json(path: &str, test: &str, figs: &[Figures], gbits: bool) -> Result<(
     std::fs::write(path, text + "\n").map_err(|e| format!("cannot write --json {path}: {e}"))
 }
 
+/// The payload MTU a MetaRoCE run with these arguments would use toward
+/// the baseline's peer (127.0.0.1 with --loopback, else the host), so the
+/// raw baseline sends datagrams of the same size.
+fn raw_mtu(args: &PerfArgs) -> Result<u32, String> {
+    let peer = match (&args.host, args.loopback) {
+        (Some(h), false) => resolve(h, args.port)?.ip(),
+        _ => std::net::IpAddr::from([127, 0, 0, 1]),
+    };
+    let local = if peer.is_loopback() {
+        peer
+    } else {
+        std::net::UdpSocket::bind((std::net::Ipv4Addr::UNSPECIFIED, 0))
+            .and_then(|s| s.connect((peer, 9)).and_then(|()| s.local_addr()))
+            .map(|a| a.ip())
+            .map_err(|e| format!("no route to {peer}: {e}"))?
+    };
+    let path = metaroce_udp::pmtu::probe_path(local, peer)
+        .map_err(|e| format!("path MTU to {peer}: {e}"))?;
+    perf::payload_mtu(args.mtu.unwrap_or(0), &path, false, peer)
+}
+
 fn raw_baseline(args: &PerfArgs) -> Result<ExitCode, String> {
     let gbits = args.report_gbits;
     let test = if args.test == "udp-bw" {
@@ -326,7 +354,7 @@ fn raw_baseline(args: &PerfArgs) -> Result<ExitCode, String> {
         test,
         size,
         // Same datagram size as the device: MTU payload plus MetaRoCE headers.
-        seg: args.mtu as usize + 56,
+        seg: raw_mtu(args)? as usize + 56,
         secs: match test {
             RawTest::UdpBw => args.duration.unwrap_or(2) as f64,
             RawTest::UdpLat => args.duration.unwrap_or(0) as f64,

@@ -8,7 +8,8 @@ use crate::rig::{
 };
 use crate::verify::{first_diff, pattern};
 use crate::{
-    AddrLine, BwFigures, CQ_MOD, Figures, LatFigures, LocalOpts, Params, PerfError, Session, Test,
+    AddrLine, BwFigures, CQ_MOD, Figures, LatFigures, LocalOpts, Params, PerfError, Progress,
+    Session, Test,
 };
 use metaroce_cm::{self as cm, Endpoint, MsgType, RemoteBuf};
 use metaroce_udp::now_ns;
@@ -44,7 +45,7 @@ pub fn run_client(
         Test::WriteBw | Test::SendBw | Test::WriteLat | Test::SendLat
     )
     .then_some(p.pattern_seed);
-    let rig = rig(my_ip, p, local, buf_len, fill)?;
+    let rig = rig(my_ip, peer_ip, p, local, buf_len, fill)?;
     let hello = Hello {
         test: test.name().into(),
         params: p.clone(),
@@ -55,8 +56,9 @@ pub fn run_client(
     let peer: Endpoint = cm::recv(&mut tcp, MsgType::Accept)?;
     connect(&rig, peer_ip, &peer)?;
     let remote = peer.buf;
-    let (figures, completed) = if test.is_lat() {
-        client_lat(test, &rig, p, remote)?
+    let (figures, completed, progress) = if test.is_lat() {
+        let (f, c) = client_lat(test, &rig, p, remote)?;
+        (f, c, Progress::default())
     } else {
         client_bw(test, &rig, p, remote, slots)?
     };
@@ -102,6 +104,11 @@ pub fn run_client(
         vaddr: remote.addr,
     };
     let stats = rig.dev.stats();
+    let mtu = rig.mtu.min(peer.mtu);
+    let path = rig
+        .dev
+        .path(remote_line.dev)
+        .unwrap_or_else(|| rig.path.clone());
     if std::env::var_os("METAROCE_STATS").is_some() {
         let peer_dev = remote_line.dev;
         rig.dev.with(|ctx, _| {
@@ -119,6 +126,9 @@ pub fn run_client(
         remote: remote_line,
         stats,
         server_rx_malformed: report.rx_malformed,
+        mtu,
+        path,
+        progress,
     })
 }
 
@@ -165,7 +175,7 @@ fn client_bw(
     p: &Params,
     remote: RemoteBuf,
     slots: u64,
-) -> Result<(Figures, u64), PerfError> {
+) -> Result<(Figures, u64, Progress), PerfError> {
     let nq = rig.qps.len();
     let depth = u64::from(p.tx_depth);
     let target = if p.duration_s == 0 { p.iters } else { u64::MAX };
@@ -254,6 +264,10 @@ fn client_bw(
             msg_rate_mpps: completed as f64 / elapsed / 1e6,
         }),
         completed,
+        Progress {
+            marks_ns: marks,
+            bytes_per_mark: CQ_MOD * p.size,
+        },
     ))
 }
 

@@ -34,8 +34,9 @@ pub use error::PerfError;
 pub use figures::{BwFigures, Figures, LatFigures};
 pub use loopback::run_loopback;
 pub use params::{AuthOpts, CQ_MOD, LocalOpts, MAX_SIZE, Params};
+pub use rig::{AUTO_MTU_CAP, payload_mtu};
 pub use server::serve;
-pub use session::{AddrLine, ServerSession, Session};
+pub use session::{AddrLine, Progress, ServerSession, Session};
 pub use table::{
     LAT_DURATION_HEADER, LAT_TABLE_HEADER, RESULT_LINE, bw_row, bw_table_header, bw_unit, header,
     json_row, lat_row,

@@ -21,7 +21,9 @@ pub struct Params {
     pub tx_depth: u32,
     /// Verify data.
     pub verify: bool,
-    /// MTU payload bytes.
+    /// Payload bytes per packet; 0: each side sizes it from its path to
+    /// the other (the largest that leaves unfragmented, at most
+    /// [`AUTO_MTU_CAP`](crate::AUTO_MTU_CAP)), and the smaller one is used.
     pub mtu: u32,
     /// Paths per connection.
     pub paths: u32,
@@ -62,8 +64,11 @@ impl Params {
         if !(1..=2048).contains(&self.tx_depth) {
             return Err(format!("-t {} must be 1..=2048", self.tx_depth));
         }
-        if !(64..=65_000).contains(&self.mtu) {
-            return Err(format!("--mtu {} must be 64..=65000", self.mtu));
+        if self.mtu != 0 && !(64..=65_000).contains(&self.mtu) {
+            return Err(format!(
+                "--mtu {} must be 64..=65000 (or left out: sized from the path)",
+                self.mtu
+            ));
         }
         if !(1..=128).contains(&self.paths) {
             return Err(format!("--paths {} must be 1..=128", self.paths));

@@ -50,6 +50,36 @@ pub struct Session {
     pub stats: DeviceStats,
     /// Datagrams the server counted as malformed.
     pub server_rx_malformed: u64,
+    /// Payload bytes per packet the session used (the smaller of the two
+    /// sides' offers).
+    pub mtu: u32,
+    /// What the client's kernel said of the path to the server.
+    pub path: metaroce_udp::PathMtu,
+    /// When the bytes completed (bandwidth tests; empty for latency tests).
+    pub progress: Progress,
+}
+
+/// A bandwidth session's completions over time: `marks_ns[0]` is the start
+/// ([`metaroce_udp::now_ns`] clock) and `marks_ns[i]` when the
+/// `i * bytes_per_mark`-th byte completed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// The start, then one stamp per `bytes_per_mark` completed.
+    pub marks_ns: Vec<u64>,
+    /// Bytes between two marks.
+    pub bytes_per_mark: u64,
+}
+
+impl Progress {
+    /// Bytes completed in `[from_ns, to_ns)` (absolute stamps), counted by
+    /// marks.
+    pub fn bytes_between(&self, from_ns: u64, to_ns: u64) -> u64 {
+        let n = self.marks_ns[1.min(self.marks_ns.len())..]
+            .iter()
+            .filter(|&&t| t >= from_ns && t < to_ns)
+            .count() as u64;
+        n * self.bytes_per_mark
+    }
 }
 
 /// A finished server session.

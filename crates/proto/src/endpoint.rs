@@ -38,6 +38,9 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::net::SocketAddr;
 
+/// The longest opcode extension header (CmpSwap's, wire.md 4.2).
+const MAX_EXTENSION_LEN: usize = 32;
+
 /// Zeros standing in for payload bytes of packets handled as reprs.
 static ZERO_PAYLOAD: [u8; 65_536] = [0; 65_536];
 
@@ -181,12 +184,29 @@ impl Endpoint {
 
     /// The largest datagram the endpoint emits: size `poll_transmit`'s buffer to this.
     pub fn max_datagram_len(&self) -> usize {
+        self.datagram_len_for_payload(self.dev.config.mtu_payload_bytes)
+    }
+
+    /// The largest datagram (UDP payload) a data packet carrying
+    /// `payload_bytes` of payload can be with this endpoint's trailer: the
+    /// data header, the longest opcode extension (32 bytes), the payload
+    /// and the ICRC or authentication trailer. A path must carry this
+    /// unfragmented for `payload_bytes` to be a usable MTU on it.
+    pub fn datagram_len_for_payload(&self, payload_bytes: u32) -> usize {
         let trailer = if self.dev.config.auth.is_some() {
             wire::AUTH_TRAILER_LEN
         } else {
             wire::ICRC_LEN
         };
-        wire::DATA_HEADER_LEN + 32 + self.dev.config.mtu_payload_bytes as usize + trailer
+        wire::DATA_HEADER_LEN + MAX_EXTENSION_LEN + payload_bytes as usize + trailer
+    }
+
+    /// The inverse of [`datagram_len_for_payload`](Self::datagram_len_for_payload):
+    /// the most payload per packet that keeps every datagram within
+    /// `max_datagram_bytes` (0 if not even an empty packet fits).
+    pub fn payload_for_datagram_len(&self, max_datagram_bytes: usize) -> u32 {
+        let overhead = self.datagram_len_for_payload(0);
+        u32::try_from(max_datagram_bytes.saturating_sub(overhead)).unwrap_or(u32::MAX)
     }
 
     /// This endpoint's session id: random per incarnation (drawn from the

@@ -29,6 +29,7 @@
 //! ECN-capable datagrams taken from it count as CE marked.
 
 use crate::impair::{Impair, ImpairState, Verdict};
+use crate::pmtu::{self, PathMtu};
 use crate::sys::{self, EventFd, OutMsg, RxBatch};
 use metaroce_verbs::{
     CompletionQueue, Context, Ecn, EndpointConfig, EndpointStats, Layout, PacketKind, Transmit,
@@ -165,6 +166,13 @@ pub struct IoStats {
     pub progress_gap_ns_max: u64,
     /// Progress passes that came more than 200 us after the previous one.
     pub progress_gaps_over_200us: u64,
+    /// Datagrams the kernel refused as larger than the path MTU
+    /// (`EMSGSIZE`; sockets send with don't-fragment, so nothing is ever
+    /// fragmented instead). Each one makes the engine ask for the path MTU
+    /// again.
+    pub tx_too_big: u64,
+    /// Times a known peer's path MTU changed (a recheck found another value).
+    pub path_mtu_changes: u64,
 }
 
 /// A snapshot of a device's counters.
@@ -210,6 +218,13 @@ struct Io {
     last_progress_ns: u64,
     rx_queue_mark_bytes: u32,
     gather: bool,
+    /// Peers whose path MTU this device follows, with what it last learned.
+    paths: Vec<(SocketAddr, PathMtu)>,
+    /// When to ask the kernel for every peer's path MTU again.
+    pmtu_recheck_at_ns: u64,
+    /// A send was refused as too big since the last recheck.
+    pmtu_refused: bool,
+    bind_ip: IpAddr,
 }
 
 struct State {
@@ -312,6 +327,10 @@ impl Device {
             last_progress_ns: 0,
             rx_queue_mark_bytes: cfg.rx_queue_mark_bytes,
             gather: cfg.gather,
+            paths: Vec::new(),
+            pmtu_recheck_at_ns: 0,
+            pmtu_refused: false,
+            bind_ip: cfg.bind_ip,
         };
         let inner = Arc::new(Inner {
             state: Mutex::new(State { ctx, io }),
@@ -452,6 +471,40 @@ impl Device {
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .0;
         }
+    }
+
+    /// Learn the path MTU toward the peer device at `dest` and tell the
+    /// context what the path carries
+    /// ([`Context::set_path_max_datagram`]), so that `modify_qp` refuses a
+    /// `path_mtu` whose datagrams would be fragmented; the engine then
+    /// follows the path's MTU (rechecking after a send the kernel refused as
+    /// too big, and every second). Returns what the kernel said. Call it
+    /// before moving QPs toward `dest` to RTR.
+    pub fn learn_path(&self, dest: SocketAddr) -> Result<PathMtu, UdpError> {
+        let path = pmtu::probe_path(self.inner.addr.ip(), dest.ip()).map_err(io_err(format!(
+            "path MTU from {} to {}",
+            self.inner.addr.ip(),
+            dest.ip()
+        )))?;
+        let mut st = self.lock();
+        let st = &mut *st;
+        st.ctx.set_path_max_datagram(dest, path.max_datagram);
+        match st.io.paths.iter_mut().find(|(d, _)| *d == dest) {
+            Some((_, known)) => *known = path.clone(),
+            None => st.io.paths.push((dest, path.clone())),
+        }
+        Ok(path)
+    }
+
+    /// What the device last learned of the path to `dest`
+    /// ([`learn_path`](Self::learn_path)).
+    pub fn path(&self, dest: SocketAddr) -> Option<PathMtu> {
+        let st = self.lock();
+        st.io
+            .paths
+            .iter()
+            .find(|(d, _)| *d == dest)
+            .map(|(_, p)| p.clone())
     }
 
     /// Counters.
@@ -625,7 +678,27 @@ fn take_input(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
         ctx.handle_timeout(now);
         did = true;
     }
+    if !io.paths.is_empty() && (io.pmtu_refused || now >= io.pmtu_recheck_at_ns) {
+        recheck_paths(ctx, io, now);
+    }
     did
+}
+
+/// Ask the kernel again for the path MTU of every peer the device follows
+/// and tell the context of any change.
+fn recheck_paths(ctx: &mut Context, io: &mut Io, now: u64) {
+    io.pmtu_refused = false;
+    io.pmtu_recheck_at_ns = now + pmtu::RECHECK_NS;
+    for (dest, known) in &mut io.paths {
+        let Ok(path) = pmtu::probe_path(io.bind_ip, dest.ip()) else {
+            continue;
+        };
+        if path.path_mtu != known.path_mtu {
+            io.stats.path_mtu_changes += 1;
+            ctx.set_path_max_datagram(*dest, path.max_datagram);
+            *known = path;
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -716,6 +789,7 @@ fn send_all(ctx: &Context, io: &mut Io) {
         meta,
         order,
         stats,
+        pmtu_refused,
         ..
     } = io;
     let meta = &*meta;
@@ -815,7 +889,9 @@ fn send_all(ctx: &Context, io: &mut Io) {
                 .and_then(|i| tx.get(usize::from(i)))
         };
         match sock {
-            Some(sock) => send_msgs(sock, &msgs[a..b], &mut disable_gso, stats),
+            Some(sock) => {
+                *pmtu_refused |= send_msgs(sock, &msgs[a..b], &mut disable_gso, stats);
+            }
             None => {
                 stats.tx_no_socket += msgs[a..b].iter().map(|m| m.datagrams as u64).sum::<u64>()
             }
@@ -828,9 +904,12 @@ fn send_all(ctx: &Context, io: &mut Io) {
 }
 
 /// Send messages on one socket, retrying briefly on a full buffer; a GSO
-/// message the kernel refuses (EIO / EINVAL: no GSO on this route) is
-/// resent datagram by datagram and GSO is turned off.
-fn send_msgs(sock: &Socket, msgs: &[OutMsg<'_>], disable_gso: &mut bool, st: &mut IoStats) {
+/// message the kernel refuses (EIO / EINVAL: no GSO on this route, or a
+/// segment above the path MTU) is resent datagram by datagram, and GSO is
+/// turned off if that works. A datagram above the path MTU (`EMSGSIZE`) is
+/// dropped and counted. Returns whether any send was refused as too big.
+fn send_msgs(sock: &Socket, msgs: &[OutMsg<'_>], disable_gso: &mut bool, st: &mut IoStats) -> bool {
+    let mut too_big = false;
     let mut done = 0;
     let mut stalls = 0;
     while done < msgs.len() {
@@ -857,7 +936,6 @@ fn send_msgs(sock: &Socket, msgs: &[OutMsg<'_>], disable_gso: &mut bool, st: &mu
                 let m = &msgs[done];
                 match m.segment {
                     Some(seg) if matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL)) => {
-                        *disable_gso = true;
                         for one in datagrams_of(m.parts, usize::from(seg)) {
                             let single = OutMsg {
                                 segment: None,
@@ -867,12 +945,23 @@ fn send_msgs(sock: &Socket, msgs: &[OutMsg<'_>], disable_gso: &mut bool, st: &mu
                             };
                             match sys::send_batch(sock, std::slice::from_ref(&single)) {
                                 Ok(1) => {
+                                    // The datagram goes alone: GSO was what
+                                    // the kernel refused.
+                                    *disable_gso = true;
                                     st.tx_msgs += 1;
                                     st.tx_datagrams += 1;
+                                }
+                                Err(e) if e.raw_os_error() == Some(libc::EMSGSIZE) => {
+                                    too_big = true;
+                                    st.tx_too_big += 1;
                                 }
                                 _ => st.tx_dropped += 1,
                             }
                         }
+                    }
+                    _ if e.raw_os_error() == Some(libc::EMSGSIZE) => {
+                        too_big = true;
+                        st.tx_too_big += m.datagrams as u64;
                     }
                     _ => st.tx_dropped += m.datagrams as u64,
                 }
@@ -883,6 +972,7 @@ fn send_msgs(sock: &Socket, msgs: &[OutMsg<'_>], disable_gso: &mut bool, st: &mu
     for m in &msgs[done..] {
         st.tx_dropped += m.datagrams as u64;
     }
+    too_big
 }
 
 /// Split a GSO message's slices back into its datagrams: each datagram is

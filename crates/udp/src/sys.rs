@@ -60,8 +60,147 @@ pub(crate) fn bind_udp(addr: SocketAddr) -> io::Result<Socket> {
     } else {
         setsockopt_int(&s, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1)?;
     }
+    set_dont_fragment(&s, addr.is_ipv4())?;
     s.bind(&SockAddr::from(addr))?;
     Ok(s)
+}
+
+/// Path MTU discovery on, local fragmentation off: every datagram leaves
+/// with the don't-fragment bit set (IPv4; IPv6 routers never fragment), a
+/// router whose next link is too small drops it and answers with an ICMP
+/// "fragmentation needed" / "packet too big" that lowers the kernel's path
+/// MTU for that destination, and a send larger than the path MTU the kernel
+/// knows fails with `EMSGSIZE` instead of being cut into IP fragments.
+/// Fragments carry no UDP ports, so ECMP would hash every one of them onto
+/// the same link whatever the source port, and one lost fragment loses the
+/// whole datagram.
+fn set_dont_fragment(s: &Socket, v4: bool) -> io::Result<()> {
+    if v4 {
+        setsockopt_int(
+            s,
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            libc::IP_PMTUDISC_DO,
+        )
+    } else {
+        setsockopt_int(
+            s,
+            libc::IPPROTO_IPV6,
+            libc::IPV6_MTU_DISCOVER,
+            libc::IPV6_PMTUDISC_DO,
+        )
+    }
+}
+
+/// The kernel's current path MTU (IP packet bytes) from `local` to `peer`:
+/// a UDP socket bound at `local`, connected to `peer` (no packet is sent),
+/// asked for `IP_MTU`. That is the route's MTU (the egress interface's,
+/// or a route's `mtu` attribute) lowered by any path MTU the kernel has
+/// learned from ICMP for that destination.
+pub(crate) fn route_mtu(local: std::net::IpAddr, peer: std::net::IpAddr) -> io::Result<u32> {
+    let domain = if peer.is_ipv4() {
+        Domain::IPV4
+    } else {
+        Domain::IPV6
+    };
+    let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
+    set_dont_fragment(&s, peer.is_ipv4())?;
+    s.bind(&SockAddr::from(SocketAddr::new(local, 0)))?;
+    // The port is irrelevant: connect only looks the route up.
+    s.connect(&SockAddr::from(SocketAddr::new(peer, 9)))?;
+    let (level, opt) = if peer.is_ipv4() {
+        (libc::IPPROTO_IP, libc::IP_MTU)
+    } else {
+        (libc::IPPROTO_IPV6, libc::IPV6_MTU)
+    };
+    let mtu = getsockopt_int(&s, level, opt)?;
+    u32::try_from(mtu).map_err(|_| io::Error::other(format!("IP_MTU returned {mtu}")))
+}
+
+/// The interface that holds `ip` and its MTU (`SIOCGIFMTU`), in the
+/// network namespace of the calling thread. None if no interface has it.
+pub(crate) fn interface_of(ip: std::net::IpAddr) -> Option<(String, u32)> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs writes a list head we own and free below.
+    if unsafe { libc::getifaddrs(&raw mut head) } != 0 {
+        return None;
+    }
+    let mut found = None;
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs returned, alive
+        // until freeifaddrs; its address pointer is null or points at a
+        // sockaddr of the family it names, sized for that family.
+        let (name, addr) = unsafe {
+            let ifa = &*cur;
+            cur = ifa.ifa_next;
+            if ifa.ifa_addr.is_null() {
+                continue;
+            }
+            let fam = libc::c_int::from((*ifa.ifa_addr).sa_family);
+            let len = match fam {
+                libc::AF_INET => size_of::<libc::sockaddr_in>(),
+                libc::AF_INET6 => size_of::<libc::sockaddr_in6>(),
+                _ => continue,
+            };
+            let mut st: libc::sockaddr_storage = zeroed();
+            std::ptr::copy_nonoverlapping(
+                ifa.ifa_addr.cast::<u8>(),
+                (&raw mut st).cast::<u8>(),
+                len,
+            );
+            let name = std::ffi::CStr::from_ptr(ifa.ifa_name)
+                .to_string_lossy()
+                .into_owned();
+            (name, sockaddr_to_std(&st, len as libc::socklen_t))
+        };
+        if addr.is_some_and(|a| a.ip() == ip) {
+            found = Some(name);
+            break;
+        }
+    }
+    // SAFETY: `head` came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(head) };
+    let name = found?;
+    let mtu = interface_mtu(&name).ok()?;
+    Some((name, mtu))
+}
+
+/// An interface's MTU by name (`SIOCGIFMTU` on a throwaway socket).
+fn interface_mtu(name: &str) -> io::Result<u32> {
+    let s = Socket::new(Domain::IPV4, Type::DGRAM, None)?;
+    // SAFETY: ifreq is plain old data; all-zero is valid.
+    let mut req: libc::ifreq = unsafe { zeroed() };
+    let bytes = name.as_bytes();
+    if bytes.len() >= req.ifr_name.len() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "name too long"));
+    }
+    for (d, &b) in req.ifr_name.iter_mut().zip(bytes) {
+        *d = b as libc::c_char;
+    }
+    // SAFETY: SIOCGIFMTU reads the NUL-terminated name from `req` and writes
+    // the MTU into its union; `req` is a live ifreq of the right size.
+    let r = unsafe { libc::ioctl(s.as_raw_fd(), libc::SIOCGIFMTU, &raw mut req) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: after a successful SIOCGIFMTU the union holds ifru_mtu.
+    let mtu = unsafe { req.ifr_ifru.ifru_mtu };
+    u32::try_from(mtu).map_err(|_| io::Error::other("negative MTU"))
+}
+
+fn getsockopt_int(s: &Socket, level: libc::c_int, opt: libc::c_int) -> io::Result<libc::c_int> {
+    let mut v: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `v` is a live c_int and `len` its size; the kernel writes at
+    // most `len` bytes; the fd is open for the lifetime of `s`.
+    let r =
+        unsafe { libc::getsockopt(s.as_raw_fd(), level, opt, (&raw mut v).cast(), &raw mut len) };
+    if r == 0 {
+        Ok(v)
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 fn force_buf(s: &Socket, opt: libc::c_int, bytes: libc::c_int) -> io::Result<()> {
