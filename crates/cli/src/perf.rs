@@ -83,6 +83,15 @@ pub(crate) struct PerfArgs {
     /// Encrypt payloads too (implies --auth).
     #[arg(long)]
     encrypt: bool,
+    /// Always compute and check the ICRC (by default both sides agree to
+    /// leave it to the UDP checksum when packets are not authenticated).
+    #[arg(long)]
+    icrc: bool,
+    /// Run the device's engine thread at this niceness (e.g. -10, needs
+    /// CAP_SYS_NICE below 0): on a host whose CPUs are contended it keeps
+    /// ACKs and timers moving while the application waits for a CPU.
+    #[arg(long = "engine-nice", allow_negative_numbers = true)]
+    engine_nice: Option<i32>,
 }
 
 /// The job secret from `METAROCE_JOB_SECRET`, or a random one for a
@@ -179,6 +188,8 @@ pub(crate) fn run(args: PerfArgs) -> Result<ExitCode, String> {
         seed: args.seed.unwrap_or_else(metaroce_udp::os_seed),
         dev_port: args.dev_port,
         offload: !args.no_offload,
+        engine_nice: args.engine_nice,
+        icrc_omission: !args.icrc,
     };
     let mut rows = Vec::new();
     let mut failed_verify = false;
@@ -193,6 +204,14 @@ pub(crate) fn run(args: PerfArgs) -> Result<ExitCode, String> {
             };
             println!("{}", perf::header(test, &used, &local));
             println!(" Path            : {}", s.path.describe());
+            println!(
+                " ICRC            : {}",
+                if s.icrc_omitted {
+                    "omitted (UDP checksum; both sides agreed)"
+                } else {
+                    "on"
+                }
+            );
             println!("{}", s.local.render("local"));
             println!("{}", s.remote.render("remote"));
             println!("{RESULT_LINE}");

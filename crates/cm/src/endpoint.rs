@@ -41,6 +41,12 @@ pub struct Endpoint {
     /// Absent (a peer that predates it): "none".
     #[serde(default = "auth_none")]
     pub auth: String,
+    /// This side takes data packets whose ICRC the sender omitted (the UDP
+    /// checksum protecting them instead, wire.md 7.2). Each side omits it
+    /// toward the other only when both say so. Absent (a peer that
+    /// predates it): false.
+    #[serde(default)]
+    pub icrc_omission: bool,
 }
 
 fn auth_none() -> String {
@@ -62,5 +68,6 @@ mod tests {
         .unwrap();
         assert_eq!(e.session_id, 0);
         assert_eq!(e.auth, "none");
+        assert!(!e.icrc_omission);
     }
 }

@@ -105,6 +105,7 @@ pub fn run_client(
     };
     let stats = rig.dev.stats();
     let mtu = rig.mtu.min(peer.mtu);
+    let icrc_omitted = crate::rig::icrc_omitted(&rig, &peer);
     let path = rig
         .dev
         .path(remote_line.dev)
@@ -129,6 +130,7 @@ pub fn run_client(
         mtu,
         path,
         progress,
+        icrc_omitted,
     })
 }
 

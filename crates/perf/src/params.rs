@@ -104,6 +104,13 @@ pub struct LocalOpts {
     /// Packet authentication (and optionally encryption) with this job
     /// secret; both sides must run the same.
     pub auth: Option<AuthOpts>,
+    /// Offer to take, and send, data packets without the ICRC where the
+    /// peer offers the same and packets are not authenticated (the UDP
+    /// checksum protects them; wire.md 7.2). `--icrc` turns it off.
+    pub icrc_omission: bool,
+    /// Niceness of the device's engine thread
+    /// ([`metaroce_udp::DeviceConfig::engine_nice`]).
+    pub engine_nice: Option<i32>,
 }
 
 /// Packet protection for a perf run.
@@ -141,6 +148,8 @@ impl Default for LocalOpts {
             dev_port: 0,
             offload: true,
             auth: None,
+            icrc_omission: true,
+            engine_nice: None,
         }
     }
 }

@@ -101,6 +101,19 @@ pub(crate) struct Rig {
     pub(crate) mtu: u32,
     /// What the kernel said of the path to the peer.
     pub(crate) path: PathMtu,
+    /// This side offers to take data packets without ICRC.
+    pub(crate) icrc_offer: bool,
+}
+
+/// Whether this side offers ICRC omission: asked for, and packets not
+/// authenticated (the tag is the trailer then).
+fn offers_icrc_omission(local: &LocalOpts) -> bool {
+    local.icrc_omission && local.auth.is_none()
+}
+
+/// Whether both sides omit the ICRC toward each other.
+pub(crate) fn icrc_omitted(rig: &Rig, peer: &Endpoint) -> bool {
+    rig.icrc_offer && peer.icrc_omission
 }
 
 /// Start a device on `bind_ip` for a run of `p` toward a peer at
@@ -120,6 +133,7 @@ pub(crate) fn rig(
         .map_err(|e| PerfError::Other(format!("path MTU from {bind_ip} to {peer_ip}: {e}")))?;
     let mtu = payload_mtu(p.mtu, &path, local.auth.is_some(), peer_ip).map_err(PerfError::Other)?;
     let mut ep = endpoint_config(p, local, mtu);
+    ep.accept_icrc_omitted = offers_icrc_omission(local);
     ep.auth = local.auth.map(|a| AuthConfig {
         job_secret: a.job_secret,
         encrypt: a.encrypt,
@@ -129,6 +143,7 @@ pub(crate) fn rig(
     dc.impair = local.impair;
     dc.gso = local.offload;
     dc.gro = local.offload;
+    dc.engine_nice = local.engine_nice;
     let dev = Device::start(dc)?;
     let depth = p.tx_depth.max(64) * 2;
     let r = dev.with(|ctx, _| -> Result<_, VerbsError> {
@@ -173,6 +188,7 @@ pub(crate) fn rig(
         auth: local.auth,
         mtu,
         path,
+        icrc_offer: offers_icrc_omission(local),
     })
 }
 
@@ -194,6 +210,7 @@ pub(crate) fn connect(rig: &Rig, peer_ip: IpAddr, peer: &Endpoint) -> Result<(),
         // The peer's session id enters the keys when packets are
         // authenticated; recording it is harmless otherwise.
         ctx.set_peer_session(dest, peer.session_id)?;
+        ctx.set_peer_icrc_omission(dest, icrc_omitted(rig, peer));
         let mtu = ctx.endpoint().config().mtu_payload_bytes.min(peer.mtu);
         for (qp, &qpn) in rig.qps.iter().zip(&peer.qpns) {
             ctx.modify_qp(
@@ -236,6 +253,7 @@ pub(crate) fn local_endpoint(rig: &Rig, p: &Params) -> Endpoint {
         },
         session_id: rig.dev.with(|ctx, _| ctx.session_id()),
         auth: auth_mode(rig.auth.as_ref()).into(),
+        icrc_omission: rig.icrc_offer,
     }
 }
 

@@ -57,6 +57,8 @@ pub struct Session {
     pub path: metaroce_udp::PathMtu,
     /// When the bytes completed (bandwidth tests; empty for latency tests).
     pub progress: Progress,
+    /// Both sides sent data packets without the ICRC (wire.md 7.2).
+    pub icrc_omitted: bool,
 }
 
 /// A bandwidth session's completions over time: `marks_ns[0]` is the start

@@ -32,7 +32,7 @@ pub fn header(test: Test, p: &Params, local: &LocalOpts) -> String {
     s.push_str(&format!(
         " Packet auth     : {}\n",
         match auth_mode(local.auth.as_ref()) {
-            "none" => "OFF (ICRC only)",
+            "none" => "OFF",
             "authenticated" => "AES-256-GCM, payload in clear",
             _ => "AES-256-GCM, payload encrypted",
         }

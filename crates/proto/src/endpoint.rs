@@ -140,6 +140,12 @@ pub struct Endpoint {
     /// Session ids of peers, given by the connection manager; read when the
     /// connection to a peer is created.
     peer_sessions: HashMap<SocketAddr, u64>,
+    /// Peers that agreed to take data packets without ICRC
+    /// ([`set_peer_icrc_omission`](Self::set_peer_icrc_omission)).
+    icrc_omitted_peers: Vec<SocketAddr>,
+    /// Whether this endpoint takes packets whose ICRC was omitted
+    /// ([`EndpointConfig::accept_icrc_omitted`]).
+    icrc_policy: wire::IcrcPolicy,
     /// Decrypted payload of the packet being handled (encrypted mode); kept
     /// to reuse its allocation.
     plaintext: Vec<u8>,
@@ -157,6 +163,11 @@ impl Endpoint {
     pub fn new(config: EndpointConfig) -> Result<Self, ConfigError> {
         config.validate()?;
         let session_id = ChaCha20Rng::seed_from_u64(config.seed ^ SESSION_SEED_DOMAIN).next_u64();
+        let icrc_policy = if config.accept_icrc_omitted {
+            wire::IcrcPolicy::OmittedAccepted
+        } else {
+            wire::IcrcPolicy::Required
+        };
         Ok(Self {
             dev: DeviceState::new(config),
             conns: Vec::new(),
@@ -167,6 +178,8 @@ impl Endpoint {
             next_pd: 1,
             session_id,
             peer_sessions: HashMap::new(),
+            icrc_omitted_peers: Vec::new(),
+            icrc_policy,
             plaintext: Vec::new(),
             now_ns: 0,
         })
@@ -215,6 +228,24 @@ impl Endpoint {
     /// number; they pass it to [`set_peer_session`](Self::set_peer_session).
     pub fn session_id(&self) -> u64 {
         self.session_id
+    }
+
+    /// Send data packets toward the peer device at `peer` with their ICRC
+    /// omitted (`omit`), or with it (the default): call it with `true` only
+    /// when the peer has said it takes them
+    /// ([`EndpointConfig::accept_icrc_omitted`] on its side, exchanged by
+    /// the connection manager) and the datagrams go with a UDP checksum
+    /// (wire.md 7.2). Authenticated connections ignore it: their tag is
+    /// their trailer. Applies to a connection that exists and to one made
+    /// later.
+    pub fn set_peer_icrc_omission(&mut self, peer: SocketAddr, omit: bool) {
+        self.icrc_omitted_peers.retain(|p| *p != peer);
+        if omit {
+            self.icrc_omitted_peers.push(peer);
+        }
+        if let Some(&c) = self.conn_by_peer.get(&peer) {
+            self.conns[c as usize].conn.set_omit_icrc(omit);
+        }
     }
 
     /// Record the session id of the peer device at `peer` (its IP and device
@@ -382,6 +413,9 @@ impl Endpoint {
                     }
                 };
                 self.conn_by_peer.insert(remote, c);
+                if self.icrc_omitted_peers.contains(&remote) {
+                    self.conns[c as usize].conn.set_omit_icrc(true);
+                }
                 c
             }
         };
@@ -672,7 +706,7 @@ impl Endpoint {
             self.handle_authenticated(now_ns, src, ecn, data);
             return;
         }
-        let Ok(packet) = wire::parse(data) else {
+        let Ok(packet) = wire::parse_with(data, self.icrc_policy) else {
             self.dev.stats.rx_malformed += 1;
             return;
         };

@@ -113,6 +113,13 @@ pub struct DeviceConfig {
     /// trailer from a buffer, payload in place) instead of copying them
     /// into a datagram buffer first.
     pub gather: bool,
+    /// Scheduling niceness of the engine thread (`setpriority`; below 0
+    /// needs CAP_SYS_NICE, and is silently not applied without it). The
+    /// engine is the device's stand-in for the kernel's softirq: when the
+    /// host's CPUs are contended, a favoured engine keeps ACKs and timers
+    /// moving while the application thread waits for its turn. `None`
+    /// leaves the thread as created.
+    pub engine_nice: Option<i32>,
 }
 
 impl DeviceConfig {
@@ -127,6 +134,7 @@ impl DeviceConfig {
             busy_poll_ns: 2_000_000,
             rx_queue_mark_bytes: 512 << 10,
             gather: true,
+            engine_nice: None,
         }
     }
 }
@@ -173,6 +181,9 @@ pub struct IoStats {
     pub tx_too_big: u64,
     /// Times a known peer's path MTU changed (a recheck found another value).
     pub path_mtu_changes: u64,
+    /// Progress passes that held a due timer back because datagrams were
+    /// still waiting in the receive socket.
+    pub timers_deferred: u64,
 }
 
 /// A snapshot of a device's counters.
@@ -194,6 +205,13 @@ const TX_BATCH: usize = 256;
 const RX_BATCH: usize = 32;
 /// Receive batches per progress pass (bounded for fairness with timers and sends).
 const RX_ROUNDS: usize = 8;
+/// Longest a due timer waits for the receive socket to be drained. While
+/// datagrams wait unread, a due retransmission timer is held back: after
+/// this host was off its CPU, the ACKs that answer the timer are usually
+/// among them, and firing first would take the host's own stall for loss
+/// (a false RTO, a retransmission, a path retired). Bounded, so a flood of
+/// datagrams cannot hold timers off for ever.
+const TIMER_DEFER_MAX_NS: u64 = 20_000_000;
 /// The engine stands aside this long after the application drove progress.
 const APP_HOLD_NS: u64 = 1_000_000;
 /// An application that polled within this window is a polling application:
@@ -243,6 +261,7 @@ struct Inner {
     rx_fd: std::os::fd::RawFd,
     addr: SocketAddr,
     busy_poll_ns: u64,
+    engine_nice: Option<i32>,
 }
 
 /// A running device: sockets, the core, and its progress engine thread.
@@ -342,6 +361,7 @@ impl Device {
             rx_fd,
             addr,
             busy_poll_ns: cfg.busy_poll_ns,
+            engine_nice: cfg.engine_nice,
         });
         let engine_inner = Arc::clone(&inner);
         let engine = std::thread::Builder::new()
@@ -539,6 +559,9 @@ impl Drop for Device {
 }
 
 fn engine(inner: &Inner) {
+    if let Some(nice) = inner.engine_nice {
+        sys::set_thread_nice(nice);
+    }
     let mut last_active = now_ns();
     let mut deadline = None;
     while !inner.shutdown.load(Ordering::SeqCst) {
@@ -615,6 +638,7 @@ fn take_input(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
     io.last_progress_ns = now;
     let mut did = false;
     let mut now = now;
+    let mut drained = false;
     for round in 0..RX_ROUNDS {
         // A pass can outlast a scheduler tick: stamp each batch with the
         // time it was really taken in, or RTT samples come out short.
@@ -624,6 +648,7 @@ fn take_input(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
         // Transient socket errors (e.g. ICMP) are not fatal.
         let n = io.rxb.recv(&io.rx).unwrap_or_default();
         if n == 0 {
+            drained = true;
             break;
         }
         // What is still queued behind this batch. Asked only when the batch
@@ -672,11 +697,24 @@ fn take_input(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
                 );
             }
         }
+        // A short batch emptied the socket: asking again would only cost
+        // a system call that finds nothing (a datagram landing meanwhile
+        // is the next pass's).
+        if n < RX_BATCH {
+            drained = true;
+            break;
+        }
     }
     let now = now_ns();
-    if ctx.poll_timeout().is_some_and(|t| t <= now) {
-        ctx.handle_timeout(now);
-        did = true;
+    if let Some(due) = ctx.poll_timeout().filter(|&t| t <= now) {
+        if drained || now.saturating_sub(due) >= TIMER_DEFER_MAX_NS {
+            ctx.handle_timeout(now);
+            did = true;
+        } else {
+            // Come back soon: the rest of the queue, then the timer.
+            io.stats.timers_deferred += 1;
+            did = true;
+        }
     }
     if !io.paths.is_empty() && (io.pmtu_refused || now >= io.pmtu_recheck_at_ns) {
         recheck_paths(ctx, io, now);

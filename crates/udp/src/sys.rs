@@ -692,3 +692,14 @@ pub(crate) fn wait_writable(fd: std::os::fd::RawFd, timeout_ns: u64) {
         libc::ppoll(&raw mut pfd, 1, &raw const ts, std::ptr::null());
     }
 }
+
+/// Set the calling thread's niceness (best effort: refused without
+/// CAP_SYS_NICE for values below the current one).
+pub(crate) fn set_thread_nice(nice: i32) {
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() };
+    // SAFETY: setpriority on this thread's id only changes its niceness.
+    unsafe {
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice);
+    }
+}

@@ -273,6 +273,13 @@ impl Context {
         self.path_max_datagram.insert(dest, max_datagram_bytes);
     }
 
+    /// Send data packets toward the peer device at `dest` without their
+    /// ICRC (`true`) or with it: see
+    /// [`Endpoint::set_peer_icrc_omission`](metaroce_proto::Endpoint::set_peer_icrc_omission).
+    pub fn set_peer_icrc_omission(&mut self, dest: SocketAddr, omit: bool) {
+        self.endpoint.set_peer_icrc_omission(dest, omit);
+    }
+
     /// The largest payload per packet toward `dest`: the device MTU, lowered
     /// to what the path carries if the driver said
     /// ([`set_path_max_datagram`](Self::set_path_max_datagram)).

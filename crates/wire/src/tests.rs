@@ -433,7 +433,7 @@ fn unknown_syndrome_is_malformed() {
 fn reserved_bits_are_ignored_on_parse_and_zero_on_emit() {
     let repr = every_opcode()[2];
     let buf = edited(emit(&repr), |b| {
-        b[2] |= 0xf0; // reserved flags
+        b[2] |= 0xe0; // reserved flags (bits 5..7)
         b[25] |= 0xfe; // reserved op_flags
     });
     let Packet::Data { repr: parsed, .. } = parse(&buf).unwrap() else {
@@ -712,4 +712,36 @@ fn trailer_len_follows_the_flag() {
     assert_eq!(repr.buffer_len(), every_opcode()[2].buffer_len() + 20);
     assert!(Flags::KNOWN.contains(Flags::AUTHENTICATED));
     assert_eq!(Flags::AUTHENTICATED.to_string(), "AU");
+}
+
+/// `ICRC_OMITTED` (section 7.2): a receiver that requires the ICRC checks
+/// it anyway (a zero trailer fails), one that accepts the omission skips it
+/// only for packets that carry the flag.
+#[test]
+fn icrc_omission_is_the_receivers_choice() {
+    let mut repr = every_opcode()[0];
+    repr.base.flags = Flags::ICRC_OMITTED;
+    let zero_trailer = |mut b: Vec<u8>| {
+        let n = b.len();
+        b[n - ICRC_LEN..].fill(0);
+        b
+    };
+    let omitted = zero_trailer(emit(&repr));
+    assert_eq!(parse(&omitted), Err(Error::BadChecksum));
+    assert_eq!(
+        parse_with(&omitted, IcrcPolicy::Required),
+        Err(Error::BadChecksum)
+    );
+    let Ok(Packet::Data { repr: back, .. }) = parse_with(&omitted, IcrcPolicy::OmittedAccepted)
+    else {
+        panic!("an accepted omission parses");
+    };
+    assert_eq!(back, repr);
+    // Without the flag a bad trailer fails even where omission is accepted.
+    repr.base.flags = Flags::default();
+    let bad = zero_trailer(emit(&repr));
+    assert_eq!(
+        parse_with(&bad, IcrcPolicy::OmittedAccepted),
+        Err(Error::BadChecksum)
+    );
 }

@@ -151,6 +151,9 @@ pub(crate) struct Connection {
     last_progress_ns: u64,
     /// Retry timeouts since the last progress.
     timeouts: u32,
+    /// Send data packets with [`Flags::ICRC_OMITTED`] and no ICRC computed:
+    /// the peer agreed to take them (`Endpoint::set_peer_icrc_omission`).
+    omit_icrc: bool,
     /// Messages parked by an RNR NAK, and when each goes again.
     rnr_timers: Vec<(u64, MsgRef)>,
     /// The rate-hint epoch this peer was last counted as a sender in.
@@ -264,12 +267,25 @@ impl Connection {
             conn_rtt: RttEstimator::new(cfg.base_rtt_ns),
             last_progress_ns: 0,
             timeouts: 0,
+            omit_icrc: false,
             rnr_timers: Vec::new(),
             rx_epoch_seen: u64::MAX,
             stats: ConnectionStats::default(),
             scratch_segs: Vec::new(),
             auth,
         }
+    }
+
+    /// Omit the ICRC of data packets toward this peer (it agreed to take
+    /// them so) or not. Packets keep it when authenticated: the tag is
+    /// their trailer.
+    pub(crate) fn set_omit_icrc(&mut self, omit: bool) {
+        self.omit_icrc = omit;
+    }
+
+    /// Whether data packets leave without their ICRC computed.
+    fn omits_icrc(&self) -> bool {
+        self.omit_icrc && self.auth.is_none()
     }
 
     /// The base flags every packet of this connection carries.
