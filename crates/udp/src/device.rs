@@ -444,10 +444,11 @@ impl Device {
         // reply, posted next, then leaves first and the ACKs right behind
         // it in the same flush. Nothing waits long: the next post or poll
         // flushes, and the engine covers a caller that goes quiet.
-        take_input(&mut st.ctx, &mut st.io, now);
+        let took = take_input(&mut st.ctx, &mut st.io, now);
         let n = st.ctx.poll_cq(cq, wc)?;
         if n == 0 {
-            flush(&mut st.ctx, &mut st.io, now_ns());
+            // An idle poll reads the clock once: nothing it did took time.
+            flush(&mut st.ctx, &mut st.io, if took { now_ns() } else { now });
         }
         wake_cq_waiters(&self.inner, &st.ctx);
         Ok(n)
@@ -705,7 +706,7 @@ fn take_input(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
             break;
         }
     }
-    let now = now_ns();
+    let now = if did { now_ns() } else { now };
     if let Some(due) = ctx.poll_timeout().filter(|&t| t <= now) {
         if drained || now.saturating_sub(due) >= TIMER_DEFER_MAX_NS {
             ctx.handle_timeout(now);

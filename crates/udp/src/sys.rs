@@ -459,20 +459,23 @@ pub struct RxBatch {
     cmsgs: Vec<CmsgBuf<RX_CMSG_SPACE>>,
     iovs: Vec<libc::iovec>,
     hdrs: Vec<libc::mmsghdr>,
+    /// Messages the last `recv` filled (whose lengths the kernel rewrote).
+    filled: usize,
 }
 
 // SAFETY: the raw pointers in `iovs` and `hdrs` point only into this
-// batch's own heap buffers (`bufs`, `names`, `cmsgs`, `iovs`), are written
-// afresh at the start of every `recv` before the kernel reads them, and are
-// never dereferenced by Rust code; moving the batch to another thread moves
-// those buffers' owners with it.
+// batch's own heap buffers (`bufs`, `names`, `cmsgs`, `iovs`), which are
+// allocated in `new` and never resized, so the pointers stay valid for the
+// batch's life; only the kernel (during `recv`, which takes `&mut self`)
+// writes through them. Moving the batch to another thread moves those
+// buffers' owners with it.
 unsafe impl Send for RxBatch {}
 
 impl RxBatch {
     /// Room for `n` messages per [`RxBatch::recv`], each up to 64 KiB (a
     /// GRO super-datagram).
     pub fn new(n: usize) -> Self {
-        Self {
+        let mut b = Self {
             bufs: (0..n).map(|_| vec![0; RX_BUF_LEN]).collect(),
             meta: Vec::with_capacity(n),
             // SAFETY: all-zero is a valid value for these plain C structs.
@@ -481,7 +484,33 @@ impl RxBatch {
             iovs: Vec::with_capacity(n),
             // SAFETY: as above.
             hdrs: (0..n).map(|_| unsafe { zeroed() }).collect(),
+            filled: 0,
+        };
+        // Wire every descriptor once. The pointers go into the heap
+        // buffers of these vectors, which are never resized, so they stay
+        // valid when the batch itself moves.
+        let Self {
+            bufs,
+            names,
+            cmsgs,
+            iovs,
+            hdrs,
+            ..
+        } = &mut b;
+        iovs.extend(bufs.iter_mut().map(|b| libc::iovec {
+            iov_base: b.as_mut_ptr().cast(),
+            iov_len: b.len(),
+        }));
+        for i in 0..n {
+            let h = &mut hdrs[i].msg_hdr;
+            h.msg_name = (&raw mut names[i]).cast();
+            h.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            h.msg_iov = &raw mut iovs[i];
+            h.msg_iovlen = 1;
+            h.msg_control = cmsgs[i].0.as_mut_ptr().cast();
+            h.msg_controllen = RX_CMSG_SPACE;
         }
+        b
     }
 
     /// The bytes of received message `i` (panics unless `i` is below what
@@ -495,33 +524,18 @@ impl RxBatch {
     pub fn recv(&mut self, sock: &Socket) -> io::Result<usize> {
         self.meta.clear();
         let n = self.bufs.len();
-        let Self {
-            bufs,
-            names,
-            cmsgs,
-            iovs,
-            hdrs,
-            ..
-        } = self;
-        iovs.clear();
-        iovs.extend(bufs.iter_mut().map(|b| libc::iovec {
-            iov_base: b.as_mut_ptr().cast(),
-            iov_len: b.len(),
-        }));
-        // Every pointer and in/out length is set afresh: the kernel rewrote
-        // the lengths last time, and `self` may have moved since.
-        for i in 0..n {
-            let h = &mut hdrs[i].msg_hdr;
-            h.msg_name = (&raw mut names[i]).cast();
-            h.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            h.msg_iov = &raw mut iovs[i];
-            h.msg_iovlen = 1;
-            h.msg_control = cmsgs[i].0.as_mut_ptr().cast();
-            h.msg_controllen = RX_CMSG_SPACE;
+        let hdrs = &mut self.hdrs;
+        // The kernel rewrote the in/out lengths of the messages it filled
+        // last time; every other descriptor is as `new` wired it (an idle
+        // poll, the common case, resets nothing).
+        for h in &mut hdrs[..self.filled] {
+            h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            h.msg_hdr.msg_controllen = RX_CMSG_SPACE;
         }
+        self.filled = 0;
         // SAFETY: `hdrs` holds `n` mmsghdrs pointing at buffers, names and
-        // control areas owned by `self` (set just above), with their true
-        // sizes; the kernel writes at most those sizes.
+        // control areas owned by `self` (wired in `new`, never reallocated),
+        // with their true sizes; the kernel writes at most those sizes.
         let r = unsafe {
             libc::recvmmsg(
                 sock.as_raw_fd(),
@@ -539,6 +553,9 @@ impl RxBatch {
             return Err(e);
         }
         let got = r as usize;
+        self.filled = got;
+        let hdrs = &self.hdrs;
+        let names = &self.names;
         for i in 0..got {
             let h = &hdrs[i].msg_hdr;
             let len = (hdrs[i].msg_len as usize).min(RX_BUF_LEN);
