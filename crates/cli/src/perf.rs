@@ -87,6 +87,10 @@ pub(crate) struct PerfArgs {
     /// leave it to the UDP checksum when packets are not authenticated).
     #[arg(long)]
     icrc: bool,
+    /// Lower bound of every retransmission timeout, microseconds (default
+    /// 4000: a scheduler tick at HZ=250).
+    #[arg(long = "rto-min-us")]
+    rto_min_us: Option<u64>,
     /// Run the device's engine thread at this niceness (e.g. -10, needs
     /// CAP_SYS_NICE below 0): on a host whose CPUs are contended it keeps
     /// ACKs and timers moving while the application waits for a CPU.
@@ -190,6 +194,7 @@ pub(crate) fn run(args: PerfArgs) -> Result<ExitCode, String> {
         offload: !args.no_offload,
         engine_nice: args.engine_nice,
         icrc_omission: !args.icrc,
+        rto_min_ns: args.rto_min_us.unwrap_or(0).saturating_mul(1000),
     };
     let mut rows = Vec::new();
     let mut failed_verify = false;

@@ -34,7 +34,7 @@ pub use error::PerfError;
 pub use figures::{BwFigures, Figures, LatFigures};
 pub use loopback::run_loopback;
 pub use params::{AuthOpts, CQ_MOD, LocalOpts, MAX_SIZE, Params};
-pub use rig::{AUTO_MTU_CAP, payload_mtu};
+pub use rig::{AUTO_MTU_CAP, RTO_MIN_NS, payload_mtu};
 pub use server::serve;
 pub use session::{AddrLine, Progress, ServerSession, Session};
 pub use table::{

@@ -108,6 +108,9 @@ pub struct LocalOpts {
     /// peer offers the same and packets are not authenticated (the UDP
     /// checksum protects them; wire.md 7.2). `--icrc` turns it off.
     pub icrc_omission: bool,
+    /// Lower bound of every retransmission timeout, ns (0: the tools'
+    /// default, [`RTO_MIN_NS`](crate::RTO_MIN_NS)).
+    pub rto_min_ns: u64,
     /// Niceness of the device's engine thread
     /// ([`metaroce_udp::DeviceConfig::engine_nice`]).
     pub engine_nice: Option<i32>,
@@ -149,6 +152,7 @@ impl Default for LocalOpts {
             offload: true,
             auth: None,
             icrc_omission: true,
+            rto_min_ns: 0,
             engine_nice: None,
         }
     }

@@ -66,10 +66,17 @@ pub fn payload_mtu(asked: u32, path: &PathMtu, auth: bool, peer: IpAddr) -> Resu
     Ok(asked)
 }
 
-/// Source ports a device of this run keeps for its paths.
+/// Source ports a device of this run keeps for its paths: twice the
+/// paths (at least 32), so a retired path can draw a port no live path
+/// holds.
 pub(crate) fn port_span(p: &Params) -> u16 {
-    (p.paths as u16).max(32)
+    (p.paths as u16).saturating_mul(2).max(32)
 }
+
+/// The RTO floor on real sockets: a thread may wait a scheduler tick
+/// (4 ms at HZ=250) for its CPU often enough that an RTO below that fires
+/// on healthy paths.
+pub const RTO_MIN_NS: u64 = 4_000_000;
 
 fn endpoint_config(p: &Params, local: &LocalOpts, mtu: u32) -> EndpointConfig {
     let mut cfg = EndpointConfig {
@@ -85,7 +92,11 @@ fn endpoint_config(p: &Params, local: &LocalOpts, mtu: u32) -> EndpointConfig {
     // healthy paths and retires them (measured: ~100 false RTOs per 4000 x
     // 64 KiB at 1 ms, none at 4 ms).
     cfg.base_rtt_ns = 50_000;
-    cfg.rto_min_ns = 4_000_000;
+    cfg.rto_min_ns = if local.rto_min_ns > 0 {
+        local.rto_min_ns
+    } else {
+        RTO_MIN_NS
+    };
     cfg.rto_max_ns = 200_000_000;
     cfg
 }

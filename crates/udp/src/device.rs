@@ -230,6 +230,10 @@ struct Io {
     /// This flush's transmits and where each one's bytes are.
     meta: Vec<(Transmit, Layout)>,
     order: Vec<usize>,
+    /// The sort keys of this flush's datagrams (see `send_all`).
+    sort_keys: Vec<u64>,
+    /// This flush's distinct destinations.
+    dsts: Vec<SocketAddr>,
     impair: Option<ImpairState>,
     held: Option<(SocketAddr, Ecn, Vec<u8>)>,
     stats: IoStats,
@@ -340,6 +344,8 @@ impl Device {
             slots: (0..TX_BATCH).map(|_| vec![0; slot_len]).collect(),
             meta: Vec::with_capacity(TX_BATCH),
             order: Vec::with_capacity(TX_BATCH),
+            sort_keys: Vec::with_capacity(TX_BATCH),
+            dsts: Vec::new(),
             impair: cfg.impair.filter(Impair::is_active).map(ImpairState::new),
             held: None,
             stats: IoStats::default(),
@@ -829,23 +835,41 @@ fn send_all(ctx: &Context, io: &mut Io) {
         order,
         stats,
         pmtu_refused,
+        sort_keys,
+        dsts,
         ..
     } = io;
     let meta = &*meta;
     order.clear();
-    order.extend(0..meta.len());
     // Data before ACKs: a reply that is ready goes out ahead of the ACK
     // for the request it answers (the ACK is not on the peer's critical
-    // path; the reply is). Stable: per-path order is kept, which is all the
-    // protocol needs.
-    order.sort_by_key(|&i| {
-        (
-            meta[i].0.kind == PacketKind::Ack,
-            meta[i].0.src_port,
-            meta[i].0.dst,
-            sys::ecn_bits(meta[i].0.ecn),
-        )
-    });
+    // path; the reply is); then grouped by source port, ECN and
+    // destination, so runs can become GSO messages. Stable: per-path order
+    // is kept, which is all the protocol needs. One integer per datagram
+    // (its own index in the low bits makes an unstable sort stable; the
+    // destination is an index into this flush's distinct destinations,
+    // nearly always one): sorting tuples with socket addresses in them
+    // cost ~650 instructions per datagram.
+    sort_keys.clear();
+    dsts.clear();
+    for (i, (t, _)) in meta.iter().enumerate() {
+        let d = match dsts.iter().position(|x| *x == t.dst) {
+            Some(d) => d,
+            None => {
+                dsts.push(t.dst);
+                dsts.len() - 1
+            }
+        };
+        sort_keys.push(
+            (u64::from(t.kind == PacketKind::Ack) << 63)
+                | (u64::from(t.src_port) << 40)
+                | (u64::from(sys::ecn_bits(t.ecn)) << 38)
+                | ((d as u64) << 16)
+                | i as u64,
+        );
+    }
+    sort_keys.sort_unstable();
+    order.extend(sort_keys.iter().map(|k| (k & 0xffff) as usize));
     // Every datagram's slices, in sending order.
     let mut parts: Vec<&[u8]> = Vec::with_capacity(meta.len() * 3);
     let mut datagram_parts: Vec<(usize, usize)> = Vec::with_capacity(meta.len());

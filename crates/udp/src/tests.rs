@@ -342,7 +342,11 @@ fn idle_device_uses_under_one_percent_of_a_cpu() {
     // delayed ACKs pass.
     std::thread::sleep(std::time::Duration::from_millis(300));
     let names = [a.addr().port(), b.addr().port()].map(|p| format!("mr-engine-{p}"));
-    let Some(before) = names.iter().map(|n| thread_cpu_ns(n)).collect::<Option<Vec<_>>>() else {
+    let Some(before) = names
+        .iter()
+        .map(|n| thread_cpu_ns(n))
+        .collect::<Option<Vec<_>>>()
+    else {
         eprintln!("SKIP idle CPU: no per-thread schedstat");
         return;
     };
@@ -352,7 +356,10 @@ fn idle_device_uses_under_one_percent_of_a_cpu() {
     for (i, name) in names.iter().enumerate() {
         let used = after[i] - before[i];
         let pct = 100.0 * used as f64 / window_ns as f64;
-        eprintln!("{name}: {:.3} ms of CPU in 2 s idle ({pct:.3} %)", used as f64 / 1e6);
+        eprintln!(
+            "{name}: {:.3} ms of CPU in 2 s idle ({pct:.3} %)",
+            used as f64 / 1e6
+        );
         assert!(pct < 1.0, "{name} used {pct:.2} % of a CPU while idle");
     }
 }

@@ -33,10 +33,10 @@ use std::sync::mpsc;
 use topology::{Fabric, enter};
 
 /// Paths per connection: enough source ports that the L4 hash spreads
-/// them over two links within 30 / 70 except with negligible probability
-/// (binomial(32, 1/2) below 10 or above 22: 0.7 %; the per-link share of
-/// bytes, which is what is asserted, varies less than the port count).
-const PATHS: u32 = 32;
+/// them over two links within 30 / 70 except with small probability (a
+/// binomial(64, 1/2) count below 20 or above 44: about 0.2 %; with 16
+/// ports a split as bad has about 8 %).
+const PATHS: u32 = 64;
 
 /// `METAROCE_FABRIC_STRICT=1`: also assert what needs the core's path
 /// management (see the module doc).
