@@ -170,9 +170,11 @@ pub struct IoStats {
     pub rx_queue_ce_marks: u64,
     /// Datagrams the kernel dropped at the receive socket (full buffer).
     pub rx_kernel_drops: u64,
-    /// Longest time between two progress passes (receive + timers), ns.
+    /// Longest time between two progress passes (receive + timers) while
+    /// the core had a deadline pending (work in flight), ns.
     pub progress_gap_ns_max: u64,
-    /// Progress passes that came more than 200 us after the previous one.
+    /// Progress passes that came more than 200 us after the previous one
+    /// while the core had a deadline pending.
     pub progress_gaps_over_200us: u64,
     /// Datagrams the kernel refused as larger than the path MTU
     /// (`EMSGSIZE`; sockets send with don't-fragment, so nothing is ever
@@ -246,6 +248,8 @@ struct Io {
     pmtu_recheck_at_ns: u64,
     /// A send was refused as too big since the last recheck.
     pmtu_refused: bool,
+    /// The core had a deadline pending after the last progress pass.
+    busy_at_last_pass: bool,
     bind_ip: IpAddr,
 }
 
@@ -355,6 +359,7 @@ impl Device {
             paths: Vec::new(),
             pmtu_recheck_at_ns: 0,
             pmtu_refused: false,
+            busy_at_last_pass: false,
             bind_ip: cfg.bind_ip,
         };
         let inner = Arc::new(Inner {
@@ -635,8 +640,11 @@ fn progress(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
 /// timers. What it makes the core want to send stays queued in the core
 /// until the next [`flush`].
 fn take_input(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
+    // A gap counts only when the core had a deadline pending at the last
+    // pass (work in flight, a timer to keep): a device left alone while
+    // the application registers memory or verifies data is not stalled.
     let gap = now.saturating_sub(io.last_progress_ns);
-    if io.last_progress_ns != 0 {
+    if io.last_progress_ns != 0 && io.busy_at_last_pass {
         io.stats.progress_gap_ns_max = io.stats.progress_gap_ns_max.max(gap);
         if gap > 200_000 {
             io.stats.progress_gaps_over_200us += 1;
@@ -726,6 +734,7 @@ fn take_input(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
     if !io.paths.is_empty() && (io.pmtu_refused || now >= io.pmtu_recheck_at_ns) {
         recheck_paths(ctx, io, now);
     }
+    io.busy_at_last_pass = ctx.poll_timeout().is_some();
     did
 }
 
