@@ -186,6 +186,12 @@ pub struct IoStats {
     /// Progress passes that held a due timer back because datagrams were
     /// still waiting in the receive socket.
     pub timers_deferred: u64,
+    /// Longest time a due deadline of the core waited for a progress pass,
+    /// ns: how long the host kept the device off a CPU when it had a timer
+    /// to serve (what makes healthy paths time out).
+    pub timer_late_ns_max: u64,
+    /// Progress passes that served a deadline more than 200 us late.
+    pub timers_late_over_200us: u64,
 }
 
 /// A snapshot of a device's counters.
@@ -250,6 +256,8 @@ struct Io {
     pmtu_refused: bool,
     /// The core had a deadline pending after the last progress pass.
     busy_at_last_pass: bool,
+    /// The core's earliest deadline after the last progress pass.
+    deadline_at_last_pass: Option<u64>,
     bind_ip: IpAddr,
 }
 
@@ -360,6 +368,7 @@ impl Device {
             pmtu_recheck_at_ns: 0,
             pmtu_refused: false,
             busy_at_last_pass: false,
+            deadline_at_last_pass: None,
             bind_ip: cfg.bind_ip,
         };
         let inner = Arc::new(Inner {
@@ -650,6 +659,16 @@ fn take_input(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
             io.stats.progress_gaps_over_200us += 1;
         }
     }
+    // How late this pass serves the earliest deadline the last pass left:
+    // the host's stall as the core's timers see it (a pass that waits for
+    // a far deadline is not late).
+    if let Some(due) = io.deadline_at_last_pass.filter(|&d| d < now) {
+        let late = now - due.max(io.last_progress_ns);
+        io.stats.timer_late_ns_max = io.stats.timer_late_ns_max.max(late);
+        if late > 200_000 {
+            io.stats.timers_late_over_200us += 1;
+        }
+    }
     io.last_progress_ns = now;
     let mut did = false;
     let mut now = now;
@@ -734,7 +753,8 @@ fn take_input(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
     if !io.paths.is_empty() && (io.pmtu_refused || now >= io.pmtu_recheck_at_ns) {
         recheck_paths(ctx, io, now);
     }
-    io.busy_at_last_pass = ctx.poll_timeout().is_some();
+    io.deadline_at_last_pass = ctx.poll_timeout();
+    io.busy_at_last_pass = io.deadline_at_last_pass.is_some();
     did
 }
 
