@@ -9,8 +9,18 @@
 //! - `metaroce memory`: bytes held per idle connection and per idle QP.
 //! - `metaroce perf`: perftest-style tools over the real UDP datapath.
 //! - `metaroce sim`: the packet-level fabric simulator.
-#![forbid(unsafe_code)]
+//! - `metaroce coll-perf`: nccl-tests' collective benchmarks over the real
+//!   UDP datapath, ranks as processes on one machine or across hosts.
+//!
+//! Exit codes: 0 success; 1 `chaos` found a failing seed; 2 bad input or
+//! a failed run (including data that did not verify), with one line on
+//! stderr; 3 a simulation reached its end time with flows unfinished
+//! (unless `--allow-unfinished`). Output into a closed pipe (`| head`) ends the
+//! process quietly, as it does for coreutils.
+// One `unsafe` block (SIGPIPE's disposition, in `main`), allowed there.
+#![deny(unsafe_code)]
 
+mod coll_perf;
 mod perf;
 mod sim;
 
@@ -47,9 +57,14 @@ enum Command {
     Perf(perf::PerfArgs),
     /// The packet-level fabric simulator.
     Sim(sim::SimArgs),
+    /// nccl-tests over MetaRoCE: all_reduce, all_gather, reduce_scatter,
+    /// alltoall, broadcast, reduce, sendrecv (`-h` after the collective
+    /// for the options).
+    CollPerf(coll_perf::CollPerfArgs),
 }
 
 #[derive(clap::Args, Debug, Clone)]
+#[command(allow_negative_numbers = true)]
 struct HarnessArgs {
     /// Message size in bytes (K, M, G suffixes are binary).
     #[arg(short = 's', long = "size", default_value = "64M", value_parser = parse_size)]
@@ -81,6 +96,7 @@ impl Default for HarnessArgs {
 }
 
 #[derive(clap::Args, Debug)]
+#[command(allow_negative_numbers = true)]
 struct ChaosArgs {
     /// How many seeds to run.
     #[arg(long, default_value_t = 1000)]
@@ -109,7 +125,29 @@ fn parse_size(s: &str) -> Result<u64, String> {
     Ok(bytes)
 }
 
+/// Let a write into a closed pipe end the process, as it ends `cat` or
+/// `seq`: `metaroce sim | head -3` then stops quietly instead of panicking
+/// in `println!` (Rust starts programs with SIGPIPE ignored, so a write
+/// into a closed pipe returns EPIPE and `println!` panics with exit 101).
+///
+/// Chosen over handling every write's error because output is written in
+/// many places (tables, progress, the perf tools' rows) and one missed
+/// `println!` would panic again. Sockets are unaffected: the TCP side
+/// channel writes through std, which sends with `MSG_NOSIGNAL`, and UDP
+/// sockets never raise SIGPIPE.
+#[allow(unsafe_code)]
+fn exit_quietly_on_closed_pipe() {
+    // SAFETY: `signal` with `SIG_DFL` only changes this process's
+    // disposition for SIGPIPE; it runs first in `main`, before any thread
+    // starts, so no other thread can race on signal state, and no handler
+    // (Rust code) ever runs in signal context.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
+    exit_quietly_on_closed_pipe();
     let cli = Cli::parse();
     let result = match cli
         .command
@@ -120,6 +158,7 @@ fn main() -> ExitCode {
         Command::Memory => memory(),
         Command::Perf(args) => perf::run(args),
         Command::Sim(args) => sim::run(args),
+        Command::CollPerf(args) => coll_perf::run(args),
     };
     match result {
         Ok(code) => code,
@@ -131,6 +170,9 @@ fn main() -> ExitCode {
 }
 
 fn harness(args: &HarnessArgs) -> Result<ExitCode, String> {
+    if args.loss.is_empty() {
+        return Err("--loss: give at least one loss rate".into());
+    }
     if let Some(bad) = args.loss.iter().find(|l| !(0.0..1.0).contains(*l)) {
         return Err(format!("--loss {bad} is not a probability in [0, 1)"));
     }
@@ -191,12 +233,21 @@ fn harness(args: &HarnessArgs) -> Result<ExitCode, String> {
 }
 
 fn chaos_run(args: &ChaosArgs) -> Result<ExitCode, String> {
+    if args.seeds == 0 {
+        return Err("--seeds 0: run at least 1 seed".into());
+    }
+    if args.start.checked_add(args.seeds).is_none() {
+        return Err(format!(
+            "--start {} --seeds {}: the last seed is past 2^64 - 1",
+            args.start, args.seeds
+        ));
+    }
     let wall = Instant::now();
     let mut failures = 0u64;
     let mut ops = 0usize;
     let mut bytes = 0u64;
     let (mut flaps, mut restarts, mut authenticated) = (0usize, 0usize, 0usize);
-    for seed in args.start..args.start.saturating_add(args.seeds) {
+    for seed in args.start..args.start + args.seeds {
         match std::panic::catch_unwind(|| chaos::run_seed(seed)) {
             Ok(Ok(r)) => {
                 ops += r.ops;

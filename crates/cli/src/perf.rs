@@ -4,18 +4,39 @@
 //! (client) / `metaroce perf write-bw --loopback` (both in one process).
 //! Tests: write-bw, write-lat, read-bw, read-lat, send-bw, send-lat,
 //! atomic-bw, atomic-lat, and the raw-UDP baselines udp-bw, udp-lat.
+//!
+//! perftest's flags are accepted where they mean something here (`-m`,
+//! `-Q`, `-l`, `-I`, `-N`, `--run_infinitely`, `--out_json[_file]`),
+//! accepted and ignored with a note where they are harmless (`-F`, `-d`,
+//! `-x`), and refused with "not supported by MetaRoCE" otherwise; every
+//! option is checked before the run starts.
 
 use metaroce_perf::raw::{self, RawParams, RawTest};
 use metaroce_perf::{
-    self as perf, AuthOpts, Figures, LAT_DURATION_HEADER, LAT_TABLE_HEADER, LocalOpts, Params,
-    RESULT_LINE, Session, Test,
+    self as perf, AuthOpts, BwFigures, Figures, JsonRun, LAT_DURATION_HEADER, LAT_TABLE_HEADER,
+    LocalOpts, Measure, Params, RESULT_LINE, Session, Test,
 };
 use metaroce_udp::Impair;
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+use std::path::PathBuf;
 use std::process::ExitCode;
+
+/// What "BW peak" means here, and how perftest's flags are treated.
+const AFTER_HELP: &str = "\
+BW peak[...]: the highest rate the transfer held over any stretch of at \
+least 1 ms between completions (perftest takes its peak over one \
+CQ-moderation interval, which with bursty completions reads above the \
+link). perftest measures no peak with -D, --run_infinitely, -N or beyond \
+20000 iterations and prints 0.00; MetaRoCE measures it in every mode but \
+-N and --run_infinitely.
+
+perftest flags: -F, -d and -x are accepted and ignored (there is no CPU \
+frequency check, no device or GID to choose); -c takes RC only; -b, \
+--report-both and -V are not supported.";
 
 /// Arguments of `metaroce perf`.
 #[derive(clap::Args, Debug)]
+#[command(allow_negative_numbers = true, after_help = AFTER_HELP)]
 pub(crate) struct PerfArgs {
     /// Test: write-bw, write-lat, read-bw, read-lat, send-bw, send-lat,
     /// atomic-bw, atomic-lat, udp-bw, udp-lat.
@@ -25,48 +46,84 @@ pub(crate) struct PerfArgs {
     /// Run server and client in this process over 127.0.0.1.
     #[arg(long)]
     loopback: bool,
-    /// Message size in bytes (K, M suffixes are binary).
+    /// Message size in bytes, K and M suffixes binary [default: 65536 for
+    /// *-bw, 2 for *-lat, 8 for atomics; udp-bw 65536, udp-lat 2].
     #[arg(short = 's', long = "size", value_parser = parse_size)]
     size: Option<u64>,
-    /// Iterations.
+    /// Iterations, at least 5 [default: 5000 for write-bw, 1000 for the
+    /// others].
     #[arg(short = 'n', long = "iters")]
     iters: Option<u64>,
     /// Sweep sizes 2 ..= 2^23 (powers of two).
     #[arg(short = 'a', long = "all")]
     all: bool,
-    /// Run for this many seconds instead of an iteration count.
+    /// Run for this many seconds instead of an iteration count (with
+    /// --run_infinitely: report every this many seconds) [default: by
+    /// iterations; udp-bw 2].
     #[arg(short = 'D', long = "duration")]
     duration: Option<u64>,
-    /// Number of QPs.
-    #[arg(short = 'q', long = "qp", default_value_t = 1)]
-    qps: u32,
-    /// Outstanding work requests per QP (TX depth).
-    #[arg(short = 't', long = "tx-depth", default_value_t = 128)]
-    tx_depth: u32,
+    /// Number of QPs, 1..=64 (bandwidth tests) [default: 1].
+    #[arg(short = 'q', long = "qp")]
+    qps: Option<u32>,
+    /// Outstanding work requests per QP, 1..=2048 (bandwidth tests)
+    /// [default: 128; latency tests 1].
+    #[arg(short = 't', long = "tx-depth")]
+    tx_depth: Option<u32>,
+    /// Generate a completion for one work request in this many, 1..=1024
+    /// (perftest's CQ moderation; bandwidth tests) [default: 100, or 1
+    /// above 8192 B; never more than -t].
+    #[arg(short = 'Q', long = "cq-mod")]
+    cq_mod: Option<u32>,
+    /// Post at most this many work requests per post_send call, 1..=2048
+    /// (bandwidth tests; perftest's default is 1) [default: 32].
+    #[arg(short = 'l', long = "post_list")]
+    post_list: Option<u32>,
+    /// Copy WRITE and SEND payloads of at most this many bytes into the
+    /// work request at post time, 0..=1024 [default: 0].
+    #[arg(short = 'I', long = "inline_size")]
+    inline_size: Option<u32>,
+    /// Do not measure the peak bandwidth (reported as 0.00).
+    #[arg(short = 'N', long = "noPeak")]
+    no_peak: bool,
+    /// Run a bandwidth test until stopped (Ctrl-C), printing the rate of
+    /// every -D seconds [default interval: 5 s].
+    #[arg(long = "run_infinitely")]
+    run_infinitely: bool,
     /// Report Gb/s instead of MiB/s.
     #[arg(long = "report_gbits")]
     report_gbits: bool,
     /// TCP port of the side channel.
     #[arg(short = 'p', long = "port", default_value_t = 18515)]
     port: u16,
-    /// Paths (UDP source ports) per connection.
+    /// Paths (UDP source ports) per connection, 1..=128.
     #[arg(long, default_value_t = 16)]
     paths: u32,
-    /// Payload bytes per packet. Default: sized from the path to the peer
-    /// (the largest whose packets leave unfragmented, at most 8192); an
-    /// explicit value the path cannot carry is an error.
-    #[arg(long)]
+    /// MTU: payload bytes per packet, 64..=65000 (perftest's -m); a value
+    /// the path to the peer cannot carry unfragmented is an error
+    /// [default: sized from the path, the largest whose packets leave
+    /// unfragmented, at most 8192].
+    #[arg(short = 'm', long)]
     mtu: Option<u32>,
-    /// Write the results as JSON (perftest out_json key names) to FILE.
-    #[arg(long)]
-    json: Option<String>,
+    /// Write the results as JSON, in perftest's --out_json layout plus the
+    /// run's parameters, to FILE.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write the JSON report to --out_json_file (perftest's flag).
+    #[arg(long = "out_json")]
+    out_json: bool,
+    /// File of the JSON report; implies --out_json [default:
+    /// perftest_out.json].
+    #[arg(long = "out_json_file", value_name = "FILE")]
+    out_json_file: Option<PathBuf>,
     /// Do not verify transferred data.
     #[arg(long = "no-verify")]
     no_verify: bool,
-    /// Receive-side impairment, e.g. loss=0.01,reorder=0.05,dup=0.01,seed=7.
+    /// Receive-side impairment, e.g. loss=0.01,reorder=0.05,dup=0.01,seed=7
+    /// [default: none].
     #[arg(long, value_parser = |s: &str| s.parse::<Impair>())]
     impair: Option<Impair>,
-    /// Seed of the device (keys, PSNs, ports); default: from the OS.
+    /// Seed of the device (keys, PSNs, ports) and the verification
+    /// pattern [default: from the OS; the JSON report records it].
     #[arg(long)]
     seed: Option<u64>,
     /// MetaRoCE device UDP port (0: a free range is picked).
@@ -76,44 +133,98 @@ pub(crate) struct PerfArgs {
     #[arg(long = "no-offload")]
     no_offload: bool,
     /// Authenticate every packet (AES-256-GCM) with the job secret in
-    /// METAROCE_JOB_SECRET (64 hex digits; both sides must have it; with
-    /// --loopback and no secret set, a random one is used).
+    /// METAROCE_JOB_SECRET (64 hex digits; both sides must have the same,
+    /// which the handshake checks; with --loopback and no secret set, a
+    /// random one is used).
     #[arg(long)]
     auth: bool,
     /// Encrypt payloads too (implies --auth).
     #[arg(long)]
     encrypt: bool,
-    /// Always compute and check the ICRC (by default both sides agree to
-    /// leave it to the UDP checksum when packets are not authenticated).
+    /// Always compute and check the ICRC [default: both sides agree to
+    /// leave it to the UDP checksum when packets are not authenticated].
     #[arg(long)]
     icrc: bool,
-    /// Lower bound of every retransmission timeout, microseconds (default
-    /// 4000: a scheduler tick at HZ=250).
+    /// Lower bound of every retransmission timeout, microseconds [default:
+    /// 4000, a scheduler tick at HZ=250].
     #[arg(long = "rto-min-us")]
     rto_min_us: Option<u64>,
     /// Run the device's engine thread at this niceness (e.g. -10, needs
     /// CAP_SYS_NICE below 0): on a host whose CPUs are contended it keeps
-    /// ACKs and timers moving while the application waits for a CPU.
+    /// ACKs and timers moving while the application waits for a CPU
+    /// [default: the caller's].
     #[arg(long = "engine-nice", allow_negative_numbers = true)]
     engine_nice: Option<i32>,
+    /// perftest's -F (no CPU frequency warning): accepted, ignored.
+    #[arg(short = 'F', long = "CPU-freq", hide = true)]
+    cpu_freq: bool,
+    /// perftest's -d (IB device): accepted, ignored.
+    #[arg(short = 'd', long = "ib-dev", hide = true)]
+    ib_dev: Option<String>,
+    /// perftest's -x (GID index): accepted, ignored.
+    #[arg(short = 'x', long = "gid-index", hide = true)]
+    gid_index: Option<String>,
+    /// perftest's -c (connection type): RC only.
+    #[arg(short = 'c', long = "connection", hide = true)]
+    connection: Option<String>,
+    /// perftest's -b (bidirectional): not supported.
+    #[arg(short = 'b', long = "bidirectional", hide = true)]
+    bidirectional: bool,
+    /// perftest's --report-both: not supported.
+    #[arg(long = "report-both", hide = true)]
+    report_both: bool,
+    /// perftest's -V (version): not supported here.
+    #[arg(short = 'V', long = "version", hide = true)]
+    version: bool,
+}
+
+/// The perftest flags MetaRoCE takes and ignores, with a note on stderr;
+/// the ones it refuses, as an error.
+fn perftest_flags(args: &PerfArgs) -> Result<(), String> {
+    let unsupported = |what: &str| Err(format!("not supported by MetaRoCE: {what}"));
+    if args.bidirectional {
+        return unsupported("-b (bidirectional bandwidth); run a second pair the other way");
+    }
+    if args.report_both {
+        return unsupported("--report-both (there is no bidirectional test)");
+    }
+    if args.version {
+        return unsupported("-V (perftest's version); `metaroce --version` prints MetaRoCE's");
+    }
+    if let Some(c) = &args.connection
+        && !c.eq_ignore_ascii_case("RC")
+    {
+        return unsupported(&format!("-c {c} (MetaRoCE has RC connections only)"));
+    }
+    if args.cpu_freq {
+        eprintln!("note: -F ignored (MetaRoCE runs no CPU frequency check)");
+    }
+    if let Some(d) = &args.ib_dev {
+        eprintln!(
+            "note: -d {d} ignored (MetaRoCE runs over UDP: the route to the peer picks the interface)"
+        );
+    }
+    if let Some(x) = &args.gid_index {
+        eprintln!("note: -x {x} ignored (MetaRoCE addresses devices by IP and UDP port, no GID)");
+    }
+    Ok(())
 }
 
 /// The job secret from `METAROCE_JOB_SECRET`, or a random one for a
 /// single-process loopback run.
 fn job_secret(loopback: bool) -> Result<[u8; 32], String> {
-    match std::env::var("METAROCE_JOB_SECRET") {
+    let secret = match std::env::var("METAROCE_JOB_SECRET") {
         Ok(hex) => {
             let hex = hex.trim();
-            let bytes: Option<Vec<u8>> = (hex.len() == 64)
-                .then(|| {
-                    (0..32)
-                        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok())
-                        .collect()
-                })
-                .flatten();
-            bytes
-                .and_then(|b| <[u8; 32]>::try_from(b).ok())
-                .ok_or_else(|| "METAROCE_JOB_SECRET must be 64 hex digits (32 bytes)".into())
+            if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err("METAROCE_JOB_SECRET must be 64 hex digits (32 bytes)".into());
+            }
+            let mut s = [0u8; 32];
+            for (i, b) in s.iter_mut().enumerate() {
+                *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)
+                    .map_err(|_| "METAROCE_JOB_SECRET must be 64 hex digits (32 bytes)")?;
+            }
+            s
         }
         Err(_) if loopback => {
             let mut s = [0u8; 32];
@@ -123,10 +234,12 @@ fn job_secret(loopback: bool) -> Result<[u8; 32], String> {
                         .to_le_bytes(),
                 );
             }
-            Ok(s)
+            s
         }
-        Err(_) => Err("--auth / --encrypt need the job secret in METAROCE_JOB_SECRET (64 hex digits, the same on both sides)".into()),
-    }
+        Err(_) => return Err("--auth / --encrypt need the job secret in METAROCE_JOB_SECRET (64 hex digits, the same on both sides)".into()),
+    };
+    metaroce_cm::check_job_secret(&secret).map_err(|e| format!("METAROCE_JOB_SECRET: {e}"))?;
+    Ok(secret)
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -143,35 +256,147 @@ fn parse_size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("size '{s}' must be 1 B ..= {} B", perf::MAX_SIZE))
 }
 
-pub(crate) fn run(args: PerfArgs) -> Result<ExitCode, String> {
-    match args.test.as_str() {
-        "udp-bw" | "udp-lat" => return raw_baseline(&args),
-        _ => {}
+/// Where the JSON report goes, if anywhere.
+fn json_path(args: &PerfArgs) -> Option<PathBuf> {
+    match (&args.json, &args.out_json_file) {
+        (Some(p), _) | (None, Some(p)) => Some(p.clone()),
+        (None, None) => args.out_json.then(|| PathBuf::from("perftest_out.json")),
     }
+}
+
+/// A JSON report file opened (created if missing) before the run, so a
+/// path that cannot be written fails now; removed again if the run fails
+/// and it was created here.
+struct JsonOut {
+    path: PathBuf,
+    created: bool,
+}
+
+impl JsonOut {
+    fn prepare(path: PathBuf) -> Result<Self, String> {
+        if path.is_dir() {
+            return Err(format!(
+                "--json {}: is a directory, not a file",
+                path.display()
+            ));
+        }
+        let created = !path.exists();
+        std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&path)
+            .map_err(|e| format!("--json {}: cannot write: {e}", path.display()))?;
+        Ok(Self { path, created })
+    }
+
+    fn write(self, doc: &impl serde::Serialize) -> Result<(), String> {
+        let text = serde_json::to_string_pretty(doc).map_err(|e| e.to_string())?;
+        std::fs::write(&self.path, text + "\n")
+            .map_err(|e| format!("cannot write --json {}: {e}", self.path.display()))
+    }
+
+    fn discard(self) {
+        if self.created {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+pub(crate) fn run(args: PerfArgs) -> Result<ExitCode, String> {
+    perftest_flags(&args)?;
+    if args.loopback && args.host.is_some() {
+        return Err("--loopback takes no host".into());
+    }
+    if args.duration == Some(0) {
+        return Err("-D 0: the duration must be at least 1 s".into());
+    }
+    // Only a client writes the report (a server notes the option).
+    let client = args.loopback || args.host.is_some();
+    let json = json_path(&args)
+        .filter(|_| client)
+        .map(JsonOut::prepare)
+        .transpose()?;
+    match args.test.as_str() {
+        "udp-bw" | "udp-lat" => raw_baseline(&args, json),
+        _ => rdma_test(&args, json),
+    }
+}
+
+/// Options only bandwidth tests use, refused for a latency test.
+fn refuse_inapplicable(args: &PerfArgs, test: &str, lat: bool) -> Result<(), String> {
+    let bw_only: [(&str, bool); 6] = [
+        ("-q", args.qps.is_some_and(|q| q != 1)),
+        ("-t", args.tx_depth.is_some()),
+        ("-Q", args.cq_mod.is_some()),
+        ("-l", args.post_list.is_some()),
+        ("-N", args.no_peak),
+        ("--run_infinitely", args.run_infinitely),
+    ];
+    if lat && let Some((flag, _)) = bw_only.iter().find(|(_, given)| *given) {
+        return Err(format!(
+            "{flag} applies to bandwidth tests only ({test} is a latency test)"
+        ));
+    }
+    Ok(())
+}
+
+fn rdma_test(args: &PerfArgs, json: Option<JsonOut>) -> Result<ExitCode, String> {
     let test = Test::from_name(&args.test).ok_or_else(|| {
         format!(
             "unknown test '{}' (write-bw, write-lat, read-bw, read-lat, send-bw, send-lat, atomic-bw, atomic-lat, udp-bw, udp-lat)",
             args.test
         )
     })?;
+    refuse_inapplicable(args, test.name(), test.is_lat())?;
+    if args.inline_size.is_some_and(|i| i > 0)
+        && matches!(
+            test,
+            Test::ReadBw | Test::ReadLat | Test::AtomicBw | Test::AtomicLat
+        )
+    {
+        return Err(format!(
+            "-I: {} carries no payload to inline (READ and atomics only)",
+            test.name()
+        ));
+    }
     let size = args.size.unwrap_or(test.default_size());
+    // One seed, drawn once, for the device and the pattern: the JSON
+    // report records it, so the run can be repeated with --seed.
+    let seed = args.seed.unwrap_or_else(metaroce_udp::os_seed);
     let p = Params {
         size,
         iters: args.iters.unwrap_or(test.default_iters()),
-        duration_s: args.duration.unwrap_or(0),
-        qps: if test.is_lat() { 1 } else { args.qps },
-        tx_depth: if test.is_lat() { 1 } else { args.tx_depth },
+        duration_s: match (args.duration, args.run_infinitely) {
+            (Some(d), _) => d,
+            (None, true) => perf::INFINITE_REPORT_S,
+            (None, false) => 0,
+        },
+        qps: args.qps.unwrap_or(1),
+        tx_depth: if test.is_lat() {
+            1
+        } else {
+            args.tx_depth.unwrap_or(128)
+        },
         verify: !args.no_verify,
+        // 0: each side sizes it from its path to the other.
         mtu: args.mtu.unwrap_or(0),
         paths: args.paths,
-        pattern_seed: args.seed.unwrap_or_else(metaroce_udp::os_seed),
+        pattern_seed: seed,
+        run_infinitely: args.run_infinitely,
     };
-    if args.duration == Some(0) {
-        return Err("-D 0: the duration must be at least 1 s".into());
-    }
     p.validate(test)?;
+    let measure = Measure {
+        cq_mod: args.cq_mod,
+        post_list: args.post_list.unwrap_or(perf::POST_LIST),
+        inline_bytes: args.inline_size.unwrap_or(0),
+        peak: !args.no_peak && !args.run_infinitely,
+    };
+    measure.validate()?;
     if args.all && test.is_atomic() {
         return Err("-a: atomic tests have one size (8 B)".into());
+    }
+    if args.all && args.run_infinitely {
+        return Err("-a and --run_infinitely: an endless run has one size".into());
     }
     let sizes: Vec<u64> = if args.all {
         (1..=23).map(|e| 1u64 << e).collect()
@@ -187,21 +412,46 @@ pub(crate) fn run(args: PerfArgs) -> Result<ExitCode, String> {
         None
     };
     let local = LocalOpts {
+        measure,
         auth,
         impair: args.impair,
-        seed: args.seed.unwrap_or_else(metaroce_udp::os_seed),
+        seed,
         dev_port: args.dev_port,
         offload: !args.no_offload,
         engine_nice: args.engine_nice,
         icrc_omission: !args.icrc,
         rto_min_ns: args.rto_min_us.unwrap_or(0).saturating_mul(1000),
     };
-    let mut rows = Vec::new();
-    let mut failed_verify = false;
-    let mut printed_header = false;
+    if args.host.is_none() && !args.loopback {
+        return serve(args, test, &local);
+    }
     let gbits = args.report_gbits;
     let duration = p.duration_s > 0;
+    let table_header = if test.is_lat() {
+        if duration {
+            LAT_DURATION_HEADER
+        } else {
+            LAT_TABLE_HEADER
+        }
+    } else {
+        perf::bw_table_header(gbits)
+    };
+    if p.run_infinitely {
+        // No session ends to print the address lines after: the table
+        // comes first, then one row per interval.
+        println!("{}", perf::header(test, &p, &local));
+        println!("{table_header}");
+    }
+    let mut on_interval = |f: &BwFigures| println!("{}", perf::bw_row(f, gbits));
+    let mut rows = Vec::new();
+    let mut failed_verify = false;
+    let mut printed_header = p.run_infinitely;
+    // What the sessions used (the last one's, for the JSON report).
+    let mut used_mtu = p.mtu;
+    let mut icrc_omitted = false;
     let mut on_session = |s: &Session| {
+        used_mtu = s.mtu;
+        icrc_omitted = s.icrc_omitted;
         if !printed_header {
             let used = Params {
                 mtu: s.mtu,
@@ -220,14 +470,7 @@ pub(crate) fn run(args: PerfArgs) -> Result<ExitCode, String> {
             println!("{}", s.local.render("local"));
             println!("{}", s.remote.render("remote"));
             println!("{RESULT_LINE}");
-            println!(
-                "{}",
-                match s.figures {
-                    Figures::Bw(_) => perf::bw_table_header(gbits),
-                    Figures::Lat(_) if duration => LAT_DURATION_HEADER,
-                    Figures::Lat(_) => LAT_TABLE_HEADER,
-                }
-            );
+            println!("{table_header}");
             printed_header = true;
         }
         match &s.figures {
@@ -242,53 +485,40 @@ pub(crate) fn run(args: PerfArgs) -> Result<ExitCode, String> {
         }
         rows.push((s.figures, s.verified, s.detail.clone()));
     };
-    if args.loopback {
-        if args.host.is_some() {
-            return Err("--loopback takes no host".into());
-        }
-        let listener = TcpListener::bind(("127.0.0.1", args.port))
-            .map_err(|e| format!("cannot listen on 127.0.0.1:{}: {e}", args.port))?;
-        perf::run_loopback(test, listener, &sizes, &p, &local, &mut on_session)
-            .map_err(|e| e.to_string())?;
-    } else if let Some(host) = &args.host {
-        let server = resolve(host, args.port)?;
-        for (i, &sz) in sizes.iter().enumerate() {
-            let mut pp = p.clone();
-            pp.size = sz;
-            let s = perf::run_client(test, server, &pp, &local, i + 1 == sizes.len())
-                .map_err(|e| e.to_string())?;
-            on_session(&s);
-        }
+    let ran = if args.loopback {
+        TcpListener::bind(("127.0.0.1", args.port))
+            .map_err(|e| format!("cannot listen on 127.0.0.1:{}: {e}", args.port))
+            .and_then(|listener| {
+                perf::run_loopback(
+                    test,
+                    listener,
+                    &sizes,
+                    &p,
+                    &local,
+                    &mut on_session,
+                    &mut on_interval,
+                )
+                .map_err(|e| e.to_string())
+            })
     } else {
-        let listener = TcpListener::bind(("0.0.0.0", args.port))
-            .map_err(|e| format!("cannot listen on port {}: {e}", args.port))?;
-        println!(
-            "{}\n                    {} (server)\n Waiting for client on port {}\n{RESULT_LINE}",
-            RESULT_LINE,
-            test.title(),
-            args.port
-        );
-        perf::serve(&listener, test, &local, &mut |s| {
-            println!("{}", s.local.render("local"));
-            println!("{}", s.remote.render("remote"));
-            println!(
-                " size {} B: {}{}",
-                s.params.size,
-                match s.report.verified {
-                    Some(true) => "verified",
-                    Some(false) => "VERIFICATION FAILED",
-                    None => "not verified",
-                },
-                if s.report.detail.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({})", s.report.detail)
-                }
-            );
+        let host = args.host.as_deref().unwrap_or_default();
+        resolve(host, args.port).and_then(|server| {
+            for (i, &sz) in sizes.iter().enumerate() {
+                let mut pp = p.clone();
+                pp.size = sz;
+                let last = i + 1 == sizes.len();
+                let s = perf::run_client_with(test, server, &pp, &local, last, &mut on_interval)
+                    .map_err(|e| e.to_string())?;
+                on_session(&s);
+            }
+            Ok(())
         })
-        .map_err(|e| e.to_string())?;
-        println!("{RESULT_LINE}");
-        return Ok(ExitCode::SUCCESS);
+    };
+    if let Err(e) = ran {
+        if let Some(j) = json {
+            j.discard();
+        }
+        return Err(e);
     }
     println!("{RESULT_LINE}");
     for (_, v, detail) in &rows {
@@ -303,17 +533,85 @@ pub(crate) fn run(args: PerfArgs) -> Result<ExitCode, String> {
             );
         }
     }
-    if let Some(path) = &args.json {
-        write_json(
-            path,
-            test.name(),
-            &rows.iter().map(|r| r.0).collect::<Vec<_>>(),
+    if let Some(j) = json {
+        let mut last = p.clone();
+        last.size = *sizes.last().unwrap_or(&size);
+        let figures: Vec<Figures> = rows.iter().map(|r| r.0).collect();
+        j.write(&perf::json_report(&JsonRun {
+            test,
+            params: &last,
+            mtu: used_mtu,
+            icrc_omitted,
+            local: &local,
             gbits,
-        )?;
+            all_sizes: args.all,
+            figures: &figures,
+        }))?;
     }
     if failed_verify {
         return Err("received data differs from what was sent".into());
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Server mode: serve the client's sessions. The server adopts the
+/// client's parameters; the ones given here are noted, not used.
+fn serve(args: &PerfArgs, test: Test, local: &LocalOpts) -> Result<ExitCode, String> {
+    let client_side = [
+        ("-s", args.size.is_some()),
+        ("-n", args.iters.is_some()),
+        ("-a", args.all),
+        ("-D", args.duration.is_some()),
+        ("-q", args.qps.is_some()),
+        ("-t", args.tx_depth.is_some()),
+        ("-Q", args.cq_mod.is_some()),
+        ("-l", args.post_list.is_some()),
+        ("-N", args.no_peak),
+        ("-m", args.mtu.is_some()),
+        ("--run_infinitely", args.run_infinitely),
+        ("--no-verify", args.no_verify),
+        ("--report_gbits", args.report_gbits),
+        ("--json", json_path(args).is_some()),
+    ];
+    let given: Vec<&str> = client_side
+        .iter()
+        .filter(|(_, g)| *g)
+        .map(|(f, _)| *f)
+        .collect();
+    if !given.is_empty() {
+        eprintln!(
+            "note: the server runs what the client asks and the client reports; {} given here are the client's to choose",
+            given.join(" ")
+        );
+    }
+    let listener = TcpListener::bind(("0.0.0.0", args.port))
+        .map_err(|e| format!("cannot listen on port {}: {e}", args.port))?;
+    println!(
+        "{}\n                    {} (server)\n Waiting for client on port {}\n{RESULT_LINE}",
+        RESULT_LINE,
+        test.title(),
+        args.port
+    );
+    perf::serve(&listener, test, local, &mut |s| {
+        println!("{}", s.local.render("local"));
+        println!("{}", s.remote.render("remote"));
+        println!(
+            " size {} B: {}{}",
+            s.params.size,
+            match s.report.verified {
+                Some(true) => "verified",
+                Some(false) => "VERIFICATION FAILED",
+                None => "not verified",
+            },
+            if s.report.detail.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", s.report.detail)
+            }
+        );
+    })
+    .map_err(|e| e.to_string())?;
+    println!("{RESULT_LINE}");
     Ok(ExitCode::SUCCESS)
 }
 
@@ -323,18 +621,6 @@ fn resolve(host: &str, port: u16) -> Result<SocketAddr, String> {
         .map_err(|e| format!("bad server address '{host}': {e}"))?
         .next()
         .ok_or_else(|| format!("bad server address '{host}': no address"))
-}
-
-fn write_json(path: &str, test: &str, figs: &[Figures], gbits: bool) -> Result<(), String> {
-    let results: Vec<_> = figs.iter().map(|f| perf::json_row(f, gbits)).collect();
-    let doc = serde_json::json!({
-        "test": test,
-        "BW_unit": if gbits { "Gb/sec" } else { "MiB/sec" },
-        "lat_unit": "usec",
-        "results": results,
-    });
-    let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
-    std::fs::write(path, text + "\n").map_err(|e| format!("cannot write --json {path}: {e}"))
 }
 
 /// The payload MTU a MetaRoCE run with these arguments would use toward
@@ -358,13 +644,99 @@ fn raw_mtu(args: &PerfArgs) -> Result<u32, String> {
     perf::payload_mtu(args.mtu.unwrap_or(0), &path, false, peer)
 }
 
-fn raw_baseline(args: &PerfArgs) -> Result<ExitCode, String> {
+fn raw_baseline(args: &PerfArgs, json: Option<JsonOut>) -> Result<ExitCode, String> {
+    let result = raw_run(args);
+    match (result, json) {
+        (Ok((code, Some(doc))), Some(j)) => {
+            j.write(&doc)?;
+            Ok(code)
+        }
+        (Ok((code, _)), j) => {
+            if let Some(j) = j {
+                j.discard();
+            }
+            Ok(code)
+        }
+        (Err(e), j) => {
+            if let Some(j) = j {
+                j.discard();
+            }
+            Err(e)
+        }
+    }
+}
+
+/// A raw baseline's JSON report: perftest's layout, as for the RDMA tests.
+#[derive(serde::Serialize)]
+struct RawReport {
+    schema_version: u32,
+    test_info: RawInfo,
+    results: perf::JsonResults,
+    parameters: RawJsonParams,
+}
+
+#[derive(serde::Serialize)]
+struct RawInfo {
+    test: &'static str,
+    #[serde(rename = "Device")]
+    device: &'static str,
+    #[serde(rename = "Transport_type")]
+    transport_type: &'static str,
+    #[serde(rename = "Mtu")]
+    mtu: u32,
+    #[serde(rename = "BW_unit")]
+    bw_unit: &'static str,
+}
+
+#[derive(serde::Serialize)]
+struct RawJsonParams {
+    test: &'static str,
+    size: u64,
+    datagram_bytes: usize,
+    duration_s: f64,
+    iters: u64,
+    offload: bool,
+    mtu: u32,
+    mtu_from_path: bool,
+    report_gbits: bool,
+}
+
+/// A raw-UDP baseline run, and its JSON report (client side only).
+fn raw_run(args: &PerfArgs) -> Result<(ExitCode, Option<RawReport>), String> {
     let gbits = args.report_gbits;
     let test = if args.test == "udp-bw" {
         RawTest::UdpBw
     } else {
         RawTest::UdpLat
     };
+    // What the raw baselines have no use for is refused, not ignored.
+    let rdma_only = [
+        ("-n", args.iters.is_some() && test == RawTest::UdpBw),
+        ("-a", args.all),
+        ("-q", args.qps.is_some()),
+        ("-t", args.tx_depth.is_some()),
+        ("-Q", args.cq_mod.is_some()),
+        ("-l", args.post_list.is_some()),
+        ("-I", args.inline_size.is_some()),
+        ("-N", args.no_peak),
+        ("--run_infinitely", args.run_infinitely),
+        ("--paths", args.paths != 16),
+        ("--no-verify", args.no_verify),
+        ("--impair", args.impair.is_some()),
+        ("--seed", args.seed.is_some()),
+        ("--dev-port", args.dev_port != 0),
+        ("--auth", args.auth),
+        ("--encrypt", args.encrypt),
+        ("--icrc", args.icrc),
+        ("--rto-min-us", args.rto_min_us.is_some()),
+        ("--engine-nice", args.engine_nice.is_some()),
+    ];
+    if let Some((flag, _)) = rdma_only.iter().find(|(_, given)| *given) {
+        return Err(format!(
+            "{flag} does not apply to {} (raw UDP, no MetaRoCE protocol)",
+            args.test
+        ));
+    }
     let size = args.size.unwrap_or(match test {
         RawTest::UdpBw => 65_536,
         RawTest::UdpLat => 2,
@@ -374,22 +746,29 @@ fn raw_baseline(args: &PerfArgs) -> Result<ExitCode, String> {
             "-s {size}: udp-lat sends one datagram (at most 65000 B)"
         ));
     }
+    if let Some(m) = args.mtu
+        && !(64..=65_000).contains(&m)
+    {
+        return Err(format!("--mtu {m} must be 64..=65000"));
+    }
+    let mtu = raw_mtu(args)?;
+    let iters = args.iters.unwrap_or(1000);
+    if iters < 5 {
+        return Err(format!("-n {iters} must be at least 5"));
+    }
     let p = RawParams {
         test,
         size,
         // Same datagram size as the device: MTU payload plus MetaRoCE headers.
-        seg: raw_mtu(args)? as usize + 56,
+        seg: mtu as usize + 56,
         secs: match test {
             RawTest::UdpBw => args.duration.unwrap_or(2) as f64,
             RawTest::UdpLat => args.duration.unwrap_or(0) as f64,
         },
-        iters: args.iters.unwrap_or(1000).max(5),
+        iters,
         offload: !args.no_offload,
     };
     let (fig, where_) = if args.loopback {
-        if args.host.is_some() {
-            return Err("--loopback takes no host".into());
-        }
         let fig = match test {
             RawTest::UdpBw => Figures::Bw(
                 raw::udp_bw(p.size, p.seg, p.secs, p.offload).map_err(|e| e.to_string())?,
@@ -418,7 +797,7 @@ fn raw_baseline(args: &PerfArgs) -> Result<ExitCode, String> {
         );
         raw::serve_raw(&listener, test, p.offload).map_err(|e| e.to_string())?;
         println!(" run served");
-        return Ok(ExitCode::SUCCESS);
+        return Ok((ExitCode::SUCCESS, None));
     };
     println!("{RESULT_LINE}");
     println!(
@@ -426,27 +805,54 @@ fn raw_baseline(args: &PerfArgs) -> Result<ExitCode, String> {
         args.test
     );
     println!("{RESULT_LINE}");
+    let duration = args.duration.is_some();
     match &fig {
         Figures::Bw(f) => {
             println!("{}", perf::bw_table_header(gbits));
             println!("{}", perf::bw_row(f, gbits));
         }
         Figures::Lat(f) => {
-            let d = args.duration.is_some();
             println!(
                 "{}",
-                if d {
+                if duration {
                     LAT_DURATION_HEADER
                 } else {
                     LAT_TABLE_HEADER
                 }
             );
-            println!("{}", perf::lat_row(f, d));
+            println!("{}", perf::lat_row(f, duration));
         }
     }
     println!("{RESULT_LINE}");
-    if let Some(path) = &args.json {
-        write_json(path, &args.test, &[fig], gbits)?;
-    }
-    Ok(ExitCode::SUCCESS)
+    let doc = RawReport {
+        schema_version: perf::JSON_SCHEMA_VERSION,
+        test_info: RawInfo {
+            test: if test == RawTest::UdpBw {
+                "Raw_UDP_BW_Test"
+            } else {
+                "Raw_UDP_Latency_Test"
+            },
+            device: "udp",
+            transport_type: "UDP (no protocol)",
+            mtu,
+            bw_unit: if gbits { "Gb/sec" } else { "MiB/sec" },
+        },
+        results: perf::json_results(&fig, gbits, duration),
+        parameters: RawJsonParams {
+            test: if test == RawTest::UdpBw {
+                "udp-bw"
+            } else {
+                "udp-lat"
+            },
+            size: p.size,
+            datagram_bytes: p.seg,
+            duration_s: p.secs,
+            iters: p.iters,
+            offload: p.offload,
+            mtu,
+            mtu_from_path: args.mtu.is_none(),
+            report_gbits: gbits,
+        },
+    };
+    Ok((ExitCode::SUCCESS, Some(doc)))
 }

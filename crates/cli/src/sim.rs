@@ -3,35 +3,75 @@
 //! - `metaroce sim` runs the embedded default scenario;
 //! - `metaroce sim SCENARIO.toml [--seed N] [--out DIR]` runs a file;
 //! - `metaroce sim sweep PLAN.toml [--out DIR] [--shard i/n] [--threads N]`
-//!   runs a grid of scenario points in parallel.
+//!   runs a grid of scenario points in parallel;
+//! - `metaroce sim suite DIR [--only ID] [--out FILE]` runs the experiment
+//!   suite of `DIR/suite.toml` with every transport and judges its targets.
+//!
+//! Every option is checked, and the output directory created, before the
+//! first event is simulated. A run that reaches its end time with flows
+//! unfinished exits with [`EXIT_UNFINISHED`] unless `--allow-unfinished`.
 
 use metaroce_sim::sweep::{Plan, Shard, run_plan};
+use metaroce_sim::transport::baseline_notes;
 use metaroce_sim::{Outcome, Scenario, run_scenario};
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
+/// Exit code of a simulation that ended with flows unfinished.
+pub(crate) const EXIT_UNFINISHED: u8 = 3;
+
 /// Arguments of `metaroce sim`.
 #[derive(clap::Args, Debug)]
+#[command(args_conflicts_with_subcommands = true, allow_negative_numbers = true)]
 pub(crate) struct SimArgs {
-    /// Scenario TOML file (default: the embedded default scenario), or
-    /// `sweep` followed by a sweep plan.
-    scenario: Option<PathBuf>,
-    /// Sweep plan (after `sweep`).
-    plan: Option<PathBuf>,
-    /// Seed (overrides the scenario's).
-    #[arg(long)]
-    seed: Option<u64>,
-    /// Write results.json, perf.json, timeseries.json, flows.csv and SVG plots here.
+    #[command(subcommand)]
+    command: Option<SimCommand>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum SimCommand {
+    /// Run a sweep plan: a grid of scenario points x seeds, in parallel.
+    Sweep(SweepArgs),
+    /// Run an experiment suite (DIR/suite.toml) with every transport and
+    /// judge each target: the tables of RESULTS.md.
+    Suite(SuiteArgs),
+}
+
+/// `metaroce sim suite DIR`.
+#[derive(clap::Args, Debug)]
+struct SuiteArgs {
+    /// The suite's directory (holding suite.toml), e.g. scenarios/claims.
+    dir: PathBuf,
+    /// Run only the experiments whose id contains this.
+    #[arg(long, default_value = "")]
+    only: String,
+    /// Also write the tables to this Markdown file (and FILE.json).
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Sweep: run only slice i of n (0-based), e.g. `--shard 3/16`.
-    #[arg(long)]
-    shard: Option<String>,
-    /// Sweep: worker threads (default: all cores).
+    /// Worker threads, 1..=1024 [default: all cores].
     #[arg(long)]
     threads: Option<usize>,
+    /// No progress line.
+    #[arg(long, short = 'q')]
+    quiet: bool,
+}
+
+/// `metaroce sim [SCENARIO]`.
+#[derive(clap::Args, Debug)]
+struct RunArgs {
+    /// Scenario TOML file [default: the embedded default scenario].
+    scenario: Option<PathBuf>,
+    /// Seed [default: the scenario's `seed`].
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Write results.json, perf.json, timeseries.json, flows.csv and SVG
+    /// plots here (created if missing; checked before the run starts).
+    #[arg(long)]
+    out: Option<PathBuf>,
     /// No progress bar.
     #[arg(long, short = 'q')]
     quiet: bool,
@@ -39,26 +79,66 @@ pub(crate) struct SimArgs {
     /// and print the results side by side.
     #[arg(long, value_delimiter = ',')]
     transports: Vec<String>,
+    /// Exit 0 even if flows are unfinished at the scenario's end time
+    /// (otherwise exit 3).
+    #[arg(long)]
+    allow_unfinished: bool,
+}
+
+/// `metaroce sim sweep PLAN`.
+#[derive(clap::Args, Debug)]
+#[command(allow_negative_numbers = true)]
+struct SweepArgs {
+    /// Sweep plan TOML file (see docs/scenario.md).
+    plan: PathBuf,
+    /// Write sweep.json, sweep.csv and sweep.svg here (created if missing).
+    #[arg(long, default_value = "sweep-out")]
+    out: PathBuf,
+    /// Run only slice i of n (0-based), e.g. `--shard 3/16`.
+    #[arg(long, default_value = "0/1")]
+    shard: String,
+    /// Worker threads, 1..=1024 [default: all cores].
+    #[arg(long)]
+    threads: Option<usize>,
+    /// No progress line.
+    #[arg(long, short = 'q')]
+    quiet: bool,
+    /// Exit 0 even if some point's flows are unfinished (otherwise exit 3).
+    #[arg(long)]
+    allow_unfinished: bool,
 }
 
 pub(crate) fn run(args: SimArgs) -> Result<ExitCode, String> {
-    if args.scenario.as_deref() == Some(std::path::Path::new("sweep")) {
-        return sweep(&args);
+    if let Some(SimCommand::Suite(s)) = &args.command {
+        return suite(s);
     }
-    if args.plan.is_some() {
-        return Err(
-            "sim: unexpected second argument (did you mean `metaroce sim sweep PLAN.toml`?)".into(),
-        );
+    if let Some(SimCommand::Sweep(s)) = &args.command {
+        return sweep(s);
+    }
+    let args = args.run;
+    // Everything is checked before the first run starts.
+    for t in &args.transports {
+        if !metaroce_sim::scenario::TRANSPORTS.contains(&t.as_str()) {
+            return Err(format!(
+                "--transports: unknown transport '{t}' (metaroce, rocev2, irn, ib)"
+            ));
+        }
     }
     let scn = match &args.scenario {
         Some(p) => Scenario::load(p).map_err(|e| e.to_string())?,
         None => Scenario::default_scenario(),
     };
+    if let Some(dir) = &args.out {
+        prepare_out_dir(dir)?;
+    }
     if !args.transports.is_empty() {
         return compare(&scn, &args);
     }
     let out = run_one(&scn, args.seed, args.quiet)?;
     print!("{}", metaroce_sim::report::summary_table(&out.results));
+    for note in baseline_notes(&scn) {
+        println!("note       {note}");
+    }
     println!("perf       {}", out.perf_line());
     if let Some(dir) = &args.out {
         out.write_to(dir)
@@ -68,17 +148,45 @@ pub(crate) fn run(args: SimArgs) -> Result<ExitCode, String> {
             dir.display()
         );
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(unfinished_exit(
+        !out.results.finished,
+        args.allow_unfinished,
+        &scn.name,
+    ))
 }
 
-fn compare(scn: &Scenario, args: &SimArgs) -> Result<ExitCode, String> {
+/// Check `dir` can hold a run's output, creating it: a clear one-line
+/// error now instead of a failed write after a long run.
+fn prepare_out_dir(dir: &Path) -> Result<(), String> {
+    let shown = dir.display();
+    if dir.exists() && !dir.is_dir() {
+        return Err(format!("--out {shown}: exists and is not a directory"));
+    }
+    std::fs::create_dir_all(dir)
+        .map_err(|e| format!("--out {shown}: cannot create the directory: {e}"))?;
+    let probe = dir.join(format!(".metaroce-write-test-{}", std::process::id()));
+    std::fs::write(&probe, b"")
+        .map_err(|e| format!("--out {shown}: cannot write into the directory: {e}"))?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
+/// The exit code of a finished simulation: [`EXIT_UNFINISHED`] (with a
+/// line saying why) when flows are unfinished and that is not allowed.
+fn unfinished_exit(unfinished: bool, allowed: bool, what: &str) -> ExitCode {
+    if unfinished && !allowed {
+        eprintln!(
+            "metaroce: {what}: flows unfinished at the end time (exit {EXIT_UNFINISHED}; raise end_us, or pass --allow-unfinished)"
+        );
+        ExitCode::from(EXIT_UNFINISHED)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn compare(scn: &Scenario, args: &RunArgs) -> Result<ExitCode, String> {
     let mut rows = Vec::new();
     for t in &args.transports {
-        if !metaroce_sim::scenario::TRANSPORTS.contains(&t.as_str()) {
-            return Err(format!(
-                "--transports: unknown transport '{t}' (metaroce, rocev2, irn, ib)"
-            ));
-        }
         let mut s = scn.clone();
         s.transport.kind.clone_from(t);
         let out = run_one(&s, args.seed, args.quiet)?;
@@ -87,7 +195,7 @@ fn compare(scn: &Scenario, args: &SimArgs) -> Result<ExitCode, String> {
             out.write_to(&d)
                 .map_err(|e| format!("{}: {e}", d.display()))?;
         }
-        rows.push((t.clone(), out));
+        rows.push((t.clone(), baseline_notes(&s), out));
     }
     println!("scenario   {}", scn.name);
     println!(
@@ -104,7 +212,7 @@ fn compare(scn: &Scenario, args: &SimArgs) -> Result<ExitCode, String> {
         "rto",
         "wall_s"
     );
-    for (t, o) in &rows {
+    for (t, notes, o) in &rows {
         let r = &o.results;
         let f = &r.fct;
         println!(
@@ -121,8 +229,20 @@ fn compare(scn: &Scenario, args: &SimArgs) -> Result<ExitCode, String> {
             r.transport_stats.timeouts,
             o.perf.setup_s + o.perf.run_s
         );
+        for note in notes {
+            println!("  note: {note}");
+        }
     }
-    Ok(ExitCode::SUCCESS)
+    let unfinished: Vec<&str> = rows
+        .iter()
+        .filter(|(_, _, o)| !o.results.finished)
+        .map(|(t, _, _)| t.as_str())
+        .collect();
+    Ok(unfinished_exit(
+        !unfinished.is_empty(),
+        args.allow_unfinished,
+        &format!("{} ({})", scn.name, unfinished.join(", ")),
+    ))
 }
 
 fn run_one(scn: &Scenario, seed: Option<u64>, quiet: bool) -> Result<Outcome, String> {
@@ -159,22 +279,73 @@ fn run_one(scn: &Scenario, seed: Option<u64>, quiet: bool) -> Result<Outcome, St
     out
 }
 
-fn sweep(args: &SimArgs) -> Result<ExitCode, String> {
-    let path = args
-        .plan
-        .as_ref()
-        .ok_or("sim sweep: give a plan file: metaroce sim sweep PLAN.toml")?;
-    let plan = Plan::load(path).map_err(|e| e.to_string())?;
-    let shard = match &args.shard {
-        Some(s) => Shard::parse(s).map_err(|e| format!("--shard {s}: {e}"))?,
-        None => Shard { index: 0, count: 1 },
-    };
+/// Most worker threads a sweep accepts.
+const MAX_THREADS: usize = 1024;
+
+/// `metaroce sim suite DIR`: every experiment of DIR/suite.toml with every
+/// transport, judged against its targets; Markdown tables on stdout (and
+/// in `--out FILE`, with FILE.json beside it).
+fn suite(args: &SuiteArgs) -> Result<ExitCode, String> {
+    if let Some(t) = args.threads
+        && !(1..=1024).contains(&t)
+    {
+        return Err(format!("--threads {t}: must be 1..=1024"));
+    }
+    if let Some(out) = &args.out
+        && out.is_dir()
+    {
+        return Err(format!(
+            "--out {}: is a directory (give a file for the tables)",
+            out.display()
+        ));
+    }
+    let suite = metaroce_sim::suite::Suite::load(&args.dir).map_err(|e| e.to_string())?;
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let show = !args.quiet && std::io::stderr().is_terminal();
     let wall = Instant::now();
-    let result = run_plan(&plan, shard, threads.max(1), &mut |done, total| {
+    let results = suite.run(&args.only, threads, &mut |done, total, what| {
+        if show {
+            eprint!(
+                "\r\x1b[K{done}/{total} runs  {:.0} s  {what}",
+                wall.elapsed().as_secs_f64()
+            );
+        }
+    });
+    if show {
+        eprintln!();
+    }
+    let md = metaroce_sim::suite::markdown(&suite.transports, &results);
+    print!("{md}");
+    if let Some(out) = &args.out {
+        std::fs::write(out, &md).map_err(|e| format!("{}: {e}", out.display()))?;
+        let json = serde_json::to_string_pretty(&results).map_err(|e| e.to_string())? + "\n";
+        let jpath = out.with_extension("json");
+        std::fs::write(&jpath, json).map_err(|e| format!("{}: {e}", jpath.display()))?;
+    }
+    println!(
+        "suite: {} experiments in {:.0} s on {threads} threads",
+        results.len(),
+        wall.elapsed().as_secs_f64()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn sweep(args: &SweepArgs) -> Result<ExitCode, String> {
+    let shard = Shard::parse(&args.shard).map_err(|e| format!("--shard {}: {e}", args.shard))?;
+    let threads = match args.threads {
+        Some(n) if !(1..=MAX_THREADS).contains(&n) => {
+            return Err(format!("--threads {n} must be 1..={MAX_THREADS}"));
+        }
+        Some(n) => n,
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    let plan = Plan::load(&args.plan).map_err(|e| e.to_string())?;
+    prepare_out_dir(&args.out)?;
+    let show = !args.quiet && std::io::stderr().is_terminal();
+    let wall = Instant::now();
+    let result = run_plan(&plan, shard, threads, &mut |done, total| {
         if show {
             eprint!(
                 "\r{done}/{total} points  {:.0} s ",
@@ -187,18 +358,30 @@ fn sweep(args: &SimArgs) -> Result<ExitCode, String> {
         eprintln!();
     }
     print!("{}", result.table());
-    let dir = args
-        .out
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("sweep-out"));
     result
-        .write_to(&dir, shard)
-        .map_err(|e| format!("{}: {e}", dir.display()))?;
+        .write_to(&args.out, shard)
+        .map_err(|e| format!("{}: {e}", args.out.display()))?;
     println!(
         "{} points in {:.1} s on {threads} threads; wrote {}",
         result.rows.len(),
         wall.elapsed().as_secs_f64(),
-        dir.display()
+        args.out.display()
     );
-    Ok(ExitCode::SUCCESS)
+    let unfinished: Vec<String> = result
+        .rows
+        .iter()
+        .filter(|r| r.error.is_none() && !r.finished)
+        .map(|r| format!("{}/seed {}", r.point, r.seed))
+        .collect();
+    if result.rows.iter().any(|r| r.error.is_some()) {
+        return Err(format!(
+            "{}: some points failed (ERROR rows above)",
+            args.plan.display()
+        ));
+    }
+    Ok(unfinished_exit(
+        !unfinished.is_empty(),
+        args.allow_unfinished,
+        &format!("{} (points {})", args.plan.display(), unfinished.join(", ")),
+    ))
 }

@@ -47,6 +47,11 @@ pub struct Endpoint {
     /// predates it): false.
     #[serde(default)]
     pub icrc_omission: bool,
+    /// With packet authentication, the server's key confirmation in its
+    /// `Accept` (64 hex digits, [`crate::KeyConfirmation`]); absent
+    /// otherwise and in the client's `Hello`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_confirm: Option<String>,
 }
 
 fn auth_none() -> String {
@@ -69,5 +74,6 @@ mod tests {
         assert_eq!(e.session_id, 0);
         assert_eq!(e.auth, "none");
         assert!(!e.icrc_omission);
+        assert_eq!(e.key_confirm, None);
     }
 }

@@ -31,6 +31,9 @@ pub enum MsgType {
     Report = 4,
     /// Either way: refusal, with a reason; the connection closes after it.
     Error = 5,
+    /// Client → server, after `Accept`, when packets are authenticated:
+    /// the client's key confirmation ([`crate::Confirm`]).
+    Confirm = 6,
 }
 
 impl MsgType {
@@ -41,6 +44,7 @@ impl MsgType {
             3 => Self::Done,
             4 => Self::Report,
             5 => Self::Error,
+            6 => Self::Confirm,
             _ => return None,
         })
     }
@@ -58,6 +62,18 @@ pub enum CmError {
     /// The peer refused.
     #[error("peer refused: {0}")]
     Refused(String),
+    /// The peer's key confirmation does not match this side's: the two
+    /// sides run with different job secrets.
+    #[error(
+        "key confirmation failed: the peer's job secret differs from this side's (METAROCE_JOB_SECRET must be the same on both hosts)"
+    )]
+    SecretMismatch,
+    /// The peer runs packet authentication but sent no key confirmation.
+    #[error("key confirmation missing: the peer sent none (an older MetaRoCE?)")]
+    NoKeyConfirmation,
+    /// The job secret is all zeros.
+    #[error("the job secret is all zeros: give the job a random one (e.g. `openssl rand -hex 32`)")]
+    ZeroSecret,
 }
 
 /// Write one frame.

@@ -1,23 +1,28 @@
 //! The client (requester) side: connect over the side channel, run one
 //! session of a test, and measure it.
 
-use crate::figures::peak_bps;
+use crate::figures::{PEAK_MARK_OPS, peak_bps};
 use crate::messages::{Done, Hello, Report};
+use crate::params::auth_mode;
 use crate::rig::{
     PP_RECVS, Rig, STALL_NS, connect, empty_wcs, local_endpoint, post_recvs, rig, wc_error,
 };
 use crate::verify::{first_diff, pattern};
 use crate::{
-    AddrLine, BwFigures, CQ_MOD, Figures, LatFigures, LocalOpts, Params, PerfError, Progress,
-    Session, Test,
+    AddrLine, AuthOpts, BwFigures, Figures, LatFigures, LocalOpts, Measure, Params, PerfError,
+    Progress, Session, Test,
 };
-use metaroce_cm::{self as cm, Endpoint, MsgType, RemoteBuf};
+use metaroce_cm::{self as cm, Confirm, Endpoint, KeyConfirmation, MsgType, RemoteBuf, Role};
 use metaroce_udp::now_ns;
 use metaroce_verbs::{MemoryRegion, SendWr, Sge, WcOpcode, WcStatus, WrOp};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 // ------------------------------------------------------------ client
+
+/// What a bandwidth run reports at each interval of `--run_infinitely`:
+/// the figures of the last `duration_s` seconds (no peak).
+pub type IntervalFn<'a> = &'a mut dyn FnMut(&BwFigures);
 
 /// Connect to a server at `server`, run one session of `test`, and return
 /// what it measured. `last` tells the server no session follows.
@@ -28,7 +33,24 @@ pub fn run_client(
     local: &LocalOpts,
     last: bool,
 ) -> Result<Session, PerfError> {
+    run_client_with(test, server, p, local, last, &mut |_| {})
+}
+
+/// [`run_client`], with `on_interval` seeing each interval's figures of a
+/// `run_infinitely` run (which returns only on an error).
+pub fn run_client_with(
+    test: Test,
+    server: SocketAddr,
+    p: &Params,
+    local: &LocalOpts,
+    last: bool,
+    on_interval: IntervalFn<'_>,
+) -> Result<Session, PerfError> {
+    local.measure.validate().map_err(PerfError::Other)?;
     p.validate(test).map_err(PerfError::Other)?;
+    if let Some(a) = &local.auth {
+        cm::check_job_secret(&a.job_secret)?;
+    }
     let mut tcp = TcpStream::connect_timeout(&server, Duration::from_secs(5))
         .map_err(|e| PerfError::Other(format!("cannot reach server {server}: {e}")))?;
     tcp.set_nodelay(true)?;
@@ -54,13 +76,16 @@ pub fn run_client(
     };
     cm::send(&mut tcp, MsgType::Hello, &hello)?;
     let peer: Endpoint = cm::recv(&mut tcp, MsgType::Accept)?;
+    if let Some(a) = &local.auth {
+        confirm_keys(&mut tcp, a, hello.endpoint.session_id, &peer)?;
+    }
     connect(&rig, peer_ip, &peer)?;
     let remote = peer.buf;
     let (figures, completed, progress) = if test.is_lat() {
-        let (f, c) = client_lat(test, &rig, p, remote)?;
+        let (f, c) = client_lat(test, &rig, p, &local.measure, remote)?;
         (f, c, Progress::default())
     } else {
-        client_bw(test, &rig, p, remote, slots)?
+        client_bw(test, &rig, p, &local.measure, remote, slots, on_interval)?
     };
     // Client-side verification (READ data lands here).
     let (mut verified, mut detail) = (None, String::new());
@@ -134,6 +159,37 @@ pub fn run_client(
     })
 }
 
+/// Check the server's key confirmation and send the client's
+/// (`docs/spec/connection-manager.md`): different job secrets are refused
+/// here, on both sides, before a packet flows.
+fn confirm_keys(
+    tcp: &mut TcpStream,
+    auth: &AuthOpts,
+    client_session: u64,
+    server: &Endpoint,
+) -> Result<(), PerfError> {
+    let mode = auth_mode(Some(auth));
+    let at = |role| {
+        KeyConfirmation::new(
+            &auth.job_secret,
+            role,
+            client_session,
+            server.session_id,
+            mode,
+        )
+    };
+    if let Err(e) = at(Role::Server).verify(server.key_confirm.as_deref()) {
+        let why = "key confirmation failed: the client's job secret differs from the server's (METAROCE_JOB_SECRET must be the same on both hosts)";
+        let _ = cm::send(tcp, MsgType::Error, &why.to_string());
+        return Err(e.into());
+    }
+    let confirm = Confirm {
+        key_confirm: at(Role::Client).to_hex(),
+    };
+    cm::send(tcp, MsgType::Confirm, &confirm)?;
+    Ok(())
+}
+
 fn bw_wr(
     test: Test,
     k: u64,
@@ -171,52 +227,86 @@ fn bw_wr(
     }
 }
 
+/// Bandwidth: keep `tx_depth` work requests outstanding on every QP
+/// (message `k` on QP `k % qps`), signal one in `cq_mod` (perftest's CQ
+/// moderation; a QP's last request is always signaled), post at most
+/// `post_list` per call, and time the first post to the last completion.
 fn client_bw(
     test: Test,
     rig: &Rig,
     p: &Params,
+    m: &Measure,
     remote: RemoteBuf,
     slots: u64,
+    on_interval: IntervalFn<'_>,
 ) -> Result<(Figures, u64, Progress), PerfError> {
-    let nq = rig.qps.len();
+    let nq = rig.qps.len() as u64;
     let depth = u64::from(p.tx_depth);
-    let target = if p.duration_s == 0 { p.iters } else { u64::MAX };
-    let mut outstanding = vec![0u64; nq];
+    let cq_mod = u64::from(m.cq_mod_for(p));
+    let post_list = m.post_list.max(1) as usize;
+    let inline = m.inline(test, p.size);
+    let by_iters = p.duration_s == 0;
+    // Requests QP q carries (by iterations): the k < iters with k % nq == q.
+    let quota = |q: u64| {
+        if by_iters {
+            p.iters.saturating_sub(q).div_ceil(nq)
+        } else {
+            u64::MAX
+        }
+    };
+    let mut posted_q = vec![0u64; nq as usize];
+    let mut done_q = vec![0u64; nq as usize];
     let (mut posted, mut completed) = (0u64, 0u64);
     let mut wcs = empty_wcs();
     let start = now_ns();
-    let end_at = (p.duration_s > 0).then(|| start + p.duration_s * 1_000_000_000);
-    let mut marks = vec![start];
+    let report_every = p.duration_s * 1_000_000_000;
+    let end_at = (!by_iters && !p.run_infinitely).then(|| start + report_every);
+    let mut interval = (start, 0u64);
+    let mut marks = vec![(start, 0u64)];
+    let mut next_mark = PEAK_MARK_OPS;
     let mut last_done = start;
     let mut last_progress = start;
-    let mut batch: Vec<Vec<SendWr>> = vec![Vec::new(); nq];
+    let mut batch: Vec<Vec<SendWr>> = vec![Vec::new(); nq as usize];
     loop {
-        let stop_posting = end_at.is_some_and(|e| now_ns() >= e);
-        // Post as much as the depth allows, one lock for all QPs.
+        let time_up = end_at.is_some_and(|e| now_ns() >= e);
         let mut any = false;
         for (q, b) in batch.iter_mut().enumerate() {
             b.clear();
-            while !stop_posting && outstanding[q] < depth && posted < target {
-                // Message k goes on QP k % nq.
-                if posted % nq as u64 != q as u64 {
-                    break;
-                }
-                b.push(bw_wr(test, posted, p, slots, &rig.mr, remote));
-                outstanding[q] += 1;
+            let qu = q as u64;
+            // After the time is up a QP still posts up to its next
+            // signaled request, so its last request completes visibly.
+            while posted_q[q] - done_q[q] < depth
+                && posted_q[q] < quota(qu)
+                && (!time_up || !posted_q[q].is_multiple_of(cq_mod))
+                && b.len() < post_list
+            {
+                let k = posted_q[q] * nq + qu;
+                let mut wr = bw_wr(test, k, p, slots, &rig.mr, remote);
+                posted_q[q] += 1;
+                wr.signaled = posted_q[q].is_multiple_of(cq_mod) || posted_q[q] == quota(qu);
+                b.push(wr);
                 posted += 1;
                 any = true;
-                if b.len() >= 32 {
-                    break;
-                }
             }
         }
         if any {
             rig.dev.with(|ctx, now| -> Result<(), PerfError> {
-                for (q, b) in batch.iter().enumerate() {
-                    if !b.is_empty() {
-                        ctx.post_send_at(now, rig.qps[q], b)
-                            .map_err(|(i, e)| PerfError::Other(format!("post_send #{i}: {e}")))?;
+                for (q, b) in batch.iter_mut().enumerate() {
+                    if b.is_empty() {
+                        continue;
                     }
+                    if inline {
+                        // Copy each payload now, as an inline post does.
+                        for wr in b.iter_mut() {
+                            let sge = wr.sg_list.pop().expect("one SGE");
+                            let at = (sge.addr - rig.mr.addr) as usize;
+                            let bytes =
+                                ctx.mr_bytes(&rig.mr)[at..at + sge.length as usize].to_vec();
+                            wr.inline_data = Some(bytes);
+                        }
+                    }
+                    ctx.post_send_at(now, rig.qps[q], b)
+                        .map_err(|(i, e)| PerfError::Other(format!("post_send #{i}: {e}")))?;
                 }
                 Ok(())
             })?;
@@ -227,20 +317,32 @@ fn client_bw(
             if wc.status != WcStatus::Success {
                 return Err(wc_error(wc));
             }
-            let q = rig
-                .qps
-                .iter()
-                .position(|qp| qp.qp_num() == wc.qp_num)
-                .unwrap_or(0);
-            outstanding[q] = outstanding[q].saturating_sub(1);
-            completed += 1;
-            if completed.is_multiple_of(CQ_MOD) {
-                marks.push(now);
+            // A signaled completion completes its QP's requests up to it.
+            let q = (wc.wr_id % nq) as usize;
+            let done = wc.wr_id / nq + 1;
+            completed += done.saturating_sub(done_q[q]);
+            done_q[q] = done_q[q].max(done);
+            if completed >= next_mark {
+                marks.push((now, completed));
+                next_mark = completed + PEAK_MARK_OPS;
             }
             last_done = now;
             last_progress = now;
         }
-        if completed >= target || (stop_posting && outstanding.iter().all(|&o| o == 0)) {
+        if p.run_infinitely && now >= interval.0 + report_every {
+            let ops = completed - interval.1;
+            let secs = (now - interval.0) as f64 / 1e9;
+            on_interval(&BwFigures {
+                size: p.size,
+                iters: ops,
+                peak_bps: 0.0,
+                avg_bps: (ops * p.size) as f64 / secs,
+                msg_rate_mpps: ops as f64 / secs / 1e6,
+            });
+            interval = (now, completed);
+        }
+        let all_done = posted_q.iter().zip(&done_q).all(|(p, d)| p == d);
+        if (by_iters && completed >= p.iters) || (time_up && all_done) {
             break;
         }
         if now.saturating_sub(last_progress) > STALL_NS {
@@ -252,23 +354,31 @@ fn client_bw(
     }
     let elapsed = last_done.saturating_sub(start).max(1) as f64 / 1e9;
     let bytes = (completed * p.size) as f64;
-    let peak = peak_bps(&marks, CQ_MOD * p.size);
     let avg = bytes / elapsed;
+    let peak = if m.peak {
+        // A run shorter than the window, or one whose only full window
+        // caught a slow stretch, still reports a peak no lower than its
+        // average (as perftest does).
+        peak_bps(&marks, p.size).max(avg)
+    } else {
+        0.0
+    };
+    // The progress record ends at the last completion, even between marks.
+    if marks.last().is_some_and(|&(_, done)| done < completed) {
+        marks.push((last_done, completed));
+    }
     Ok((
         Figures::Bw(BwFigures {
             size: p.size,
             iters: completed,
-            // A run shorter than the window, or one whose only full window
-            // caught a slow stretch, still reports a peak no lower than its
-            // average (as perftest does).
-            peak_bps: peak.max(avg),
+            peak_bps: peak,
             avg_bps: avg,
             msg_rate_mpps: completed as f64 / elapsed / 1e6,
         }),
         completed,
         Progress {
-            marks_ns: marks,
-            bytes_per_mark: CQ_MOD * p.size,
+            marks,
+            bytes_per_op: p.size,
         },
     ))
 }
@@ -277,8 +387,10 @@ fn client_lat(
     test: Test,
     rig: &Rig,
     p: &Params,
+    m: &Measure,
     remote: RemoteBuf,
 ) -> Result<(Figures, u64), PerfError> {
+    let inline = m.inline(test, p.size);
     let qp = rig.qps[0];
     let pingpong = matches!(test, Test::WriteLat | Test::SendLat);
     let recv_sge = |_: u64| -> Vec<Sge> {
@@ -319,8 +431,13 @@ fn client_lat(
             }
             _ => bw_wr(test, k, p, 1, &rig.mr, remote),
         };
+        let mut wr = wr;
         let t0 = now_ns();
         rig.dev.with(|ctx, now| {
+            if inline {
+                wr.sg_list.clear();
+                wr.inline_data = Some(ctx.mr_bytes(&rig.mr)[..p.size as usize].to_vec());
+            }
             ctx.post_send_at(now, qp, std::slice::from_ref(&wr))
                 .map_err(|(_, e)| PerfError::Other(format!("post_send: {e}")))
         })?;

@@ -8,7 +8,8 @@ pub struct BwFigures {
     pub size: u64,
     /// Completed operations.
     pub iters: u64,
-    /// Best rate over any CQ_MOD completions, bytes/s.
+    /// Best rate held over any stretch of at least [`PEAK_WINDOW_NS`],
+    /// bytes/s (0 when not measured: `-N`, `--run_infinitely`).
     pub peak_bps: f64,
     /// size × iters ÷ (last completion − first post), bytes/s.
     pub avg_bps: f64,
@@ -89,27 +90,53 @@ pub enum Figures {
 }
 
 /// The best rate over any stretch of at least [`PEAK_WINDOW_NS`] between
-/// completion marks (`marks[i]`: when the `i * bytes_per_mark`-th byte
-/// completed). perftest takes its peak over one CQ-moderation interval;
-/// completions arrive in bursts (one ACK completes many WRs), so over a
-/// single interval that reads far above the link; a millisecond window
-/// keeps the figure a rate the transfer really held.
-pub(crate) fn peak_bps(marks: &[u64], bytes_per_mark: u64) -> f64 {
+/// completion marks (`marks[i] = (ns, operations completed by then)`),
+/// for `size`-byte operations. perftest takes its peak over one
+/// CQ-moderation interval; completions arrive in bursts (one ACK completes
+/// many WRs), so over a single interval that reads far above the link; a
+/// millisecond window keeps the figure a rate the transfer really held.
+pub(crate) fn peak_bps(marks: &[(u64, u64)], size: u64) -> f64 {
     let mut best = 0.0f64;
     let mut j = 0;
     for i in 0..marks.len() {
         j = j.max(i + 1);
-        while j < marks.len() && marks[j] - marks[i] < PEAK_WINDOW_NS {
+        while j < marks.len() && marks[j].0 - marks[i].0 < PEAK_WINDOW_NS {
             j += 1;
         }
         if j == marks.len() {
             break;
         }
-        let bytes = (j - i) as u64 * bytes_per_mark;
-        best = best.max(bytes as f64 / ((marks[j] - marks[i]) as f64 / 1e9));
+        let bytes = (marks[j].1 - marks[i].1) * size;
+        best = best.max(bytes as f64 / ((marks[j].0 - marks[i].0) as f64 / 1e9));
     }
     best
 }
 
 /// Shortest stretch the peak bandwidth is measured over.
-const PEAK_WINDOW_NS: u64 = 1_000_000;
+pub const PEAK_WINDOW_NS: u64 = 1_000_000;
+
+/// Completions between two peak marks (at least; a moderated completion
+/// may cover more).
+pub(crate) const PEAK_MARK_OPS: u64 = 100;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 1 MB per ms for 3 ms, then 4 MB in one ms: the peak is the fast
+    /// millisecond, whatever the spacing of the marks.
+    #[test]
+    fn peak_is_the_best_millisecond() {
+        let ms = 1_000_000;
+        let marks = [
+            (0, 0),
+            (ms, 1000),
+            (2 * ms, 2000),
+            (3 * ms, 3000),
+            (4 * ms, 7000),
+        ];
+        let peak = peak_bps(&marks, 1000);
+        assert!((peak - 4e9).abs() < 1.0, "{peak}");
+        assert_eq!(peak_bps(&marks[..1], 1000), 0.0);
+    }
+}

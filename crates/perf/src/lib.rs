@@ -5,11 +5,12 @@
 //!
 //! - [`Test`]: the catalogue (`write-bw`, `write-lat`, ... `atomic-lat`);
 //! - [`Params`] (sent to the server) and [`LocalOpts`] (each side's own);
-//! - [`run_client`], [`serve`] and [`run_loopback`]: the two sides over a
+//! - [`run_client`] (and [`run_client_with`], reporting intervals of an
+//!   endless run), [`serve`] and [`run_loopback`]: the two sides over a
 //!   TCP side channel (`metaroce-cm`), or both in one process;
 //! - [`Figures`], [`Session`], [`ServerSession`]: what a session measured;
-//! - [`header`], [`bw_row`], [`lat_row`], [`json_row`], ...: perftest's
-//!   output;
+//! - [`header`], [`bw_row`], [`lat_row`], ...: perftest's tables;
+//!   [`json_report`]: perftest's JSON report with the run's parameters;
 //! - [`raw`]: the raw-UDP baselines (`udp-bw`, `udp-lat`);
 //! - [`messages`]: the connection-manager bodies of the tests;
 //! - [`fill_pattern`]: the verification pattern both sides compute.
@@ -18,6 +19,7 @@ mod catalogue;
 mod client;
 mod error;
 mod figures;
+mod json;
 mod loopback;
 pub mod messages;
 mod params;
@@ -29,16 +31,20 @@ mod table;
 mod verify;
 
 pub use catalogue::Test;
-pub use client::run_client;
+pub use client::{IntervalFn, run_client, run_client_with};
 pub use error::PerfError;
-pub use figures::{BwFigures, Figures, LatFigures};
+pub use figures::{BwFigures, Figures, LatFigures, PEAK_WINDOW_NS};
+pub use json::{JSON_SCHEMA_VERSION, JsonReport, JsonResults, JsonRun, json_report, json_results};
 pub use loopback::run_loopback;
-pub use params::{AuthOpts, CQ_MOD, LocalOpts, MAX_SIZE, Params};
+pub use params::{
+    AuthOpts, CQ_MOD, CQ_MOD_SIZE_LIMIT, INFINITE_REPORT_S, LocalOpts, MAX_CQ_MOD, MAX_INLINE,
+    MAX_SIZE, Measure, POST_LIST, Params,
+};
 pub use rig::{AUTO_MTU_CAP, RTO_MIN_NS, payload_mtu};
 pub use server::serve;
 pub use session::{AddrLine, Progress, ServerSession, Session};
 pub use table::{
     LAT_DURATION_HEADER, LAT_TABLE_HEADER, RESULT_LINE, bw_row, bw_table_header, bw_unit, header,
-    json_row, lat_row,
+    lat_row,
 };
 pub use verify::fill_pattern;

@@ -1,12 +1,13 @@
 //! `--loopback`: both ends in one process.
 
-use crate::{LocalOpts, Params, PerfError, Session, Test, run_client, serve};
+use crate::{IntervalFn, LocalOpts, Params, PerfError, Session, Test, run_client_with, serve};
 use std::net::{TcpListener, TcpStream};
 use std::time::Duration;
 
 /// Run the server on a thread and the client here: both ends in one
 /// process over 127.0.0.1 (`--loopback`). `sizes` are run as sessions in
-/// order; `on_session` sees each client session as it finishes.
+/// order; `on_session` sees each client session as it finishes, and
+/// `on_interval` each interval of a `run_infinitely` run.
 pub fn run_loopback(
     test: Test,
     listener: TcpListener,
@@ -14,6 +15,7 @@ pub fn run_loopback(
     p: &Params,
     local: &LocalOpts,
     on_session: &mut dyn FnMut(&Session),
+    on_interval: IntervalFn<'_>,
 ) -> Result<(), PerfError> {
     let server_addr = listener.local_addr()?;
     let mut server_local = local.clone();
@@ -42,7 +44,8 @@ pub fn run_loopback(
     for (i, &size) in sizes.iter().enumerate() {
         let mut pp = p.clone();
         pp.size = size;
-        match run_client(test, server_addr, &pp, local, i + 1 == sizes.len()) {
+        let last = i + 1 == sizes.len();
+        match run_client_with(test, server_addr, &pp, local, last, on_interval) {
             Ok(s) => on_session(&s),
             Err(e) => {
                 result = Err(e);

@@ -52,6 +52,7 @@ mod tests {
                 mtu: 4096,
                 paths: 16,
                 pattern_seed: 9,
+                run_infinitely: false,
             },
             endpoint: Endpoint {
                 device_port: 4791,
@@ -66,6 +67,7 @@ mod tests {
                 session_id: 3,
                 auth: "none".into(),
                 icrc_omission: true,
+                key_confirm: None,
             },
             last: true,
         };

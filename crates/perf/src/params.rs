@@ -29,6 +29,11 @@ pub struct Params {
     pub paths: u32,
     /// Seed of the verification pattern.
     pub pattern_seed: u64,
+    /// Run until the client stops (perftest's `--run_infinitely`),
+    /// reporting every `duration_s` seconds; the server then takes the
+    /// side channel's close as the end of the run. Absent: false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub run_infinitely: bool,
 }
 
 /// Largest message size.
@@ -37,8 +42,21 @@ pub const MAX_SIZE: u64 = 64 << 20;
 const BUF_CAP: u64 = 64 << 20;
 /// Most slots per buffer.
 const MAX_SLOTS: u64 = 1024;
-/// CQ moderation used for the peak figure (perftest's default).
-pub const CQ_MOD: u64 = 100;
+/// perftest's default CQ moderation: one signaled work request in 100.
+pub const CQ_MOD: u32 = 100;
+/// Above this message size perftest signals every work request unless
+/// `-Q` asks otherwise (moderation is not needed there and skews the
+/// figures).
+pub const CQ_MOD_SIZE_LIMIT: u64 = 8192;
+/// Most work requests per completion (`-Q`), perftest's limit.
+pub const MAX_CQ_MOD: u32 = 1024;
+/// Most bytes a work request may carry inline (`-I`), perftest's limit.
+pub const MAX_INLINE: u32 = 1024;
+/// Default work requests per `post_send` call (`-l`).
+pub const POST_LIST: u32 = 32;
+/// Seconds between reports with `--run_infinitely` and no `-D`
+/// (perftest's default duration).
+pub const INFINITE_REPORT_S: u64 = 5;
 
 impl Params {
     /// Check ranges; the error is one line naming the option.
@@ -73,6 +91,11 @@ impl Params {
         if !(1..=128).contains(&self.paths) {
             return Err(format!("--paths {} must be 1..=128", self.paths));
         }
+        if self.run_infinitely && (test.is_lat() || self.duration_s == 0) {
+            return Err(
+                "--run_infinitely runs bandwidth tests only, reporting every -D seconds".into(),
+            );
+        }
         Ok(())
     }
 
@@ -90,9 +113,76 @@ impl Params {
     }
 }
 
+/// How a side posts and measures (perftest's `-Q`, `-l`, `-I`, `-N`):
+/// its own choice, never sent to the peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Measure {
+    /// Signal one work request in this many (`-Q`); `None`: perftest's
+    /// rule ([`CQ_MOD`], or every one above [`CQ_MOD_SIZE_LIMIT`] bytes).
+    pub cq_mod: Option<u32>,
+    /// At most this many work requests per `post_send` call (`-l`).
+    pub post_list: u32,
+    /// WRITE and SEND payloads up to this many bytes are copied into the
+    /// work request at post time (`-I`); 0: never.
+    pub inline_bytes: u32,
+    /// Measure the peak bandwidth (off: `-N`).
+    pub peak: bool,
+}
+
+impl Default for Measure {
+    fn default() -> Self {
+        Self {
+            cq_mod: None,
+            post_list: POST_LIST,
+            inline_bytes: 0,
+            peak: true,
+        }
+    }
+}
+
+impl Measure {
+    /// The CQ moderation a run of `p` uses: as asked, or perftest's rule;
+    /// never more than the TX depth (a QP could not reach its signaled
+    /// request).
+    pub fn cq_mod_for(&self, p: &Params) -> u32 {
+        let asked = self.cq_mod.unwrap_or(if p.size > CQ_MOD_SIZE_LIMIT {
+            1
+        } else {
+            CQ_MOD
+        });
+        asked.clamp(1, p.tx_depth.max(1))
+    }
+
+    /// Whether a `test` message of `size` bytes goes inline.
+    pub fn inline(&self, test: Test, size: u64) -> bool {
+        !matches!(
+            test,
+            Test::ReadBw | Test::ReadLat | Test::AtomicBw | Test::AtomicLat
+        ) && size <= u64::from(self.inline_bytes)
+    }
+
+    /// Check ranges; the error is one line naming the option.
+    pub fn validate(&self) -> Result<(), String> {
+        if let Some(q) = self.cq_mod
+            && !(1..=MAX_CQ_MOD).contains(&q)
+        {
+            return Err(format!("-Q {q} must be 1..={MAX_CQ_MOD}"));
+        }
+        if !(1..=2048).contains(&self.post_list) {
+            return Err(format!("-l {} must be 1..=2048", self.post_list));
+        }
+        if self.inline_bytes > MAX_INLINE {
+            return Err(format!("-I {} must be 0..={MAX_INLINE}", self.inline_bytes));
+        }
+        Ok(())
+    }
+}
+
 /// Local options of either side (not sent to the peer).
 #[derive(Debug, Clone)]
 pub struct LocalOpts {
+    /// How this side posts and measures.
+    pub measure: Measure,
     /// Receive-side impairment.
     pub impair: Option<Impair>,
     /// Seed of the core (keys, PSNs, ports).
@@ -146,6 +236,7 @@ pub(crate) fn auth_mode(auth: Option<&AuthOpts>) -> &'static str {
 impl Default for LocalOpts {
     fn default() -> Self {
         Self {
+            measure: Measure::default(),
             impair: None,
             seed: metaroce_udp::os_seed(),
             dev_port: 0,

@@ -265,6 +265,7 @@ pub(crate) fn local_endpoint(rig: &Rig, p: &Params) -> Endpoint {
         session_id: rig.dev.with(|ctx, _| ctx.session_id()),
         auth: auth_mode(rig.auth.as_ref()).into(),
         icrc_omission: rig.icrc_offer,
+        key_confirm: None,
     }
 }
 

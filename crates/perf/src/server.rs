@@ -4,13 +4,13 @@
 
 use crate::messages::{Done, Hello, Report};
 use crate::params::auth_mode;
-use crate::rig::{PP_RECVS, connect, empty_wcs, local_endpoint, post_recvs, rig, wc_error};
+use crate::rig::{PP_RECVS, Rig, connect, empty_wcs, local_endpoint, post_recvs, rig, wc_error};
 use crate::verify::{first_diff, pattern};
 use crate::{AddrLine, LocalOpts, PerfError, ServerSession, Test};
-use metaroce_cm::{self as cm, MsgType};
+use metaroce_cm::{self as cm, Confirm, KeyConfirmation, MsgType, Role};
 use metaroce_verbs::{SendWr, Sge, WcOpcode, WcStatus, WrOp};
-use std::io::Read;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::{ErrorKind, Read};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
 
 /// Serve sessions of `test` on `listener` until a client marks its session
@@ -21,6 +21,9 @@ pub fn serve(
     local: &LocalOpts,
     on_session: &mut dyn FnMut(&ServerSession),
 ) -> Result<(), PerfError> {
+    if let Some(a) = &local.auth {
+        cm::check_job_secret(&a.job_secret)?;
+    }
     loop {
         let (mut tcp, _) = listener.accept()?;
         tcp.set_nodelay(true)?;
@@ -90,6 +93,7 @@ fn server_session(
     };
     let nq = rig.qps.len() as u64;
     let pingpong = matches!(test, Test::WriteLat | Test::SendLat);
+    let reply_inline = local.measure.inline(test, p.size);
     let recv_sge = |j: u64, q: u64| -> Vec<Sge> {
         match test {
             Test::SendBw => {
@@ -112,10 +116,37 @@ fn server_session(
             posted_recv[q] = initial;
         }
     }
-    cm::send(tcp, MsgType::Accept, &local_endpoint(&rig, p))?;
+    let mut accept = local_endpoint(&rig, p);
+    // With packet authentication, prove this side holds the job secret and
+    // check the client does, before any packet flows.
+    let confirmation = local.auth.map(|a| {
+        let mode = auth_mode(Some(&a));
+        let at = |role| {
+            KeyConfirmation::new(
+                &a.job_secret,
+                role,
+                hello.endpoint.session_id,
+                accept.session_id,
+                mode,
+            )
+        };
+        (at(Role::Server), at(Role::Client))
+    });
+    if let Some((server, _)) = &confirmation {
+        accept.key_confirm = Some(server.to_hex());
+    }
+    cm::send(tcp, MsgType::Accept, &accept)?;
+    if let Some((_, client)) = &confirmation {
+        let c: Confirm = cm::recv(tcp, MsgType::Confirm)?;
+        if let Err(e) = client.verify(Some(&c.key_confirm)) {
+            let why = "key confirmation failed: the server's job secret differs from the client's (METAROCE_JOB_SECRET must be the same on both hosts)";
+            let _ = cm::send(tcp, MsgType::Error, &why.to_string());
+            return Err(e.into());
+        }
+    }
     let mut bad = None;
     let mut received = 0u64;
-    let done: Done = if test == Test::SendBw || pingpong {
+    let done: Option<Done> = if test == Test::SendBw || pingpong {
         let expect = (test == Test::SendBw && p.verify)
             .then(|| pattern(p.pattern_seed, (slots * p.size) as usize));
         let mut wcs = empty_wcs();
@@ -173,6 +204,10 @@ fn server_session(
                     w.signaled = false;
                     let qp = rig.qps[q];
                     rig.dev.with(|ctx, now| {
+                        if reply_inline {
+                            w.sg_list.clear();
+                            w.inline_data = Some(ctx.mr_bytes(&rig.mr)[..p.size as usize].to_vec());
+                        }
                         ctx.post_send_at(now, qp, std::slice::from_ref(&w))
                             .map_err(|(_, e)| PerfError::Other(format!("post_send: {e}")))
                     })?;
@@ -192,18 +227,41 @@ fn server_session(
                 spins = 0;
                 let mut b = [0u8; 1];
                 match tcp.peek(&mut b) {
+                    Ok(0) if p.run_infinitely => break None,
                     Ok(0) => return Err(PerfError::Other("client closed the side channel".into())),
                     Ok(_) => {
                         tcp.set_nonblocking(false)?;
-                        break cm::recv(tcp, MsgType::Done)?;
+                        break Some(cm::recv(tcp, MsgType::Done)?);
                     }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {}
                     Err(e) => return Err(e.into()),
                 }
             }
         }
     } else {
-        cm::recv(tcp, MsgType::Done)?
+        match cm::recv(tcp, MsgType::Done) {
+            Ok(d) => Some(d),
+            Err(cm::CmError::Io(e)) if p.run_infinitely && e.kind() == ErrorKind::UnexpectedEof => {
+                None
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
+    // An endless run ends when the client stops: nothing to verify or
+    // report back.
+    let Some(done) = done else {
+        return Ok(ServerSession {
+            test,
+            params: p.clone(),
+            report: Report {
+                verified: None,
+                detail: "run_infinitely: the client stopped the run".into(),
+                rx_malformed: rig.dev.stats().endpoint.rx_malformed,
+            },
+            local: local_line(&rig),
+            remote: remote_line(peer_ip, hello),
+            stats: rig.dev.stats(),
+        });
     };
     // Server-side verification.
     let (verified, detail) = if !p.verify && test != Test::AtomicLat && test != Test::AtomicBw {
@@ -262,25 +320,34 @@ fn server_session(
     // device shut down under them.
     let _ = tcp.set_read_timeout(Some(Duration::from_secs(2)));
     let _ = tcp.read(&mut [0u8; 1]);
-    let local_line = AddrLine {
+    let session = ServerSession {
+        test,
+        params: p.clone(),
+        report,
+        local: local_line(&rig),
+        remote: remote_line(peer_ip, hello),
+        stats,
+    };
+    rig.dev.shutdown();
+    Ok(session)
+}
+
+/// The server's own address line.
+fn local_line(rig: &Rig) -> AddrLine {
+    AddrLine {
         dev: rig.dev.addr(),
         qpn: rig.qps[0].qp_num(),
         rkey: rig.mr.rkey,
         vaddr: rig.mr.addr,
-    };
-    let remote_line = AddrLine {
+    }
+}
+
+/// The client's address line, from its Hello.
+fn remote_line(peer_ip: IpAddr, hello: &Hello) -> AddrLine {
+    AddrLine {
         dev: SocketAddr::new(peer_ip, hello.endpoint.device_port),
         qpn: hello.endpoint.qpns[0],
         rkey: hello.endpoint.buf.rkey,
         vaddr: hello.endpoint.buf.addr,
-    };
-    rig.dev.shutdown();
-    Ok(ServerSession {
-        test,
-        params: p.clone(),
-        report,
-        local: local_line,
-        remote: remote_line,
-        stats,
-    })
+    }
 }

@@ -61,26 +61,38 @@ pub struct Session {
     pub icrc_omitted: bool,
 }
 
-/// A bandwidth session's completions over time: `marks_ns[0]` is the start
-/// ([`metaroce_udp::now_ns`] clock) and `marks_ns[i]` when the
-/// `i * bytes_per_mark`-th byte completed.
+/// A bandwidth session's completions over time: `marks[0]` is the start
+/// ([`metaroce_udp::now_ns`] clock, 0 operations), then `(stamp_ns,
+/// operations completed by then)` every hundred or so operations (CQ
+/// moderation completes them in batches), the last at the final
+/// completion.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Progress {
-    /// The start, then one stamp per `bytes_per_mark` completed.
-    pub marks_ns: Vec<u64>,
-    /// Bytes between two marks.
-    pub bytes_per_mark: u64,
+    /// `(stamp_ns, operations completed)`, both nondecreasing.
+    pub marks: Vec<(u64, u64)>,
+    /// Bytes per operation (the message size).
+    pub bytes_per_op: u64,
 }
 
 impl Progress {
-    /// Bytes completed in `[from_ns, to_ns)` (absolute stamps), counted by
-    /// marks.
+    /// When the transfer started (0 for a session without marks).
+    pub fn start_ns(&self) -> u64 {
+        self.marks.first().map_or(0, |m| m.0)
+    }
+
+    /// When the last operation completed (0 for a session without marks).
+    pub fn end_ns(&self) -> u64 {
+        self.marks.last().map_or(0, |m| m.0)
+    }
+
+    /// Bytes whose completion was marked in `[from_ns, to_ns)` (absolute
+    /// stamps).
     pub fn bytes_between(&self, from_ns: u64, to_ns: u64) -> u64 {
-        let n = self.marks_ns[1.min(self.marks_ns.len())..]
-            .iter()
-            .filter(|&&t| t >= from_ns && t < to_ns)
-            .count() as u64;
-        n * self.bytes_per_mark
+        let done_before = |t: u64| {
+            let i = self.marks.partition_point(|m| m.0 < t);
+            i.checked_sub(1).map_or(0, |i| self.marks[i].1)
+        };
+        done_before(to_ns).saturating_sub(done_before(from_ns)) * self.bytes_per_op
     }
 }
 

@@ -1,8 +1,8 @@
-//! perftest's output: the header block, the bandwidth and latency tables
-//! and their rows, and `--out_json` rows.
+//! perftest's output: the header block and the bandwidth and latency
+//! tables and their rows (`--out_json` is in `json.rs`).
 
 use crate::params::auth_mode;
-use crate::{BwFigures, CQ_MOD, Figures, LatFigures, LocalOpts, Params, Test};
+use crate::{BwFigures, LatFigures, LocalOpts, Params, Test};
 
 /// perftest's dashed line.
 pub const RESULT_LINE: &str =
@@ -22,11 +22,25 @@ pub fn header(test: Test, p: &Params, local: &LocalOpts) -> String {
     s.push_str(" Connection type : RC\t\tUsing SRQ      : OFF\n");
     s.push_str(" PCIe relax order: OFF\t\tLock-free      : OFF\n");
     s.push_str(&format!(" TX depth        : {}\n", p.tx_depth));
-    s.push_str(&format!(" CQ Moderation   : {CQ_MOD}\n"));
-    s.push_str(&format!(" Mtu             : {}[B]\n", p.mtu));
+    if !test.is_lat() {
+        s.push_str(&format!(
+            " CQ Moderation   : {}\n",
+            local.measure.cq_mod_for(p)
+        ));
+        s.push_str(&format!(" Post List       : {}\n", local.measure.post_list));
+    }
+    if p.mtu == 0 {
+        // Not known before the session: each side sizes it from its path.
+        s.push_str(" Mtu             : from the path\n");
+    } else {
+        s.push_str(&format!(" Mtu             : {}[B]\n", p.mtu));
+    }
     s.push_str(" Link type       : Ethernet\n");
     s.push_str(&format!(" Paths           : {}\n", p.paths));
-    s.push_str(" Max inline data : 0[B]\n");
+    s.push_str(&format!(
+        " Max inline data : {}[B]\n",
+        max_inline(test, local)
+    ));
     s.push_str(" rdma_cm QPs\t : OFF\n");
     s.push_str(" Data ex. method : Ethernet (TCP side channel)\n");
     s.push_str(&format!(
@@ -39,6 +53,15 @@ pub fn header(test: Test, p: &Params, local: &LocalOpts) -> String {
     ));
     s.push_str(RESULT_LINE);
     s
+}
+
+/// The inline limit a test runs with (READ and atomics have none).
+pub(crate) fn max_inline(test: Test, local: &LocalOpts) -> u32 {
+    if local.measure.inline(test, 0) {
+        local.measure.inline_bytes
+    } else {
+        0
+    }
 }
 
 /// The bandwidth table header.
@@ -88,29 +111,5 @@ pub fn lat_row(f: &LatFigures, duration: bool) -> String {
             " {:<7} {:<7}          {:<7.2}        {:<7.2}      {:<7.2}  \t{:<7.2}     \t{:<7.2}\t\t{:<7.2}  \t\t{:<7.2}",
             f.size, f.iters, f.t_min, f.t_max, f.t_typical, f.t_avg, f.t_stdev, f.p99, f.p99_9
         )
-    }
-}
-
-/// perftest `--out_json` keys for one row.
-pub fn json_row(fig: &Figures, gbits: bool) -> serde_json::Value {
-    match fig {
-        Figures::Bw(f) => serde_json::json!({
-            "MsgSize": f.size,
-            "n_iterations": f.iters,
-            "BW_peak": bw_unit(f.peak_bps, gbits),
-            "BW_average": bw_unit(f.avg_bps, gbits),
-            "MsgRate": f.msg_rate_mpps,
-        }),
-        Figures::Lat(f) => serde_json::json!({
-            "MsgSize": f.size,
-            "n_iterations": f.iters,
-            "t_min": f.t_min,
-            "t_max": f.t_max,
-            "t_typical": f.t_typical,
-            "t_avg": f.t_avg,
-            "t_stdev": f.t_stdev,
-            "percentile_99": f.p99,
-            "percentile_99_9": f.p99_9,
-        }),
     }
 }

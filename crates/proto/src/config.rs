@@ -5,7 +5,9 @@
 //! `metaroce` tools, the harness and the simulator start from.
 
 use crate::auth::AuthConfig;
-use crate::cc::CcAlgorithm;
+use crate::cc::{CcAlgorithm, MetaRoceParams};
+use crate::int_knob;
+use crate::knob::Knob;
 
 /// Configuration of one [`Endpoint`](crate::Endpoint) (one device).
 #[derive(Debug, Clone, PartialEq)]
@@ -45,6 +47,12 @@ pub struct EndpointConfig {
     pub ack_delay_ns: u64,
     /// Window over which the receiver counts active senders for its rate hint.
     pub rate_hint_epoch_ns: u64,
+    /// Share of its line a receiver grants its senders in all when there
+    /// are several (see `admission.rs`); the rest lets queues drain.
+    pub grant_utilisation: f64,
+    /// A connection idle (nothing in flight) for this many base RTTs starts
+    /// its next message as a new one would, cold (0: never).
+    pub idle_restart_rtts: u64,
     /// Largest message a work request may carry.
     pub max_message_bytes: u32,
     /// Maximum outstanding send work requests per QP.
@@ -89,6 +97,8 @@ pub struct EndpointConfig {
     pub psn_base: u32,
     /// Congestion controller for every connection.
     pub cc: CcAlgorithm,
+    /// Its tunables ([`MetaRoceParams::KNOBS`]).
+    pub cc_params: MetaRoceParams,
     /// Seed of every random choice the endpoint makes (keys, initial PSNs,
     /// replacement ports). Drivers seed it from the OS in production and from
     /// the test's seed in the harness.
@@ -109,10 +119,12 @@ impl Default for EndpointConfig {
             retry_cnt: 7,
             rnr_retry: 7,
             min_rnr_timer_ns: 10_000,
-            path_retire_after_rtos: 1,
+            path_retire_after_rtos: 2,
             ack_every_packets: 4,
             ack_delay_ns: 4_000,
             rate_hint_epoch_ns: 50_000,
+            grant_utilisation: 0.95,
+            idle_restart_rtts: 16,
             max_message_bytes: 1 << 31,
             max_send_wr: 4096,
             max_recv_wr: 4096,
@@ -127,6 +139,7 @@ impl Default for EndpointConfig {
             accept_icrc_omitted: false,
             psn_base: 0,
             cc: CcAlgorithm::default(),
+            cc_params: MetaRoceParams::default(),
             seed: 0,
         }
     }
@@ -143,6 +156,35 @@ pub struct ConfigError {
 }
 
 impl EndpointConfig {
+    /// The tunables of the protocol's behaviour by name (limits, keys and
+    /// identities are set in code, not here). Ranges are what
+    /// [`validate`](Self::validate) accepts or tighter; fields that depend
+    /// on each other are checked again there.
+    pub const KNOBS: &'static [Knob<Self>] = &[
+        int_knob!(Self, paths_per_connection: usize, 1, 256, "paths (UDP source ports, hence ECMP routes) per connection"),
+        int_knob!(Self, path_port_span: u16, 1, 4096, "source ports a device may draw paths from (at least paths_per_connection)"),
+        int_knob!(Self, mtu_payload_bytes: u32, 64, 65_000, "payload bytes per data packet"),
+        int_knob!(Self, base_rtt_ns: u64, 1, u32::MAX, "unloaded round trip: the initial window and the first RTO"),
+        int_knob!(Self, rto_min_ns: u64, 1, 60_000_000_000u64, "lower bound of every retransmission timeout"),
+        int_knob!(Self, rto_max_ns: u64, 1, 60_000_000_000u64, "upper bound of every retransmission timeout after backoff"),
+        int_knob!(Self, retry_cnt: u8, 0, 7, "timeouts without progress before work fails with RetryExcErr (ibverbs retry_cnt)"),
+        int_knob!(Self, rnr_retry: u8, 0, 7, "receiver-not-ready retries (7: infinite)"),
+        int_knob!(Self, min_rnr_timer_ns: u64, 1, 1_000_000_000, "delay before a SEND refused for want of a receive is resent"),
+        int_knob!(Self, path_retire_after_rtos: u32, 1, 64, "consecutive timeouts after which a path is retired and replaced"),
+        int_knob!(Self, ack_every_packets: u32, 1, 255, "the receiver acknowledges at least every this many packets per path"),
+        int_knob!(Self, ack_delay_ns: u64, 1, 1_000_000_000, "...or this long after the first unacknowledged packet"),
+        int_knob!(Self, rate_hint_epoch_ns: u64, 1, 1_000_000_000, "window over which a receiver counts active senders for its rate hint"),
+        int_knob!(Self, max_peer_paths: usize, 1, 256, "path slots a peer may use toward this endpoint"),
+        crate::real_knob!(
+            Self,
+            grant_utilisation,
+            0.1,
+            1.0,
+            "share of its line a receiver grants its senders in all when there are several"
+        ),
+        int_knob!(Self, idle_restart_rtts: u64, 0, 1_000_000, "base RTTs idle after which a connection starts its next message cold (0: never)"),
+    ];
+
     /// Check every field's range; the endpoint refuses a config that fails.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |field, reason| Err(ConfigError { field, reason });
@@ -204,6 +246,15 @@ impl EndpointConfig {
         }
         if self.max_peer_paths == 0 || self.max_peer_paths > 256 {
             return bad("max_peer_paths", "must be 1..=256");
+        }
+        for k in MetaRoceParams::KNOBS {
+            let v = (k.get)(&self.cc_params);
+            if !(k.min..=k.max).contains(&v) {
+                return bad(
+                    k.name,
+                    "congestion-control parameter out of range (see MetaRoceParams::KNOBS)",
+                );
+            }
         }
         Ok(())
     }

@@ -323,6 +323,16 @@ impl Endpoint {
         self.dev.regions.bytes_mut(mr)
     }
 
+    /// The bytes of several distinct regions at once, all writable (a
+    /// driver computing from one region into another); `None` when a
+    /// handle is stale or virtual or two handles name the same region.
+    pub fn memory_disjoint_mut<const N: usize>(
+        &mut self,
+        mrs: [MrHandle; N],
+    ) -> Option<[&mut [u8]; N]> {
+        self.dev.regions.bytes_disjoint_mut(mrs)
+    }
+
     /// Live memory regions.
     pub fn memory_regions(&self) -> u32 {
         self.dev.regions.live()
@@ -1032,6 +1042,12 @@ impl Endpoint {
             size_of::<ConnSlot>() - size_of::<Connection>()
                 + self.conns[c as usize].conn.memory_bytes()
         })
+    }
+
+    /// Bytes the receiver's admission state holds (one entry per sender
+    /// heard from recently; counted apart from the connections).
+    pub fn admission_memory_bytes(&self) -> usize {
+        self.dev.admission.memory_bytes()
     }
 
     /// Bytes a QP holds.

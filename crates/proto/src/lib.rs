@@ -33,6 +33,7 @@
 //!   targets (not a stable API).
 #![forbid(unsafe_code)]
 
+mod admission;
 pub mod auth;
 pub mod cc;
 pub mod config;
@@ -41,6 +42,7 @@ mod device_state;
 mod ecn;
 pub mod endpoint;
 mod grow;
+pub mod knob;
 mod maybe_ns;
 pub mod memory;
 mod message;
@@ -48,7 +50,6 @@ mod packet_repr;
 pub mod path;
 pub mod qp;
 pub mod range_set;
-mod rate_hint;
 pub mod rtt;
 pub mod sack;
 mod seeded_rng;

@@ -323,6 +323,28 @@ impl RegionTable {
         }
     }
 
+    /// The bytes of several distinct regions at once, all writable: `None`
+    /// when a handle is stale or virtual, or two handles name one region.
+    pub(crate) fn bytes_disjoint_mut<const N: usize>(
+        &mut self,
+        handles: [MrHandle; N],
+    ) -> Option<[&mut [u8]; N]> {
+        let indices = handles.map(|h| h.index as usize);
+        let regions = self.regions.get_disjoint_mut(indices).ok()?;
+        let mut out: [Option<&mut [u8]>; N] = [const { None }; N];
+        for ((slot, region), handle) in out.iter_mut().zip(regions).zip(handles) {
+            match region {
+                Some(Region {
+                    lkey,
+                    backing: Backing::Bytes(b),
+                    ..
+                }) if *lkey == handle.lkey => *slot = Some(b.as_mut_slice()),
+                _ => return None,
+            }
+        }
+        Some(out.map(|b| b.expect("every slot filled above")))
+    }
+
     /// Resolve `addr..addr+len` under `key`, checking domain, rights and bounds.
     pub(crate) fn check(
         &self,

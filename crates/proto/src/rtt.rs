@@ -60,6 +60,11 @@ impl RttEstimator {
     }
 
     /// Smoothed RTT.
+    /// The RTT's mean deviation.
+    pub fn rttvar_ns(&self) -> u64 {
+        u64::from(self.rttvar_ns)
+    }
+
     pub fn srtt_ns(&self) -> u64 {
         u64::from(self.srtt_ns)
     }

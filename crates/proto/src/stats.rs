@@ -38,6 +38,14 @@ pub struct EndpointStats {
     pub retry_timeouts: u64,
     /// Paths retired and replaced.
     pub paths_replaced: u64,
+    /// Paths retired because they proved dead while others delivered.
+    pub path_failovers: u64,
+    /// RTOs proved spurious afterwards, and undone.
+    pub spurious_rtos: u64,
+    /// Unanswered probes on silent connections (packets sent again elsewhere).
+    pub probe_timeouts: u64,
+    /// Losses not taken as congestion (no recent ECN on their path).
+    pub random_losses: u64,
     /// RNR NAKs sent.
     pub rnr_naks_sent: u64,
     /// Fatal NAKs sent (remote access, invalid request).

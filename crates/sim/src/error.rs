@@ -46,6 +46,14 @@ pub enum SimError {
         /// Flow index.
         flow: usize,
     },
+    /// A plane failure names a plane the topology lacks.
+    #[error("failure.plane: no plane {plane} (the topology has {planes})")]
+    NoPlane {
+        /// The plane named.
+        plane: u32,
+        /// Planes the topology has.
+        planes: u32,
+    },
     /// A link failure names two nodes no link joins.
     #[error("no link {a} - {b}")]
     NoLink {

@@ -199,6 +199,9 @@ pub struct FabricConfig {
     pub routing: Routing,
     /// Independent loss probability per packet per link.
     pub loss: f64,
+    /// Independent loss probability per packet end to end, whatever its
+    /// route's length (drawn once, when it reaches its host).
+    pub loss_e2e: f64,
     /// Width of the time-series bins in reports.
     pub sample_ps: Ps,
     /// Packets a multi-plane NIC pulls ahead into its plane queues.
@@ -221,6 +224,7 @@ impl Default for FabricConfig {
             trimming: false,
             routing: Routing::Ecmp,
             loss: 0.0,
+            loss_e2e: 0.0,
             sample_ps: 1_000_000,
             nic_queue_packets: 2,
             reconverge_ps: None,

@@ -74,7 +74,10 @@ impl HostSetConf {
 
 fn resolve_index(i: u32, hosts: u32, out: &mut Vec<u32>) -> Result<(), String> {
     if i >= hosts {
-        return Err(format!("host {i} is beyond the topology's {hosts} hosts (0-{})", hosts - 1));
+        return Err(format!(
+            "host {i} is beyond the topology's {hosts} hosts (0-{})",
+            hosts - 1
+        ));
     }
     out.push(i);
     Ok(())
@@ -103,12 +106,20 @@ fn range(s: &str, hosts: u32) -> Result<Vec<u32>, String> {
         return Err(format!("'{s}': range runs backwards"));
     }
     if b >= hosts {
-        return Err(format!("'{s}': host {b} is beyond the topology's {hosts} hosts (0-{})", hosts - 1));
+        return Err(format!(
+            "'{s}': host {b} is beyond the topology's {hosts} hosts (0-{})",
+            hosts - 1
+        ));
     }
     Ok((a..=b).step_by(stride as usize).collect())
 }
 
-fn resolve_part(part: &str, hosts: u32, rng: &mut ChaCha8Rng, out: &mut Vec<u32>) -> Result<(), String> {
+fn resolve_part(
+    part: &str,
+    hosts: u32,
+    rng: &mut ChaCha8Rng,
+    out: &mut Vec<u32>,
+) -> Result<(), String> {
     if part == "all" {
         out.extend(0..hosts);
     } else if let Some(rest) = part.strip_prefix("random:") {
@@ -117,7 +128,10 @@ fn resolve_part(part: &str, hosts: u32, rng: &mut ChaCha8Rng, out: &mut Vec<u32>
             None => (number(rest, "count")?, (0..hosts).collect()),
         };
         if count as usize > pool.len() {
-            return Err(format!("'{part}': cannot draw {count} hosts from {}", pool.len()));
+            return Err(format!(
+                "'{part}': cannot draw {count} hosts from {}",
+                pool.len()
+            ));
         }
         // A partial Fisher-Yates shuffle: the first `count` are the draw.
         let mut pool = pool;
@@ -179,7 +193,10 @@ mod tests {
     #[test]
     fn errors_name_the_item() {
         let e = |s: &str, hosts| spec(s).resolve(hosts, 1).unwrap_err();
-        assert_eq!(e("0-200", 128), "'0-200': host 200 is beyond the topology's 128 hosts (0-127)");
+        assert_eq!(
+            e("0-200", 128),
+            "'0-200': host 200 is beyond the topology's 128 hosts (0-127)"
+        );
         assert_eq!(e("9", 8), "host 9 is beyond the topology's 8 hosts (0-7)");
         assert_eq!(e("random:9", 8), "'random:9': cannot draw 9 hosts from 8");
         assert_eq!(e("0-3,3", 8), "host 3 is named twice");

@@ -67,6 +67,7 @@ pub mod run;
 pub mod scenario;
 pub mod sim;
 pub mod stats;
+pub mod suite;
 pub mod sweep;
 pub mod time;
 pub mod topology;

@@ -2,11 +2,14 @@
 
 use crate::error::SimError;
 use crate::report::{self, Results, TimeSeries};
-use crate::scenario::Scenario;
+use crate::scenario::{FailureTarget, Scenario};
 use crate::sim::Sim;
 use crate::time::{Ps, ps_to_us};
 use crate::transport::TransportFactory;
+use crate::transport::knobs;
 use crate::transport::metaroce::MetaRoceFactory;
+use metaroce_proto::EndpointConfig;
+use metaroce_proto::cc::MetaRoceParams;
 use std::time::{Duration, Instant};
 
 /// Wall-clock figures of a run (not deterministic; never in `results.json`).
@@ -74,15 +77,24 @@ pub fn run_scenario(
     let t0 = Instant::now();
     let mut built = scn.build(seed)?;
     let tc = &scn.transport;
+    let knobs = tc.knob_values();
+    let rc_knobs = |f: &mut crate::transport::rc::RcFactory| {
+        knobs::apply_all(knobs::RC_KNOBS, &mut f.cfg, &knobs);
+        if let Some(d) = f.cfg.dcqcn.as_mut() {
+            knobs::apply_all(knobs::DCQCN_KNOBS, d, &knobs);
+        }
+    };
     match tc.kind.as_str() {
         "rocev2" => {
-            let f = crate::transport::rocev2::factory(tc.mtu_bytes, tc.qps, tc.dcqcn);
+            let mut f = crate::transport::rocev2::factory(tc.mtu_bytes, tc.qps, tc.dcqcn);
+            rc_knobs(&mut f);
             run_with(scn, built, &f, None, seed, t0, progress)
         }
         "irn" => {
             // IRN runs without PFC (its point): the fabric drops on overflow.
             built.fabric.pfc = None;
-            let f = crate::transport::irn::factory(tc.mtu_bytes, tc.qps, tc.dcqcn);
+            let mut f = crate::transport::irn::factory(tc.mtu_bytes, tc.qps, tc.dcqcn);
+            rc_knobs(&mut f);
             run_with(scn, built, &f, None, seed, t0, progress)
         }
         "ib" => {
@@ -94,12 +106,14 @@ pub fn run_scenario(
             // Credit per link sized from the link's own credit loop (rate x
             // round trip + frames), recovered by periodic resynchronisation
             // when packets die on the wire (see `sim/credit.rs`).
-            let credit = crate::sim::CreditConfig {
+            let mut credit = crate::sim::CreditConfig {
                 bytes: None,
                 resync_ps: crate::time::us_to_ps(1.0),
                 max_frame_bytes: tc.mtu_bytes + crate::transport::MAX_HEADER_BYTES,
             };
-            let f = crate::transport::ib::factory(tc.mtu_bytes, tc.qps);
+            knobs::apply_all(knobs::IB_KNOBS, &mut credit, &knobs);
+            let mut f = crate::transport::ib::factory(tc.mtu_bytes, tc.qps);
+            rc_knobs(&mut f);
             run_with(scn, built, &f, Some(credit), seed, t0, progress)
         }
         _ => {
@@ -111,9 +125,45 @@ pub fn run_scenario(
             if scn.transport.rto_min_us > 0.0 {
                 factory.base.rto_min_ns = (scn.transport.rto_min_us * 1e3) as u64;
             }
+            // The endpoint's and the controller's knobs; the three the
+            // factory sets per host itself are taken over explicitly.
+            knobs::apply_all(EndpointConfig::KNOBS, &mut factory.base, &knobs);
+            knobs::apply_all(MetaRoceParams::KNOBS, &mut factory.base.cc_params, &knobs);
+            for (name, v) in &knobs {
+                match name.as_str() {
+                    "paths_per_connection" => factory.paths = *v as usize,
+                    "mtu_payload_bytes" => factory.mtu_payload_bytes = *v as u32,
+                    "base_rtt_ns" => factory.base_rtt_override_ns = Some(*v as u64),
+                    _ => {}
+                }
+            }
             run_with(scn, built, &factory, None, seed, t0, progress)
         }
     }
+}
+
+/// What each group's hosts counted about each other: a flow's sender about
+/// its receiver (resends, timeouts), the receiver about the sender
+/// (duplicates). A host pair carrying several groups' flows is counted
+/// under the first of them.
+fn extras<F: TransportFactory>(sim: &Sim<F>) -> report::RunExtras {
+    use crate::transport::{PairStats, Transport};
+    let work = sim.workload();
+    let mut seen = std::collections::HashSet::new();
+    let mut group_pairs = vec![PairStats::default(); work.groups.len()];
+    for f in &work.flows {
+        let Some(g) = f.group else { continue };
+        if !seen.insert((f.src, f.dst)) {
+            continue;
+        }
+        let tx = sim.host(f.src).pair_stats(f.dst);
+        let rx = sim.host(f.dst).pair_stats(f.src);
+        let p = &mut group_pairs[g as usize];
+        p.retransmissions += tx.retransmissions;
+        p.timeouts += tx.timeouts;
+        p.duplicates_received += rx.duplicates_received;
+    }
+    report::RunExtras { group_pairs }
 }
 
 fn run_with<F: TransportFactory>(
@@ -138,11 +188,28 @@ fn run_with<F: TransportFactory>(
     if let Some(c) = credit {
         sim.set_credit_flow_control(c);
     }
-    for &(a, b, at, up) in &built.failures {
-        sim.schedule_link(a, b, at, up)?;
+    for f in &built.failures {
+        match f.target {
+            FailureTarget::Link(a, b) => sim.schedule_link_failure(a, b, f.at, f.up_at)?,
+            FailureTarget::Switch(s) => sim.schedule_switch_failure(s, f.at, f.up_at)?,
+            FailureTarget::Plane(p) => sim.schedule_plane_failure(p, f.at, f.up_at)?,
+        }
     }
-    for &(s, at, up) in &built.switch_failures {
-        sim.schedule_switch(s, at, up)?;
+    for &(a, b) in &built.monitors {
+        sim.monitor_link(a, b)?;
+    }
+    // Every incast's bottleneck: the link(s) into its receiver.
+    let receivers: Vec<(usize, u32)> = sim
+        .workload()
+        .groups
+        .iter()
+        .enumerate()
+        .filter_map(|(g, spec)| spec.receiver.map(|r| (g, r)))
+        .collect();
+    for (g, r) in receivers {
+        for p in sim.ports_into_host(r) {
+            sim.monitor_port(p, format!("incast-{g}-into-host{r}"));
+        }
     }
     let setup = t0.elapsed();
     let t1 = Instant::now();
@@ -163,6 +230,7 @@ fn run_with<F: TransportFactory>(
         makespan,
         finished,
         perf.events,
+        &extras(&sim),
     );
     results.transport.clone_from(&scn.transport.kind);
     let series = report::time_series(sim.topology(), sim.measurements(), bin_ps);

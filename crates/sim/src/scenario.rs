@@ -7,13 +7,24 @@ use crate::error::SimError;
 use crate::fabric::{BufferModel, EcnConfig, FabricConfig, PfcConfig, Routing};
 use crate::hostset::{HostSetConf, shuffled};
 use crate::time::{PS_PER_NS, Ps, us_to_ps};
-use crate::topology::{LinkParams, NodeRef, Topology};
+use crate::topology::{FabricSize, LinkParams, NodeRef, Topology};
 use crate::workload::{FlowSet, StepTrigger};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// The embedded default scenario (`metaroce sim` with no file).
 pub const DEFAULT_SCENARIO: &str = include_str!("../../../scenarios/default.toml");
+
+/// Most hosts a scenario may have.
+pub const MAX_HOSTS: u64 = 1 << 20;
+/// Most memory a scenario's fabric may be estimated to need at setup
+/// ([`FabricSize::estimated_bytes`]).
+pub const MAX_FABRIC_BYTES: u64 = 16 << 30;
+/// Most time-series bins a run may ask for (`end_us / sample_us`; each
+/// bin holds a counter per link tier).
+pub const MAX_SAMPLE_BINS: f64 = 1e8;
+/// Largest `topology.oversubscription`.
+pub const MAX_OVERSUBSCRIPTION: u32 = 1024;
 
 /// Transport kinds a scenario may name.
 pub const TRANSPORTS: [&str; 4] = ["metaroce", "rocev2", "irn", "ib"];
@@ -44,9 +55,12 @@ pub struct Scenario {
     /// Traffic.
     #[serde(default)]
     pub workload: Vec<WorkloadConf>,
-    /// Link and switch failures.
+    /// Link, switch and plane failures.
     #[serde(default)]
     pub failure: Vec<FailureConf>,
+    /// Links watched bin by bin.
+    #[serde(default)]
+    pub monitor: Vec<MonitorConf>,
     /// Directory relative file names resolve against (not in the file).
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -102,6 +116,68 @@ pub struct TopologyConf {
     pub latency_ns: u64,
 }
 
+impl TopologyConf {
+    /// Leaf-spine / rail spines: as given, or a leaf's down-ports over
+    /// the oversubscription.
+    fn spines_or_default(&self) -> u32 {
+        if self.spines == 0 {
+            (self.hosts_per_leaf / self.oversubscription).max(1)
+        } else {
+            self.spines
+        }
+    }
+
+    /// Fat tree arity: as given, or the smallest that holds the hosts.
+    fn fat_tree_k(&self) -> u32 {
+        if self.k == 0 {
+            Topology::fat_tree_k_for(self.hosts, self.oversubscription)
+        } else {
+            self.k
+        }
+    }
+
+    /// What this shape builds, counted before building it.
+    pub fn size(&self) -> FabricSize {
+        let planes = u64::from(self.planes);
+        match self.kind.as_str() {
+            "fat_tree" => FabricSize::fat_tree(
+                self.hosts.into(),
+                self.fat_tree_k().into(),
+                self.oversubscription.into(),
+                planes,
+            ),
+            "leaf_spine" => FabricSize::leaf_spine(
+                self.hosts.into(),
+                self.hosts_per_leaf.into(),
+                self.spines_or_default().into(),
+                1,
+                planes,
+            ),
+            "rail" => FabricSize::rail(
+                self.servers.into(),
+                self.rails.into(),
+                self.hosts_per_leaf.into(),
+                self.spines_or_default().into(),
+                planes,
+            ),
+            "star" => FabricSize::leaf_spine(self.hosts.into(), self.hosts.into(), 0, 1, planes),
+            _ => FabricSize::back_to_back(),
+        }
+    }
+}
+
+/// `bytes` in the largest binary unit that keeps it at least 1.
+fn human_bytes(bytes: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < units.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{v:.1} {}", units[u])
+}
+
 fn one_u32() -> u32 {
     1
 }
@@ -153,9 +229,14 @@ pub struct SwitchConf {
     /// `ecmp` or `adaptive`.
     #[serde(default = "default_routing")]
     pub routing: String,
-    /// Random loss per packet per link.
+    /// Random loss per packet per link (a route of n links loses
+    /// 1 - (1 - loss)^n of its packets).
     #[serde(default)]
     pub loss: f64,
+    /// Random loss per packet end to end, the same for every route (drawn
+    /// once per packet, data and ACKs alike, as it reaches its host).
+    #[serde(default)]
+    pub loss_e2e: f64,
     /// Routing re-convergence delay after a link or switch failure or
     /// recovery, µs (absent: switches avoid only their own dead ports).
     #[serde(default)]
@@ -186,7 +267,6 @@ impl Default for SwitchConf {
 
 /// Host transport.
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
 pub struct TransportConf {
     /// `metaroce`, or a baseline: `rocev2`, `irn`, `ib` (see docs/baselines.md).
     #[serde(default = "default_transport")]
@@ -206,10 +286,40 @@ pub struct TransportConf {
     /// Minimum RTO, µs.
     #[serde(default)]
     pub rto_min_us: f64,
+    /// Every other key: a tunable of one of the transports, by name
+    /// (`transport::knobs`; e.g. `ack_delay_ns`, `ecn_gain`,
+    /// `dcqcn_timer_us`, `ib_credit_bytes`). Checked when the file is read.
+    #[serde(flatten)]
+    pub knobs: std::collections::BTreeMap<String, toml::Value>,
+}
+
+impl TransportConf {
+    /// The tunables as numbers (in key order); non-numeric values were
+    /// refused when the file was read.
+    pub fn knob_values(&self) -> Vec<(String, f64)> {
+        self.knobs
+            .iter()
+            .filter_map(|(k, v)| knob_number(v).map(|n| (k.clone(), n)))
+            .collect()
+    }
+}
+
+fn knob_number(v: &toml::Value) -> Option<f64> {
+    match v {
+        toml::Value::Integer(i) => Some(*i as f64),
+        toml::Value::Float(f) => Some(*f),
+        _ => None,
+    }
 }
 
 fn yes() -> bool {
     true
+}
+fn ten() -> u32 {
+    10
+}
+fn default_interval() -> f64 {
+    20.0
 }
 fn default_order() -> String {
     "rank".into()
@@ -282,6 +392,15 @@ pub struct WorkloadConf {
     /// Background: stop generating at, µs.
     #[serde(default)]
     pub until_us: f64,
+    /// Probes: message sizes, bytes (each size its own group).
+    #[serde(default)]
+    pub sizes: Vec<u64>,
+    /// Probes: messages of each size per pair.
+    #[serde(default = "ten")]
+    pub count: u32,
+    /// Probes: time between two probes of a pair, µs.
+    #[serde(default = "default_interval")]
+    pub interval_us: f64,
 }
 
 /// A failure (and optional recovery).
@@ -299,6 +418,41 @@ pub struct FailureConf {
     /// A whole switch, e.g. `"core3"`.
     #[serde(default)]
     pub switch: String,
+    /// A whole plane of a multi-plane fabric (every switch in it, with its
+    /// host links), by index.
+    #[serde(default)]
+    pub plane: Option<u32>,
+}
+
+/// A link direction to watch bin by bin (utilisation, queue, drops in
+/// `timeseries.json`): both directions of the link between two nodes.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MonitorConf {
+    /// The link by its two ends, e.g. `["tor0", "agg1"]`.
+    pub link: Vec<String>,
+}
+
+/// What a failure takes down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureTarget {
+    /// The link between two nodes.
+    Link(NodeRef, NodeRef),
+    /// A switch.
+    Switch(u32),
+    /// A plane.
+    Plane(u32),
+}
+
+/// A failure as the simulator schedules it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailureSpec {
+    /// What fails.
+    pub target: FailureTarget,
+    /// When.
+    pub at: Ps,
+    /// When it comes back, if it does.
+    pub up_at: Option<Ps>,
 }
 
 /// Everything a run needs, built from a [`Scenario`].
@@ -310,10 +464,10 @@ pub struct Built {
     pub fabric: FabricConfig,
     /// Flows.
     pub flows: FlowSet,
-    /// (a, b, at, up) link events.
-    pub failures: Vec<(NodeRef, NodeRef, Ps, bool)>,
-    /// (switch, at, up) switch events.
-    pub switch_failures: Vec<(u32, Ps, bool)>,
+    /// Failures.
+    pub failures: Vec<FailureSpec>,
+    /// Links watched (both directions of each).
+    pub monitors: Vec<(NodeRef, NodeRef)>,
     /// End of the run.
     pub end_ps: Ps,
 }
@@ -381,7 +535,11 @@ fn place(w: &WorkloadConf, hosts: u32, seed: u64) -> Result<Placement, (&'static
             if w.senders as usize > set.len() {
                 return Err((
                     "senders",
-                    format!("{} senders, but only {} hosts besides the receiver", w.senders, set.len()),
+                    format!(
+                        "{} senders, but only {} hosts besides the receiver",
+                        w.senders,
+                        set.len()
+                    ),
                 ));
             }
             set.truncate(w.senders as usize);
@@ -390,14 +548,28 @@ fn place(w: &WorkloadConf, hosts: u32, seed: u64) -> Result<Placement, (&'static
         if w.ranks as usize > set.len() {
             return Err((
                 "ranks",
-                format!("{} ranks, but the workload has {} hosts", w.ranks, set.len()),
+                format!(
+                    "{} ranks, but the workload has {} hosts",
+                    w.ranks,
+                    set.len()
+                ),
             ));
         }
         set.truncate(w.ranks as usize);
     }
-    let needs_two = matches!(w.kind.as_str(), "permutation" | "all_to_all" | "ring_allreduce" | "background");
+    let needs_two = matches!(
+        w.kind.as_str(),
+        "permutation" | "all_to_all" | "ring_allreduce" | "background" | "probes"
+    );
     if needs_two && set.len() < 2 || w.kind == "incast" && set.is_empty() {
-        return Err(("hosts", format!("{} needs at least 2 hosts, has {}", w.kind, set.len() + usize::from(w.kind == "incast"))));
+        return Err((
+            "hosts",
+            format!(
+                "{} needs at least 2 hosts, has {}",
+                w.kind,
+                set.len() + usize::from(w.kind == "incast")
+            ),
+        ));
     }
     if w.kind == "ring_allreduce" && w.order == "random" {
         set = shuffled(&set, seed);
@@ -484,11 +656,55 @@ impl Scenario {
         if t.planes == 0 || t.planes > 16 {
             return bad("topology.planes", "must be 1..=16");
         }
-        if t.oversubscription == 0 {
-            return bad("topology.oversubscription", "must be at least 1");
+        if !(1..=MAX_OVERSUBSCRIPTION).contains(&t.oversubscription) {
+            return bad(
+                "topology.oversubscription",
+                &format!("must be 1..={MAX_OVERSUBSCRIPTION}"),
+            );
         }
         if t.k % 2 == 1 {
             return bad("topology.k", "must be even");
+        }
+        // Bound the fabric before anything is allocated for it.
+        let hosts = match t.kind.as_str() {
+            "rail" => u64::from(t.servers) * u64::from(t.rails),
+            "back_to_back" => 2,
+            _ => u64::from(t.hosts),
+        };
+        if hosts > MAX_HOSTS {
+            let key = if t.kind == "rail" {
+                "topology.servers"
+            } else {
+                "topology.hosts"
+            };
+            return bad(
+                key,
+                &format!("{hosts} hosts is more than the simulator's limit of 2^20 = {MAX_HOSTS}"),
+            );
+        }
+        if t.kind == "fat_tree"
+            && t.k > 0
+            && !Topology::fat_tree_holds(t.k, t.oversubscription, t.hosts)
+        {
+            return bad(
+                "topology.k",
+                &format!("k={} holds fewer than {} hosts", t.k, t.hosts),
+            );
+        }
+        let size = t.size();
+        let need = size.estimated_bytes();
+        if need > MAX_FABRIC_BYTES {
+            return bad(
+                "topology",
+                &format!(
+                    "{} hosts, {} switches and {} links would need about {} of memory; the limit is {} (see docs/scenario.md)",
+                    size.hosts,
+                    size.switches,
+                    size.links,
+                    human_bytes(need),
+                    human_bytes(MAX_FABRIC_BYTES)
+                ),
+            );
         }
         let sw = &self.switch;
         if !["ecmp", "adaptive"].contains(&sw.routing.as_str()) {
@@ -496,6 +712,9 @@ impl Scenario {
         }
         if !(0.0..1.0).contains(&sw.loss) {
             return bad("switch.loss", "must be in [0, 1)");
+        }
+        if !(0.0..1.0).contains(&sw.loss_e2e) {
+            return bad("switch.loss_e2e", "must be in [0, 1)");
         }
         if sw
             .reconverge_us
@@ -521,8 +740,44 @@ impl Scenario {
         if !(1..=256).contains(&self.transport.paths) {
             return bad("transport.paths", "must be 1..=256");
         }
-        if self.end_us <= 0.0 || self.sample_us <= 0.0 {
-            return bad("end_us", "end_us and sample_us must be > 0");
+        for (name, value) in &self.transport.knobs {
+            let key = format!("transport.{name}");
+            let Some(n) = knob_number(value) else {
+                return bad(&key, "must be a number");
+            };
+            if let Err(why) = crate::transport::knobs::check(name, n) {
+                return bad(&key, &why);
+            }
+        }
+        {
+            // Settings that must agree with each other (rto_min <= rto_max...).
+            let mut ep = metaroce_proto::EndpointConfig::default();
+            let values = self.transport.knob_values();
+            crate::transport::knobs::apply_all(
+                metaroce_proto::EndpointConfig::KNOBS,
+                &mut ep,
+                &values,
+            );
+            ep.path_port_span = ep.path_port_span.max(ep.paths_per_connection as u16);
+            if let Err(e) = ep.validate() {
+                return bad(&format!("transport.{}", e.field), e.reason);
+            }
+        }
+        let positive = |t: f64| t > 0.0 && t.is_finite();
+        if !positive(self.end_us) || !positive(self.sample_us) {
+            return bad("end_us", "end_us and sample_us must be finite and > 0");
+        }
+        if self.end_us / self.sample_us > MAX_SAMPLE_BINS {
+            return bad(
+                "sample_us",
+                &format!(
+                    "end_us / sample_us = {:.0} time-series bins; at most {MAX_SAMPLE_BINS:.0} (raise sample_us)",
+                    self.end_us / self.sample_us
+                ),
+            );
+        }
+        if !(64..=65_000).contains(&self.transport.mtu_bytes) {
+            return bad("transport.mtu_bytes", "must be 64..=65000");
         }
         for w in &self.workload {
             let kinds = [
@@ -533,12 +788,22 @@ impl Scenario {
                 "cm",
                 "csv",
                 "background",
+                "probes",
             ];
             if !kinds.contains(&w.kind.as_str()) {
                 return bad("kind", &format!("unknown workload kind '{}'", w.kind));
             }
             if matches!(w.kind.as_str(), "cm" | "csv") && w.file.is_empty() {
                 return bad("file", "cm and csv workloads need a file");
+            }
+            if w.kind == "probes" {
+                if w.sizes.is_empty() || w.sizes.contains(&0) {
+                    return bad("sizes", "probes need sizes, each > 0 bytes");
+                }
+                if w.count == 0 || w.interval_us.is_nan() || w.interval_us <= 0.0 {
+                    return bad("count", "probes need count >= 1 and interval_us > 0");
+                }
+                continue;
             }
             if !matches!(w.kind.as_str(), "cm" | "csv") && w.bytes == 0 {
                 return bad("bytes", &format!("{} workload needs bytes > 0", w.kind));
@@ -583,35 +848,24 @@ impl Scenario {
         };
         let topo = match t.kind.as_str() {
             "fat_tree" => {
-                let k = if t.k == 0 {
-                    Topology::fat_tree_k_for(t.hosts, t.oversubscription)
-                } else {
-                    t.k
-                };
-                if k * k * k / 4 * t.oversubscription < t.hosts {
-                    return Err(e(format!(
-                        "topology.k: k={k} holds fewer than {} hosts",
-                        t.hosts
-                    )));
-                }
-                Topology::fat_tree(t.hosts, k, t.oversubscription, t.planes, lp)
+                Topology::fat_tree(t.hosts, t.fat_tree_k(), t.oversubscription, t.planes, lp)
             }
-            "leaf_spine" => {
-                let spines = if t.spines == 0 {
-                    (t.hosts_per_leaf / t.oversubscription).max(1)
-                } else {
-                    t.spines
-                };
-                Topology::leaf_spine(t.hosts, t.hosts_per_leaf, spines, 1, t.planes, lp)
-            }
-            "rail" => {
-                let spines = if t.spines == 0 {
-                    (t.hosts_per_leaf / t.oversubscription).max(1)
-                } else {
-                    t.spines
-                };
-                Topology::rail(t.servers, t.rails, t.hosts_per_leaf, spines, t.planes, lp)
-            }
+            "leaf_spine" => Topology::leaf_spine(
+                t.hosts,
+                t.hosts_per_leaf,
+                t.spines_or_default(),
+                1,
+                t.planes,
+                lp,
+            ),
+            "rail" => Topology::rail(
+                t.servers,
+                t.rails,
+                t.hosts_per_leaf,
+                t.spines_or_default(),
+                t.planes,
+                lp,
+            ),
             "star" => Topology::leaf_spine(t.hosts, t.hosts, 0, 1, t.planes, lp),
             _ => Topology::back_to_back(lp),
         };
@@ -645,6 +899,7 @@ impl Scenario {
                 Routing::Ecmp
             },
             loss: sw.loss,
+            loss_e2e: sw.loss_e2e,
             sample_ps: us_to_ps(self.sample_us),
             nic_queue_packets: 2,
             reconverge_ps: sw.reconverge_us.map(us_to_ps),
@@ -666,6 +921,14 @@ impl Scenario {
                 "permutation" => flows.permutation(&placed, w.bytes, start, wseed, name),
                 "incast" => flows.incast(&placed, w.receiver, w.bytes, start, name),
                 "all_to_all" => flows.all_to_all(&placed, w.bytes, start, w.serial, name),
+                "probes" => flows.probes(
+                    &placed,
+                    &w.sizes,
+                    w.count,
+                    us_to_ps(w.interval_us),
+                    start,
+                    name,
+                ),
                 "ring_allreduce" => {
                     let step = if w.step_trigger == "sent" {
                         StepTrigger::Sent
@@ -710,38 +973,54 @@ impl Scenario {
             }
         }
         let mut failures = Vec::new();
-        let mut switch_failures = Vec::new();
         for f in &self.failure {
             let at = us_to_ps(f.at_us);
-            let up = f.up_at_us.map(us_to_ps);
-            if !f.switch.is_empty() {
+            let up_at = f.up_at_us.map(us_to_ps);
+            let target = if let Some(p) = f.plane {
+                if p >= topo.planes {
+                    return Err(e(format!(
+                        "failure.plane: no plane {p} (the topology has {})",
+                        topo.planes
+                    )));
+                }
+                FailureTarget::Plane(p)
+            } else if !f.switch.is_empty() {
                 let Some(NodeRef::Switch(s)) = topo.find_node(&f.switch) else {
                     return Err(e(format!("failure.switch: no switch named '{}'", f.switch)));
                 };
-                switch_failures.push((s, at, false));
-                if let Some(u) = up {
-                    switch_failures.push((s, u, true));
-                }
+                FailureTarget::Switch(s)
             } else if f.link.len() == 2 {
                 let find = |n: &str| {
                     topo.find_node(n)
                         .ok_or_else(|| e(format!("failure.link: no node named '{n}'")))
                 };
-                let (a, b) = (find(&f.link[0])?, find(&f.link[1])?);
-                failures.push((a, b, at, false));
-                if let Some(u) = up {
-                    failures.push((a, b, u, true));
-                }
+                FailureTarget::Link(find(&f.link[0])?, find(&f.link[1])?)
             } else {
-                return Err(e("failure: give link = [a, b] or switch = name".into()));
+                return Err(e(
+                    "failure: give link = [a, b], switch = name or plane = index".into(),
+                ));
+            };
+            failures.push(FailureSpec { target, at, up_at });
+        }
+        let mut monitors = Vec::new();
+        for m in &self.monitor {
+            if m.link.len() != 2 {
+                return Err(e(
+                    "monitor.link: give the link's two ends, e.g. [\"tor0\", \"agg1\"]".into(),
+                ));
             }
+            let find = |n: &str| {
+                topo.find_node(n)
+                    .ok_or_else(|| e(format!("monitor.link: no node named '{n}'")))
+            };
+            monitors.push((find(&m.link[0])?, find(&m.link[1])?));
         }
         Ok(Built {
             topo,
             fabric,
             flows,
             failures,
-            switch_failures,
+            monitors,
             end_ps: us_to_ps(self.end_us),
         })
     }
@@ -765,6 +1044,38 @@ mod tests {
         assert!(e.starts_with("x.toml:6:"), "{e}");
         assert!(e.contains("hostz"), "{e}");
         assert!(!e.contains('\n'));
+    }
+
+    /// Huge fabrics are refused before anything is allocated, with the
+    /// memory they would need.
+    #[test]
+    fn huge_fabrics_are_refused_with_their_memory() {
+        let star = |hosts: u64| {
+            format!("name = \"x\"\n[topology]\nkind = \"star\"\nhosts = {hosts}\nlink_gbps = 100\n")
+        };
+        let e = Scenario::parse(&star(4_000_000_000), "x.toml")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "x.toml:4: topology.hosts: 4000000000 hosts is more than the simulator's limit of 2^20 = 1048576"
+        );
+        assert!(Scenario::parse(&star(1 << 20), "x.toml").is_ok());
+        // Few hosts, but a fabric of 10^6 x 10^4 links.
+        let wide = "name = \"x\"\n[topology]\nkind = \"leaf_spine\"\nhosts = 1000000\nhosts_per_leaf = 1\nspines = 10000\nlink_gbps = 100\n";
+        let e = Scenario::parse(wide, "x.toml").unwrap_err().to_string();
+        assert!(
+            e.contains("10001000000 links would need about 4.7 TiB"),
+            "{e}"
+        );
+        // Rail's servers x rails is checked without overflowing.
+        let rail = "name = \"x\"\n[topology]\nkind = \"rail\"\nservers = 4000000000\nrails = 8\nhosts_per_leaf = 2\nlink_gbps = 100\n";
+        let e = Scenario::parse(rail, "x.toml").unwrap_err().to_string();
+        assert!(e.contains("32000000000 hosts"), "{e}");
+        // A fat tree's explicit k, however large, is counted, not built.
+        let ft = "name = \"x\"\n[topology]\nkind = \"fat_tree\"\nhosts = 16\nk = 2000000\nlink_gbps = 100\n";
+        let e = Scenario::parse(ft, "x.toml").unwrap_err().to_string();
+        assert!(e.contains("would need about"), "{e}");
     }
 
     #[test]

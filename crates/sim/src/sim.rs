@@ -19,6 +19,7 @@ mod credit;
 mod failure;
 mod flow;
 mod host;
+mod loss;
 mod packet;
 mod pfc;
 mod pipe;
@@ -27,6 +28,7 @@ mod routing;
 mod switch;
 
 pub use credit::{CreditConfig, credit_loop_bytes};
+pub use loss::{FailedPart, FailureRecord, LossCause, LossCounts};
 pub use port::{Port, PortCounters};
 pub use switch::TRIM_BYTES;
 
@@ -35,7 +37,7 @@ use crate::event::{EventKind, EventQueue};
 use crate::fabric::FabricConfig;
 use crate::stats::{Histogram, Series};
 use crate::time::{Ps, serialization_ps};
-use crate::topology::Topology;
+use crate::topology::{NodeRef, Topology};
 use crate::transport::{Transport, TransportFactory};
 use crate::workload::FlowSet;
 use host::HostState;
@@ -76,6 +78,31 @@ pub struct Measurements {
     pub delivered_packets: u64,
     /// Packets put on host links by NICs.
     pub nic_packets: u64,
+    /// Every packet lost, by cause, data and control apart.
+    pub losses: LossCounts,
+    /// Links watched bin by bin ([`Sim::monitor_link`]).
+    pub monitors: Vec<LinkMonitor>,
+    /// Every failure and what still ran into it.
+    pub failures: Vec<FailureRecord>,
+    /// Width of a time-series bin.
+    pub bin_ps: Ps,
+    /// Each port's rate, bit/s (to turn bytes per bin into utilisation).
+    pub port_rates_bps: Vec<u64>,
+}
+
+/// One watched link direction: its traffic, queue and drops per time bin.
+#[derive(Debug, Clone)]
+pub struct LinkMonitor {
+    /// Name (`a->b`).
+    pub name: String,
+    /// The port (link direction).
+    pub port: u32,
+    /// Bytes serialized per bin.
+    pub tx_bytes: Series,
+    /// Largest queue per bin.
+    pub queue_max: Series,
+    /// Packets lost at or on it per bin.
+    pub drops: Series,
 }
 
 impl Measurements {
@@ -101,6 +128,8 @@ pub struct RunPerf {
 
 /// A simulation: a topology, a transport on every host, a workload.
 pub struct Sim<F: TransportFactory> {
+    /// Builds hosts and opens channels (as their first message starts).
+    factory: F,
     topo: Topology,
     cfg: FabricConfig,
     /// Two per link, `2i` its a→b direction and `2i + 1` its b→a.
@@ -133,6 +162,9 @@ pub struct Sim<F: TransportFactory> {
     credit_initial: Vec<i64>,
     /// Credit settings, when credits are on.
     credit_cfg: Option<CreditConfig>,
+    /// The failure (index into the measurements) each port is down for;
+    /// `u32::MAX` while up.
+    port_failure: Vec<u32>,
     /// Converged routes (with `cfg.reconverge_ps`): whether switch `s` can
     /// still deliver to leaf `l`, at `s * leaves + l`. Empty when off.
     reach: Vec<bool>,
@@ -153,11 +185,13 @@ impl<F: TransportFactory> Sim<F> {
         end_ps: Ps,
     ) -> Result<Self, SimError> {
         let (ports, host_ports, switch_ports) = port::build_ports(&topo);
+        let port_rates_bps = ports.iter().map(|p| p.rate_bps).collect();
         let switches = switch::build_switches(&topo, &ports, switch_ports, cfg.pfc, seed);
         let hosts = host::build_hosts(&topo, factory, host_ports, seed)?;
         let labels = topo.labels.len();
         let bin_ps = cfg.sample_ps.max(1);
         let mut sim = Self {
+            factory: factory.clone(),
             cfg,
             ports,
             switches,
@@ -179,6 +213,11 @@ impl<F: TransportFactory> Sim<F> {
                 headroom_drops: 0,
                 delivered_packets: 0,
                 nic_packets: 0,
+                losses: LossCounts::default(),
+                monitors: Vec::new(),
+                failures: Vec::new(),
+                bin_ps,
+                port_rates_bps,
             },
             work,
             error: None,
@@ -186,12 +225,14 @@ impl<F: TransportFactory> Sim<F> {
             credits: Vec::new(),
             credit_initial: Vec::new(),
             credit_cfg: None,
+            port_failure: Vec::new(),
             reach: Vec::new(),
             leaves: 0,
             reconverge_at: None,
             topo,
         };
-        sim.setup_flows(factory)?;
+        sim.port_failure = vec![u32::MAX; sim.ports.len()];
+        sim.setup_flows()?;
         if sim.cfg.reconverge_ps.is_some() {
             sim.leaves = sim
                 .topo
@@ -290,6 +331,52 @@ impl<F: TransportFactory> Sim<F> {
         let now = self.events.now();
         self.close_pause_intervals(now);
         Ok(())
+    }
+}
+
+impl<F: TransportFactory> Sim<F> {
+    /// Watch both directions of the link between `a` and `b` bin by bin.
+    pub fn monitor_link(&mut self, a: NodeRef, b: NodeRef) -> Result<(), SimError> {
+        let p = self
+            .ports
+            .iter()
+            .position(|p| p.owner == a && p.peer == b)
+            .ok_or_else(|| SimError::NoLink {
+                a: self.topo.node_name(a),
+                b: self.topo.node_name(b),
+            })? as u32;
+        let r = self.ports[p as usize].reverse;
+        for (port, from, to) in [(p, a, b), (r, b, a)] {
+            let name = format!("{}->{}", self.topo.node_name(from), self.topo.node_name(to));
+            self.monitor_port(port, name);
+        }
+        Ok(())
+    }
+
+    /// Watch port `p` bin by bin under `name` (once: a second call keeps
+    /// the first name); returns the monitor's index.
+    pub fn monitor_port(&mut self, p: u32, name: String) -> u32 {
+        let port = &mut self.ports[p as usize];
+        if port.monitor != u32::MAX {
+            return port.monitor;
+        }
+        port.monitor = self.measured.monitors.len() as u32;
+        self.measured.monitors.push(LinkMonitor {
+            name,
+            port: p,
+            tx_bytes: Series::default(),
+            queue_max: Series::default(),
+            drops: Series::default(),
+        });
+        port.monitor
+    }
+
+    /// The ports that deliver to host `h` (its leaf's down ports, one per
+    /// plane): where an incast toward `h` queues.
+    pub fn ports_into_host(&self, h: u32) -> Vec<u32> {
+        (0..self.ports.len() as u32)
+            .filter(|&p| self.ports[p as usize].peer == NodeRef::Host(h))
+            .collect()
     }
 }
 

@@ -117,6 +117,29 @@ impl Series {
         *self.at(bin) += v;
     }
 
+    /// Add `v` spread evenly over `[start, end)` (in bins of `bin`).
+    pub fn add_span(&mut self, start: u64, end: u64, bin: u64, v: u64) {
+        let bin = bin.max(1);
+        let (b0, b1) = (start / bin, end.saturating_sub(1).max(start) / bin);
+        if b0 == b1 || end <= start {
+            self.add_at(b0, v);
+            return;
+        }
+        let total = end - start;
+        let mut given = 0;
+        for b in b0..=b1 {
+            let lo = start.max(b * bin);
+            let hi = end.min((b + 1) * bin);
+            let part = if b == b1 {
+                v - given
+            } else {
+                v * (hi - lo) / total
+            };
+            given += part;
+            self.add_at(b, part);
+        }
+    }
+
     /// Raise bin `bin` to at least `v`.
     pub fn max_at(&mut self, bin: u64, v: u64) {
         let x = self.at(bin);

@@ -219,7 +219,7 @@ impl Plan {
 }
 
 /// Set the value at dotted `key` (`a.b`, `workload.0.bytes`) in `t`.
-fn set_dotted(t: &mut toml::Table, key: &str, val: toml::Value) -> Result<(), SimError> {
+pub(crate) fn set_dotted(t: &mut toml::Table, key: &str, val: toml::Value) -> Result<(), SimError> {
     fn walk<'a>(mut cur: &'a mut toml::Value, key: &str) -> Result<&'a mut toml::Value, SimError> {
         let bad = |why: String| SimError::Scenario(format!("grid key {key}: {why}"));
         for part in key.split('.') {

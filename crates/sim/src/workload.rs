@@ -91,9 +91,13 @@ pub struct GroupSpec {
     pub kind: CollKind,
     /// Ranks taking part.
     pub ranks: u32,
-    /// nccl-tests S: bytes the operation moves (all_reduce: the buffer;
-    /// alltoall: count x typesize x n).
+    /// nccl-tests S, per rank: the bytes one rank's buffer holds (all-reduce:
+    /// the buffer; all-to-all: what each rank sends, count x typesize x n;
+    /// a permutation: one flow; an incast: what the receiver takes in; flow
+    /// files: every flow's bytes together).
     pub bytes: u64,
+    /// An incast's receiver (its bottleneck queue is watched).
+    pub receiver: Option<u32>,
 }
 
 /// Flows, triggers and groups of one scenario.
@@ -119,13 +123,21 @@ impl FlowSet {
             kind,
             ranks,
             bytes,
+            receiver: None,
         });
         self.groups.len() as u32 - 1
     }
 
     /// A random permutation (derangement) among `hosts`: every host sends
     /// `bytes` to one other and receives from one.
-    pub fn permutation(&mut self, hosts: &[u32], bytes: u64, start: Ps, seed: u64, name: Option<&str>) {
+    pub fn permutation(
+        &mut self,
+        hosts: &[u32],
+        bytes: u64,
+        start: Ps,
+        seed: u64,
+        name: Option<&str>,
+    ) {
         let n = hosts.len() as u32;
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let mut dst: Vec<u32> = (0..n).collect();
@@ -138,7 +150,7 @@ impl FlowSet {
             name.map_or_else(|| format!("permutation {n}"), str::to_string),
             CollKind::Flows,
             n,
-            bytes * u64::from(n),
+            bytes,
         );
         for (s, &d) in dst.iter().enumerate() {
             let mut f = FlowSpec::at(hosts[s], hosts[d as usize], bytes, start);
@@ -148,7 +160,14 @@ impl FlowSet {
     }
 
     /// Every host of `senders` sends `bytes` to `receiver`.
-    pub fn incast(&mut self, senders: &[u32], receiver: u32, bytes: u64, start: Ps, name: Option<&str>) {
+    pub fn incast(
+        &mut self,
+        senders: &[u32],
+        receiver: u32,
+        bytes: u64,
+        start: Ps,
+        name: Option<&str>,
+    ) {
         let n = senders.len() as u32;
         let g = self.group(
             name.map_or_else(|| format!("incast {n}:1"), str::to_string),
@@ -156,6 +175,7 @@ impl FlowSet {
             n + 1,
             bytes * u64::from(n),
         );
+        self.groups[g as usize].receiver = Some(receiver);
         for &s in senders {
             let mut f = FlowSpec::at(s, receiver, bytes, start);
             f.group = Some(g);
@@ -180,7 +200,7 @@ impl FlowSet {
             name.map_or_else(|| format!("all-to-all {n}"), str::to_string),
             CollKind::AllToAll,
             n,
-            bytes * u64::from(n) * u64::from(n),
+            bytes * u64::from(n),
         );
         for (i, &src) in ranks.iter().enumerate() {
             let mut prev: Option<u32> = None;
@@ -248,6 +268,39 @@ impl FlowSet {
                     prev = Some(t);
                 }
                 self.flows.push(f);
+            }
+        }
+    }
+
+    /// Latency probes: host `hosts[2i]` sends host `hosts[2i+1]` `count`
+    /// messages of each of `sizes`, one every `interval` from `start` (one
+    /// size after the other), each its own group per size (`probe 8 B`) so
+    /// each size's latency percentiles stand apart. The pairs should be
+    /// idle otherwise: what a probe measures is the fabric's queueing.
+    pub fn probes(
+        &mut self,
+        hosts: &[u32],
+        sizes: &[u64],
+        count: u32,
+        interval: Ps,
+        start: Ps,
+        name: Option<&str>,
+    ) {
+        let pairs: Vec<(u32, u32)> = hosts.chunks_exact(2).map(|p| (p[0], p[1])).collect();
+        let mut t = start;
+        for &size in sizes {
+            let label = match name {
+                Some(n) => format!("{n} {size} B"),
+                None => format!("probe {size} B"),
+            };
+            let g = self.group(label, CollKind::Flows, 2 * pairs.len() as u32, size);
+            for _ in 0..count {
+                for &(a, b) in &pairs {
+                    let mut f = FlowSpec::at(a, b, size, t);
+                    f.group = Some(g);
+                    self.flows.push(f);
+                }
+                t += interval;
             }
         }
     }

@@ -10,7 +10,16 @@
 //! - [`Impair`]: receive-side loss / reorder / duplication for tests.
 //!
 //! The connection manager that sets devices up across hosts is
-//! `metaroce-cm`; the perftest-style tools are `metaroce-perf`.
+//! `metaroce-cm`; the perftest-style tools are `metaroce-perf`. [`Device`]
+//! has a whole WRITE between two devices as its example; complete
+//! programs (a two-process WRITE server and client, loopback WRITE,
+//! SEND/RECV, READ, atomics) are in `crates/udp/examples`:
+//!
+//! ```sh
+//! cargo run -p metaroce-udp --example loopback_write
+//! cargo run -p metaroce-udp --example write -- server     # one host
+//! cargo run -p metaroce-udp --example write -- client HOST  # the other
+//! ```
 //!
 //! `unsafe` is confined to the syscalls in `sys` (and the network-namespace
 //! test setup); every block says why it is sound in a `// SAFETY:` comment,

@@ -19,6 +19,99 @@
 //! that these signatures use are re-exported, so neither needs to depend on
 //! `metaroce-proto` or `metaroce-wire`.
 //!
+//! # Example: a WRITE between two contexts, moved by hand
+//!
+//! Two devices at 10.0.0.1 and 10.0.0.2, no sockets: the loop at the end
+//! is the whole "network", handing each datagram from one context to the
+//! other. (Over real UDP, `metaroce_udp::Device` does this part; see
+//! `crates/udp/examples`.)
+//!
+//! ```
+//! use metaroce_proto::{EndpointConfig, QpCaps};
+//! use metaroce_verbs::{
+//!     AccessFlags, Context, QpAttr, QpInitAttr, QpState, QpType, SendWr, WcOpcode, WcStatus,
+//!     WorkCompletion, WrOp,
+//! };
+//! use std::net::{IpAddr, SocketAddr};
+//!
+//! let ip: [IpAddr; 2] = ["10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap()];
+//! let mut dev: Vec<Context> = (0..2u64)
+//!     .map(|seed| Context::open(EndpointConfig { seed, ..EndpointConfig::default() }).unwrap())
+//!     .collect();
+//! let addr = |i: usize, d: &Context| SocketAddr::new(ip[i], d.device_port());
+//! let access = AccessFlags(AccessFlags::LOCAL_WRITE.0 | AccessFlags::REMOTE_WRITE.0);
+//!
+//! // Each side: PD, 64 KiB region, CQ, one RC QP in INIT.
+//! let mut side = Vec::new();
+//! for d in &mut dev {
+//!     let pd = d.alloc_pd();
+//!     let mr = d.reg_mr(pd, 65_536, access).unwrap();
+//!     let cq = d.create_cq(16).unwrap();
+//!     let cap = QpCaps { max_send_wr: 4, max_recv_wr: 4 };
+//!     let init = QpInitAttr { send_cq: cq, recv_cq: cq, cap, qp_type: QpType::Rc, sq_sig_all: false };
+//!     let qp = d.create_qp(pd, &init).unwrap();
+//!     let to_init = QpAttr {
+//!         qp_state: Some(QpState::Init),
+//!         qp_access_flags: Some(access),
+//!         port_num: Some(1),
+//!         ..QpAttr::default()
+//!     };
+//!     d.modify_qp(qp, &to_init).unwrap();
+//!     side.push((mr, cq, qp));
+//! }
+//! // INIT -> RTR (toward the peer's address and QP) -> RTS, on both sides.
+//! for i in 0..2 {
+//!     let (peer_addr, peer_qpn) = (addr(1 - i, &dev[1 - i]), side[1 - i].2.qp_num());
+//!     let rtr = QpAttr {
+//!         qp_state: Some(QpState::Rtr),
+//!         dest_addr: Some(peer_addr),
+//!         dest_qp_num: Some(peer_qpn),
+//!         path_mtu: Some(4096),
+//!         ..QpAttr::default()
+//!     };
+//!     let rts = QpAttr {
+//!         qp_state: Some(QpState::Rts),
+//!         timeout: Some(14),
+//!         retry_cnt: Some(7),
+//!         rnr_retry: Some(7),
+//!         ..QpAttr::default()
+//!     };
+//!     dev[i].modify_qp(side[i].2, &rtr).unwrap();
+//!     dev[i].modify_qp(side[i].2, &rts).unwrap();
+//! }
+//!
+//! // Device 0 writes "hello" into device 1's region.
+//! let (mr0, cq0, qp0) = side[0];
+//! let mr1 = side[1].0;
+//! dev[0].mr_bytes_mut(&mr0)[..5].copy_from_slice(b"hello");
+//! let wr = SendWr::new(1, WrOp::Write { remote_addr: mr1.addr, rkey: mr1.rkey }, vec![mr0.sge(0, 5)]);
+//! dev[0].post_send_at(0, qp0, &[wr]).unwrap();
+//!
+//! // The network: move datagrams until device 0 sees the completion.
+//! let mut wc = [WorkCompletion {
+//!     wr_id: 0, status: WcStatus::Success, opcode: WcOpcode::Send,
+//!     byte_len: 0, imm_data: None, qp_num: 0, src_qp: 0,
+//! }];
+//! let (mut buf, mut now) = (vec![0u8; 65_536], 0u64);
+//! while dev[0].poll_cq(cq0, &mut wc).unwrap() == 0 {
+//!     for from in 0..2 {
+//!         while let Some(t) = dev[from].poll_transmit(now, &mut buf) {
+//!             let src = SocketAddr::new(ip[from], t.src_port);
+//!             dev[1 - from].handle_datagram(now, src, t.ecn, &buf[..t.len]);
+//!         }
+//!     }
+//!     now += 1_000; // 1 us per round; the core's timers run on this clock
+//!     for d in &mut dev {
+//!         if d.poll_timeout().is_some_and(|t| t <= now) {
+//!             d.handle_timeout(now);
+//!         }
+//!     }
+//!     assert!(now < 1_000_000_000, "no completion");
+//! }
+//! assert_eq!(wc[0].status, WcStatus::Success);
+//! assert_eq!(&dev[1].mr_bytes(&mr1)[..5], b"hello");
+//! ```
+//!
 //! Differences from ibverbs, all deliberate:
 //! - keys are 64 bits (`lkey`, `rkey`), random, so a peer cannot guess them;
 //! - a region's bytes are owned by the context ([`Context::mr_bytes`]); the
@@ -129,7 +222,26 @@ pub enum VerbsError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ProtectionDomain(u32);
 
-/// A registered memory region.
+/// A registered memory region: its keys, its address range in the
+/// device's address space, and the rights it grants. Work requests name
+/// parts of it by [`Sge`]s ([`MemoryRegion::sge`]); a peer names it by
+/// `addr` and `rkey`.
+///
+/// ```
+/// use metaroce_proto::EndpointConfig;
+/// use metaroce_verbs::{AccessFlags, Context};
+///
+/// let mut ctx = Context::open(EndpointConfig::default()).unwrap();
+/// let pd = ctx.alloc_pd();
+/// let access = AccessFlags(AccessFlags::LOCAL_WRITE.0 | AccessFlags::REMOTE_READ.0);
+/// let mr = ctx.reg_mr(pd, 4096, access).unwrap();
+/// // Bytes 1024..1536 of the region, for a work request's gather list.
+/// let sge = mr.sge(1024, 512);
+/// assert_eq!((sge.addr, sge.length, sge.lkey), (mr.addr + 1024, 512, mr.lkey));
+/// // The application reads and writes the region through the context.
+/// ctx.mr_bytes_mut(&mr)[1024..1029].copy_from_slice(b"bytes");
+/// assert_eq!(&ctx.mr_bytes(&mr)[1024..1029], b"bytes");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemoryRegion {
     handle: MrHandle,
@@ -210,6 +322,50 @@ pub struct QpInitAttr {
 }
 
 /// `ibv_qp_attr`: set what the transition needs, leave the rest `None`.
+///
+/// | transition | required |
+/// |---|---|
+/// | RESET → INIT | `qp_access_flags`, `port_num` (1) |
+/// | INIT → RTR | `dest_addr`, `dest_qp_num`, `path_mtu` (≤ the device's MTU) |
+/// | RTR → RTS | `timeout` (0..=31), `retry_cnt` (0..=7), `rnr_retry` (0..=7) |
+/// | any → ERR | nothing |
+///
+/// ```
+/// use metaroce_proto::{EndpointConfig, QpCaps};
+/// use metaroce_verbs::{AccessFlags, Context, QpAttr, QpInitAttr, QpState, QpType, VerbsError};
+///
+/// let mut ctx = Context::open(EndpointConfig::default()).unwrap();
+/// let pd = ctx.alloc_pd();
+/// let cq = ctx.create_cq(16).unwrap();
+/// let cap = QpCaps { max_send_wr: 8, max_recv_wr: 8 };
+/// let init = QpInitAttr { send_cq: cq, recv_cq: cq, cap, qp_type: QpType::Rc, sq_sig_all: false };
+/// let qp = ctx.create_qp(pd, &init).unwrap();
+/// let to = |state| QpAttr { qp_state: Some(state), ..QpAttr::default() };
+///
+/// // A transition without its attributes is refused, naming what is missing.
+/// let err = ctx.modify_qp(qp, &to(QpState::Init)).unwrap_err();
+/// assert!(matches!(err, VerbsError::MissingAttribute { attr: "qp_access_flags", .. }));
+///
+/// let access = AccessFlags::REMOTE_WRITE;
+/// ctx.modify_qp(qp, &QpAttr { qp_access_flags: Some(access), port_num: Some(1), ..to(QpState::Init) })
+///     .unwrap();
+/// let peer = "10.0.0.2:4791".parse().unwrap();
+/// ctx.modify_qp(qp, &QpAttr {
+///     dest_addr: Some(peer),
+///     dest_qp_num: Some(0x10000),
+///     path_mtu: Some(4096),
+///     ..to(QpState::Rtr)
+/// })
+/// .unwrap();
+/// ctx.modify_qp(qp, &QpAttr {
+///     timeout: Some(14),
+///     retry_cnt: Some(7),
+///     rnr_retry: Some(7),
+///     ..to(QpState::Rts)
+/// })
+/// .unwrap();
+/// assert_eq!(ctx.qp_state(qp), Some(QpState::Rts));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct QpAttr {
     /// Target state (required).
@@ -239,7 +395,24 @@ struct QpMeta {
     state: QpState,
 }
 
-/// An open MetaRoCE device.
+/// An open MetaRoCE device (`ibv_context`), sans-IO: the owner feeds it
+/// datagrams ([`Context::handle_datagram`]) and time
+/// ([`Context::handle_timeout`] when [`Context::poll_timeout`] is due),
+/// and sends what [`Context::poll_transmit`] gives. The crate
+/// documentation has a whole WRITE driven this way; over real sockets
+/// `metaroce_udp::Device` owns the context and does the driving.
+///
+/// ```
+/// use metaroce_proto::EndpointConfig;
+/// use metaroce_verbs::Context;
+///
+/// let ctx = Context::open(EndpointConfig { device_port: 4791, ..EndpointConfig::default() })
+///     .unwrap();
+/// assert_eq!(ctx.device_port(), 4791);
+/// // A bad configuration is an error, not a panic.
+/// assert!(Context::open(EndpointConfig { mtu_payload_bytes: 0, ..EndpointConfig::default() })
+///     .is_err());
+/// ```
 #[derive(Debug)]
 pub struct Context {
     endpoint: Endpoint,
@@ -441,6 +614,17 @@ impl Context {
     /// The region's bytes, writable (fill a source buffer before posting).
     pub fn mr_bytes_mut(&mut self, mr: &MemoryRegion) -> &mut [u8] {
         self.endpoint.memory_mut(mr.handle).unwrap_or(&mut [])
+    }
+
+    /// The bytes of several distinct regions at once, all writable, for
+    /// local computation from one region into another (a reduction reading
+    /// a receive region and writing a result region). `None` when a region
+    /// is deregistered or virtual, or the same region is named twice.
+    pub fn mr_bytes_disjoint_mut<const N: usize>(
+        &mut self,
+        mrs: [&MemoryRegion; N],
+    ) -> Option<[&mut [u8]; N]> {
+        self.endpoint.memory_disjoint_mut(mrs.map(|m| m.handle))
     }
 
     /// `ibv_create_cq` with room for `cqe` completions.

@@ -148,6 +148,23 @@ fn mr_access_rule_and_unknown_objects() {
     assert_eq!(c.mr_bytes(&mr), &[9; 8]);
 }
 
+/// Several regions at once: each writable, the same region twice or a
+/// deregistered one refused.
+#[test]
+fn disjoint_region_bytes() {
+    let mut c = ctx();
+    let pd = c.alloc_pd();
+    let a = c.reg_mr(pd, 4, AccessFlags::LOCAL_WRITE).unwrap();
+    let b = c.reg_mr(pd, 2, AccessFlags::LOCAL_WRITE).unwrap();
+    let [x, y] = c.mr_bytes_disjoint_mut([&a, &b]).unwrap();
+    x.copy_from_slice(&[1, 2, 3, 4]);
+    y.copy_from_slice(&x[..2]);
+    assert_eq!(c.mr_bytes(&b), &[1, 2]);
+    assert!(c.mr_bytes_disjoint_mut([&a, &a]).is_none());
+    c.dereg_mr(b).unwrap();
+    assert!(c.mr_bytes_disjoint_mut([&a, &b]).is_none());
+}
+
 #[test]
 fn authenticated_device_needs_the_peer_session_before_rtr() {
     let mut c = Context::open(EndpointConfig {

@@ -55,6 +55,7 @@ fn params(duration_s: u64, mtu: u32) -> Params {
         mtu,
         paths: PATHS,
         pattern_seed: 0xfab,
+        run_infinitely: false,
     }
 }
 
@@ -176,7 +177,7 @@ fn ecmp_fabric_1500_spreading_no_fragments_gray_failure() {
         &links_at_fail
     };
     let share = shares(&links0, healthy_end);
-    let start = s.progress.marks_ns[0];
+    let start = s.progress.start_ns();
     let healthy_from = start + 500_000_000;
     let healthy_to = failed_at.unwrap_or(start + fail_after_ns);
     let healthy = rate_bps(&s, healthy_from, healthy_to);
@@ -195,7 +196,7 @@ fn ecmp_fabric_1500_spreading_no_fragments_gray_failure() {
     if let Some(t) = failed_at {
         // Goodput after the failure in 100 ms bins, and the first bin from
         // which a 200 ms window holds 90 % of the healthy rate.
-        let end = *s.progress.marks_ns.last().unwrap();
+        let end = s.progress.end_ns();
         let bins: Vec<f64> = (0..)
             .map(|i| t + i * 100_000_000)
             .take_while(|&b| b + 100_000_000 <= end)

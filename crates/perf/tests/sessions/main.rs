@@ -20,14 +20,23 @@ fn params(_test: Test, size: u64, iters: u64) -> Params {
         mtu: 0,
         paths: 8,
         pattern_seed: 0xfeed,
+        run_infinitely: false,
     }
 }
 
 fn loopback(test: Test, p: &Params, local: &LocalOpts) -> Session {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let mut out = None;
-    perf::run_loopback(test, l, &[p.size], p, local, &mut |s| out = Some(s.clone()))
-        .unwrap_or_else(|e| panic!("{}: {e}", test.name()));
+    perf::run_loopback(
+        test,
+        l,
+        &[p.size],
+        p,
+        local,
+        &mut |s| out = Some(s.clone()),
+        &mut |_| {},
+    )
+    .unwrap_or_else(|e| panic!("{}: {e}", test.name()));
     out.expect("one session")
 }
 
@@ -85,4 +94,46 @@ fn loopback_read_bw_verified() {
 #[test]
 fn loopback_send_bw_verified() {
     check_verified(Test::SendBw, 10_000, 300);
+}
+
+/// Two sides with different job secrets are refused at connect time, by
+/// key confirmation, with an error that says so on both sides (not a
+/// retry-exhausted WRITE that looks like a dead peer).
+#[test]
+fn different_job_secrets_are_refused_at_connect() {
+    let test = Test::WriteBw;
+    let p = params(test, 65_536, 100);
+    let with_secret = |secret: [u8; 32], seed: u64| LocalOpts {
+        seed,
+        auth: Some(perf::AuthOpts {
+            job_secret: secret,
+            encrypt: false,
+        }),
+        ..LocalOpts::default()
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server_opts = with_secret([1; 32], 21);
+    let server =
+        std::thread::spawn(move || perf::serve(&listener, test, &server_opts, &mut |_| {}));
+    let client = perf::run_client(test, addr, &p, &with_secret([2; 32], 22), true);
+    let client_err = client.map(|_| ()).unwrap_err().to_string();
+    assert!(
+        client_err.contains("key confirmation failed") && client_err.contains("job secret"),
+        "{client_err}"
+    );
+    let server_err = server.join().unwrap().unwrap_err().to_string();
+    assert!(
+        server_err.contains("key confirmation failed") && server_err.contains("job secret"),
+        "{server_err}"
+    );
+    // An all-zero secret never gets as far as the network.
+    let zero = perf::run_client(test, addr, &p, &with_secret([0; 32], 23), true);
+    assert!(
+        zero.map(|_| ())
+            .unwrap_err()
+            .to_string()
+            .contains("all zeros"),
+        "zero secret accepted"
+    );
 }

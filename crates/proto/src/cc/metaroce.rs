@@ -118,6 +118,22 @@ pub struct MetaRoceParams {
     /// packet; two packets per path keep every path's ACK clock and ECN
     /// feedback alive. At least `1`.
     pub min_initial_path_window_mss: u64,
+    /// Window of a connection that has heard nothing from its receiver yet
+    /// (new, or idle long enough that what it heard is stale), in MSS.
+    ///
+    /// Default `1`: a sender cannot know whether others are starting toward
+    /// the same receiver at the same moment; only the receiver's first ACK
+    /// can say. One packet each keeps a 64-sender incast's first round trip
+    /// within about one and a half BDPs of a 100 Gb/s fabric; the ACK then
+    /// lifts a lone sender straight to a full BDP (no slow start), so
+    /// starting cold costs one round trip. `0`: start at a full BDP.
+    pub initial_window_mss: u64,
+    /// A loss cuts a path's window only if the path saw ECN marks within
+    /// this many of its RTTs: on a fabric that marks before it drops,
+    /// a loss without marks is corruption or a random drop, not congestion.
+    ///
+    /// Default `4`. `0`: every loss is congestion (as TCP assumes).
+    pub loss_needs_ecn_rtts: f64,
 }
 
 impl Default for MetaRoceParams {
@@ -128,14 +144,61 @@ impl Default for MetaRoceParams {
             ai_mss_per_rtt: 1.0,
             max_conn_ai_mss_per_rtt: 16.0,
             max_conn_window_bdp_multiple: 4,
-            rate_cap_headroom_mss: 2,
+            rate_cap_headroom_mss: 0,
             probation_window_mss: 2,
             min_initial_path_window_mss: 2,
+            initial_window_mss: 1,
+            loss_needs_ecn_rtts: 4.0,
         }
     }
 }
 
 impl MetaRoceParams {
+    /// The tunables by name (see [`crate::knob`]); the ranges are those
+    /// [`MetaRoceCc::new`] would otherwise clamp to.
+    pub const KNOBS: &'static [crate::knob::Knob<Self>] = &[
+        crate::real_knob!(
+            Self,
+            ecn_gain,
+            1e-6,
+            1.0,
+            "EWMA gain of each path's marked-fraction estimate alpha"
+        ),
+        crate::real_knob!(
+            Self,
+            initial_alpha,
+            0.0,
+            1.0,
+            "alpha of a new or replaced path"
+        ),
+        crate::real_knob!(
+            Self,
+            ai_mss_per_rtt,
+            0.0,
+            1024.0,
+            "additive increase of a clean path, MSS per path RTT"
+        ),
+        crate::real_knob!(
+            Self,
+            max_conn_ai_mss_per_rtt,
+            0.0,
+            65536.0,
+            "cap of the connection window's additive increase, MSS per RTT"
+        ),
+        crate::int_knob!(Self, max_conn_window_bdp_multiple: u64, 1, 1024, "connection window cap, in BDPs"),
+        crate::int_knob!(Self, rate_cap_headroom_mss: u64, 0, 1024, "headroom added to the receiver's rate cap, MSS"),
+        crate::int_knob!(Self, probation_window_mss: u64, 1, 256, "window of a replaced path, MSS"),
+        crate::int_knob!(Self, min_initial_path_window_mss: u64, 1, 256, "smallest initial window of each path, MSS"),
+        crate::int_knob!(Self, initial_window_mss: u64, 0, 65536, "window of a connection that has heard nothing from its receiver yet, MSS (0: a full BDP)"),
+        crate::real_knob!(
+            Self,
+            loss_needs_ecn_rtts,
+            0.0,
+            1e6,
+            "a loss cuts a path only if it saw ECN marks within this many RTTs (0: every loss)"
+        ),
+    ];
+
     fn sanitized(self) -> Self {
         fn clamp(v: f64, lo: f64, hi: f64, fallback: f64) -> f64 {
             if v.is_nan() {
@@ -163,6 +226,8 @@ impl MetaRoceParams {
             rate_cap_headroom_mss: self.rate_cap_headroom_mss,
             probation_window_mss: self.probation_window_mss.max(1),
             min_initial_path_window_mss: self.min_initial_path_window_mss.max(1),
+            initial_window_mss: self.initial_window_mss,
+            loss_needs_ecn_rtts: clamp(self.loss_needs_ecn_rtts, 0.0, 1e6, d.loss_needs_ecn_rtts),
         }
     }
 }
@@ -193,6 +258,12 @@ struct PathState {
     srtt_ns: u32,
     /// Doubling per RTT up to the fair share instead of additive increase.
     probation: bool,
+    /// When the path last reported CE marks.
+    last_ce_ns: MaybeNs,
+    /// Its window before the last RTO, and what the connection gave up
+    /// with it: what undoing a spurious RTO restores.
+    pre_rto_window: u64,
+    rto_given_up: u64,
 }
 
 /// The MetaRoCE congestion controller. See the module documentation.
@@ -219,6 +290,13 @@ pub struct MetaRoceCc {
     ecn_reductions: u64,
     loss_reductions: u64,
     rto_reductions: u64,
+    /// One BDP at line rate over the base RTT.
+    bdp: u64,
+    /// Nothing heard from the receiver yet: the next ACK's grant sets the
+    /// window outright.
+    cold: bool,
+    /// Losses not taken as congestion (no recent ECN on their path).
+    random_losses: u64,
 }
 
 /// `a * b / c` without intermediate overflow, saturating at `u64::MAX`.
@@ -266,7 +344,11 @@ impl MetaRoceCc {
             max_conn,
             paths,
             sum_path_windows,
-            conn_window: bdp,
+            conn_window: if params.initial_window_mss == 0 {
+                bdp
+            } else {
+                mss.saturating_mul(params.initial_window_mss).min(bdp)
+            },
             rate_cap_bytes: None,
             rate_cap_bps: 0,
             min_rtt_ns: None,
@@ -274,6 +356,9 @@ impl MetaRoceCc {
             ecn_reductions: 0,
             loss_reductions: 0,
             rto_reductions: 0,
+            bdp,
+            cold: params.initial_window_mss != 0,
+            random_losses: 0,
         }
     }
 
@@ -298,6 +383,9 @@ impl MetaRoceCc {
             last_loss_cut_ns: MaybeNs::NONE,
             srtt_ns: ns_u32(srtt_ns),
             probation,
+            last_ce_ns: MaybeNs::NONE,
+            pre_rto_window: 0,
+            rto_given_up: 0,
         }
     }
 
@@ -429,6 +517,7 @@ impl CongestionController for MetaRoceCc {
 
         if s.ce_packets > 0 {
             p.probation = false;
+            p.last_ce_ns = MaybeNs::some(s.now_ns);
             if Self::may_cut(p.last_ecn_cut_ns, s.now_ns, srtt) {
                 p.last_ecn_cut_ns = MaybeNs::some(s.now_ns);
                 let w = p.window;
@@ -464,6 +553,16 @@ impl CongestionController for MetaRoceCc {
         }
         let p = &mut self.paths[path];
         p.probation = false;
+        let recent_ce = p.last_ce_ns.get().is_some_and(|t| {
+            (now_ns.saturating_sub(t) as f64)
+                < self.params.loss_needs_ecn_rtts * f64::from(p.srtt_ns.max(1))
+        });
+        if self.params.loss_needs_ecn_rtts > 0.0 && !recent_ce {
+            // No congestion seen on this path lately: a random loss. The
+            // segment is resent; the windows stay.
+            self.random_losses = self.random_losses.saturating_add(1);
+            return;
+        }
         if !Self::may_cut(p.last_loss_cut_ns, now_ns, u64::from(p.srtt_ns)) {
             return;
         }
@@ -488,12 +587,30 @@ impl CongestionController for MetaRoceCc {
         p.obs_start_ns = MaybeNs::NONE;
         p.obs_acked = 0;
         p.obs_ce = 0;
+        let before = self.paths[path].window;
         let given_up = self.set_path_window(path, self.mss);
         self.shrink_connection(given_up);
+        self.paths[path].pre_rto_window = before;
+        self.paths[path].rto_given_up = given_up;
         self.rto_reductions = self.rto_reductions.saturating_add(1);
     }
 
     fn on_rate_hint(&mut self, rate_bps: u64, srtt_ns: u64, _now_ns: u64) {
+        if self.cold {
+            // The receiver's first word: an idle receiver (no cap) lets us
+            // go to a full BDP at once; a busy one names our share.
+            self.cold = false;
+            let rtt = self
+                .min_rtt_ns
+                .unwrap_or(self.base_rtt_ns)
+                .min(self.base_rtt_ns.max(1));
+            let target = if rate_bps == 0 {
+                self.bdp
+            } else {
+                mul_div(rate_bps, rtt, 8_000_000_000).max(self.mss)
+            };
+            self.conn_window = self.conn_window.max(target).min(self.max_conn);
+        }
         if rate_bps == 0 {
             self.rate_cap_bytes = None;
             self.rate_cap_bps = 0;
@@ -547,6 +664,46 @@ impl CongestionController for MetaRoceCc {
         self.paths.get(path).map_or(self.mss, |p| p.window)
     }
 
+    fn on_spurious_rto(&mut self, path: PathSlot, _now_ns: u64) {
+        if path >= self.paths.len() {
+            return;
+        }
+        let (window, given_up) = (
+            self.paths[path].pre_rto_window,
+            self.paths[path].rto_given_up,
+        );
+        if window == 0 {
+            return;
+        }
+        self.paths[path].probation = false;
+        self.paths[path].pre_rto_window = 0;
+        self.paths[path].rto_given_up = 0;
+        self.set_path_window(path, window);
+        self.conn_window = self
+            .conn_window
+            .saturating_add(given_up)
+            .min(self.conn_upper());
+    }
+
+    fn pacing_rate_bps(&self) -> Option<u64> {
+        // A receiver's grant is a rate: sent at that rate, a grant below a
+        // packet per RTT still flows evenly instead of in bursts.
+        (self.rate_cap_bps > 0).then_some(self.rate_cap_bps)
+    }
+
+    fn on_idle_restart(&mut self, _now_ns: u64) {
+        if self.params.initial_window_mss == 0 {
+            return;
+        }
+        // What the receiver told us is stale: start as a new connection.
+        self.cold = true;
+        let cold = self
+            .mss
+            .saturating_mul(self.params.initial_window_mss)
+            .min(self.bdp);
+        self.conn_window = self.conn_window.min(cold).max(self.mss);
+    }
+
     fn connection_window(&self) -> u64 {
         self.conn_window
     }
@@ -558,6 +715,7 @@ impl CongestionController for MetaRoceCc {
             ecn_reductions: self.ecn_reductions,
             loss_reductions: self.loss_reductions,
             rto_reductions: self.rto_reductions,
+            random_losses: self.random_losses,
         }
     }
 
@@ -652,7 +810,11 @@ mod tests {
 
     #[test]
     fn factory_builds_metaroce() {
-        let cc = new_controller(CcAlgorithm::default(), &cfg(400_000_000_000, 16));
+        let cc = new_controller(
+            CcAlgorithm::default(),
+            &cfg(400_000_000_000, 16),
+            &MetaRoceParams::default(),
+        );
         assert_eq!(cc.name(), "metaroce");
         assert_eq!(cc.connection_window(), 500_000);
         assert_eq!(cc.path_window(3), 31_250);
@@ -958,6 +1120,8 @@ mod tests {
             rate_cap_headroom_mss: u64::MAX,
             probation_window_mss: 0,
             min_initial_path_window_mss: 0,
+            initial_window_mss: u64::MAX,
+            loss_needs_ecn_rtts: f64::NAN,
         };
         for c in weird {
             for p in [MetaRoceParams::default(), params] {

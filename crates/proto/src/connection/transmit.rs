@@ -24,25 +24,30 @@ impl Connection {
         if let Some(slot) = self.ack_now.pop_front() {
             return Some(self.emit_ack(now_ns, dev, slot, out));
         }
-        while let Some(p) = self.path_probes.pop_front() {
+        while let Some((p, carry)) = self.path_probes.pop_front() {
             // Tail-loss probe: resend the path's newest outstanding segment on
             // that same path, past its window, asking for an ACK. If the data
             // arrived and only the ACK was lost, the ACK covers everything; if
-            // the data was lost, the probe's PSN exposes the gap.
-            let Some(seg) = self.paths[p]
+            // the data was lost, the probe's PSN exposes the gap. A suspect
+            // path's probe carries a copy of a segment already resent
+            // elsewhere: only its answer matters.
+            let live = |s: &SegRef| {
+                self.msgs
+                    .get(s.msg)
+                    .is_some_and(|m| m.attempt == s.attempt && !m.rnr_wait)
+            };
+            let own = self.paths[p]
                 .inflight
                 .iter()
                 .rev()
                 .filter(|s| s.state() == SentState::Outstanding)
                 .map(SentPacket::seg)
-                .find(|s| {
-                    self.msgs
-                        .get(s.msg)
-                        .is_some_and(|m| m.attempt == s.attempt && !m.rnr_wait)
-                })
-            else {
+                .find(|s| live(s));
+            let Some(seg) = own.or(carry.filter(|s| live(s))) else {
+                self.paths[p].probe_sent_ns = MaybeNs::NONE;
                 continue;
             };
+            self.paths[p].probe_sent_ns = MaybeNs::some(now_ns);
             self.stats.data_packets_retransmitted += 1;
             dev.stats.data_packets_retransmitted += 1;
             dev.stats.tail_probes += 1;
@@ -60,7 +65,7 @@ impl Connection {
                 continue;
             }
             let bytes = self.wire_bytes(resend.seg);
-            let path = self.choose_path(bytes, resend.lost_on)?;
+            let path = self.choose_path(now_ns, bytes, resend.lost_on)?;
             self.retransmit_queue.pop_front();
             let mut flags = Flags::RETRANSMIT;
             if resend.probe {
@@ -85,7 +90,7 @@ impl Connection {
             };
             let last = seg.seg + 1 == msg.segs;
             let bytes = self.wire_bytes(seg);
-            let path = self.choose_path(bytes, None)?;
+            let path = self.choose_path(now_ns, bytes, None)?;
             let msg = self.msgs.get_mut(r).expect("checked above");
             msg.next_unsent += 1;
             if !msg.has_unsent() {
@@ -94,11 +99,16 @@ impl Connection {
             }
             // The last segment asks for an immediate ACK: completion latency
             // must not wait for the delayed-ACK timer.
-            let flags = if last {
+            let mut flags = if last {
                 Flags::ACK_REQUEST
             } else {
                 Flags::default()
             };
+            if self.send_queue.is_empty() && self.retransmit_queue.is_empty() {
+                // Nothing new after this: the receiver may give our share
+                // of its link to its other senders at once.
+                flags |= Flags::SENDER_DRAINED;
+            }
             self.stats.data_packets_sent += 1;
             self.stats.payload_bytes_sent +=
                 u64::from(self.msgs.get(r).map_or(0, |m| m.seg_range(seg.seg).1));
@@ -114,9 +124,21 @@ impl Connection {
 
     /// Pick a path whose window has room for `bytes`, round robin, avoiding
     /// `avoid` when another path can take the packet.
-    fn choose_path(&mut self, bytes: u64, avoid: Option<u8>) -> Option<usize> {
+    fn choose_path(&mut self, now_ns: u64, bytes: u64, avoid: Option<u8>) -> Option<usize> {
         if self.inflight_bytes > 0 && self.inflight_bytes + bytes > self.cc.connection_window() {
+            // An ACK will wake us, not the pacing clock.
+            self.pace_blocked = false;
             return None;
+        }
+        if let Some(rate) = self.cc.pacing_rate_bps() {
+            // The gap after the last packet at the rate in force now, so a
+            // grant that rises takes effect at once.
+            let gap = self.last_paced_bytes * 8_000_000_000 / rate.max(1);
+            self.next_pace_ns = self.last_data_sent_ns + gap;
+            if now_ns < self.next_pace_ns {
+                self.pace_blocked = true;
+                return None;
+            }
         }
         let n = self.paths.len();
         for pass in 0..2 {
@@ -126,6 +148,11 @@ impl Connection {
                     continue;
                 }
                 let path = &self.paths[p];
+                if n > 1 && (path.silent_rounds > 0 || (path.unproven && path.inflight_bytes > 0)) {
+                    // Suspect (its probe is out), or a replacement whose one
+                    // packet is still unanswered: new data goes elsewhere.
+                    continue;
+                }
                 let psn_room = path.psn_span() < PATH_PSN_WINDOW;
                 let window_room = path.inflight_bytes == 0
                     || path.inflight_bytes + bytes <= self.cc.path_window(p);
@@ -152,11 +179,18 @@ impl Connection {
         let wire_bytes = payload_len + PACKET_OVERHEAD_BYTES;
         let mss = u64::from(dev.config.mtu_payload_bytes + PACKET_OVERHEAD_BYTES);
         let mut flags = flags;
-        if self.paths[p].inflight_bytes + u64::from(wire_bytes) + mss > self.cc.path_window(p) {
-            // This packet fills the path's window: ask for an ACK now rather
-            // than after the delayed-ACK timer, or the path would idle.
+        if self.paths[p].inflight_bytes + u64::from(wire_bytes) + mss > self.cc.path_window(p)
+            || self.inflight_bytes + u64::from(wire_bytes) + mss > self.cc.connection_window()
+        {
+            // This packet fills the path's or the connection's window: ask
+            // for an ACK now rather than after the delayed-ACK timer, or
+            // the sender would idle (a lone packet on a path never fills
+            // the receiver's count of packets per ACK).
             flags |= Flags::ACK_REQUEST;
         }
+        self.last_paced_bytes = u64::from(wire_bytes);
+        self.pace_blocked = false;
+        self.last_data_sent_ns = now_ns;
         let omit_icrc = self.omits_icrc();
         let flags = if omit_icrc {
             self.base_flags(flags) | Flags::ICRC_OMITTED
@@ -246,6 +280,7 @@ impl Connection {
             u16::try_from(wire_bytes).unwrap_or(u16::MAX),
         ));
         path.last_sent_ns = now_ns;
+        path.last_sent_ack_request = flags.contains(Flags::ACK_REQUEST);
         path.inflight_bytes += u64::from(wire_bytes);
         path.stats.packets_sent += 1;
         self.inflight_bytes += u64::from(wire_bytes);
@@ -268,11 +303,12 @@ impl Connection {
         slot: u8,
         out: &mut Out<'_>,
     ) -> Transmit {
-        let rate_hint_mbps = dev.rate_hint.share_mbps();
+        let rate_hint_mbps = dev.admission.grant_mbps(&mut self.admission, now_ns);
         let flags = self.base_flags(Flags::default());
         let rx = self.rx_paths[slot as usize]
             .as_mut()
             .expect("ACKs are queued for known paths");
+        let rx_generation = rx.generation;
         rx.ack_queued = false;
         rx.ack_deadline = MaybeNs::NONE;
         rx.unacked = 0;
@@ -320,11 +356,12 @@ impl Connection {
         };
         self.stats.acks_sent += 1;
         dev.stats.ack_packets_sent += 1;
-        // ACKs are sprayed over our own paths, round robin: one bad reverse
-        // route then costs each data path only a fraction of its ACKs, which
-        // the next (cumulative) ACK makes good.
-        self.ack_rr = (self.ack_rr + 1) % dev.config.paths_per_connection.max(1);
-        let src_port = self.path_port(self.ack_rr, dev);
+        // The ACKs of the peer's path (slot, generation) all take one
+        // reverse route, chosen by the pair: if that route dies, the peer
+        // sees its path go silent, retires it, and the new generation moves
+        // the ACKs to a new reverse route too. (Spraying ACKs over every
+        // route instead would keep feeding a dead one for ever.)
+        let src_port = ack_port(dev, slot, rx_generation);
         Transmit {
             dst: self.peer,
             src_port,
@@ -333,6 +370,14 @@ impl Connection {
             kind: PacketKind::Ack,
         }
     }
+}
+
+/// The source port the ACKs of the peer's path `(slot, generation)` leave
+/// from: one of our path ports, spread by slot, moved by every generation.
+fn ack_port(dev: &DeviceState, slot: u8, generation: u16) -> u16 {
+    let span = u32::from(dev.config.path_port_span.max(1));
+    let k = (u32::from(slot) + u32::from(generation).wrapping_mul(37)) % span;
+    dev.config.device_port + 1 + k as u16
 }
 
 /// Finish a datagram whose headers end at `header_len`: ICRC, or the

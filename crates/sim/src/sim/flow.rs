@@ -8,37 +8,29 @@ use crate::error::SimError;
 use crate::event::EventKind;
 use crate::time::Ps;
 use crate::transport::{MessageEvent, Transport, TransportFactory};
-use std::collections::HashMap;
-use std::collections::hash_map::Entry;
+
+/// A channel counted at setup that its first message has not opened yet.
+const NOT_OPEN: u32 = u32::MAX;
 
 impl<F: TransportFactory> Sim<F> {
-    /// Open the channels the flows need, count the flows awaited, and
-    /// schedule or attach every flow's start.
-    pub(super) fn setup_flows(&mut self, factory: &F) -> Result<(), SimError> {
-        // One channel per ordered (src, dst) pair, shared by its flows.
-        let mut chan: HashMap<(u32, u32), u32> = HashMap::new();
-        let mut messages: HashMap<(u32, u32), u32> = HashMap::new();
-        for f in &self.work.flows {
-            *messages.entry((f.src, f.dst)).or_insert(0) += 1;
-        }
+    /// Count the messages every channel will carry, count the flows
+    /// awaited, and schedule or attach every flow's start. Channels open
+    /// with their first message and close after their last, so only the
+    /// pairs in use hold state (a 1024-rank all-to-all has a million).
+    pub(super) fn setup_flows(&mut self) -> Result<(), SimError> {
         for i in 0..self.work.flows.len() {
             let f = &self.work.flows[i];
             let (src, dst) = (f.src, f.dst);
             if src >= self.topo.hosts || dst >= self.topo.hosts || src == dst {
                 return Err(SimError::FlowHosts { flow: i, src, dst });
             }
-            if let Entry::Vacant(e) = chan.entry((src, dst)) {
-                let (a, b) = pair_mut(&mut self.hosts, src as usize, dst as usize);
-                let c = factory.open_channel(
-                    &mut a.transport,
-                    src,
-                    &mut b.transport,
-                    dst,
-                    messages[&(src, dst)],
-                )?;
-                e.insert(c);
-                a.channels.push((dst, c));
-            }
+            // One channel per ordered (src, dst) pair, shared by its flows:
+            // (not yet open, messages it will carry).
+            self.hosts[src as usize]
+                .channels
+                .entry(dst)
+                .or_insert((NOT_OPEN, 0))
+                .1 += 1;
             if !f.background {
                 self.waiting += 1;
             }
@@ -63,12 +55,24 @@ impl<F: TransportFactory> Sim<F> {
         let spec = &self.work.flows[f as usize];
         let (src, dst, bytes) = (spec.src, spec.dst, spec.bytes);
         let host = &mut self.hosts[src as usize];
-        let ch = host
-            .channels
-            .iter()
-            .find(|&&(d, _)| d == dst)
-            .map(|&(_, c)| c)
-            .expect("channel opened at setup");
+        let (mut ch, messages) = host.channels[&dst];
+        if ch == NOT_OPEN {
+            let (a, b) = pair_mut(&mut self.hosts, src as usize, dst as usize);
+            match self
+                .factory
+                .open_channel(&mut a.transport, src, &mut b.transport, dst, messages)
+            {
+                Ok(c) => {
+                    ch = c;
+                    a.channels.insert(dst, (c, messages));
+                }
+                Err(e) => {
+                    self.error = Some(e.into());
+                    return;
+                }
+            }
+        }
+        let host = &mut self.hosts[src as usize];
         self.measured.flows[f as usize].started = Some(now);
         if let Err(cause) = host.transport.post_message(now, ch, bytes, f) {
             self.error = Some(SimError::PostRefused {
@@ -107,9 +111,12 @@ impl<F: TransportFactory> Sim<F> {
             MessageEvent::Sent { .. } => run.received.is_some() && !run.failed,
             MessageEvent::Received { .. } => run.sent.is_some() && !run.failed,
         };
-        if finished_now && !self.work.flows[tag as usize].background {
-            self.waiting -= 1;
-            self.last_done = now;
+        if finished_now {
+            if !self.work.flows[tag as usize].background {
+                self.waiting -= 1;
+                self.last_done = now;
+            }
+            self.channel_message_done(tag);
         }
         if let Some(t) = trig {
             let t = t as usize;
@@ -121,6 +128,28 @@ impl<F: TransportFactory> Sim<F> {
                 }
             }
         }
+    }
+}
+
+impl<F: TransportFactory> Sim<F> {
+    /// Flow `tag` finished at both ends: once its channel has no message
+    /// left, close it on both hosts, so a run of a million flows (a
+    /// 1024-rank all-to-all) holds state only for the ones in progress.
+    fn channel_message_done(&mut self, tag: u32) {
+        let (src, dst) = {
+            let f = &self.work.flows[tag as usize];
+            (f.src, f.dst)
+        };
+        let Some(entry) = self.hosts[src as usize].channels.get_mut(&dst) else {
+            return;
+        };
+        entry.1 -= 1;
+        if entry.1 > 0 {
+            return;
+        }
+        let ch = entry.0;
+        self.hosts[src as usize].transport.close_send_channel(ch);
+        self.hosts[dst as usize].transport.close_recv_channel(src);
     }
 }
 

@@ -7,6 +7,7 @@
 //! send at once, hashing each packet's 5-tuple to pick the plane.
 
 use super::Sim;
+use super::loss::LossCause;
 use super::packet::PacketHead;
 use super::routing::five_tuple_hash;
 use crate::error::SimError;
@@ -29,8 +30,10 @@ pub(super) struct HostState<H> {
     armed_at: Option<Ps>,
     /// Packets the NIC pulled that have not started serializing.
     pub(super) queued: u32,
-    /// (destination host, channel) of every channel it sends on.
-    pub(super) channels: Vec<(u32, u32)>,
+    /// Every channel it sends on, by destination host: the transport's
+    /// channel number and the messages still to finish on it (at zero the
+    /// channel is closed and its state released).
+    pub(super) channels: std::collections::HashMap<u32, (u32, u32)>,
 }
 
 /// A transport per host from `factory`, each with its ports from `build_ports`.
@@ -55,7 +58,7 @@ pub(super) fn build_hosts<F: TransportFactory>(
             timer_at: None,
             armed_at: None,
             queued: 0,
-            channels: Vec::new(),
+            channels: std::collections::HashMap::new(),
         });
     }
     Ok(hosts)
@@ -65,6 +68,10 @@ impl<F: TransportFactory> Sim<F> {
     /// Packet `k` reaches its destination host `h`.
     #[inline]
     pub(super) fn host_receive(&mut self, now: Ps, h: u32, k: u32) {
+        if self.cfg.loss_e2e > 0.0 && super::unit(&mut self.rng) < self.cfg.loss_e2e {
+            self.account_loss(now, k, LossCause::EndToEnd, None, None);
+            return;
+        }
         let body = self
             .packets
             .take_body(k)

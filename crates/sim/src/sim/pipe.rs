@@ -7,6 +7,7 @@
 //! drawn once per packet per link) and a link that is down when the packet
 //! leaves or arrives.
 
+use super::loss::LossCause;
 use super::port::DATA;
 use super::{Sim, unit};
 use crate::event::EventKind;
@@ -18,13 +19,13 @@ impl<F: TransportFactory> Sim<F> {
     /// Packet `k`, sent by port `p`, died on the wire: free it, and let the
     /// link layer recover the credit it spent (credits only).
     #[inline]
-    fn lost_on_wire(&mut self, now: Ps, p: u32, k: u32) {
+    fn lost_on_wire(&mut self, now: Ps, p: u32, k: u32, cause: LossCause) {
         let head = self.packets.head(k);
         if !self.credits.is_empty() && head.priority() == DATA {
             let bytes = head.wire.bytes;
             self.credit_lost_on_wire(now, p, bytes);
         }
-        self.packets.release(k);
+        self.account_loss(now, k, cause, Some(p), None);
     }
 
     /// Packet `k`'s last bit left port `p`: it crosses the wire unless lost.
@@ -36,10 +37,10 @@ impl<F: TransportFactory> Sim<F> {
         let port = &mut self.ports[p as usize];
         if !port.up {
             port.c.down_losses += 1;
-            self.lost_on_wire(now, p, k);
+            self.lost_on_wire(now, p, k, LossCause::Down);
         } else if lost {
             port.c.wire_losses += 1;
-            self.lost_on_wire(now, p, k);
+            self.lost_on_wire(now, p, k, LossCause::Wire);
         } else {
             self.events.schedule(
                 now + port.delay_ps,
@@ -55,7 +56,7 @@ impl<F: TransportFactory> Sim<F> {
         let port = &mut self.ports[p as usize];
         if !port.up {
             port.c.down_losses += 1;
-            self.lost_on_wire(now, p, k);
+            self.lost_on_wire(now, p, k, LossCause::Down);
             return;
         }
         let (peer, peer_in) = (port.peer, port.peer_in);

@@ -73,6 +73,8 @@ pub struct Port {
     pub(super) paused_since: Ps,
     /// Counters.
     pub c: PortCounters,
+    /// Index of its link monitor in the measurements (`u32::MAX`: none).
+    pub(super) monitor: u32,
 }
 
 impl Port {
@@ -99,6 +101,7 @@ impl Port {
             paused: false,
             paused_since: 0,
             c: PortCounters::default(),
+            monitor: u32::MAX,
         }
     }
 
@@ -216,6 +219,15 @@ impl<F: TransportFactory> Sim<F> {
         };
         port.c.tx_bytes += u64::from(bytes);
         port.c.tx_packets += 1;
+        if port.monitor != u32::MAX {
+            // Spread over the bins its serialization spanned, so a bin never
+            // shows more than the link can carry.
+            let m = port.monitor as usize;
+            let start = now.saturating_sub(port.serialization_ps(bytes));
+            self.measured.monitors[m]
+                .tx_bytes
+                .add_span(start, now, self.bin_ps, u64::from(bytes));
+        }
         self.pipe_enter(now, p, k);
         self.wake_port(now, p);
     }

@@ -17,6 +17,7 @@
 //! lets PFC resume the ingress.
 
 use super::Sim;
+use super::loss::LossCause;
 use super::port::{CTRL, DATA, Port};
 use super::routing::routing_tables;
 use super::unit;
@@ -108,7 +109,7 @@ impl<F: TransportFactory> Sim<F> {
                 let bytes = head.wire.bytes;
                 self.credit_free_ingress(now, s, in_port, bytes);
             }
-            self.packets.release(k);
+            self.account_loss(now, k, LossCause::NoRoute, None, Some(s));
             return;
         };
         let egress = self.switches[s as usize].ports[out as usize];
@@ -127,7 +128,7 @@ impl<F: TransportFactory> Sim<F> {
         if lossless {
             if self.pfc_beyond_headroom(s, in_port, bytes) {
                 self.measured.headroom_drops += 1;
-                self.drop_at(egress, k);
+                self.drop_at(now, egress, k, LossCause::Headroom);
                 return;
             }
         } else if !self.admits(s, queue_bytes, bytes) {
@@ -135,7 +136,7 @@ impl<F: TransportFactory> Sim<F> {
                 self.trim(egress, k);
                 prio = CTRL;
             } else {
-                self.drop_at(egress, k);
+                self.drop_at(now, egress, k, LossCause::Buffer);
                 return;
             }
         }
@@ -144,6 +145,13 @@ impl<F: TransportFactory> Sim<F> {
         }
         let bytes = u64::from(self.packets.head(k).wire.bytes);
         self.ports[egress as usize].enqueue(prio, k, bytes);
+        let port = &self.ports[egress as usize];
+        if port.monitor != u32::MAX {
+            let (m, q) = (port.monitor as usize, port.queued_bytes);
+            self.measured.monitors[m]
+                .queue_max
+                .max_at(now / self.bin_ps, q);
+        }
         self.buffer_hold(s, prio, in_port, bytes);
         if prio == DATA {
             self.pfc_after_enqueue(now, s, in_port);
@@ -190,9 +198,9 @@ impl<F: TransportFactory> Sim<F> {
 
     /// Drop packet `k` at enqueue, counted at its egress port.
     #[inline]
-    fn drop_at(&mut self, egress: u32, k: u32) {
+    fn drop_at(&mut self, now: Ps, egress: u32, k: u32, cause: LossCause) {
         self.ports[egress as usize].c.drops += 1;
-        self.packets.release(k);
+        self.account_loss(now, k, cause, Some(egress), None);
     }
 
     /// Switch `s`'s buffer takes `bytes` queued at `prio`, come in on

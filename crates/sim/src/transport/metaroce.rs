@@ -8,8 +8,8 @@
 //! (its send completion).
 
 use super::{
-    FRAME_OVERHEAD_BYTES, HostInfo, MessageEvent, Transport, TransportError, TransportFactory,
-    TransportStats, Wire,
+    FRAME_OVERHEAD_BYTES, HostInfo, MessageEvent, PairStats, Transport, TransportError,
+    TransportFactory, TransportStats, Wire,
 };
 use crate::address::{host_index, host_ip};
 use crate::time::{Ps, ns_to_ps, ps_to_ns};
@@ -59,7 +59,10 @@ impl Default for MetaRoceFactory {
 
 #[derive(Debug)]
 struct Channel {
-    qp: QpHandle,
+    /// `None` once closed.
+    qp: Option<QpHandle>,
+    /// The receiving host.
+    peer: u32,
     rkey: u64,
     raddr: u64,
 }
@@ -76,11 +79,39 @@ pub struct MetaRoceHost {
     mr: MrInfo,
     channels: Vec<Channel>,
     events: VecDeque<MessageEvent>,
+    /// The QP receiving each channel toward this host, by sending host.
+    incoming: Vec<(u32, QpHandle)>,
+    /// Counters of connections closed since (a connection's counters go
+    /// with it).
+    closed_pairs: HashMap<u32, PairStats>,
     trimmed_dropped: u64,
     ops: SharedOps,
 }
 
 impl MetaRoceHost {
+    /// The core's counters of the live connection to host `peer`.
+    fn live_pair_stats(&self, peer: u32) -> PairStats {
+        let addr = SocketAddr::new(host_ip(peer), DEVICE_PORT);
+        self.ep
+            .connection_stats(addr)
+            .map_or_else(PairStats::default, |c| PairStats {
+                retransmissions: c.data_packets_retransmitted,
+                timeouts: c.rtos,
+                duplicates_received: c.duplicates_received,
+            })
+    }
+
+    /// Destroy `qp` toward host `peer`; if that closes the connection,
+    /// keep its counters (they would go with it).
+    fn destroy_keeping_counters(&mut self, qp: QpHandle, peer: u32) {
+        let before = self.live_pair_stats(peer);
+        let _ = self.ep.destroy_qp(qp);
+        let addr = SocketAddr::new(host_ip(peer), DEVICE_PORT);
+        if self.ep.connection_stats(addr).is_none() {
+            self.closed_pairs.entry(peer).or_default().add(&before);
+        }
+    }
+
     /// The endpoint (for inspection in tests and reports).
     pub fn endpoint(&self) -> &Endpoint {
         &self.ep
@@ -371,13 +402,15 @@ impl Transport for MetaRoceHost {
         bytes: u64,
         tag: u32,
     ) -> Result<(), TransportError> {
+        let no_channel = TransportError::NoChannel {
+            transport: None,
+            channel,
+        };
         let ch = self
             .channels
             .get(channel as usize)
-            .ok_or(TransportError::NoChannel {
-                transport: None,
-                channel,
-            })?;
+            .ok_or(no_channel.clone())?;
+        let qp = ch.qp.ok_or(no_channel)?;
         let length = u32::try_from(bytes).map_err(|_| TransportError::MessageOver4GiB { bytes })?;
         let wr = SendWr::new(
             u64::from(tag),
@@ -393,7 +426,7 @@ impl Transport for MetaRoceHost {
             }],
         );
         self.ep
-            .post_send_at(ps_to_ns(now), ch.qp, wr)
+            .post_send_at(ps_to_ns(now), qp, wr)
             .map_err(TransportError::PostSend)?;
         self.drain_completions();
         Ok(())
@@ -413,6 +446,28 @@ impl Transport for MetaRoceHost {
             timeouts: s.rtos,
             paths_replaced: s.paths_replaced,
             trimmed_dropped: self.trimmed_dropped,
+        }
+    }
+
+    fn pair_stats(&self, peer: u32) -> PairStats {
+        let mut s = self.closed_pairs.get(&peer).copied().unwrap_or_default();
+        s.add(&self.live_pair_stats(peer));
+        s
+    }
+
+    fn close_send_channel(&mut self, channel: u32) {
+        if let Some(ch) = self.channels.get_mut(channel as usize)
+            && let Some(qp) = ch.qp.take()
+        {
+            let peer = ch.peer;
+            self.destroy_keeping_counters(qp, peer);
+        }
+    }
+
+    fn close_recv_channel(&mut self, from: u32) {
+        if let Some(i) = self.incoming.iter().position(|&(f, _)| f == from) {
+            let (_, qp) = self.incoming.swap_remove(i);
+            self.destroy_keeping_counters(qp, from);
         }
     }
 }
@@ -447,6 +502,8 @@ impl TransportFactory for MetaRoceFactory {
             mr,
             channels: Vec::new(),
             events: VecDeque::new(),
+            incoming: Vec::new(),
+            closed_pairs: HashMap::new(),
             trimmed_dropped: 0,
             ack_scratch: None,
             tx_slot: PacketSlot::new(),
@@ -482,8 +539,10 @@ impl TransportFactory for MetaRoceFactory {
             )
             .map_err(TransportError::PostRecv)?;
         }
+        b.incoming.push((a_index, qb));
         a.channels.push(Channel {
-            qp: qa,
+            qp: Some(qa),
+            peer: b_index,
             rkey: b.mr.rkey,
             raddr: b.mr.addr,
         });

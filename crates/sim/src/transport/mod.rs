@@ -6,12 +6,16 @@
 //! protocol core; the baselines (RoCEv2 with go-back-N and DCQCN, IRN,
 //! InfiniBand-style credits) implement the same trait and slot in beside it.
 
+mod assumptions;
 pub mod dcqcn;
 pub mod ib;
 pub mod irn;
+pub mod knobs;
 pub mod metaroce;
 pub mod rc;
 pub mod rocev2;
+
+pub use assumptions::baseline_notes;
 
 use crate::Ps;
 use metaroce_proto::{ConfigError, MemoryError, PostError, QpError};
@@ -94,6 +98,28 @@ impl TransportStats {
         self.timeouts += o.timeouts;
         self.paths_replaced += o.paths_replaced;
         self.trimmed_dropped += o.trimmed_dropped;
+    }
+}
+
+/// What one host's transport counted about one peer (for per-workload
+/// figures: a workload's sends are its flows' sender-peer pairs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PairStats {
+    /// Data packets resent to the peer.
+    pub retransmissions: u64,
+    /// Retransmission timeouts on the way to the peer.
+    pub timeouts: u64,
+    /// Data packets from the peer that had already arrived (spurious
+    /// retransmissions and probes, counted where they land).
+    pub duplicates_received: u64,
+}
+
+impl PairStats {
+    /// Add another pair's counters.
+    pub fn add(&mut self, o: &Self) {
+        self.retransmissions += o.retransmissions;
+        self.timeouts += o.timeouts;
+        self.duplicates_received += o.duplicates_received;
     }
 }
 
@@ -187,6 +213,25 @@ pub trait Transport {
     fn memory_bytes(&self) -> usize {
         0
     }
+
+    /// Channel `channel` (from `open_channel`) carried its last message:
+    /// release what it holds on the sending side. Counters survive.
+    fn close_send_channel(&mut self, channel: u32) {
+        let _ = channel;
+    }
+
+    /// The channel from host `from` carried its last message: release the
+    /// receiving side. Counters survive.
+    fn close_recv_channel(&mut self, from: u32) {
+        let _ = from;
+    }
+
+    /// What this host counted about host `peer` (all zero if it keeps no
+    /// per-peer counters).
+    fn pair_stats(&self, peer: u32) -> PairStats {
+        let _ = peer;
+        PairStats::default()
+    }
 }
 
 /// Facts about a host a transport is built for.
@@ -204,7 +249,7 @@ pub struct HostInfo {
 
 /// Builds hosts and wires channels between them (the out-of-band setup a
 /// real deployment does over TCP or a connection manager).
-pub trait TransportFactory {
+pub trait TransportFactory: Clone {
     /// The per-host transport.
     type Host: Transport;
 

@@ -12,8 +12,8 @@
 
 use super::dcqcn::{Dcqcn, DcqcnParams};
 use super::{
-    FRAME_OVERHEAD_BYTES, HostInfo, MessageEvent, Transport, TransportError, TransportFactory,
-    TransportStats, Wire,
+    FRAME_OVERHEAD_BYTES, HostInfo, MessageEvent, PairStats, Transport, TransportError,
+    TransportFactory, TransportStats, Wire,
 };
 use crate::{PS_PER_US, Ps};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -184,6 +184,8 @@ pub struct RcHost {
     now: Ps,
     stats: TransportStats,
     counters: RcCounters,
+    /// Per peer host: resends and timeouts toward it, duplicates from it.
+    pairs: HashMap<u32, PairStats>,
 }
 
 impl RcHost {
@@ -322,6 +324,7 @@ impl RcHost {
             }
         } else {
             reply = Some(ack(q, None, false)); // duplicate
+            self.pairs.entry(src).or_default().duplicates_received += 1;
         }
         // Message parts complete as the cumulative point passes their end.
         let expected = q.expected;
@@ -410,6 +413,7 @@ impl RcHost {
 
     fn on_timeout(&mut self, now: Ps, i: usize) {
         self.stats.timeouts += 1;
+        self.pairs.entry(self.sqps[i].dst).or_default().timeouts += 1;
         let q = &mut self.sqps[i];
         match self.cfg.recovery {
             Recovery::GoBackN | Recovery::OutOfOrder => q.nxt = q.una,
@@ -465,6 +469,7 @@ impl RcHost {
         }
         if retx {
             self.stats.retransmissions += 1;
+            self.pairs.entry(q.dst).or_default().retransmissions += 1;
         } else {
             self.stats.data_packets += 1;
         }
@@ -616,6 +621,10 @@ impl Transport for RcHost {
         self.stats
     }
 
+    fn pair_stats(&self, peer: u32) -> PairStats {
+        self.pairs.get(&peer).copied().unwrap_or_default()
+    }
+
     fn memory_bytes(&self) -> usize {
         self.sqps.len() * size_of::<SendQp>() + self.rqps.len() * size_of::<RecvQp>()
     }
@@ -657,6 +666,7 @@ impl TransportFactory for RcFactory {
             rr: 0,
             now: 0,
             stats: TransportStats::default(),
+            pairs: HashMap::new(),
             counters: RcCounters::default(),
         })
     }

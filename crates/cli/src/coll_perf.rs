@@ -1,0 +1,385 @@
+//! `metaroce coll-perf COLLECTIVE [nccl-tests options] [metaroce options]`:
+//! nccl-tests over MetaRoCE, the same options, header, columns, bus
+//! bandwidth factors and footer, so its parsers read the output.
+//!
+//! Where the ranks come from:
+//! - `--ranks N` (and no `RANK` in the environment): this command spawns
+//!   itself N times on 127.0.0.1, each child one rank (`MASTER_ADDR`,
+//!   `MASTER_PORT`, `RANK`, `WORLD_SIZE` set), and exits with the worst
+//!   child's status; only rank 0 prints the table;
+//! - `RANK`, `WORLD_SIZE`, `MASTER_ADDR` (and `MASTER_PORT`, default
+//!   29500) in the environment: one rank of a job across processes,
+//!   namespaces or hosts, as torch.distributed runs them;
+//! - `--hostfile FILE --rank R`: one rank of the job the file lists;
+//! - none of these: a job of one rank.
+
+use metaroce_coll::report::{
+    self, DeviceLine, OptionsError, PerfCollective, PerfOptions, ResultRow, RunHeader, USAGE,
+};
+use metaroce_coll::{CommConfig, DataType};
+use metaroce_collnet::{Impair, Job, NetComm, NetConfig, connect, perf};
+use std::io::Write as _;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Command, ExitCode, Stdio};
+use std::time::Duration;
+
+/// Arguments of `metaroce coll-perf`: the collective and everything after
+/// it, parsed here (nccl-tests' short options do not fit clap's).
+#[derive(clap::Args, Debug)]
+#[command(disable_help_flag = true)]
+pub(crate) struct CollPerfArgs {
+    /// all_reduce, all_gather, reduce_scatter, alltoall, broadcast, reduce
+    /// or sendrecv (nccl-tests' all_reduce_perf names too); `-h` for the
+    /// options.
+    collective: String,
+    /// nccl-tests options (-b -e -f -i -n -w -m -c -o -d -r -z -a) and
+    /// --ranks N, --hostfile F, --rank R, --impair SPEC, --json FILE,
+    /// --mtu N, --paths N, --slots N, --slot-bytes N, --bootstrap-timeout S,
+    /// --poll-us N.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+    rest: Vec<String>,
+}
+
+const METAROCE_USAGE: &str = "\
+  --ranks <n>                 spawn n ranks as processes on 127.0.0.1
+  --hostfile <file> --rank <r>  one rank of the job the file lists (one host[:port] per line, rank order)
+                              (or MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE in the environment)
+  --impair <spec>             receive-side impairment of every rank, e.g. loss=0.01
+  --json <file>               also write the results as JSON
+  --mtu <bytes>               MTU payload bytes (default 4096)
+  --paths <n>                 paths per connection (default 8)
+  --slots <n>                 staging slots per peer (default 4)
+  --slot-bytes <size>         bytes per staging slot (default 256K)
+  --bootstrap-timeout <s>     seconds to wait for every rank (default 30)
+  --poll-us <us>              poll this long before sleeping on a completion event (default 0: never spin)
+";
+
+/// metaroce's own options of the run.
+#[derive(Debug, Default)]
+struct Extra {
+    ranks: Option<u32>,
+    hostfile: Option<PathBuf>,
+    rank: Option<u32>,
+    impair: Option<Impair>,
+    json: Option<PathBuf>,
+    mtu: Option<u32>,
+    paths: Option<u32>,
+    slots: Option<u32>,
+    slot_bytes: Option<u64>,
+    bootstrap_timeout_s: Option<u64>,
+    poll_us: Option<u64>,
+}
+
+fn split_args(rest: &[String]) -> Result<(Vec<String>, Extra), String> {
+    let mut nccl = Vec::new();
+    let mut x = Extra::default();
+    let mut it = rest.iter();
+    while let Some(a) = it.next() {
+        let (name, inline) = match a.split_once('=') {
+            Some((n, v)) if n.starts_with("--") => (n, Some(v.to_owned())),
+            _ => (a.as_str(), None),
+        };
+        let known = [
+            "--ranks",
+            "--hostfile",
+            "--rank",
+            "--impair",
+            "--json",
+            "--mtu",
+            "--paths",
+            "--slots",
+            "--slot-bytes",
+            "--bootstrap-timeout",
+            "--poll-us",
+        ];
+        if !known.contains(&name) {
+            nccl.push(a.clone());
+            continue;
+        }
+        let v = match inline {
+            Some(v) => v,
+            None => it
+                .next()
+                .cloned()
+                .ok_or_else(|| format!("{name} needs a value"))?,
+        };
+        let num = |what: &str| -> Result<u64, String> {
+            report::options::parse_size(&v)
+                .filter(|&n| n > 0)
+                .ok_or_else(|| format!("{what} {v:?} is not a positive number"))
+        };
+        let small = |what: &str| -> Result<u32, String> {
+            u32::try_from(num(what)?).map_err(|_| format!("{what} {v} is too large"))
+        };
+        match name {
+            "--ranks" => x.ranks = Some(small("--ranks")?),
+            "--hostfile" => x.hostfile = Some(PathBuf::from(&v)),
+            "--rank" => {
+                x.rank = Some(
+                    v.parse()
+                        .map_err(|_| format!("--rank {v:?} is not a rank number"))?,
+                )
+            }
+            "--impair" => x.impair = Some(v.parse::<Impair>()?),
+            "--json" => x.json = Some(PathBuf::from(&v)),
+            "--mtu" => x.mtu = Some(small("--mtu")?),
+            "--paths" => x.paths = Some(small("--paths")?),
+            "--slots" => x.slots = Some(small("--slots")?),
+            "--slot-bytes" => x.slot_bytes = Some(num("--slot-bytes")?),
+            "--poll-us" => x.poll_us = Some(num("--poll-us")?),
+            _ => x.bootstrap_timeout_s = Some(num("--bootstrap-timeout")?),
+        }
+    }
+    if x.ranks.is_some_and(|n| n > 1024) {
+        return Err("--ranks must be 1..=1024".into());
+    }
+    if x.mtu.is_some_and(|m| !(256..=65_000).contains(&m)) {
+        return Err("--mtu must be 256..=65000".into());
+    }
+    if x.paths.is_some_and(|p| !(1..=128).contains(&p)) {
+        return Err("--paths must be 1..=128".into());
+    }
+    if x.hostfile.is_some() != x.rank.is_some() {
+        return Err("--hostfile and --rank go together".into());
+    }
+    Ok((nccl, x))
+}
+
+pub(crate) fn run(args: CollPerfArgs) -> Result<ExitCode, String> {
+    if matches!(args.collective.as_str(), "-h" | "--help") {
+        print!("usage: metaroce coll-perf COLLECTIVE [options]\n{USAGE}{METAROCE_USAGE}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let collective: PerfCollective = args.collective.parse().map_err(|e| format!("{e}"))?;
+    let (nccl_args, extra) = split_args(&args.rest)?;
+    let options = match report::parse_perf_args(&nccl_args) {
+        Ok(o) => o,
+        Err(OptionsError::Help) => {
+            print!(
+                "usage: metaroce coll-perf {} [options]\n{USAGE}{METAROCE_USAGE}",
+                collective.name()
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
+        Err(e) => return Err(e.to_string()),
+    };
+    let mut comm_cfg = CommConfig::default();
+    if let Some(s) = extra.slots {
+        comm_cfg.slots = s;
+    }
+    if let Some(b) = extra.slot_bytes {
+        comm_cfg.slot_bytes = b;
+    }
+    comm_cfg.validate().map_err(|e| e.to_string())?;
+    let in_env = std::env::var_os("RANK").is_some();
+    if let (Some(n), false, None) = (extra.ranks, in_env, &extra.hostfile) {
+        return launch(n);
+    }
+    let job = if let (Some(file), Some(rank)) = (&extra.hostfile, extra.rank) {
+        Job::from_hostfile(file, rank).map_err(|e| e.to_string())?
+    } else if in_env {
+        Job::from_env().map_err(|e| e.to_string())?
+    } else {
+        Job {
+            rank: 0,
+            world: 1,
+            root: "127.0.0.1:0".parse().expect("an address"),
+            bind_ip: None,
+        }
+    };
+    if let Some(n) = extra.ranks
+        && n != job.world
+    {
+        return Err(format!("--ranks {n} but the job has {} ranks", job.world));
+    }
+    let seed = metaroce_udp::os_seed();
+    let mut cfg = NetConfig {
+        comm: comm_cfg,
+        seed: seed ^ u64::from(job.rank),
+        impair: extra.impair.map(|i| Impair {
+            seed: i.seed.wrapping_add(u64::from(job.rank)),
+            ..i
+        }),
+        ..NetConfig::default()
+    };
+    if let Some(m) = extra.mtu {
+        cfg.mtu = m;
+    }
+    if let Some(p) = extra.paths {
+        cfg.paths = p;
+    }
+    if let Some(us) = extra.poll_us {
+        cfg.poll_before_sleep = Duration::from_micros(us);
+    }
+    if let Some(s) = extra.bootstrap_timeout_s {
+        cfg.bootstrap_timeout = Duration::from_secs(s);
+    }
+    let mut comm = connect(&job, &cfg).map_err(|e| e.to_string())?;
+    let result = run_rank(&mut comm, collective, &options, &extra);
+    if std::env::var_os("METAROCE_STATS").is_some() {
+        eprintln!(
+            "rank {}: {:?}\n  {:?}\n  {:?}",
+            comm.rank(),
+            comm.driver_stats(),
+            comm.comm_stats(),
+            comm.device_stats()
+        );
+    }
+    let finished = comm.finish().map_err(|e| e.to_string());
+    let code = result?;
+    finished?;
+    Ok(code)
+}
+
+/// Spawns `n` ranks of this very command on 127.0.0.1.
+fn launch(n: u32) -> Result<ExitCode, String> {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| format!("no free port on 127.0.0.1: {e}"))?
+        .port();
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let mut kids = Vec::new();
+    for rank in 0..n {
+        let kid = Command::new(&exe)
+            .args(&argv)
+            .env("MASTER_ADDR", "127.0.0.1")
+            .env("MASTER_PORT", port.to_string())
+            .env("RANK", rank.to_string())
+            .env("WORLD_SIZE", n.to_string())
+            .stdout(if rank == 0 {
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            })
+            .spawn()
+            .map_err(|e| format!("cannot start rank {rank}: {e}"))?;
+        kids.push(kid);
+    }
+    let mut worst = 0;
+    for (rank, mut kid) in kids.into_iter().enumerate() {
+        let status = kid
+            .wait()
+            .map_err(|e| format!("waiting for rank {rank}: {e}"))?;
+        let code = status.code().unwrap_or(3);
+        if code != 0 && worst == 0 {
+            eprintln!("metaroce: rank {rank} exited with {status}");
+        }
+        worst = worst.max(code);
+    }
+    Ok(ExitCode::from(worst.clamp(0, 255) as u8))
+}
+
+fn device_lines(comm: &NetComm) -> Vec<DeviceLine> {
+    comm.members()
+        .iter()
+        .map(|m| DeviceLine {
+            rank: m.rank,
+            group: 0,
+            pid: m.pid,
+            hostname: m.host.clone(),
+            device: 0,
+            pci: (0, 0, 0),
+            name: format!("MetaRoCE UDP {}", m.device),
+        })
+        .collect()
+}
+
+fn run_rank(
+    comm: &mut NetComm,
+    collective: PerfCollective,
+    options: &PerfOptions,
+    extra: &Extra,
+) -> Result<ExitCode, String> {
+    let lead = comm.rank() == 0;
+    let program = collective.program_name();
+    if lead {
+        let header = RunHeader {
+            program: program.clone(),
+            writer: format!("metaroce coll-perf {}", env!("CARGO_PKG_VERSION")),
+            min_bytes: options.min_bytes,
+            max_bytes: options.max_bytes,
+            step_factor: options.step_factor,
+            step_bytes: options.step_bytes,
+            warmup_iters: options.warmup_iters,
+            iters: options.iters,
+            agg_iters: options.agg_iters,
+            validation: options.check,
+            blocking: options.blocking,
+            devices: device_lines(comm),
+        };
+        print!("{}", report::format_header(&header));
+        print!("{}", report::format_table_header());
+        let _ = std::io::stdout().flush();
+    }
+    let mut on_row = |row: &ResultRow| {
+        if lead {
+            print!("{}", report::format_row(row));
+            let _ = std::io::stdout().flush();
+        }
+    };
+    let rows = perf::run(comm, collective, options, 0x6e63_636c, &mut on_row)
+        .map_err(|e| e.to_string())?;
+    let bad = report::out_of_bounds(&rows);
+    let avg = report::average_bus_bw(&rows);
+    if lead {
+        let min_bw = std::env::var("NCCL_TESTS_MIN_BW")
+            .ok()
+            .and_then(|v| v.parse::<f64>().ok());
+        print!(
+            "{}",
+            report::format_footer(bad, avg, min_bw, &program, None)
+        );
+        if let Some(path) = &extra.json {
+            write_json(path, collective, comm.world(), options, &rows, bad, avg)?;
+        }
+    }
+    Ok(if bad > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn measurement_json(m: &report::Measurement) -> serde_json::Value {
+    serde_json::json!({
+        "time_us": m.time_us,
+        "algbw_gbps": m.alg_bw,
+        "busbw_gbps": m.bus_bw,
+        "wrong": m.wrong,
+    })
+}
+
+fn write_json(
+    path: &PathBuf,
+    collective: PerfCollective,
+    world: u32,
+    o: &PerfOptions,
+    rows: &[ResultRow],
+    out_of_bounds: u64,
+    avg: f64,
+) -> Result<(), String> {
+    let doc = serde_json::json!({
+        "program": collective.program_name(),
+        "collective": collective.name(),
+        "world": world,
+        "options": {
+            "minbytes": o.min_bytes, "maxbytes": o.max_bytes, "stepbytes": o.step_bytes,
+            "stepfactor": o.step_factor, "iters": o.iters, "warmup_iters": o.warmup_iters,
+            "agg_iters": o.agg_iters, "check": o.check, "blocking": o.blocking, "average": o.average,
+            "op": o.op.map(|x| x.nccl_name()), "datatype": o.dtype.map(DataType::nccl_name),
+            "root": o.root,
+        },
+        "results": rows.iter().map(|r| serde_json::json!({
+            "size": r.size_bytes, "count": r.count, "type": r.type_name, "redop": r.redop,
+            "root": r.root, "out_of_place": measurement_json(&r.out_of_place),
+            "in_place": measurement_json(&r.in_place),
+        })).collect::<Vec<_>>(),
+        "out_of_bounds": out_of_bounds,
+        "avg_bus_bandwidth": if avg.is_finite() { Some(avg) } else { None },
+    });
+    let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
+    std::fs::write(path, text + "\n")
+        .map_err(|e| format!("cannot write --json {}: {e}", path.display()))
+}

@@ -1,0 +1,108 @@
+//! MetaRoCE collectives over real sockets: the `metaroce-coll` state
+//! machines driven over the UDP device, the bootstrap that assembles a
+//! communicator from processes on one or many hosts, failure propagation,
+//! and the nccl-tests-style measurement behind `metaroce coll-perf`.
+//!
+//! ```no_run
+//! use metaroce_coll::{Collective, DataType, OpSpec, ReduceOp};
+//! use metaroce_collnet::{Job, NetConfig, connect};
+//!
+//! // MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE, as torch.distributed.
+//! let job = Job::from_env()?;
+//! let mut comm = connect(&job, &NetConfig::default())?;
+//! let spec = OpSpec::new(Collective::AllReduce, DataType::Float32, ReduceOp::Sum, 1024);
+//! let input: Vec<u8> = (0..1024).flat_map(|i| (i as f32).to_ne_bytes()).collect();
+//! let mut output = vec![0u8; 4096];
+//! comm.run_slices(spec, &input, &mut output)?;
+//! comm.finish()?;
+//! # Ok::<(), metaroce_collnet::CollNetError>(())
+//! ```
+//!
+//! - [`Job`]: who is in the job and where the root is (environment or host
+//!   file);
+//! - [`connect`] ([`bootstrap`]): the TCP rendezvous through rank 0, one
+//!   QP per peer, the staging regions exchanged;
+//! - [`NetComm`]: one rank's communicator over its device — registered
+//!   buffers ([`DevBuf`]), [`start`](NetComm::start) /
+//!   [`wait`](NetComm::wait), [`run_slices`](NetComm::run_slices) with a
+//!   registration cache, [`finish`](NetComm::finish);
+//! - `control`: the TCP connections kept to the root, through which a
+//!   failure or a dead rank ends every rank's operation with an error;
+//! - [`check`]: inputs every rank can compute for every other rank, and
+//!   the element-by-element verification;
+//! - [`perf`]: nccl-tests' measurement loop.
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod bootstrap;
+mod buffer;
+pub mod check;
+mod comm;
+mod control;
+mod error;
+mod job;
+pub mod perf;
+mod rig;
+
+pub use bootstrap::connect;
+pub use buffer::DevBuf;
+pub use comm::{DriverStats, Member, NetComm};
+pub use error::CollNetError;
+pub use job::{DEFAULT_PORT, Job};
+pub use metaroce_udp::Impair;
+
+use metaroce_coll::CommConfig;
+use std::time::Duration;
+
+/// How a rank runs its communicator over sockets. `comm` must be the same
+/// on every rank (the bootstrap refuses a rank whose settings differ); the
+/// rest is each rank's own.
+#[derive(Debug, Clone)]
+pub struct NetConfig {
+    /// Staging slots, slot size and algorithm thresholds.
+    pub comm: CommConfig,
+    /// MTU payload bytes per packet.
+    pub mtu: u32,
+    /// Paths (UDP source ports) per connection.
+    pub paths: u32,
+    /// Receive-side impairment of this rank's device.
+    pub impair: Option<Impair>,
+    /// Seed of the device (keys, PSNs).
+    pub seed: u64,
+    /// UDP GSO / GRO allowed.
+    pub offload: bool,
+    /// How long the device's engine spins after activity before sleeping.
+    /// 0 (the default): never spin; with several ranks per core a spinning
+    /// engine takes the CPU its peers need.
+    pub busy_poll_ns: u64,
+    /// Smallest retransmission timeout.
+    pub rto_min_ns: u64,
+    /// How long the root waits for every rank to join (and a rank for the
+    /// root to listen).
+    pub bootstrap_timeout: Duration,
+    /// An operation with no progress for this long fails.
+    pub stall_timeout: Duration,
+    /// After the last progress, keep polling the CQ this long before
+    /// sleeping on its completion event. 0 (the default): sleep at once,
+    /// never spin. A rank with a core of its own gains latency from a few
+    /// tens of microseconds; ranks sharing cores lose by it.
+    pub poll_before_sleep: Duration,
+}
+
+impl Default for NetConfig {
+    fn default() -> Self {
+        Self {
+            comm: CommConfig::default(),
+            mtu: 4096,
+            paths: 8,
+            impair: None,
+            seed: metaroce_udp::os_seed(),
+            offload: true,
+            busy_poll_ns: 0,
+            rto_min_ns: 4_000_000,
+            bootstrap_timeout: Duration::from_secs(30),
+            stall_timeout: Duration::from_secs(60),
+            poll_before_sleep: Duration::ZERO,
+        }
+    }
+}

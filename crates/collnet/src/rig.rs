@@ -1,0 +1,174 @@
+//! One rank's device set up for a communicator: the UDP device, a
+//! protection domain, one CQ for everything, the staging region peers
+//! write into, and one RC QP per peer in INIT with its receives posted
+//! (before anyone learns its number, so no peer can write before a receive
+//! is there). [`connect`] moves a peer's QP on to RTS.
+
+use crate::{CollNetError, NetConfig};
+use metaroce_cm::RemoteBuf;
+use metaroce_coll::{Communicator, Rank};
+use metaroce_udp::{Device, DeviceConfig};
+use metaroce_verbs::{
+    AccessFlags, CompletionQueue, EndpointConfig, MemoryRegion, ProtectionDomain, QpAttr, QpCaps,
+    QpInitAttr, QpState, QpType, QueuePair, RecvWr, VerbsError,
+};
+use std::net::{IpAddr, SocketAddr};
+
+/// Receives kept posted per peer QP, and the send queue depth: at most
+/// `slots` data messages and about as many credits are in flight on one
+/// directed connection at once (see `metaroce_coll`'s driving contract),
+/// with room to spare for credits whose local completion lags.
+pub(crate) fn queue_depth(slots: u32) -> u32 {
+    4 * slots + 16
+}
+
+/// A rank's device and the verbs objects of its communicator.
+pub(crate) struct Rig {
+    pub(crate) dev: Device,
+    pub(crate) pd: ProtectionDomain,
+    pub(crate) cq: CompletionQueue,
+    /// `None` in a world of one (no peer, no staging).
+    pub(crate) staging: Option<MemoryRegion>,
+    /// By peer rank; `None` at this rank's own index.
+    pub(crate) qps: Vec<Option<QueuePair>>,
+    pub(crate) comm: Communicator,
+}
+
+fn endpoint_config(cfg: &NetConfig) -> EndpointConfig {
+    EndpointConfig {
+        device_port: 0,
+        mtu_payload_bytes: cfg.mtu,
+        paths_per_connection: cfg.paths as usize,
+        path_port_span: cfg.paths as u16,
+        seed: cfg.seed,
+        // Real sockets on a shared machine: a thread often waits a
+        // scheduler tick for its CPU, and an RTO below that fires on
+        // healthy paths (see metaroce-perf's rig for the measurement).
+        base_rtt_ns: 50_000,
+        rto_min_ns: cfg.rto_min_ns,
+        // Dead ranks are found through the control channel in
+        // milliseconds; the transport's own give-up may take its time, so
+        // that a rank descheduled for a second on a crowded host is not
+        // declared dead (7 retries backing off to 2 s: about 4 s).
+        rto_max_ns: 2_000_000_000,
+        ..EndpointConfig::default()
+    }
+}
+
+/// Start the device on `bind_ip` and build rank `rank`'s objects.
+pub(crate) fn rig(
+    rank: Rank,
+    world: u32,
+    cfg: &NetConfig,
+    bind_ip: IpAddr,
+) -> Result<Rig, CollNetError> {
+    let comm = Communicator::new(rank, world, cfg.comm)?;
+    let mut dc = DeviceConfig::new(endpoint_config(cfg), bind_ip);
+    dc.impair = cfg.impair;
+    dc.gso = cfg.offload;
+    dc.gro = cfg.offload;
+    dc.busy_poll_ns = cfg.busy_poll_ns;
+    let dev = Device::start(dc)?;
+    let depth = queue_depth(cfg.comm.slots);
+    let peers = world.saturating_sub(1) as usize;
+    let staging_bytes = comm.staging_layout().bytes();
+    let (pd, cq, staging, qps) = dev.with(|ctx, _| -> Result<_, VerbsError> {
+        let pd = ctx.alloc_pd();
+        let staging = if staging_bytes > 0 {
+            Some(ctx.reg_mr(
+                pd,
+                staging_bytes,
+                AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+            )?)
+        } else {
+            None
+        };
+        let cq = ctx.create_cq((2 * depth as usize * peers).max(64))?;
+        let init = QpInitAttr {
+            send_cq: cq,
+            recv_cq: cq,
+            cap: QpCaps {
+                max_send_wr: depth,
+                max_recv_wr: depth,
+            },
+            qp_type: QpType::Rc,
+            sq_sig_all: true,
+        };
+        let mut qps = Vec::with_capacity(world as usize);
+        for peer in 0..world {
+            if peer == rank {
+                qps.push(None);
+                continue;
+            }
+            let qp = ctx.create_qp(pd, &init)?;
+            ctx.modify_qp(
+                qp,
+                &QpAttr {
+                    qp_state: Some(QpState::Init),
+                    qp_access_flags: Some(AccessFlags::REMOTE_WRITE),
+                    port_num: Some(1),
+                    ..QpAttr::default()
+                },
+            )?;
+            let wrs: Vec<RecvWr> = (0..depth)
+                .map(|_| RecvWr {
+                    wr_id: u64::from(peer),
+                    sg_list: Vec::new(),
+                })
+                .collect();
+            ctx.post_recv(qp, &wrs).map_err(|(_, e)| e)?;
+            qps.push(Some(qp));
+        }
+        Ok((pd, cq, staging, qps))
+    })?;
+    Ok(Rig {
+        dev,
+        pd,
+        cq,
+        staging,
+        qps,
+        comm,
+    })
+}
+
+/// What this rank needs to reach one peer.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct PeerAddr {
+    pub(crate) device: SocketAddr,
+    pub(crate) mtu: u32,
+    pub(crate) qpn: u32,
+    pub(crate) session_id: u64,
+    pub(crate) staging: RemoteBuf,
+}
+
+/// Move the QP toward `peer` to RTR and RTS.
+pub(crate) fn connect(rig: &Rig, peer: Rank, to: &PeerAddr) -> Result<(), CollNetError> {
+    let qp = rig.qps[peer as usize].ok_or_else(|| {
+        CollNetError::Bootstrap(format!("rank {peer} is this rank: no QP toward itself"))
+    })?;
+    rig.dev.with(|ctx, _| -> Result<(), VerbsError> {
+        ctx.set_peer_session(to.device, to.session_id)?;
+        let mtu = ctx.endpoint().config().mtu_payload_bytes.min(to.mtu);
+        ctx.modify_qp(
+            qp,
+            &QpAttr {
+                qp_state: Some(QpState::Rtr),
+                dest_addr: Some(to.device),
+                dest_qp_num: Some(to.qpn),
+                path_mtu: Some(mtu),
+                ..QpAttr::default()
+            },
+        )?;
+        ctx.modify_qp(
+            qp,
+            &QpAttr {
+                qp_state: Some(QpState::Rts),
+                timeout: Some(14),
+                retry_cnt: Some(7),
+                rnr_retry: Some(7),
+                ..QpAttr::default()
+            },
+        )
+    })?;
+    Ok(())
+}

@@ -1,0 +1,237 @@
+//! The provider's tunables: every one a libfabric parameter
+//! (`fi_param_define`, so `fi_info -e` lists it as `FI_METAROCE_<NAME>`),
+//! read once when the provider loads and logged once with its value and
+//! where the value came from.
+
+use metaroce_udp::Impair;
+use std::net::Ipv4Addr;
+
+/// One tunable: its name as libfabric prefixes it, its default and help.
+#[derive(Debug, Clone, Copy)]
+pub struct Param {
+    /// Name without the `FI_METAROCE_` prefix, lower case.
+    pub name: &'static str,
+    /// Default value as text.
+    pub default: &'static str,
+    /// Help shown by `fi_info -e`.
+    pub help: &'static str,
+}
+
+/// Every tunable the provider reads.
+pub const PARAMS: &[Param] = &[
+    Param {
+        name: "bind_ip",
+        default: "127.0.0.1",
+        help: "IPv4 address the endpoints bind (MetaRoCE UDP ports and the connection manager's TCP listener); peers reach this endpoint there",
+    },
+    Param {
+        name: "eager_limit",
+        default: "16384",
+        help: "Largest message sent eagerly (copied into the peer's receive slots); larger ones use a rendezvous over RDMA READ",
+    },
+    Param {
+        name: "recv_slots",
+        default: "64",
+        help: "Receive slots posted per connection (each eager_limit + 56 bytes)",
+    },
+    Param {
+        name: "paths",
+        default: "8",
+        help: "MetaRoCE paths (UDP source ports) per connection",
+    },
+    Param {
+        name: "mtu",
+        default: "4096",
+        help: "MetaRoCE payload bytes per datagram",
+    },
+    Param {
+        name: "rto_min_us",
+        default: "4000",
+        help: "Lowest retransmission timeout in microseconds (a VM's scheduler tick makes lower values fire on healthy paths)",
+    },
+    Param {
+        name: "impair",
+        default: "",
+        help: "Receive-side fault injection of the datapath, e.g. loss=0.05,seed=7 (keys loss, reorder, dup, seed); empty: off",
+    },
+    Param {
+        name: "stats",
+        default: "0",
+        help: "1: print each endpoint's MetaRoCE counters (data, resends, RTOs, path retirements, ECN) to stderr when it closes (they are always logged at FI_LOG_LEVEL=info)",
+    },
+    Param {
+        name: "staging_cache_mb",
+        default: "256",
+        help: "MiB of rendezvous staging regions kept registered for reuse",
+    },
+];
+
+/// Where a value came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// The environment (or libfabric's config).
+    Environment,
+    /// The built-in default.
+    Default,
+}
+
+/// The provider's settings.
+#[derive(Debug, Clone)]
+pub struct Tunables {
+    /// Address endpoints bind.
+    pub bind_ip: Ipv4Addr,
+    /// Largest eager message in bytes.
+    pub eager_limit: usize,
+    /// Receive slots per connection.
+    pub recv_slots: u32,
+    /// Paths per connection.
+    pub paths: u16,
+    /// Datagram payload bytes.
+    pub mtu: u32,
+    /// Lowest RTO, µs.
+    pub rto_min_us: u64,
+    /// Receive-side impairment.
+    pub impair: Option<Impair>,
+    /// Print counters at close.
+    pub stats: bool,
+    /// Staging cache bytes.
+    pub staging_cache_bytes: usize,
+}
+
+impl Default for Tunables {
+    fn default() -> Self {
+        Self::from_lookup(|_| None).0
+    }
+}
+
+impl Tunables {
+    /// Read every tunable through `lookup` (name → value if set), falling
+    /// back to the default for unset or invalid values. Returns the
+    /// settings and one log line per tunable (invalid values say so).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> (Self, Vec<(bool, String)>) {
+        let mut lines = Vec::new();
+        let get = |name: &str| -> (String, Source) {
+            let p = PARAMS
+                .iter()
+                .find(|p| p.name == name)
+                .expect("every read tunable is in PARAMS");
+            match lookup(name) {
+                Some(v) => (v, Source::Environment),
+                None => (p.default.to_string(), Source::Default),
+            }
+        };
+        let mut out = Self {
+            bind_ip: Ipv4Addr::LOCALHOST,
+            eager_limit: 16384,
+            recv_slots: 64,
+            paths: 8,
+            mtu: 4096,
+            rto_min_us: 4000,
+            impair: None,
+            stats: false,
+            staging_cache_bytes: 256 << 20,
+        };
+        let mut note = |name: &str, v: &str, src: Source, err: Option<String>| {
+            let var = format!("FI_METAROCE_{}", name.to_uppercase());
+            let from = match src {
+                Source::Environment => "from the environment",
+                Source::Default => "default",
+            };
+            match err {
+                None => lines.push((false, format!("{var}={v:?} ({from})"))),
+                Some(e) => lines.push((
+                    true,
+                    format!("{var}={v:?} is invalid ({e}); using the default"),
+                )),
+            }
+        };
+        macro_rules! num {
+            ($name:literal, $field:ident, $ty:ty, $range:expr) => {{
+                let (v, src) = get($name);
+                match v.trim().parse::<$ty>() {
+                    Ok(n) if ($range).contains(&n) => {
+                        out.$field = n.into();
+                        note($name, &v, src, None);
+                    }
+                    Ok(_) => note($name, &v, src, Some(format!("must be in {:?}", $range))),
+                    Err(e) => note($name, &v, src, Some(e.to_string())),
+                }
+            }};
+        }
+        let (v, src) = get("bind_ip");
+        match v.trim().parse::<Ipv4Addr>() {
+            Ok(ip) => {
+                out.bind_ip = ip;
+                note("bind_ip", &v, src, None);
+            }
+            Err(e) => note("bind_ip", &v, src, Some(e.to_string())),
+        }
+        num!("eager_limit", eager_limit, usize, 64..=(1usize << 20));
+        num!("recv_slots", recv_slots, u32, 4..=4096u32);
+        num!("paths", paths, u16, 1..=64u16);
+        num!("mtu", mtu, u32, 256..=9000u32);
+        num!("rto_min_us", rto_min_us, u64, 10..=1_000_000u64);
+        let (v, src) = get("impair");
+        if v.trim().is_empty() {
+            note("impair", &v, src, None);
+        } else {
+            match v.parse::<Impair>() {
+                Ok(i) => {
+                    out.impair = Some(i);
+                    note("impair", &v, src, None);
+                }
+                Err(e) => note("impair", &v, src, Some(e)),
+            }
+        }
+        let (v, src) = get("stats");
+        match v.trim() {
+            "1" | "true" | "yes" | "on" => {
+                out.stats = true;
+                note("stats", &v, src, None);
+            }
+            "0" | "false" | "no" | "off" | "" => note("stats", &v, src, None),
+            _ => note("stats", &v, src, Some("expected 0 or 1".into())),
+        }
+        let (v, src) = get("staging_cache_mb");
+        match v.trim().parse::<usize>() {
+            Ok(n) if n <= 1 << 20 => {
+                out.staging_cache_bytes = n << 20;
+                note("staging_cache_mb", &v, src, None);
+            }
+            _ => note(
+                "staging_cache_mb",
+                &v,
+                src,
+                Some("expected MiB, 0..=1048576".into()),
+            ),
+        }
+        (out, lines)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_overrides() {
+        let (t, lines) = Tunables::from_lookup(|_| None);
+        assert_eq!(t.eager_limit, 16384);
+        assert_eq!(lines.len(), PARAMS.len());
+        assert!(lines.iter().all(|(bad, _)| !bad));
+        let (t, lines) = Tunables::from_lookup(|n| match n {
+            "eager_limit" => Some("1024".into()),
+            "impair" => Some("loss=0.05,seed=7".into()),
+            "paths" => Some("0".into()),
+            "bind_ip" => Some("nonsense".into()),
+            _ => None,
+        });
+        assert_eq!(t.eager_limit, 1024);
+        assert_eq!(t.impair.unwrap().loss, 0.05);
+        assert_eq!(t.paths, 8);
+        assert_eq!(t.bind_ip, Ipv4Addr::LOCALHOST);
+        let bad: Vec<_> = lines.iter().filter(|(b, _)| *b).map(|(_, l)| l).collect();
+        assert_eq!(bad.len(), 2, "{bad:?}");
+        assert!(bad[0].contains("FI_METAROCE_BIND_IP"));
+    }
+}

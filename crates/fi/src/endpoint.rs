@@ -1,0 +1,1888 @@
+//! One `FI_EP_RDM` endpoint: its MetaRoCE device, the connections to its
+//! peers, tag matching, the eager and rendezvous protocols, and RMA on
+//! registered application memory.
+//!
+//! Connections. Each direction of a peer pair has its own RC queue pair:
+//! an endpoint's first request to a peer creates a QP and asks the peer's
+//! connection-manager listener for the other end (`conn`); requests toward
+//! that peer (eager messages, RTS, RMA requests) go on that QP, and
+//! replies (FIN, RMA acknowledgements and read data) go back on the QP the
+//! request came on. Two endpoints that send to each other first at the
+//! same moment thus never race to share one QP. Requests posted while the
+//! connection is being set up wait in order in the peer's pending queue.
+//!
+//! Messages. Up to `eager_limit` bytes travel in one SEND behind the
+//! provider header (`wire`), into one of the receive slots posted on each
+//! QP; the receiver copies the payload out and reposts the slot at once.
+//! Larger messages send an RTS naming a staging region that holds a copy
+//! of the data; the receiver, once a receive matches, RDMA-READs it into
+//! its own staging region, copies it into the receive buffer and answers
+//! FIN, which completes the send. (MetaRoCE's memory regions own their
+//! bytes, so both ends stage; the staging regions are cached for reuse.)
+//!
+//! Order. A QP delivers in order, and each request carries a
+//! per-direction sequence number that the receiver checks, so messages
+//! from one peer are matched in the order they were sent (`FI_ORDER_SAS`)
+//! even if that guarantee underneath ever weakened.
+//!
+//! RMA. MetaRoCE can only address its own regions, so `fi_write` and
+//! `fi_read` on application memory are requests that the target's provider
+//! carries out on the region the key names, after checking the key, the
+//! access rights and the bounds; data travels in `eager_limit` chunks.
+
+use crate::addr::EpAddr;
+use crate::config::Tunables;
+use crate::domain::{CqEntry, CqError, Sinks};
+use crate::ffi::log;
+use crate::ffi::mem::UserIov;
+use crate::flags;
+use crate::matching::{MatchQueues, RecvFilter};
+use crate::wire::{FLAG_CQ_DATA, FLAG_LAST, FLAG_TAGGED, HEADER_BYTES, Header, Kind};
+use metaroce_cm::{Endpoint as CmEndpoint, RemoteBuf};
+use metaroce_udp::{Device, DeviceConfig, os_seed};
+use metaroce_verbs::{
+    AccessFlags, CompletionQueue, Context, EndpointConfig, MemoryRegion, ProtectionDomain, QpAttr,
+    QpCaps, QpInitAttr, QpState, QpType, QueuePair, RecvWr, SendWr, VerbsError, WcStatus,
+    WorkCompletion, WrOp,
+};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+
+/// Work request ids of receive slots have this bit; the rest are op ids.
+const RECV_BIT: u64 = 1 << 63;
+/// Send work requests outstanding per QP before the provider queues.
+const SQ_DEPTH: u32 = 1024;
+/// Staging regions come in powers of two from this size.
+const STAGING_MIN: usize = 64 << 10;
+
+/// Where an endpoint reports one kind of completion.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CqBinding {
+    pub(crate) cq: usize,
+    /// `FI_SELECTIVE_COMPLETION`: successful ops report only with `FI_COMPLETION`.
+    pub(crate) selective: bool,
+}
+
+/// Counters bound to an endpoint, by event.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct CntrBindings {
+    pub(crate) send: Option<usize>,
+    pub(crate) recv: Option<usize>,
+    pub(crate) read: Option<usize>,
+    pub(crate) write: Option<usize>,
+    pub(crate) remote_read: Option<usize>,
+    pub(crate) remote_write: Option<usize>,
+}
+
+/// A send, as the C layer hands it over.
+#[derive(Debug)]
+pub(crate) struct SendReq {
+    pub(crate) iov: UserIov,
+    pub(crate) dest: u64,
+    pub(crate) tag: u64,
+    pub(crate) data: Option<u64>,
+    pub(crate) context: usize,
+    pub(crate) flags: u64,
+    pub(crate) tagged: bool,
+}
+
+/// A receive, as the C layer hands it over.
+#[derive(Debug)]
+pub(crate) struct RecvReq {
+    pub(crate) iov: UserIov,
+    pub(crate) filter: RecvFilter,
+    pub(crate) context: usize,
+    pub(crate) flags: u64,
+    pub(crate) tagged: bool,
+}
+
+/// An RMA request.
+#[derive(Debug)]
+pub(crate) struct RmaReq {
+    pub(crate) iov: UserIov,
+    pub(crate) peer: u64,
+    pub(crate) addr: u64,
+    pub(crate) key: u64,
+    pub(crate) data: Option<u64>,
+    pub(crate) context: usize,
+    pub(crate) flags: u64,
+}
+
+#[derive(Debug)]
+struct PostedRecv {
+    iov: UserIov,
+    context: usize,
+    flags: u64,
+    tagged: bool,
+}
+
+#[derive(Debug)]
+struct Unexpected {
+    link: u32,
+    h: Header,
+    body: Vec<u8>,
+}
+
+#[derive(Debug)]
+enum Op {
+    /// A send: eager ones complete with their SEND, rendezvous ones at FIN.
+    Send {
+        context: usize,
+        flags: u64,
+        len: usize,
+        tag: u64,
+        wanted: bool,
+        qpn: u32,
+        staging: Option<MemoryRegion>,
+    },
+    /// A reply or a control message: nothing to report.
+    Control { qpn: u32 },
+    /// A rendezvous receive whose READ is in flight.
+    RndvRecv {
+        recv: PostedRecv,
+        h: Header,
+        src: u64,
+        qpn: u32,
+        staging: MemoryRegion,
+    },
+    /// An RMA write waiting for the target's acknowledgement.
+    RmaWrite {
+        context: usize,
+        flags: u64,
+        len: usize,
+        wanted: bool,
+        qpn: u32,
+    },
+    /// An RMA read collecting the target's data.
+    RmaRead {
+        context: usize,
+        flags: u64,
+        iov: UserIov,
+        got: usize,
+        wanted: bool,
+        qpn: u32,
+    },
+}
+
+impl Op {
+    fn qpn(&self) -> u32 {
+        match self {
+            Self::Send { qpn, .. }
+            | Self::Control { qpn }
+            | Self::RndvRecv { qpn, .. }
+            | Self::RmaWrite { qpn, .. }
+            | Self::RmaRead { qpn, .. } => *qpn,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum OutState {
+    Idle,
+    Connecting(u32),
+    Ready(u32),
+    Failed(String),
+}
+
+#[derive(Debug)]
+struct Peer {
+    addr: EpAddr,
+    out: OutState,
+    /// Requests posted before the connection was up, in order.
+    pending: VecDeque<SendWr>,
+    next_seq: u32,
+}
+
+#[derive(Debug)]
+struct Link {
+    qp: QueuePair,
+    peer: usize,
+    slab: MemoryRegion,
+    outstanding: u32,
+    backlog: VecDeque<SendWr>,
+    expect_seq: u32,
+    reorder: BTreeMap<u32, (Header, Vec<u8>)>,
+    remote: Option<SocketAddr>,
+    dead: Option<String>,
+}
+
+/// Rendezvous staging regions, cached by power-of-two size.
+#[derive(Debug, Default)]
+struct Staging {
+    free: HashMap<usize, Vec<MemoryRegion>>,
+    cached_bytes: usize,
+    max_bytes: usize,
+}
+
+impl Staging {
+    fn get(
+        &mut self,
+        ctx: &mut Context,
+        pd: ProtectionDomain,
+        len: usize,
+    ) -> Result<MemoryRegion, VerbsError> {
+        let class = len.next_power_of_two().max(STAGING_MIN);
+        if let Some(mr) = self.free.get_mut(&class).and_then(Vec::pop) {
+            self.cached_bytes -= class;
+            return Ok(mr);
+        }
+        ctx.reg_mr(
+            pd,
+            class as u64,
+            AccessFlags(AccessFlags::LOCAL_WRITE.0 | AccessFlags::REMOTE_READ.0),
+        )
+    }
+
+    fn put(&mut self, ctx: &mut Context, mr: MemoryRegion) {
+        let class = mr.length as usize;
+        if self.cached_bytes + class <= self.max_bytes {
+            self.cached_bytes += class;
+            self.free.entry(class).or_default().push(mr);
+        } else {
+            let _ = ctx.dereg_mr(mr);
+        }
+    }
+}
+
+/// Provider-level counters, reported at close.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct EpCounters {
+    pub(crate) eager_sent: u64,
+    pub(crate) rndv_sent: u64,
+    pub(crate) unexpected: u64,
+    pub(crate) malformed: u64,
+    pub(crate) rma_denied: u64,
+    pub(crate) connections_out: u64,
+    pub(crate) connections_in: u64,
+}
+
+/// The connection manager's request parameters (the `params` of its Hello).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub(crate) struct ConnParams {
+    /// The connecting endpoint's address (`ip:cm_port`), as its peers' AVs
+    /// know it: the receiver's source address for `FI_SOURCE`.
+    pub(crate) src: String,
+}
+
+/// What `conn` needs to finish a connection started here.
+#[derive(Debug, Clone)]
+pub(crate) struct ConnectJob {
+    pub(crate) peer: usize,
+    pub(crate) target: EpAddr,
+    pub(crate) hello: metaroce_cm::Hello<ConnParams>,
+}
+
+/// An endpoint.
+pub(crate) struct EpState {
+    pub(crate) dev: std::sync::Arc<Device>,
+    vcq: CompletionQueue,
+    pd: ProtectionDomain,
+    pub(crate) name: EpAddr,
+    /// Unique per endpoint, so a late connection thread never reaches a
+    /// later endpoint in the same slot.
+    pub(crate) instance: u64,
+    pub(crate) cfg: std::sync::Arc<Tunables>,
+    pub(crate) av: Option<usize>,
+    pub(crate) tx_cq: Option<CqBinding>,
+    pub(crate) rx_cq: Option<CqBinding>,
+    pub(crate) cntrs: CntrBindings,
+    pub(crate) tx_op_flags: u64,
+    pub(crate) rx_op_flags: u64,
+    pub(crate) enabled: bool,
+    /// `FI_DIRECTED_RECV`: receives filter on their source address.
+    pub(crate) directed_recv: bool,
+    pub(crate) listener: Option<crate::conn::Listener>,
+    peers: Vec<Peer>,
+    peer_of: HashMap<EpAddr, usize>,
+    links: HashMap<u32, Link>,
+    msg: MatchQueues<PostedRecv, Unexpected>,
+    tagged: MatchQueues<PostedRecv, Unexpected>,
+    claimed: HashMap<usize, (u64, Unexpected)>,
+    ops: HashMap<u64, Op>,
+    next_op: u64,
+    staging: Staging,
+    wcs: Vec<WorkCompletion>,
+    scratch: Vec<u8>,
+    pub(crate) counters: EpCounters,
+}
+
+impl std::fmt::Debug for EpState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EpState").field("name", &self.name).finish()
+    }
+}
+
+fn verbs_err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// The libfabric error for a failed work completion, and why.
+fn wc_error(status: WcStatus) -> (i32, &'static str) {
+    match status {
+        WcStatus::RetryExcErr => (
+            flags::EHOSTUNREACH,
+            "transport retries exhausted: the peer stopped answering",
+        ),
+        WcStatus::RnrRetryExcErr => (flags::ETIMEDOUT, "the peer posted no receive in time"),
+        WcStatus::RemAccessErr => (
+            flags::EACCES,
+            "the peer refused the access (key, rights or bounds)",
+        ),
+        WcStatus::RemInvReqErr | WcStatus::LocLenErr => {
+            (flags::EMSGSIZE, "the request did not fit the peer's buffer")
+        }
+        WcStatus::WrFlushErr => (flags::ECANCELED, "flushed: the connection is in error"),
+        _ => (flags::EIO, "the operation failed"),
+    }
+}
+
+impl EpState {
+    /// Start a device for a new endpoint, its verbs objects and its
+    /// connection-manager listener.
+    pub(crate) fn open(cfg: std::sync::Arc<Tunables>, instance: u64) -> Result<Self, String> {
+        let ep_cfg = EndpointConfig {
+            device_port: 0,
+            mtu_payload_bytes: cfg.mtu,
+            paths_per_connection: usize::from(cfg.paths),
+            path_port_span: cfg.paths.max(2),
+            seed: os_seed(),
+            base_rtt_ns: 50_000,
+            rto_min_ns: cfg.rto_min_us * 1000,
+            rto_max_ns: 200_000_000,
+            ..EndpointConfig::default()
+        };
+        let mut dc = DeviceConfig::new(ep_cfg, IpAddr::V4(cfg.bind_ip));
+        dc.impair = cfg.impair;
+        let dev =
+            Device::start(dc).map_err(|e| format!("MetaRoCE device on {}: {e}", cfg.bind_ip))?;
+        let (pd, vcq) = dev
+            .with(|ctx, _| -> Result<_, VerbsError> {
+                let pd = ctx.alloc_pd();
+                let cq = ctx.create_cq(1 << 16)?;
+                Ok((pd, cq))
+            })
+            .map_err(verbs_err)?;
+        let staging = Staging {
+            max_bytes: cfg.staging_cache_bytes,
+            ..Staging::default()
+        };
+        Ok(Self {
+            dev: std::sync::Arc::new(dev),
+            vcq,
+            pd,
+            name: EpAddr {
+                ip: cfg.bind_ip,
+                cm_port: 0,
+            },
+            instance,
+            cfg,
+            av: None,
+            tx_cq: None,
+            rx_cq: None,
+            cntrs: CntrBindings::default(),
+            tx_op_flags: 0,
+            rx_op_flags: 0,
+            enabled: false,
+            directed_recv: false,
+            listener: None,
+            peers: Vec::new(),
+            peer_of: HashMap::new(),
+            links: HashMap::new(),
+            msg: MatchQueues::new(false),
+            tagged: MatchQueues::new(true),
+            claimed: HashMap::new(),
+            ops: HashMap::new(),
+            next_op: 1,
+            staging,
+            wcs: vec![WorkCompletion::default(); 64],
+            scratch: Vec::new(),
+            counters: EpCounters::default(),
+        })
+    }
+
+    /// The completion channel the blocking waits sleep on.
+    pub(crate) fn verbs_cq(&self) -> CompletionQueue {
+        self.vcq
+    }
+
+    fn op_id(&mut self) -> u64 {
+        let id = self.next_op;
+        self.next_op += 1;
+        id
+    }
+
+    fn peer_index(&mut self, addr: EpAddr) -> usize {
+        if let Some(&i) = self.peer_of.get(&addr) {
+            return i;
+        }
+        self.peers.push(Peer {
+            addr,
+            out: OutState::Idle,
+            pending: VecDeque::new(),
+            next_seq: 0,
+        });
+        self.peer_of.insert(addr, self.peers.len() - 1);
+        self.peers.len() - 1
+    }
+
+    fn resolve_dest(&mut self, s: &Sinks<'_>, fi_addr: u64) -> Result<usize, i32> {
+        let av = self.av.and_then(|a| s.avs.get(a)).ok_or(flags::ENOAV)?;
+        let addr = av.lookup(fi_addr).ok_or(flags::EINVAL)?;
+        Ok(self.peer_index(addr))
+    }
+
+    fn source_of(&self, s: &Sinks<'_>, peer: usize) -> u64 {
+        self.av
+            .and_then(|a| s.avs.get(a))
+            .map_or(flags::ADDR_NOTAVAIL, |av| {
+                av.source_of(&self.peers[peer].addr)
+            })
+    }
+
+    // ------------------------------------------------------------ reporting
+
+    fn tx_wanted(&self, flags_: u64) -> bool {
+        match self.tx_cq {
+            None => false,
+            Some(b) => {
+                flags_ & flags::INJECT == 0 && (!b.selective || flags_ & flags::COMPLETION != 0)
+            }
+        }
+    }
+
+    fn rx_wanted(&self, flags_: u64) -> bool {
+        match self.rx_cq {
+            None => false,
+            Some(b) => !b.selective || flags_ & flags::COMPLETION != 0,
+        }
+    }
+
+    fn report(
+        s: &mut Sinks<'_>,
+        cq: Option<CqBinding>,
+        cntr: Option<usize>,
+        wanted: bool,
+        entry: CqEntry,
+        err: Option<(i32, usize, String)>,
+    ) {
+        match err {
+            Some((code, olen, text)) => {
+                log::warn(&text);
+                if let Some(c) = cntr.and_then(|c| s.cntrs.get_mut(c)) {
+                    c.err += 1;
+                }
+                if let Some(q) = cq.and_then(|b| s.cqs.get_mut(b.cq)) {
+                    q.push_err(CqError {
+                        entry,
+                        olen,
+                        err: code,
+                        text,
+                    });
+                }
+            }
+            None => {
+                if let Some(c) = cntr.and_then(|c| s.cntrs.get_mut(c)) {
+                    c.value += 1;
+                }
+                if wanted && let Some(q) = cq.and_then(|b| s.cqs.get_mut(b.cq)) {
+                    q.push(entry);
+                }
+            }
+        }
+    }
+
+    fn peer_desc(&self, qpn: u32) -> String {
+        match self.links.get(&qpn) {
+            Some(l) => {
+                let dev = l
+                    .remote
+                    .map_or_else(|| "not yet known".to_string(), |r| r.to_string());
+                format!(
+                    "peer {} (QP {qpn:#x}, peer device {dev})",
+                    self.peers[l.peer].addr
+                )
+            }
+            None => format!("QP {qpn:#x}"),
+        }
+    }
+
+    /// Report a finished (or failed) op.
+    fn finish_op(
+        &mut self,
+        ctx: &mut Context,
+        s: &mut Sinks<'_>,
+        op: Op,
+        err: Option<(i32, String)>,
+    ) {
+        match op {
+            Op::Send {
+                context,
+                flags: f,
+                len,
+                tag,
+                wanted,
+                staging,
+                ..
+            } => {
+                if let Some(mr) = staging {
+                    self.staging.put(ctx, mr);
+                }
+                let entry = CqEntry {
+                    op_context: context,
+                    flags: f,
+                    len,
+                    tag,
+                    src: flags::ADDR_NOTAVAIL,
+                    ..CqEntry::default()
+                };
+                Self::report(
+                    s,
+                    self.tx_cq,
+                    self.cntrs.send,
+                    wanted,
+                    entry,
+                    err.map(|(c, t)| (c, 0, t)),
+                );
+            }
+            Op::Control { .. } => {
+                if let Some((_, t)) = err {
+                    log::warn(&t);
+                }
+            }
+            Op::RndvRecv {
+                recv,
+                h,
+                src,
+                staging,
+                ..
+            } => {
+                self.staging.put(ctx, staging);
+                self.complete_recv(s, recv, src, &h, h.len as usize, err);
+            }
+            Op::RmaWrite {
+                context,
+                flags: f,
+                len,
+                wanted,
+                ..
+            } => {
+                let entry = CqEntry {
+                    op_context: context,
+                    flags: f,
+                    len,
+                    src: flags::ADDR_NOTAVAIL,
+                    ..CqEntry::default()
+                };
+                Self::report(
+                    s,
+                    self.tx_cq,
+                    self.cntrs.write,
+                    wanted,
+                    entry,
+                    err.map(|(c, t)| (c, 0, t)),
+                );
+            }
+            Op::RmaRead {
+                context,
+                flags: f,
+                iov,
+                wanted,
+                ..
+            } => {
+                let entry = CqEntry {
+                    op_context: context,
+                    flags: f,
+                    len: iov.len(),
+                    buf: iov.first_addr(),
+                    src: flags::ADDR_NOTAVAIL,
+                    ..CqEntry::default()
+                };
+                Self::report(
+                    s,
+                    self.tx_cq,
+                    self.cntrs.read,
+                    wanted,
+                    entry,
+                    err.map(|(c, t)| (c, 0, t)),
+                );
+            }
+        }
+    }
+
+    /// A receive got a message of `msg_len` bytes (already copied in).
+    fn complete_recv(
+        &self,
+        s: &mut Sinks<'_>,
+        recv: PostedRecv,
+        src: u64,
+        h: &Header,
+        msg_len: usize,
+        err: Option<(i32, String)>,
+    ) {
+        let mut f = flags::RECV
+            | if recv.tagged {
+                flags::TAGGED
+            } else {
+                flags::MSG
+            };
+        if h.has(FLAG_CQ_DATA) {
+            f |= flags::REMOTE_CQ_DATA;
+        }
+        let len = msg_len.min(recv.iov.len());
+        let entry = CqEntry {
+            op_context: recv.context,
+            flags: f,
+            len,
+            buf: recv.iov.first_addr(),
+            data: if h.has(FLAG_CQ_DATA) { h.data } else { 0 },
+            tag: h.tag,
+            src,
+        };
+        let err = match err {
+            Some((c, t)) => Some((c, 0, t)),
+            None if msg_len > recv.iov.len() => Some((
+                flags::ETRUNC,
+                msg_len - recv.iov.len(),
+                format!(
+                    "message of {msg_len} bytes (tag {:#x}) truncated to the {}-byte receive buffer",
+                    h.tag,
+                    recv.iov.len()
+                ),
+            )),
+            None => None,
+        };
+        let wanted = self.rx_wanted(recv.flags);
+        Self::report(s, self.rx_cq, self.cntrs.recv, wanted, entry, err);
+    }
+
+    // ------------------------------------------------------------- posting
+
+    /// Post `wr` on `qpn`, or queue it behind earlier ones.
+    fn post(&mut self, ctx: &mut Context, s: &mut Sinks<'_>, qpn: u32, wr: SendWr) {
+        let Some(link) = self.links.get_mut(&qpn) else {
+            return;
+        };
+        if let Some(why) = link.dead.clone() {
+            if let Some(op) = self.ops.remove(&wr.wr_id) {
+                let text = format!("{}: {why}", self.peer_desc(qpn));
+                self.finish_op(ctx, s, op, Some((flags::EHOSTUNREACH, text)));
+            }
+            return;
+        }
+        if link.outstanding >= SQ_DEPTH || !link.backlog.is_empty() {
+            link.backlog.push_back(wr);
+            return;
+        }
+        let qp = link.qp;
+        let id = wr.wr_id;
+        match ctx.post_send(qp, &[wr]) {
+            Ok(()) => link.outstanding += 1,
+            Err((_, e)) => {
+                if let Some(op) = self.ops.remove(&id) {
+                    let text = format!("{}: post_send refused: {e}", self.peer_desc(qpn));
+                    self.finish_op(ctx, s, op, Some((flags::EIO, text)));
+                }
+            }
+        }
+    }
+
+    fn drain_backlog(&mut self, ctx: &mut Context, s: &mut Sinks<'_>, qpn: u32) {
+        loop {
+            let Some(link) = self.links.get_mut(&qpn) else {
+                return;
+            };
+            if link.outstanding >= SQ_DEPTH {
+                return;
+            }
+            let Some(wr) = link.backlog.pop_front() else {
+                return;
+            };
+            let qp = link.qp;
+            let id = wr.wr_id;
+            match ctx.post_send(qp, &[wr]) {
+                Ok(()) => link.outstanding += 1,
+                Err((_, e)) => {
+                    if let Some(op) = self.ops.remove(&id) {
+                        let text = format!("{}: post_send refused: {e}", self.peer_desc(qpn));
+                        self.finish_op(ctx, s, op, Some((flags::EIO, text)));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Send a request to `peer`: on its connection if up, else queued
+    /// behind the connection set-up (which this may start).
+    fn request(
+        &mut self,
+        ctx: &mut Context,
+        s: &mut Sinks<'_>,
+        peer: usize,
+        wr: SendWr,
+    ) -> Option<ConnectJob> {
+        match self.peers[peer].out.clone() {
+            OutState::Ready(qpn) => {
+                self.post(ctx, s, qpn, wr);
+                None
+            }
+            OutState::Connecting(_) => {
+                self.peers[peer].pending.push_back(wr);
+                None
+            }
+            OutState::Failed(why) => {
+                if let Some(op) = self.ops.remove(&wr.wr_id) {
+                    let text = format!("peer {}: {why}", self.peers[peer].addr);
+                    self.finish_op(ctx, s, op, Some((flags::EHOSTUNREACH, text)));
+                }
+                None
+            }
+            OutState::Idle => {
+                self.peers[peer].pending.push_back(wr);
+                match self.new_link(ctx, s, peer) {
+                    Ok(qpn) => {
+                        self.peers[peer].out = OutState::Connecting(qpn);
+                        self.counters.connections_out += 1;
+                        Some(self.connect_job(ctx, peer, qpn))
+                    }
+                    Err(e) => {
+                        self.fail_peer(ctx, s, peer, format!("could not create a QP: {e}"));
+                        None
+                    }
+                }
+            }
+        }
+    }
+
+    fn connect_job(&self, ctx: &Context, peer: usize, qpn: u32) -> ConnectJob {
+        let hello = metaroce_cm::Hello {
+            test: "libfabric-rdm".into(),
+            params: ConnParams {
+                src: self.name.to_string(),
+            },
+            endpoint: self.cm_endpoint(ctx, qpn),
+            last: false,
+        };
+        ConnectJob {
+            peer,
+            target: self.peers[peer].addr,
+            hello,
+        }
+    }
+
+    fn cm_endpoint(&self, ctx: &Context, qpn: u32) -> CmEndpoint {
+        CmEndpoint {
+            device_port: ctx.device_port(),
+            path_port_span: self.cfg.paths.max(2),
+            mtu: self.cfg.mtu,
+            qpns: vec![qpn],
+            buf: RemoteBuf {
+                addr: 0,
+                rkey: 0,
+                len: 0,
+            },
+            session_id: ctx.session_id(),
+            auth: "none".into(),
+            // The provider runs unauthenticated: no job secret to confirm.
+            key_confirm: None,
+            // This device checks every ICRC (it does not offer to omit it).
+            icrc_omission: false,
+        }
+    }
+
+    /// A QP in INIT with its receive slots posted.
+    fn new_link(
+        &mut self,
+        ctx: &mut Context,
+        _s: &mut Sinks<'_>,
+        peer: usize,
+    ) -> Result<u32, VerbsError> {
+        let slots = self.cfg.recv_slots;
+        let slot_bytes = self.slot_bytes();
+        let qp = ctx.create_qp(
+            self.pd,
+            &QpInitAttr {
+                send_cq: self.vcq,
+                recv_cq: self.vcq,
+                cap: QpCaps {
+                    max_send_wr: SQ_DEPTH,
+                    max_recv_wr: slots,
+                },
+                qp_type: QpType::Rc,
+                sq_sig_all: true,
+            },
+        )?;
+        let access = AccessFlags(
+            AccessFlags::LOCAL_WRITE.0 | AccessFlags::REMOTE_READ.0 | AccessFlags::REMOTE_WRITE.0,
+        );
+        ctx.modify_qp(
+            qp,
+            &QpAttr {
+                qp_state: Some(QpState::Init),
+                qp_access_flags: Some(access),
+                port_num: Some(1),
+                ..QpAttr::default()
+            },
+        )?;
+        let slab = ctx.reg_mr(
+            self.pd,
+            u64::from(slots) * slot_bytes as u64,
+            AccessFlags::LOCAL_WRITE,
+        )?;
+        let qpn = qp.qp_num();
+        let wrs: Vec<RecvWr> = (0..slots)
+            .map(|i| RecvWr {
+                wr_id: RECV_BIT | (u64::from(qpn) << 20) | u64::from(i),
+                sg_list: vec![slab.sge(u64::from(i) * slot_bytes as u64, slot_bytes as u32)],
+            })
+            .collect();
+        ctx.post_recv(qp, &wrs).map_err(|(_, e)| e)?;
+        self.links.insert(
+            qpn,
+            Link {
+                qp,
+                peer,
+                slab,
+                outstanding: 0,
+                backlog: VecDeque::new(),
+                expect_seq: 0,
+                reorder: BTreeMap::new(),
+                remote: None,
+                dead: None,
+            },
+        );
+        Ok(qpn)
+    }
+
+    fn slot_bytes(&self) -> usize {
+        self.cfg.eager_limit + HEADER_BYTES
+    }
+
+    fn to_rts(
+        ctx: &mut Context,
+        qp: QueuePair,
+        dest: SocketAddr,
+        remote: &CmEndpoint,
+    ) -> Result<(), VerbsError> {
+        ctx.set_peer_session(dest, remote.session_id)?;
+        let mtu = ctx
+            .endpoint()
+            .config()
+            .mtu_payload_bytes
+            .min(remote.mtu.max(256));
+        ctx.modify_qp(
+            qp,
+            &QpAttr {
+                qp_state: Some(QpState::Rtr),
+                dest_addr: Some(dest),
+                dest_qp_num: Some(remote.qpns[0]),
+                path_mtu: Some(mtu),
+                ..QpAttr::default()
+            },
+        )?;
+        ctx.modify_qp(
+            qp,
+            &QpAttr {
+                qp_state: Some(QpState::Rts),
+                timeout: Some(14),
+                retry_cnt: Some(7),
+                rnr_retry: Some(7),
+                ..QpAttr::default()
+            },
+        )
+    }
+
+    /// The connection manager answered for the connection to `peer`.
+    pub(crate) fn finish_connect(
+        &mut self,
+        s: &mut Sinks<'_>,
+        peer: usize,
+        answer: Result<CmEndpoint, String>,
+    ) {
+        let OutState::Connecting(qpn) = self.peers[peer].out.clone() else {
+            return;
+        };
+        let dev = self.dev.clone();
+        dev.with(|ctx, _| {
+            let result = answer.and_then(|remote| {
+                if remote.qpns.len() != 1 {
+                    return Err(format!(
+                        "the peer answered with {} QPs, not 1",
+                        remote.qpns.len()
+                    ));
+                }
+                let dest =
+                    SocketAddr::new(IpAddr::V4(self.peers[peer].addr.ip), remote.device_port);
+                let qp = self.links[&qpn].qp;
+                Self::to_rts(ctx, qp, dest, &remote).map_err(verbs_err)?;
+                if let Some(l) = self.links.get_mut(&qpn) {
+                    l.remote = Some(dest);
+                }
+                Ok(())
+            });
+            match result {
+                Ok(()) => {
+                    log::debug(&format!(
+                        "connected to peer {} (QP {qpn:#x})",
+                        self.peers[peer].addr
+                    ));
+                    self.peers[peer].out = OutState::Ready(qpn);
+                    let pending: Vec<SendWr> = self.peers[peer].pending.drain(..).collect();
+                    for wr in pending {
+                        self.post(ctx, s, qpn, wr);
+                    }
+                }
+                Err(why) => {
+                    let why = format!("connection set-up failed: {why}");
+                    if let Some(l) = self.links.get_mut(&qpn) {
+                        l.dead = Some(why.clone());
+                    }
+                    self.fail_peer(ctx, s, peer, why);
+                }
+            }
+        });
+    }
+
+    fn fail_peer(&mut self, ctx: &mut Context, s: &mut Sinks<'_>, peer: usize, why: String) {
+        self.peers[peer].out = OutState::Failed(why.clone());
+        let pending: Vec<SendWr> = self.peers[peer].pending.drain(..).collect();
+        let who = self.peers[peer].addr;
+        for wr in pending {
+            if let Some(op) = self.ops.remove(&wr.wr_id) {
+                self.finish_op(
+                    ctx,
+                    s,
+                    op,
+                    Some((flags::EHOSTUNREACH, format!("peer {who}: {why}"))),
+                );
+            }
+        }
+    }
+
+    /// A peer's connection manager asks for a connection toward this
+    /// endpoint: a QP in RTS toward its QP, and this side's answer.
+    pub(crate) fn accept(
+        &mut self,
+        s: &mut Sinks<'_>,
+        hello: &metaroce_cm::Hello<ConnParams>,
+    ) -> Result<CmEndpoint, String> {
+        let src: EpAddr = hello.params.src.parse()?;
+        if hello.endpoint.qpns.len() != 1 {
+            return Err(format!(
+                "{} QPs offered, expected 1",
+                hello.endpoint.qpns.len()
+            ));
+        }
+        if hello.endpoint.auth != "none" {
+            return Err(format!(
+                "packet protection {:?} is not what this endpoint runs (none)",
+                hello.endpoint.auth
+            ));
+        }
+        let peer = self.peer_index(src);
+        let dev = self.dev.clone();
+        dev.with(|ctx, _| {
+            let qpn = self.new_link(ctx, s, peer).map_err(verbs_err)?;
+            let dest = SocketAddr::new(IpAddr::V4(src.ip), hello.endpoint.device_port);
+            let qp = self.links[&qpn].qp;
+            if let Err(e) = Self::to_rts(ctx, qp, dest, &hello.endpoint) {
+                let _ = ctx.destroy_qp(qp);
+                self.links.remove(&qpn);
+                return Err(verbs_err(e));
+            }
+            if let Some(l) = self.links.get_mut(&qpn) {
+                l.remote = Some(dest);
+            }
+            self.counters.connections_in += 1;
+            log::debug(&format!("accepted peer {src} (QP {qpn:#x})"));
+            Ok(self.cm_endpoint(ctx, qpn))
+        })
+    }
+
+    // ------------------------------------------------------------ requests
+
+    /// `fi_send` and friends.
+    pub(crate) fn send(
+        &mut self,
+        s: &mut Sinks<'_>,
+        r: SendReq,
+    ) -> Result<Option<ConnectJob>, i32> {
+        let peer = self.resolve_dest(s, r.dest)?;
+        let len = r.iov.len();
+        if len as u64 > u64::from(u32::MAX >> 1) {
+            return Err(flags::EMSGSIZE);
+        }
+        let id = self.op_id();
+        let mut h = Header::new(Kind::Eager);
+        if r.tagged {
+            h.flags |= FLAG_TAGGED;
+        }
+        if let Some(d) = r.data {
+            h.flags |= FLAG_CQ_DATA;
+            h.data = d;
+        }
+        h.tag = r.tag;
+        h.len = len as u64;
+        h.id = id;
+        h.seq = self.peers[peer].next_seq;
+        let wanted = self.tx_wanted(r.flags);
+        let cq_flags = flags::SEND | if r.tagged { flags::TAGGED } else { flags::MSG };
+        let eager = len <= self.cfg.eager_limit;
+        let dev = self.dev.clone();
+        let job = dev.with(|ctx, _| -> Result<Option<ConnectJob>, i32> {
+            let (msg, staging) = if eager {
+                let mut m = Vec::with_capacity(HEADER_BYTES + len);
+                h.write(&mut m);
+                r.iov.gather_into(&mut m);
+                self.counters.eager_sent += 1;
+                (m, None)
+            } else {
+                let mr = self.staging.get(ctx, self.pd, len).map_err(|e| {
+                    log::warn(&format!("rendezvous staging of {len} bytes: {e}"));
+                    flags::ENOMEM
+                })?;
+                r.iov.gather_to_slice(&mut ctx.mr_bytes_mut(&mr)[..len]);
+                h.kind = Kind::Rts;
+                h.addr = mr.addr;
+                h.key = mr.rkey;
+                let mut m = Vec::with_capacity(HEADER_BYTES);
+                h.write(&mut m);
+                self.counters.rndv_sent += 1;
+                (m, Some(mr))
+            };
+            self.peers[peer].next_seq = self.peers[peer].next_seq.wrapping_add(1);
+            let qpn = match self.peers[peer].out {
+                OutState::Ready(q) | OutState::Connecting(q) => q,
+                _ => 0,
+            };
+            self.ops.insert(
+                id,
+                Op::Send {
+                    context: r.context,
+                    flags: cq_flags,
+                    len,
+                    tag: r.tag,
+                    wanted,
+                    qpn,
+                    staging,
+                },
+            );
+            let wr = SendWr::inline(id, WrOp::Send, msg);
+            let job = self.request(ctx, s, peer, wr);
+            self.fix_op_qpn(peer, id);
+            Ok(job)
+        })?;
+        Ok(job)
+    }
+
+    /// A request's op learns the QP it went on once the connection exists.
+    fn fix_op_qpn(&mut self, peer: usize, id: u64) {
+        let (OutState::Ready(q) | OutState::Connecting(q)) = self.peers[peer].out else {
+            return;
+        };
+        #[allow(clippy::single_match)]
+        match self.ops.get_mut(&id) {
+            Some(Op::Send { qpn, .. } | Op::RmaWrite { qpn, .. } | Op::RmaRead { qpn, .. }) => {
+                *qpn = q
+            }
+            _ => {}
+        }
+    }
+
+    /// `fi_recv` / `fi_trecv` (without peek or claim).
+    pub(crate) fn recv(&mut self, s: &mut Sinks<'_>, r: RecvReq) -> Result<(), i32> {
+        let recv = PostedRecv {
+            iov: r.iov,
+            context: r.context,
+            flags: r.flags,
+            tagged: r.tagged,
+        };
+        let q = if r.tagged {
+            &mut self.tagged
+        } else {
+            &mut self.msg
+        };
+        match q.take_unexpected(&r.filter) {
+            Some((src, _tag, u)) => {
+                let dev = self.dev.clone();
+                dev.with(|ctx, _| self.consume(ctx, s, recv, src, u));
+            }
+            None => q.post(r.filter, recv),
+        }
+        Ok(())
+    }
+
+    /// `FI_PEEK` (with `FI_CLAIM` or `FI_DISCARD`): look for a message
+    /// that arrived unexpected.
+    pub(crate) fn peek(&mut self, s: &mut Sinks<'_>, r: RecvReq) -> Result<(), i32> {
+        let q = if r.tagged {
+            &mut self.tagged
+        } else {
+            &mut self.msg
+        };
+        let found = q.peek_unexpected(&r.filter).map(|(src, _, u)| (*src, u.h));
+        let f = flags::RECV | if r.tagged { flags::TAGGED } else { flags::MSG };
+        let Some((src, h)) = found else {
+            let entry = CqEntry {
+                op_context: r.context,
+                flags: f,
+                src: flags::ADDR_NOTAVAIL,
+                ..CqEntry::default()
+            };
+            // A failed peek is a normal outcome, not worth a warning.
+            if let Some(q) = self.rx_cq.and_then(|b| s.cqs.get_mut(b.cq)) {
+                q.push_err(CqError {
+                    entry,
+                    olen: 0,
+                    err: flags::ENOMSG,
+                    text: "no unexpected message matches the peek".into(),
+                });
+            }
+            return Ok(());
+        };
+        if r.flags & (flags::CLAIM | flags::DISCARD) != 0 {
+            let q = if r.tagged {
+                &mut self.tagged
+            } else {
+                &mut self.msg
+            };
+            let (src, _, u) = q.take_unexpected(&r.filter).expect("peeked above");
+            if r.flags & flags::DISCARD != 0 {
+                let dev = self.dev.clone();
+                dev.with(|ctx, _| self.discard(ctx, s, u));
+            } else {
+                self.claimed.insert(r.context, (src, u));
+            }
+        }
+        let mut cf = f;
+        if h.has(FLAG_CQ_DATA) {
+            cf |= flags::REMOTE_CQ_DATA;
+        }
+        let entry = CqEntry {
+            op_context: r.context,
+            flags: cf,
+            len: h.len as usize,
+            buf: 0,
+            data: if h.has(FLAG_CQ_DATA) { h.data } else { 0 },
+            tag: h.tag,
+            src,
+        };
+        if let Some(q) = self.rx_cq.and_then(|b| s.cqs.get_mut(b.cq)) {
+            q.push(entry);
+        }
+        Ok(())
+    }
+
+    /// `FI_CLAIM` receive: take the message an earlier peek claimed for
+    /// this context (`FI_DISCARD`: drop it).
+    pub(crate) fn claim(&mut self, s: &mut Sinks<'_>, r: RecvReq) -> Result<(), i32> {
+        let (src, u) = self.claimed.remove(&r.context).ok_or(flags::EINVAL)?;
+        let recv = PostedRecv {
+            iov: r.iov,
+            context: r.context,
+            flags: r.flags,
+            tagged: r.tagged,
+        };
+        let dev = self.dev.clone();
+        dev.with(|ctx, _| {
+            if r.flags & flags::DISCARD != 0 {
+                let h = u.h;
+                self.discard(ctx, s, u);
+                self.complete_recv(s, recv, src, &h, 0, None);
+            } else {
+                self.consume(ctx, s, recv, src, u);
+            }
+        });
+        Ok(())
+    }
+
+    /// Drop an unexpected message; a rendezvous sender is told (FIN) so
+    /// its send completes.
+    fn discard(&mut self, ctx: &mut Context, s: &mut Sinks<'_>, u: Unexpected) {
+        if u.h.kind == Kind::Rts {
+            self.send_fin(ctx, s, u.link, u.h.id, 0);
+        }
+    }
+
+    fn send_fin(&mut self, ctx: &mut Context, s: &mut Sinks<'_>, qpn: u32, id: u64, status: u16) {
+        let mut fin = Header::new(Kind::Fin);
+        fin.id = id;
+        fin.status = status;
+        self.control(ctx, s, qpn, fin, &[]);
+    }
+
+    fn control(
+        &mut self,
+        ctx: &mut Context,
+        s: &mut Sinks<'_>,
+        qpn: u32,
+        h: Header,
+        payload: &[u8],
+    ) {
+        let id = self.op_id();
+        self.ops.insert(id, Op::Control { qpn });
+        self.post(
+            ctx,
+            s,
+            qpn,
+            SendWr::inline(id, WrOp::Send, h.with_payload(payload)),
+        );
+    }
+
+    /// `fi_cancel`: a posted receive with this context completes with
+    /// `FI_ECANCELED`.
+    pub(crate) fn cancel(&mut self, s: &mut Sinks<'_>, context: usize) -> bool {
+        let found = self
+            .tagged
+            .cancel(|r| r.context == context)
+            .or_else(|| self.msg.cancel(|r| r.context == context));
+        let Some(recv) = found else {
+            return false;
+        };
+        let entry = CqEntry {
+            op_context: context,
+            flags: flags::RECV
+                | if recv.tagged {
+                    flags::TAGGED
+                } else {
+                    flags::MSG
+                },
+            buf: recv.iov.first_addr(),
+            src: flags::ADDR_NOTAVAIL,
+            ..CqEntry::default()
+        };
+        if let Some(q) = self.rx_cq.and_then(|b| s.cqs.get_mut(b.cq)) {
+            q.push_err(CqError {
+                entry,
+                olen: 0,
+                err: flags::ECANCELED,
+                text: "receive canceled".into(),
+            });
+        }
+        true
+    }
+
+    /// A matched message: eager data is copied in, a rendezvous starts its READ.
+    fn consume(
+        &mut self,
+        ctx: &mut Context,
+        s: &mut Sinks<'_>,
+        recv: PostedRecv,
+        src: u64,
+        u: Unexpected,
+    ) {
+        match u.h.kind {
+            Kind::Rts => self.start_read(ctx, s, recv, src, u.link, u.h),
+            _ => {
+                recv.iov.scatter_from(0, &u.body);
+                self.complete_recv(s, recv, src, &u.h, u.body.len(), None);
+            }
+        }
+    }
+
+    fn start_read(
+        &mut self,
+        ctx: &mut Context,
+        s: &mut Sinks<'_>,
+        recv: PostedRecv,
+        src: u64,
+        qpn: u32,
+        h: Header,
+    ) {
+        let Ok(len) = u32::try_from(h.len) else {
+            let text = format!(
+                "{}: rendezvous of {} bytes is too large",
+                self.peer_desc(qpn),
+                h.len
+            );
+            self.send_fin(ctx, s, qpn, h.id, flags::EMSGSIZE as u16);
+            self.complete_recv(s, recv, src, &h, 0, Some((flags::EMSGSIZE, text)));
+            return;
+        };
+        let staging = match self.staging.get(ctx, self.pd, len as usize) {
+            Ok(mr) => mr,
+            Err(e) => {
+                let text = format!(
+                    "{}: staging for a {len}-byte rendezvous: {e}",
+                    self.peer_desc(qpn)
+                );
+                self.send_fin(ctx, s, qpn, h.id, flags::ENOMEM as u16);
+                self.complete_recv(s, recv, src, &h, 0, Some((flags::ENOMEM, text)));
+                return;
+            }
+        };
+        let id = self.op_id();
+        let sge = staging.sge(0, len);
+        self.ops.insert(
+            id,
+            Op::RndvRecv {
+                recv,
+                h,
+                src,
+                qpn,
+                staging,
+            },
+        );
+        let wr = SendWr::new(
+            id,
+            WrOp::Read {
+                remote_addr: h.addr,
+                rkey: h.key,
+            },
+            vec![sge],
+        );
+        self.post(ctx, s, qpn, wr);
+    }
+
+    /// `fi_write` / `fi_writedata` / `fi_inject_write`.
+    pub(crate) fn rma_write(
+        &mut self,
+        s: &mut Sinks<'_>,
+        r: RmaReq,
+    ) -> Result<Option<ConnectJob>, i32> {
+        let peer = self.resolve_dest(s, r.peer)?;
+        let id = self.op_id();
+        let wanted = self.tx_wanted(r.flags);
+        let len = r.iov.len();
+        let mut data = Vec::with_capacity(len);
+        r.iov.gather_into(&mut data);
+        self.ops.insert(
+            id,
+            Op::RmaWrite {
+                context: r.context,
+                flags: flags::RMA | flags::WRITE,
+                len,
+                wanted,
+                qpn: 0,
+            },
+        );
+        let chunk = self.cfg.eager_limit;
+        let dev = self.dev.clone();
+        let job = dev.with(|ctx, _| {
+            let mut job = None;
+            let mut off = 0usize;
+            loop {
+                let n = chunk.min(len - off);
+                let mut h = Header::new(Kind::RmaWrite);
+                h.addr = r.addr.wrapping_add(off as u64);
+                h.key = r.key;
+                h.len = n as u64;
+                h.id = id;
+                let last = off + n == len;
+                if last {
+                    h.flags |= FLAG_LAST;
+                    if let Some(d) = r.data {
+                        h.flags |= FLAG_CQ_DATA;
+                        h.data = d;
+                    }
+                }
+                // Only the last chunk's SEND completion is tied to the op;
+                // the others are plain control sends.
+                let wr_id = if last {
+                    id
+                } else {
+                    let cid = self.op_id();
+                    self.ops.insert(cid, Op::Control { qpn: 0 });
+                    cid
+                };
+                let wr = SendWr::inline(wr_id, WrOp::Send, h.with_payload(&data[off..off + n]));
+                if let Some(j) = self.request(ctx, s, peer, wr) {
+                    job = Some(j);
+                }
+                off += n;
+                if last {
+                    break;
+                }
+            }
+            self.fix_op_qpn(peer, id);
+            job
+        });
+        Ok(job)
+    }
+
+    /// `fi_read`.
+    pub(crate) fn rma_read(
+        &mut self,
+        s: &mut Sinks<'_>,
+        r: RmaReq,
+    ) -> Result<Option<ConnectJob>, i32> {
+        let peer = self.resolve_dest(s, r.peer)?;
+        let id = self.op_id();
+        let wanted = self.tx_wanted(r.flags);
+        let mut h = Header::new(Kind::RmaReadReq);
+        h.addr = r.addr;
+        h.key = r.key;
+        h.len = r.iov.len() as u64;
+        h.id = id;
+        self.ops.insert(
+            id,
+            Op::RmaRead {
+                context: r.context,
+                flags: flags::RMA | flags::READ,
+                iov: r.iov,
+                got: 0,
+                wanted,
+                qpn: 0,
+            },
+        );
+        let dev = self.dev.clone();
+        let job = dev.with(|ctx, _| {
+            // The request's own SEND completion is a control completion:
+            // the op completes when the data is in.
+            let cid = self.op_id();
+            self.ops.insert(cid, Op::Control { qpn: 0 });
+            let job = self.request(
+                ctx,
+                s,
+                peer,
+                SendWr::inline(cid, WrOp::Send, h.with_payload(&[])),
+            );
+            self.fix_op_qpn(peer, id);
+            job
+        });
+        Ok(job)
+    }
+
+    // ------------------------------------------------------------ progress
+
+    /// Take the device's completions and act on them.
+    pub(crate) fn progress(&mut self, s: &mut Sinks<'_>) -> bool {
+        let dev = self.dev.clone();
+        let mut did = false;
+        for _ in 0..8 {
+            let n = match dev.poll_cq(self.vcq, &mut self.wcs) {
+                Ok(n) => n,
+                Err(e) => {
+                    log::warn(&format!("polling the MetaRoCE completion queue: {e}"));
+                    0
+                }
+            };
+            if n == 0 {
+                break;
+            }
+            did = true;
+            let wcs: Vec<WorkCompletion> = self.wcs[..n].to_vec();
+            dev.with(|ctx, _| {
+                for wc in &wcs {
+                    self.on_wc(ctx, s, wc);
+                }
+            });
+        }
+        did
+    }
+
+    fn on_wc(&mut self, ctx: &mut Context, s: &mut Sinks<'_>, wc: &WorkCompletion) {
+        if wc.wr_id & RECV_BIT != 0 {
+            let qpn = ((wc.wr_id >> 20) & 0xffff_ffff) as u32;
+            let slot = (wc.wr_id & 0xf_ffff) as usize;
+            self.on_recv_slot(ctx, s, qpn, slot, wc);
+            return;
+        }
+        if let Some(l) = self.links.get_mut(&wc.qp_num) {
+            l.outstanding = l.outstanding.saturating_sub(1);
+        }
+        let op = self.ops.remove(&wc.wr_id);
+        if wc.status != WcStatus::Success {
+            let (code, why) = wc_error(wc.status);
+            let st = ctx.stats();
+            let text = format!(
+                "{}: {why} ({}); MetaRoCE so far: {} data packets resent, {} RTOs, {} paths retired",
+                self.peer_desc(wc.qp_num),
+                wc.status,
+                st.data_packets_retransmitted,
+                st.rtos,
+                st.paths_replaced
+            );
+            if wc.status != WcStatus::WrFlushErr {
+                self.fail_link(ctx, s, wc.qp_num, text.clone());
+            }
+            if let Some(op) = op {
+                self.finish_op(ctx, s, op, Some((code, text)));
+            }
+        } else if let Some(op) = op {
+            match op {
+                Op::Send { staging: None, .. } | Op::Control { .. } => {
+                    self.finish_op(ctx, s, op, None)
+                }
+                Op::RndvRecv {
+                    recv,
+                    h,
+                    src,
+                    qpn,
+                    staging,
+                } => {
+                    let n = (h.len as usize).min(staging.length as usize);
+                    recv.iov.scatter_from(0, &ctx.mr_bytes(&staging)[..n]);
+                    self.send_fin(ctx, s, qpn, h.id, 0);
+                    self.staging.put(ctx, staging);
+                    self.complete_recv(s, recv, src, &h, h.len as usize, None);
+                }
+                // Waiting for the peer's FIN / acknowledgement / data.
+                other => {
+                    self.ops.insert(wc.wr_id, other);
+                }
+            }
+        }
+        self.drain_backlog(ctx, s, wc.qp_num);
+    }
+
+    /// A QP failed: everything waiting on it fails with the reason.
+    fn fail_link(&mut self, ctx: &mut Context, s: &mut Sinks<'_>, qpn: u32, why: String) {
+        let Some(link) = self.links.get_mut(&qpn) else {
+            return;
+        };
+        if link.dead.is_some() {
+            return;
+        }
+        link.dead = Some(why.clone());
+        let peer = link.peer;
+        let backlog: Vec<SendWr> = link.backlog.drain(..).collect();
+        if self.peers[peer].out == OutState::Ready(qpn) {
+            self.peers[peer].out = OutState::Failed(why.clone());
+        }
+        let mut ids: Vec<u64> = backlog.iter().map(|w| w.wr_id).collect();
+        ids.extend(
+            self.ops
+                .iter()
+                .filter(|(_, op)| op.qpn() == qpn && !matches!(op, Op::Control { .. }))
+                .map(|(id, _)| *id),
+        );
+        for id in ids {
+            if let Some(op) = self.ops.remove(&id) {
+                self.finish_op(ctx, s, op, Some((flags::EHOSTUNREACH, why.clone())));
+            }
+        }
+    }
+
+    fn on_recv_slot(
+        &mut self,
+        ctx: &mut Context,
+        s: &mut Sinks<'_>,
+        qpn: u32,
+        slot: usize,
+        wc: &WorkCompletion,
+    ) {
+        let slot_bytes = self.slot_bytes();
+        let Some(link) = self.links.get(&qpn) else {
+            return;
+        };
+        if wc.status != WcStatus::Success {
+            return;
+        }
+        let start = slot * slot_bytes;
+        let n = (wc.byte_len as usize).min(slot_bytes);
+        let bytes = ctx.mr_bytes(&link.slab);
+        let mut msg = std::mem::take(&mut self.scratch);
+        msg.clear();
+        if let Some(b) = bytes.get(start..start + n) {
+            msg.extend_from_slice(b);
+        }
+        let wr = RecvWr {
+            wr_id: wc.wr_id,
+            sg_list: vec![link.slab.sge(start as u64, slot_bytes as u32)],
+        };
+        if let Err((_, e)) = ctx.post_recv(link.qp, &[wr]) {
+            log::warn(&format!(
+                "{}: reposting a receive slot: {e}",
+                self.peer_desc(qpn)
+            ));
+        }
+        self.on_message(ctx, s, qpn, &msg);
+        self.scratch = msg;
+    }
+
+    fn on_message(&mut self, ctx: &mut Context, s: &mut Sinks<'_>, qpn: u32, msg: &[u8]) {
+        let (h, payload) = match Header::parse(msg) {
+            Ok(x) => x,
+            Err(e) => {
+                self.counters.malformed += 1;
+                log::warn(&format!(
+                    "{}: dropped a malformed message: {e}",
+                    self.peer_desc(qpn)
+                ));
+                return;
+            }
+        };
+        match h.kind {
+            Kind::Eager | Kind::Rts => self.on_ordered(ctx, s, qpn, h, payload),
+            Kind::Fin => {
+                if let Some(op @ Op::Send { .. }) = self.ops.remove(&h.id) {
+                    let err = (h.status != 0).then(|| {
+                        (
+                            i32::from(h.status),
+                            format!(
+                                "{}: the receiver refused the rendezvous (error {})",
+                                self.peer_desc(qpn),
+                                h.status
+                            ),
+                        )
+                    });
+                    self.finish_op(ctx, s, op, err);
+                }
+            }
+            Kind::RmaWrite => self.on_rma_write(ctx, s, qpn, h, payload),
+            Kind::RmaWriteAck => {
+                if let Some(op @ Op::RmaWrite { .. }) = self.ops.remove(&h.id) {
+                    let err = (h.status != 0).then(|| {
+                        (
+                            i32::from(h.status),
+                            format!(
+                                "{}: RMA write refused by the target (error {})",
+                                self.peer_desc(qpn),
+                                h.status
+                            ),
+                        )
+                    });
+                    self.finish_op(ctx, s, op, err);
+                }
+            }
+            Kind::RmaReadReq => self.on_rma_read_req(ctx, s, qpn, h),
+            Kind::RmaReadResp => self.on_rma_read_resp(ctx, s, qpn, h, payload),
+        }
+    }
+
+    fn on_ordered(
+        &mut self,
+        ctx: &mut Context,
+        s: &mut Sinks<'_>,
+        qpn: u32,
+        h: Header,
+        payload: &[u8],
+    ) {
+        let Some(link) = self.links.get_mut(&qpn) else {
+            return;
+        };
+        if h.seq != link.expect_seq {
+            if (h.seq.wrapping_sub(link.expect_seq) as i32) > 0 {
+                link.reorder.insert(h.seq, (h, payload.to_vec()));
+            }
+            return;
+        }
+        link.expect_seq = link.expect_seq.wrapping_add(1);
+        self.deliver(ctx, s, qpn, h, payload);
+        loop {
+            let Some(link) = self.links.get_mut(&qpn) else {
+                return;
+            };
+            let Some((h, p)) = link.reorder.remove(&link.expect_seq) else {
+                return;
+            };
+            link.expect_seq = link.expect_seq.wrapping_add(1);
+            self.deliver(ctx, s, qpn, h, &p);
+        }
+    }
+
+    fn deliver(
+        &mut self,
+        ctx: &mut Context,
+        s: &mut Sinks<'_>,
+        qpn: u32,
+        h: Header,
+        payload: &[u8],
+    ) {
+        let peer = self.links[&qpn].peer;
+        let src = self.source_of(s, peer);
+        let tagged = h.has(FLAG_TAGGED);
+        log::debug(&format!(
+            "{}: {:?} seq {} tag {:#x} len {} from fi_addr {src:#x}",
+            self.peer_desc(qpn),
+            h.kind,
+            h.seq,
+            h.tag,
+            h.len
+        ));
+        let q = if tagged {
+            &mut self.tagged
+        } else {
+            &mut self.msg
+        };
+        match q.match_posted(src, h.tag) {
+            Some(recv) => match h.kind {
+                Kind::Rts => self.start_read(ctx, s, recv, src, qpn, h),
+                _ => {
+                    recv.iov.scatter_from(0, payload);
+                    self.complete_recv(s, recv, src, &h, payload.len(), None);
+                }
+            },
+            None => {
+                self.counters.unexpected += 1;
+                q.push_unexpected(
+                    src,
+                    h.tag,
+                    Unexpected {
+                        link: qpn,
+                        h,
+                        body: payload.to_vec(),
+                    },
+                );
+            }
+        }
+    }
+
+    fn on_rma_write(
+        &mut self,
+        ctx: &mut Context,
+        s: &mut Sinks<'_>,
+        qpn: u32,
+        h: Header,
+        payload: &[u8],
+    ) {
+        let res = s
+            .mrs
+            .resolve(h.key, h.addr, payload.len() as u64, flags::REMOTE_WRITE)
+            .and_then(|(region, off)| {
+                region
+                    .write_at(off, payload)
+                    .ok_or(crate::domain::AccessError::OutOfBounds {
+                        key: h.key,
+                        addr: h.addr,
+                        len: h.len,
+                    })
+            });
+        match res {
+            Err(e) => {
+                self.counters.rma_denied += 1;
+                log::warn(&format!("{}: RMA write refused: {e}", self.peer_desc(qpn)));
+                let mut ack = Header::new(Kind::RmaWriteAck);
+                ack.id = h.id;
+                ack.status = flags::EACCES as u16;
+                self.control(ctx, s, qpn, ack, &[]);
+            }
+            Ok(()) if h.has(FLAG_LAST) => {
+                let mut ack = Header::new(Kind::RmaWriteAck);
+                ack.id = h.id;
+                self.control(ctx, s, qpn, ack, &[]);
+                if let Some(c) = self.cntrs.remote_write.and_then(|c| s.cntrs.get_mut(c)) {
+                    c.value += 1;
+                }
+                if h.has(FLAG_CQ_DATA) {
+                    let peer = self.links[&qpn].peer;
+                    let entry = CqEntry {
+                        op_context: 0,
+                        flags: flags::RMA | flags::REMOTE_WRITE | flags::REMOTE_CQ_DATA,
+                        len: 0,
+                        data: h.data,
+                        src: self.source_of(s, peer),
+                        ..CqEntry::default()
+                    };
+                    if let Some(q) = self.rx_cq.and_then(|b| s.cqs.get_mut(b.cq)) {
+                        q.push(entry);
+                    }
+                }
+            }
+            Ok(()) => {}
+        }
+    }
+
+    fn on_rma_read_req(&mut self, ctx: &mut Context, s: &mut Sinks<'_>, qpn: u32, h: Header) {
+        let chunk = self.cfg.eager_limit;
+        match s.mrs.resolve(h.key, h.addr, h.len, flags::REMOTE_READ) {
+            Err(e) => {
+                self.counters.rma_denied += 1;
+                log::warn(&format!("{}: RMA read refused: {e}", self.peer_desc(qpn)));
+                let mut r = Header::new(Kind::RmaReadResp);
+                r.id = h.id;
+                r.status = flags::EACCES as u16;
+                r.flags = FLAG_LAST;
+                self.control(ctx, s, qpn, r, &[]);
+            }
+            Ok((region, off)) => {
+                let total = h.len as usize;
+                let mut done = 0usize;
+                let mut buf = Vec::with_capacity(chunk.min(total));
+                loop {
+                    let n = chunk.min(total - done);
+                    buf.clear();
+                    // In bounds: `resolve` checked the whole range.
+                    let _ = region.read_at(off + done as u64, n, &mut buf);
+                    let mut r = Header::new(Kind::RmaReadResp);
+                    r.id = h.id;
+                    r.addr = done as u64;
+                    r.len = n as u64;
+                    done += n;
+                    if done == total {
+                        r.flags = FLAG_LAST;
+                    }
+                    let payload = std::mem::take(&mut buf);
+                    self.control(ctx, s, qpn, r, &payload);
+                    buf = payload;
+                    if done == total {
+                        break;
+                    }
+                }
+                if let Some(c) = self.cntrs.remote_read.and_then(|c| s.cntrs.get_mut(c)) {
+                    c.value += 1;
+                }
+            }
+        }
+    }
+
+    fn on_rma_read_resp(
+        &mut self,
+        ctx: &mut Context,
+        s: &mut Sinks<'_>,
+        qpn: u32,
+        h: Header,
+        payload: &[u8],
+    ) {
+        let Some(Op::RmaRead { iov, got, .. }) = self.ops.get_mut(&h.id) else {
+            return;
+        };
+        if h.status == 0
+            && let Ok(off) = usize::try_from(h.addr)
+        {
+            *got += iov.scatter_from(off, payload);
+        }
+        if h.has(FLAG_LAST) || h.status != 0 {
+            let op = self.ops.remove(&h.id).expect("looked up above");
+            let err = (h.status != 0).then(|| {
+                (
+                    i32::from(h.status),
+                    format!(
+                        "{}: RMA read refused by the target (error {})",
+                        self.peer_desc(qpn),
+                        h.status
+                    ),
+                )
+            });
+            self.finish_op(ctx, s, op, err);
+        }
+    }
+
+    /// Counters for the close-time report.
+    pub(crate) fn summary(&self) -> String {
+        let st = self.dev.stats();
+        let e = st.endpoint;
+        let c = self.counters;
+        format!(
+            "endpoint {}: MetaRoCE data packets sent {}, resent {}, lost {}, RTOs {}, tail probes {}, paths retired {}, \
+             ACKs sent {}, received datagrams {} (duplicates {}, unknown QP {}, stale path {}, out of window {}), progress gaps over 200 us {}, \
+             ECN-marked {}, impairment drops {}; provider: eager {}, rendezvous {}, unexpected {}, malformed {}, \
+             RMA refused {}, connections out {} / in {}; unmatched at close: {} receives, {} unexpected",
+            self.name,
+            e.data_packets_sent,
+            e.data_packets_retransmitted,
+            e.data_packets_lost,
+            e.rtos,
+            e.tail_probes,
+            e.paths_replaced,
+            e.ack_packets_sent,
+            e.rx_datagrams,
+            e.rx_duplicates,
+            e.rx_unknown_qp,
+            e.rx_stale_path,
+            e.rx_out_of_window,
+            st.io.progress_gaps_over_200us,
+            st.io.rx_queue_ce_marks,
+            st.io.impair_dropped,
+            c.eager_sent,
+            c.rndv_sent,
+            c.unexpected,
+            c.malformed,
+            c.rma_denied,
+            c.connections_out,
+            c.connections_in,
+            self.msg.posted_len() + self.tagged.posted_len(),
+            self.msg.unexpected_len() + self.tagged.unexpected_len(),
+        )
+    }
+}

@@ -1,0 +1,321 @@
+//! The provider under libfabric's own tools and Open MPI, as a user runs
+//! them: `fi_info`, `fi_pingpong` (two processes, message and tagged, every
+//! size, data check on), and an MPI test program on 2, 3 and 4 ranks, also
+//! with 5 % receive loss.
+//!
+//! Needs Debian's `libfabric-bin`, `openmpi-bin` and `libopenmpi-dev`; each
+//! test skips with a message when its tool is missing, unless
+//! `METAROCE_REQUIRE_FI=1` (as in CI) makes that a failure.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// The tests start processes that bind ports and spin: one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn required() -> bool {
+    std::env::var("METAROCE_REQUIRE_FI").is_ok_and(|v| v == "1")
+}
+
+fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Whether the tools are there; a skip message (or a failure in CI) if not.
+fn tools(names: &[&str]) -> bool {
+    let missing: Vec<&str> = names.iter().copied().filter(|t| !have(t)).collect();
+    if missing.is_empty() {
+        return true;
+    }
+    let msg = format!(
+        "skipping: {} not installed (Debian: apt-get install libfabric-bin openmpi-bin libopenmpi-dev)",
+        missing.join(", ")
+    );
+    assert!(!required(), "METAROCE_REQUIRE_FI=1 but {msg}");
+    eprintln!("{msg}");
+    false
+}
+
+/// The directory holding `libmetaroce_fi.so` (the cdylib cargo built
+/// next to this test's binary).
+fn provider_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let deps = exe.parent().expect("deps dir");
+    for dir in [deps.parent().expect("profile dir"), deps] {
+        if dir.join("libmetaroce_fi.so").exists() {
+            return dir.to_path_buf();
+        }
+    }
+    panic!(
+        "libmetaroce_fi.so not found next to {}; build it with cargo build -p metaroce-fi",
+        exe.display()
+    );
+}
+
+fn run(cmd: &mut Command, timeout: Duration) -> Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+    let start = std::time::Instant::now();
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            return child.wait_with_output().expect("output");
+        }
+        if start.elapsed() > timeout {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!(
+                "{cmd:?} did not finish in {timeout:?}\nstdout:\n{}\nstderr:\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn fi(cmd: &str) -> Command {
+    let mut c = Command::new(cmd);
+    c.env("FI_PROVIDER_PATH", provider_dir())
+        .env("FI_LOG_LEVEL", "warn");
+    c
+}
+
+#[test]
+fn fi_info_lists_the_provider_its_caps_and_tunables() {
+    let _g = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !tools(&["fi_info"]) {
+        return;
+    }
+    let o = run(
+        fi("fi_info").args(["-p", "metaroce", "-v"]),
+        Duration::from_secs(30),
+    );
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    let short = text(&run(
+        fi("fi_info").args(["-p", "metaroce"]),
+        Duration::from_secs(30),
+    ));
+    assert!(
+        short.contains("provider: metaroce") && short.contains("FI_EP_RDM"),
+        "{short}"
+    );
+    for want in [
+        "prov_name: metaroce",
+        "FI_EP_RDM",
+        "FI_MSG",
+        "FI_TAGGED",
+        "FI_RMA",
+        "FI_REMOTE_READ",
+        "FI_REMOTE_WRITE",
+        "FI_REMOTE_CQ_DATA",
+        "FI_DIRECTED_RECV",
+        "FI_SOURCE",
+        "FI_ORDER_SAS",
+        "FI_THREAD_SAFE",
+        "FI_RM_ENABLED",
+    ] {
+        assert!(t.contains(want), "fi_info lacks {want}:\n{t}");
+    }
+    let o = run(fi("fi_info").arg("-e"), Duration::from_secs(30));
+    let t = text(&o);
+    for want in [
+        "FI_METAROCE_EAGER_LIMIT",
+        "FI_METAROCE_IMPAIR",
+        "FI_METAROCE_BIND_IP",
+        "FI_METAROCE_STATS",
+    ] {
+        assert!(t.contains(want), "fi_info -e lacks {want}");
+    }
+    // Hints it cannot meet: a warning that says why.
+    let o = run(
+        fi("fi_info").args(["-p", "metaroce", "-c", "FI_ATOMIC"]),
+        Duration::from_secs(30),
+    );
+    let t = text(&o);
+    assert!(
+        t.contains("metaroce cannot satisfy the hints") && t.contains("FI_ATOMIC"),
+        "no reason logged for refused hints:\n{t}"
+    );
+}
+
+fn pingpong(mode: &str) {
+    let server = fi("fi_pingpong")
+        .args([
+            "-p", "metaroce", "-e", "rdm", "-m", mode, "-S", "all", "-I", "10", "-c", "-B", "47611",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start fi_pingpong server");
+    std::thread::sleep(Duration::from_millis(500));
+    let client = run(
+        fi("fi_pingpong").args([
+            "-p",
+            "metaroce",
+            "-e",
+            "rdm",
+            "-m",
+            mode,
+            "-S",
+            "all",
+            "-I",
+            "10",
+            "-c",
+            "-P",
+            "47611",
+            "127.0.0.1",
+        ]),
+        Duration::from_secs(240),
+    );
+    let server = server.wait_with_output().expect("server output");
+    let (c, s) = (text(&client), text(&server));
+    assert!(client.status.success(), "client failed:\n{c}\nserver:\n{s}");
+    assert!(server.status.success(), "server failed:\n{s}");
+    // Every size up to 6 MiB (fi_pingpong's largest), each with all 10 iterations acknowledged.
+    for size in [
+        "0 ", "1 ", "3 ", "1k ", "1.5k ", "16k ", "24k ", "64k ", "1m ", "6m ",
+    ] {
+        let line = c
+            .lines()
+            .find(|l| l.starts_with(size))
+            .unwrap_or_else(|| panic!("no result for size {size:?}:\n{c}"));
+        assert!(line.contains("=10"), "size {size}: {line}");
+    }
+}
+
+#[test]
+fn fi_pingpong_msg_every_size_with_data_check() {
+    let _g = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if tools(&["fi_pingpong"]) {
+        pingpong("msg");
+    }
+}
+
+#[test]
+fn fi_pingpong_tagged_every_size_with_data_check() {
+    let _g = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if tools(&["fi_pingpong"]) {
+        pingpong("tagged");
+    }
+}
+
+fn mpi_program() -> PathBuf {
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mpi_check");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mpi/mpi_check.c");
+    let o = run(
+        Command::new("mpicc")
+            .args(["-O2", "-o"])
+            .arg(&out)
+            .arg(&src),
+        Duration::from_secs(120),
+    );
+    assert!(o.status.success(), "mpicc failed:\n{}", text(&o));
+    out
+}
+
+fn mpirun(ranks: u32, prog: &Path, extra_env: &[(&str, &str)]) -> String {
+    let mut c = fi("mpirun");
+    c.args([
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "-np",
+        &ranks.to_string(),
+    ])
+    .args(["--mca", "pml", "cm", "--mca", "mtl", "ofi"])
+    .args(["--mca", "mtl_ofi_provider_include", "metaroce"])
+    .args([
+        "--mca",
+        "btl",
+        "self,vader,tcp",
+        "--mca",
+        "mtl_base_verbose",
+        "100",
+    ])
+    .args(["-x", "FI_PROVIDER_PATH", "-x", "FI_LOG_LEVEL"]);
+    for (k, v) in extra_env {
+        c.env(k, v).args(["-x", k]);
+    }
+    let o = run(c.arg(prog), Duration::from_secs(300));
+    let t = text(&o);
+    assert!(o.status.success(), "mpirun -np {ranks} failed:\n{t}");
+    assert!(
+        t.contains(&format!("mpi_check ({ranks} ranks):")) && t.contains(" passed, 0 failed"),
+        "no pass line:\n{t}"
+    );
+    assert!(
+        t.contains("mtl:ofi:provider: metaroce"),
+        "the MTL did not pick metaroce:\n{t}"
+    );
+    t
+}
+
+#[test]
+fn open_mpi_on_2_3_4_ranks() {
+    let _g = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !tools(&["mpicc", "mpirun"]) {
+        return;
+    }
+    let prog = mpi_program();
+    for ranks in [2, 3, 4] {
+        mpirun(ranks, &prog, &[]);
+    }
+}
+
+#[test]
+fn open_mpi_with_five_percent_receive_loss() {
+    let _g = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !tools(&["mpicc", "mpirun"]) {
+        return;
+    }
+    let prog = mpi_program();
+    let t = mpirun(
+        2,
+        &prog,
+        &[
+            ("FI_METAROCE_IMPAIR", "loss=0.05,seed=7"),
+            ("FI_METAROCE_STATS", "1"),
+        ],
+    );
+    let resent: Vec<u64> = t
+        .lines()
+        .filter(|l| l.contains("metaroce: endpoint"))
+        .filter_map(|l| {
+            let (_, rest) = l.split_once(", resent ")?;
+            rest.split(',').next()?.trim().parse().ok()
+        })
+        .collect();
+    assert_eq!(resent.len(), 2, "expected both ranks' counters:\n{t}");
+    assert!(
+        resent.iter().all(|&r| r > 0),
+        "no resends under 5 % loss: {resent:?}"
+    );
+    assert!(t.contains("impairment drops"), "{t}");
+}

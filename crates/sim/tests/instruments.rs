@@ -1,0 +1,189 @@
+//! The instruments the AI-scale claims are measured with: placement,
+//! tunables, per-link series, losses split by kind, end-to-end loss,
+//! failure quiesce times, incast settling, fairness and per-workload
+//! transport counters.
+
+use metaroce_sim::{Scenario, run_scenario};
+
+const FT16: &str = "name = \"t\"\nend_us = 20000\n[topology]\nkind = \"fat_tree\"\nhosts = 16\nk = 4\nlink_gbps = 100\n";
+
+fn run(text: &str) -> metaroce_sim::Outcome {
+    let s = Scenario::parse(text, "t.toml").expect("valid scenario");
+    run_scenario(&s, None, &mut |_, _, _, _| {}).expect("runs")
+}
+
+fn parse_err(text: &str) -> String {
+    Scenario::parse(text, "t.toml").unwrap_err().to_string()
+}
+
+#[test]
+fn workloads_run_on_the_hosts_they_name() {
+    let o = run(&format!(
+        "{FT16}[[workload]]\nkind = \"permutation\"\nbytes = 100000\nhosts = \"8-15\"\nname = \"upper half\"\n"
+    ));
+    let csv = o.flows_csv;
+    let mut rows = 0;
+    for line in csv.lines().skip(1) {
+        let cols: Vec<&str> = line.split(',').collect();
+        let (src, dst): (u32, u32) = (cols[1].parse().unwrap(), cols[2].parse().unwrap());
+        assert!((8..16).contains(&src) && (8..16).contains(&dst), "{line}");
+        assert!(line.contains("upper half"), "group column: {line}");
+        rows += 1;
+    }
+    assert_eq!(rows, 8);
+    assert_eq!(o.results.collectives[0].name, "upper half");
+}
+
+#[test]
+fn impossible_placements_name_key_and_line() {
+    let e = parse_err(&format!(
+        "{FT16}[[workload]]\nkind = \"all_to_all\"\nbytes = 1\n\n[[workload]]\nkind = \"ring_allreduce\"\nbytes = 1000\nranks = 17\n"
+    ));
+    assert_eq!(
+        e,
+        "t.toml:15: workload.ranks: 17 ranks, but the workload has 16 hosts"
+    );
+    let e = parse_err(&format!(
+        "{FT16}[[workload]]\nkind = \"incast\"\nbytes = 1\nreceiver = 3\nhosts = \"0-7\"\nsenders = 8\n"
+    ));
+    assert_eq!(
+        e,
+        "t.toml:13: workload.senders: 8 senders, but only 7 hosts besides the receiver"
+    );
+    let e = parse_err(&format!(
+        "{FT16}[[workload]]\nkind = \"permutation\"\nbytes = 1\nhosts = [1, \"20-30\"]\n"
+    ));
+    assert!(
+        e.starts_with("t.toml:11: workload.hosts: '20-30': host 30 is beyond"),
+        "{e}"
+    );
+}
+
+#[test]
+fn ring_order_and_step_trigger_follow_the_scenario() {
+    let text = |extra: &str| {
+        format!("{FT16}[[workload]]\nkind = \"ring_allreduce\"\nbytes = 1600000\n{extra}")
+    };
+    let rank = run(&text(""));
+    let random = run(&text("order = \"random\"\n"));
+    let first_pairs = |o: &metaroce_sim::Outcome| -> Vec<String> {
+        o.flows_csv
+            .lines()
+            .skip(1)
+            .take(3)
+            .map(|l| l.split(',').skip(1).take(2).collect::<Vec<_>>().join(">"))
+            .collect()
+    };
+    assert_eq!(first_pairs(&rank), ["0>1", "1>2", "2>3"]);
+    assert_ne!(first_pairs(&random), first_pairs(&rank));
+    // Chaining on acknowledged sends waits longer per step than on data.
+    let sent = run(&text("step_trigger = \"sent\"\n"));
+    assert!(sent.results.collectives[0].time_us > rank.results.collectives[0].time_us);
+}
+
+#[test]
+fn transport_knobs_take_effect_and_bad_ones_are_refused() {
+    let base = format!("{FT16}[[workload]]\nkind = \"permutation\"\nbytes = 200000\n");
+    let every = run(&base.replace(
+        "[[workload]]",
+        "[transport]\nack_every_packets = 1\n[[workload]]",
+    ));
+    let default = run(&base);
+    assert!(every.results.transport_stats.acks > default.results.transport_stats.acks);
+    let e = parse_err(&base.replace(
+        "[[workload]]",
+        "[transport]\nack_every_packets = 0\n[[workload]]",
+    ));
+    assert_eq!(
+        e,
+        "t.toml:9: transport.ack_every_packets: must be in 1..=255, not 0"
+    );
+    let e = parse_err(&base.replace(
+        "[[workload]]",
+        "[transport]\ndcqcn_g = \"fast\"\n[[workload]]",
+    ));
+    assert_eq!(e, "t.toml:9: transport.dcqcn_g: must be a number");
+}
+
+#[test]
+fn monitored_links_have_series_that_add_up() {
+    let o = run(&format!(
+        "{FT16}[[monitor]]\nlink = [\"tor0\", \"agg0\"]\n[[workload]]\nkind = \"permutation\"\nbytes = 500000\n"
+    ));
+    let names: Vec<&str> = o.series.links.iter().map(|l| l.name.as_str()).collect();
+    assert!(
+        names.contains(&"tor0->agg0") && names.contains(&"agg0->tor0"),
+        "{names:?}"
+    );
+    let up = o
+        .series
+        .links
+        .iter()
+        .find(|l| l.name == "tor0->agg0")
+        .unwrap();
+    assert!(
+        up.util.iter().all(|&u| (0.0..=1.0001).contains(&u)),
+        "utilisation within the link"
+    );
+    assert!(up.util.iter().any(|&u| u > 0.1), "the link carried traffic");
+}
+
+#[test]
+fn end_to_end_loss_is_per_packet_whatever_the_route_and_split_by_kind() {
+    let o = run(&format!(
+        "{FT16}[switch]\nloss_e2e = 0.05\n[[workload]]\nkind = \"permutation\"\nbytes = 2000000\n"
+    ));
+    let f = &o.results.fabric;
+    let sent = f.nic_packets as f64;
+    let lost = (f.data_lost + f.acks_lost) as f64;
+    assert!(
+        (lost / sent - 0.05).abs() < 0.01,
+        "lost {:.3} of packets",
+        lost / sent
+    );
+    assert!(f.data_lost > 0 && f.acks_lost > 0);
+    assert_eq!(f.e2e_losses, f.data_lost + f.acks_lost);
+    assert_eq!(f.wire_losses, 0);
+}
+
+#[test]
+fn failures_report_how_long_traffic_kept_running_into_them() {
+    let text = |reconverge: &str| {
+        format!(
+            "{FT16}[switch]\n{reconverge}\n[[failure]]\nat_us = 20\nlink = [\"core0\", \"agg2\"]\n[[workload]]\nkind = \"permutation\"\nbytes = 2000000\n"
+        )
+    };
+    let slow = run(&text(""));
+    let fast = run(&text("reconverge_us = 5"));
+    for o in [&slow, &fast] {
+        let f = &o.results.failures;
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].part, "link core0-agg2");
+        assert!(f[0].data_lost > 0);
+    }
+    assert!(fast.results.failures[0].data_lost < slow.results.failures[0].data_lost);
+}
+
+#[test]
+fn incasts_report_settling_fairness_and_their_own_counters() {
+    let o = run(&format!(
+        "{FT16}[switch]\nbuffer_bytes = 200000\necn_kmin_bytes = 20000\necn_kmax_bytes = 80000\n\
+         [[workload]]\nkind = \"incast\"\nbytes = 500000\nreceiver = 0\nsenders = 8\n\
+         [[workload]]\nkind = \"permutation\"\nbytes = 100000\nhosts = \"9-15\"\n"
+    ));
+    let inc = &o.results.collectives[0];
+    let settle = inc.settle_us.expect("the incast settles");
+    assert!(settle >= 0.0 && settle < inc.time_us);
+    assert!(inc.jain > 0.8 && inc.jain <= 1.0, "jain {}", inc.jain);
+    assert!(
+        o.series
+            .links
+            .iter()
+            .any(|l| l.name.starts_with("incast-0-into-host0"))
+    );
+    let perm = &o.results.collectives[1];
+    assert_eq!(perm.settle_us, None);
+    // Counters are per workload: the permutation's hosts only talk to each other.
+    let total = o.results.transport_stats.retransmissions;
+    assert_eq!(inc.retransmissions + perm.retransmissions, total);
+}
