@@ -10,7 +10,7 @@ use crate::rig::{
 use crate::verify::{first_diff, pattern};
 use crate::{
     AddrLine, AuthOpts, BwFigures, Figures, LatFigures, LocalOpts, Measure, Params, PerfError,
-    Session, Test,
+    Progress, Session, Test,
 };
 use metaroce_cm::{self as cm, Confirm, Endpoint, KeyConfirmation, MsgType, RemoteBuf, Role};
 use metaroce_udp::now_ns;
@@ -67,7 +67,7 @@ pub fn run_client_with(
         Test::WriteBw | Test::SendBw | Test::WriteLat | Test::SendLat
     )
     .then_some(p.pattern_seed);
-    let rig = rig(my_ip, p, local, buf_len, fill)?;
+    let rig = rig(my_ip, peer_ip, p, local, buf_len, fill)?;
     let hello = Hello {
         test: test.name().into(),
         params: p.clone(),
@@ -81,8 +81,9 @@ pub fn run_client_with(
     }
     connect(&rig, peer_ip, &peer)?;
     let remote = peer.buf;
-    let (figures, completed) = if test.is_lat() {
-        client_lat(test, &rig, p, &local.measure, remote)?
+    let (figures, completed, progress) = if test.is_lat() {
+        let (f, c) = client_lat(test, &rig, p, &local.measure, remote)?;
+        (f, c, Progress::default())
     } else {
         client_bw(test, &rig, p, &local.measure, remote, slots, on_interval)?
     };
@@ -128,6 +129,12 @@ pub fn run_client_with(
         vaddr: remote.addr,
     };
     let stats = rig.dev.stats();
+    let mtu = rig.mtu.min(peer.mtu);
+    let icrc_omitted = crate::rig::icrc_omitted(&rig, &peer);
+    let path = rig
+        .dev
+        .path(remote_line.dev)
+        .unwrap_or_else(|| rig.path.clone());
     if std::env::var_os("METAROCE_STATS").is_some() {
         let peer_dev = remote_line.dev;
         rig.dev.with(|ctx, _| {
@@ -145,6 +152,10 @@ pub fn run_client_with(
         remote: remote_line,
         stats,
         server_rx_malformed: report.rx_malformed,
+        mtu,
+        path,
+        progress,
+        icrc_omitted,
     })
 }
 
@@ -228,7 +239,7 @@ fn client_bw(
     remote: RemoteBuf,
     slots: u64,
     on_interval: IntervalFn<'_>,
-) -> Result<(Figures, u64), PerfError> {
+) -> Result<(Figures, u64, Progress), PerfError> {
     let nq = rig.qps.len() as u64;
     let depth = u64::from(p.tx_depth);
     let cq_mod = u64::from(m.cq_mod_for(p));
@@ -352,6 +363,10 @@ fn client_bw(
     } else {
         0.0
     };
+    // The progress record ends at the last completion, even between marks.
+    if marks.last().is_some_and(|&(_, done)| done < completed) {
+        marks.push((last_done, completed));
+    }
     Ok((
         Figures::Bw(BwFigures {
             size: p.size,
@@ -361,6 +376,10 @@ fn client_bw(
             msg_rate_mpps: completed as f64 / elapsed / 1e6,
         }),
         completed,
+        Progress {
+            marks,
+            bytes_per_op: p.size,
+        },
     ))
 }
 

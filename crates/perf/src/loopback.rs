@@ -20,6 +20,22 @@ pub fn run_loopback(
     let server_addr = listener.local_addr()?;
     let mut server_local = local.clone();
     server_local.seed = local.seed ^ 0x5151_5151;
+    // Both devices live on 127.0.0.1: with a fixed device port the server
+    // takes it and the client the range right above the server's.
+    let mut client_local = local.clone();
+    if local.dev_port != 0 {
+        let span = u32::from(crate::rig::port_span(p)) + 1;
+        client_local.dev_port = u16::try_from(u32::from(local.dev_port) + span)
+            .ok()
+            .filter(|&b| u32::from(b) + span <= 65_535)
+            .ok_or_else(|| {
+                PerfError::Other(format!(
+                    "--dev-port {}: with --loopback the client needs the {span} ports above the server's, past 65535",
+                    local.dev_port
+                ))
+            })?;
+    }
+    let local = &client_local;
     let server = std::thread::Builder::new()
         .name("mr-perf-server".into())
         .spawn(move || serve(&listener, test, &server_local, &mut |_| {}))

@@ -79,8 +79,18 @@ fn server_session(
         slots * p.size
     };
     let fill = matches!(test, Test::ReadBw | Test::ReadLat).then_some(p.pattern_seed);
-    let rig = rig(my_ip, p, local, buf_len, fill)?;
-    connect(&rig, peer_ip, &hello.endpoint)?;
+    // A server that cannot set up (ports taken, a path too small for the
+    // MTU asked) says why before closing, so the client reports the reason
+    // rather than a side channel cut short.
+    let set_up = rig(my_ip, peer_ip, p, local, buf_len, fill)
+        .and_then(|r| connect(&r, peer_ip, &hello.endpoint).map(|()| r));
+    let rig = match set_up {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = cm::send(tcp, MsgType::Error, &format!("server: {e}"));
+            return Err(e);
+        }
+    };
     let nq = rig.qps.len() as u64;
     let pingpong = matches!(test, Test::WriteLat | Test::SendLat);
     let reply_inline = local.measure.inline(test, p.size);

@@ -90,6 +90,13 @@ pub struct EndpointConfig {
     /// Packet authentication and optional encryption; `None` sends packets
     /// with the ICRC only (the wire is then exactly as without this field).
     pub auth: Option<AuthConfig>,
+    /// Take data packets whose sender omitted the ICRC (`ICRC_OMITTED`,
+    /// wire.md 7.2): the UDP checksum, which the kernel checks, protects
+    /// them instead. Off, such packets fail their ICRC check. Which peers
+    /// this endpoint omits it toward is per peer
+    /// (`Endpoint::set_peer_icrc_omission`), after the peer said it takes
+    /// them (the connection manager's `icrc_omission`).
+    pub accept_icrc_omitted: bool,
     /// Base of every path's initial PSN. A protocol parameter that must match
     /// on both sides (like perftest's symmetric options); tests set it just
     /// below the wrap point so every path wraps.
@@ -136,6 +143,7 @@ impl Default for EndpointConfig {
             max_incoming_ops_per_qp: 1 << 16,
             max_peer_paths: 256,
             auth: None,
+            accept_icrc_omitted: false,
             psn_base: 0,
             cc: CcAlgorithm::default(),
             cc_params: MetaRoceParams::default(),

@@ -5,6 +5,8 @@
 //!   [`metaroce_verbs::Context`] on real sockets;
 //! - [`batch`]: the batched socket I/O the device runs on, for tools that
 //!   want it without the protocol (the raw-UDP baselines);
+//! - [`pmtu`]: the path MTU toward a peer, as the kernel knows it (every
+//!   socket sends with don't-fragment, so nothing is ever IP-fragmented);
 //! - [`Impair`]: receive-side loss / reorder / duplication for tests.
 //!
 //! The connection manager that sets devices up across hosts is
@@ -27,10 +29,12 @@
 pub mod batch;
 mod device;
 mod impair;
+pub mod pmtu;
 mod sys;
 
 pub use device::{Device, DeviceConfig, DeviceStats, IoStats, UdpError, now_ns, os_seed};
 pub use impair::Impair;
+pub use pmtu::PathMtu;
 
 #[cfg(test)]
 mod tests;

@@ -179,6 +179,9 @@ pub(crate) struct Connection {
     last_progress_ns: u64,
     /// Retry timeouts since the last progress.
     timeouts: u32,
+    /// Send data packets with [`Flags::ICRC_OMITTED`] and no ICRC computed:
+    /// the peer agreed to take them (`Endpoint::set_peer_icrc_omission`).
+    omit_icrc: bool,
     /// Messages parked by an RNR NAK, and when each goes again.
     rnr_timers: Vec<(u64, MsgRef)>,
     /// What admission keeps about this peer as a sender to us.
@@ -301,6 +304,7 @@ impl Connection {
             conn_rtt: RttEstimator::new(cfg.base_rtt_ns),
             last_progress_ns: 0,
             timeouts: 0,
+            omit_icrc: false,
             rnr_timers: Vec::new(),
             admission: SenderState::default(),
             stats: ConnectionStats::default(),
@@ -309,6 +313,18 @@ impl Connection {
             bad_port_next: 0,
             auth,
         }
+    }
+
+    /// Omit the ICRC of data packets toward this peer (it agreed to take
+    /// them so) or not. Packets keep it when authenticated: the tag is
+    /// their trailer.
+    pub(crate) fn set_omit_icrc(&mut self, omit: bool) {
+        self.omit_icrc = omit;
+    }
+
+    /// Whether data packets leave without their ICRC computed.
+    fn omits_icrc(&self) -> bool {
+        self.omit_icrc && self.auth.is_none()
     }
 
     /// The base flags every packet of this connection carries.

@@ -194,7 +194,12 @@ impl Connection {
         self.last_paced_bytes = u64::from(wire_bytes);
         self.pace_blocked = false;
         self.last_data_sent_ns = now_ns;
-        let flags = self.base_flags(flags);
+        let omit_icrc = self.omits_icrc();
+        let flags = if omit_icrc {
+            self.base_flags(flags) | Flags::ICRC_OMITTED
+        } else {
+            self.base_flags(flags)
+        };
         let path = &mut self.paths[p];
         path.trim_front();
         // How far below this packet the oldest one still in flight is.
@@ -228,7 +233,13 @@ impl Connection {
                 u64::from(offset),
                 &mut buf[header_len..header_len + payload_len as usize],
             );
-            seal(auth, &mut buf[..total], header_len);
+            if omit_icrc {
+                // Agreed with the peer: the UDP checksum protects the
+                // datagram, and the trailer goes as zeros (wire.md 7.2).
+                buf[total - ICRC_LEN..total].fill(0);
+            } else {
+                seal(auth, &mut buf[..total], header_len);
+            }
         };
         match out {
             Out::Bytes(buf) => write_whole(buf, &mut self.auth),
@@ -247,7 +258,11 @@ impl Connection {
                     // Header, then the trailer right behind it in the
                     // buffer; the driver sends header, payload, trailer.
                     repr.emit_header(&mut buf[..header_len]);
-                    let crc = wire::icrc_parts(&[&buf[..header_len], payload]);
+                    let crc = if omit_icrc {
+                        0
+                    } else {
+                        wire::icrc_parts(&[&buf[..header_len], payload])
+                    };
                     buf[header_len..header_len + ICRC_LEN].copy_from_slice(&crc.to_be_bytes());
                     **layout = Layout::Split {
                         header_len,
