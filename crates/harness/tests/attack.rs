@@ -42,7 +42,7 @@ const TRANSFER_OFFSET: u64 = 2 * MIB;
 const TRANSFER_BYTES: u64 = 8 * MIB;
 
 fn config(secret: Option<[u8; 32]>, encrypt: bool) -> EndpointConfig {
-    EndpointConfig {
+    let mut cfg = EndpointConfig {
         auth: secret.map(|job_secret| AuthConfig {
             job_secret,
             encrypt,
@@ -50,7 +50,11 @@ fn config(secret: Option<[u8; 32]>, encrypt: bool) -> EndpointConfig {
             local_ip: node_ip(0),
         }),
         ..EndpointConfig::default()
-    }
+    };
+    // A full window from the start: the attacker's rounds are counted
+    // against a transfer that is in full flight from its first packet.
+    cfg.cc_params.initial_window_mss = 0;
+    cfg
 }
 
 fn network(seed: u64, genuine: &EndpointConfig, attacker: &EndpointConfig) -> Network<RdmaNode> {

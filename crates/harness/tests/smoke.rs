@@ -56,7 +56,10 @@ fn one_mib_write_no_faults() {
 /// place) and multi-span ones (copied whole).
 #[test]
 fn gathered_transmits_equal_copied_ones() {
-    let cfg = EndpointConfig::default();
+    // A full window from the start (no cold start): every packet of both
+    // WRITEs is ready before any ACK.
+    let mut cfg = EndpointConfig::default();
+    cfg.cc_params.initial_window_mss = 0;
     let access = AccessFlags::REMOTE_WRITE;
     // Two identical networks, same seed, same posts: one drained by copy,
     // one by gather; their first transmits must match byte for byte.

@@ -270,7 +270,10 @@ impl TxPath {
             .inflight
             .iter()
             .find(|s| s.state() == SentState::Outstanding)?;
-        Some(oldest.sent_ns + self.pto_ns(ack_delay_ns))
+        // Re-armed by every ACK of the path (RACK-TLP): a path that answers
+        // is alive, and probing it again at once (its oldest packet is old
+        // only because it waits behind a queue) would only feed the queue.
+        Some(oldest.sent_ns.max(self.last_acked_ns) + self.pto_ns(ack_delay_ns))
     }
 
     /// When an unanswered probe proves the path dead (if other paths of

@@ -31,6 +31,8 @@ fn one_flow_over_one_link_takes_size_over_rate_plus_delay() {
         factory.base.ack_every_packets = 1;
         factory.base.ack_delay_ns = 1;
         factory.base_rtt_override_ns = Some(20_000);
+        // And a full window from the first packet: no cold start.
+        factory.base.cc_params.initial_window_mss = 0;
         let mut sim = Sim::new(
             Topology::back_to_back(lp),
             FabricConfig::default(),
@@ -59,6 +61,9 @@ fn one_flow_over_one_link_takes_size_over_rate_plus_delay() {
     }
 }
 
+// These checks are about the fabric's queues, so the hosts run a
+// sender-driven transport that fills them (RoCEv2's DCQCN): MetaRoCE's
+// receiver grants keep an incast's queue below any of these thresholds.
 const STAR: &str = r#"
 name = "star"
 [topology]
@@ -66,6 +71,8 @@ kind = "star"
 hosts = 5
 link_gbps = 100
 latency_ns = 1000
+[transport]
+kind = "rocev2"
 "#;
 
 #[test]

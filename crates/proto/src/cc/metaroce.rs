@@ -675,13 +675,18 @@ impl CongestionController for MetaRoceCc {
         if window == 0 {
             return;
         }
+        // Half back, not all: nothing was lost, but a delay past the RTO
+        // is itself a queue far too deep (a congestion signal as strong as
+        // a loss). Restoring the whole window would rebuild that queue and
+        // fire the next spurious RTO, and so on for ever (the harness found
+        // a 10 Gb/s single path with a megabyte of buffer doing just that).
         self.paths[path].probation = false;
         self.paths[path].pre_rto_window = 0;
         self.paths[path].rto_given_up = 0;
-        self.set_path_window(path, window);
+        self.set_path_window(path, (window / 2).max(self.mss));
         self.conn_window = self
             .conn_window
-            .saturating_add(given_up)
+            .saturating_add(given_up / 2)
             .min(self.conn_upper());
     }
 

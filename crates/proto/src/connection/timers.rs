@@ -130,13 +130,27 @@ impl Connection {
                     self.path_failed(now_ns, dev, p);
                 } else {
                     // The whole connection is silent (its first packet lost,
-                    // or a lost tail and its probe): send what this path
-                    // holds again on another path, and wait twice as long
-                    // next time. Cheaper than an RTO, and it counts apart.
+                    // or a lost tail and its probe, or only a deep queue):
+                    // nothing singles this path out, so in general nothing is declared
+                    // lost (a slow connection would resend its whole window
+                    // for nothing, and make its queue deeper). Probe again,
+                    // twice as late; the RTO, with its floor and its
+                    // spurious-timeout undo, decides about the rest.
+                    // Except a flight of a packet or two on one of several
+                    // paths (a cold start's first packet, a lone tail): that
+                    // is cheap to send again elsewhere at once, in case this
+                    // route is the dead one.
                     self.stats.probe_timeouts += 1;
                     dev.stats.probe_timeouts += 1;
-                    let lost = self.mark_path_lost(p);
-                    self.inflight_bytes -= lost;
+                    let outstanding = self.paths[p]
+                        .inflight
+                        .iter()
+                        .filter(|s| s.state() == SentState::Outstanding)
+                        .count();
+                    if self.paths.len() > 1 && outstanding <= 2 {
+                        let lost = self.mark_path_lost(p);
+                        self.inflight_bytes -= lost;
+                    }
                     let path = &mut self.paths[p];
                     path.probe_sent_ns = MaybeNs::NONE;
                     path.probe_backoff += 1;
@@ -271,6 +285,11 @@ impl Connection {
         }
         path.inflight.clear();
         path.inflight_bytes = 0;
+        // Nothing left to answer a probe: a suspect path with nothing in
+        // flight could never be cleared, so it starts over (and is suspected
+        // again if it falls silent again).
+        path.probe_sent_ns = MaybeNs::NONE;
+        path.silent_rounds = 0;
         lost
     }
 

@@ -21,11 +21,13 @@ impl Connection {
         dev: &mut DeviceState,
         out: &mut Out<'_>,
     ) -> Option<Transmit> {
-        if let Some(slot) = self.ack_now.pop_front() {
-            return Some(self.emit_ack(now_ns, dev, slot, out));
-        }
+        // A copy goes right behind its original, before any newer ACK: the
+        // peer never sees an older ACK (or op-ack) after a newer one from us.
         if let Some((ack, src_port)) = self.ack_copies.pop_front() {
             return Some(self.put_ack(dev, ack, src_port, out));
+        }
+        if let Some(slot) = self.ack_now.pop_front() {
+            return Some(self.emit_ack(now_ns, dev, slot, out));
         }
         while let Some((p, carry)) = self.path_probes.pop_front() {
             // Tail-loss probe: resend the path's newest outstanding segment on
@@ -50,6 +52,13 @@ impl Connection {
                 self.paths[p].probe_sent_ns = MaybeNs::NONE;
                 continue;
             };
+            if self.paths[p].psn_span() + 1 >= PATH_PSN_WINDOW {
+                // A probe takes a new PSN: past the receiver's window it
+                // would be dropped unanswered, and so would every probe
+                // after it. Let the probe timeout decide instead.
+                self.paths[p].probe_sent_ns = MaybeNs::some(now_ns);
+                continue;
+            }
             self.paths[p].probe_sent_ns = MaybeNs::some(now_ns);
             self.stats.data_packets_retransmitted += 1;
             dev.stats.data_packets_retransmitted += 1;
@@ -151,9 +160,13 @@ impl Connection {
                     continue;
                 }
                 let path = &self.paths[p];
-                if n > 1 && (path.silent_rounds > 0 || (path.unproven && path.inflight_bytes > 0)) {
+                if pass == 0
+                    && n > 1
+                    && (path.silent_rounds > 0 || (path.unproven && path.inflight_bytes > 0))
+                {
                     // Suspect (its probe is out), or a replacement whose one
-                    // packet is still unanswered: new data goes elsewhere.
+                    // packet is still unanswered: new data goes elsewhere,
+                    // unless every other path is full or suspect too.
                     continue;
                 }
                 let psn_room = path.psn_span() < PATH_PSN_WINDOW;

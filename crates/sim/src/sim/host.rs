@@ -99,6 +99,14 @@ impl<F: TransportFactory> Sim<F> {
             self.message_event(now, ev);
         }
         self.host_pull(now, h);
+        self.rearm_host_timer(now, h);
+    }
+
+    /// Take host `h`'s transport's next deadline and arm its timer: after
+    /// anything that may have moved it, including a NIC pull (a paced
+    /// sender asked for a packet too early sets its pacing deadline then).
+    #[inline]
+    pub(super) fn rearm_host_timer(&mut self, now: Ps, h: u32) {
         let host = &mut self.hosts[h as usize];
         host.timer_at = host.transport.poll_timeout().map(|t| t.max(now));
         self.arm_timer(h);

@@ -240,6 +240,9 @@ impl<F: TransportFactory> Sim<F> {
         self.tx_start(now, p);
         if let NodeRef::Host(h) = self.ports[p as usize].owner {
             self.host_pull(now, h);
+            // The pull may have found the transport pacing: its deadline
+            // must be armed, or the next packet would wait for an ACK.
+            self.rearm_host_timer(now, h);
         }
     }
 }
