@@ -53,6 +53,12 @@ pub struct EndpointConfig {
     /// fault-injection harness found a seed (192) where repeated ACKs leave
     /// a READ's responses retrying; until that is understood it stays off.
     pub ack_copy_horizon_ns: u64,
+    /// A drained connection (nothing new queued, the receiver's grant
+    /// uncapped, several paths) sends each of its last this many
+    /// outstanding packets once more on another path: a lost tail packet
+    /// otherwise waits a probe timeout. `0`: never. Default 4: at most four
+    /// packets per message end (0.8 % of a 2 MB transfer).
+    pub tail_copy_packets: u32,
     /// Window over which the receiver counts active senders for its rate hint.
     pub rate_hint_epoch_ns: u64,
     /// Share of its line a receiver grants its senders in all when there
@@ -131,6 +137,7 @@ impl Default for EndpointConfig {
             ack_every_packets: 4,
             ack_delay_ns: 4_000,
             ack_copy_horizon_ns: 0,
+            tail_copy_packets: 4,
             rate_hint_epoch_ns: 50_000,
             grant_utilisation: 0.95,
             idle_restart_rtts: 16,
@@ -183,6 +190,7 @@ impl EndpointConfig {
         int_knob!(Self, ack_every_packets: u32, 1, 255, "the receiver acknowledges at least every this many packets per path"),
         int_knob!(Self, ack_delay_ns: u64, 1, 1_000_000_000, "...or this long after the first unacknowledged packet"),
         int_knob!(Self, ack_copy_horizon_ns: u64, 0, 1_000_000_000, "every ACK goes twice for this long after a hole or a duplicate (0: never), ns"),
+        int_knob!(Self, tail_copy_packets: u32, 0, 64, "a drained, uncapped connection copies its last this many outstanding packets onto other paths (0: never)"),
         int_knob!(Self, rate_hint_epoch_ns: u64, 1, 1_000_000_000, "window over which a receiver counts active senders for its rate hint"),
         int_knob!(Self, max_peer_paths: usize, 1, 256, "path slots a peer may use toward this endpoint"),
         crate::real_knob!(

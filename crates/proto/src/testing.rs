@@ -326,6 +326,9 @@ impl Pair {
             match self.next_deadline() {
                 None if moved == 0 => return true,
                 None => self.advance(min_round_ns),
+                // Something moved (an ACK that opened a window, say): the
+                // next round is a wire's time away, not the next timer's.
+                Some(_) if moved > 0 => self.advance(min_round_ns),
                 Some(d) => {
                     let step = d.saturating_sub(self.now_ns).max(min_round_ns);
                     self.advance(step);

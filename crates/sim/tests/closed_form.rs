@@ -33,6 +33,8 @@ fn one_flow_over_one_link_takes_size_over_rate_plus_delay() {
         factory.base_rtt_override_ns = Some(20_000);
         // And a full window from the first packet: no cold start.
         factory.base.cc_params.initial_window_mss = 0;
+        // And no tail copies: the bytes on the wire are the transfer's own.
+        factory.base.tail_copy_packets = 0;
         let mut sim = Sim::new(
             Topology::back_to_back(lp),
             FabricConfig::default(),

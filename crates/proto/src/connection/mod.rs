@@ -166,6 +166,8 @@ pub(crate) struct Connection {
     ack_copies: VecDeque<(AckRepr, u16)>,
     /// When a hole or a duplicate last showed on a receive path (0: never).
     rx_loss_seen_ns: u64,
+    /// New data was queued since the tail was last copied.
+    tail_copy_armed: bool,
     /// Probes to send: on which path, and for a suspect path the segment
     /// to carry (its own were resent elsewhere).
     path_probes: VecDeque<(usize, Option<SegRef>)>,
@@ -297,6 +299,7 @@ impl Connection {
             ack_now: VecDeque::new(),
             ack_copies: VecDeque::new(),
             rx_loss_seen_ns: 0,
+            tail_copy_armed: false,
             path_probes: VecDeque::new(),
             ack_deadline: None,
             dirty_qps: VecDeque::new(),
@@ -370,6 +373,9 @@ impl Connection {
             || !self.path_probes.is_empty()
             || !self.retransmit_queue.is_empty()
             || !self.send_queue.is_empty()
+            // Each ACK at a drained connection's tail may make it short
+            // enough to copy (see `queue_tail_copies`).
+            || (self.tail_copy_armed && self.inflight_bytes > 0)
     }
 
     // ---------------------------------------------------------------- messages
@@ -397,6 +403,7 @@ impl Connection {
         }
         let r = self.msgs.insert(msg);
         self.queue_for_send(r);
+        self.tail_copy_armed = true;
         r
     }
 

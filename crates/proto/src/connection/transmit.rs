@@ -3,7 +3,7 @@
 //! robin among those with window room), and writing it out as bytes,
 //! split headers and payload, or a parsed repr.
 
-use super::{Connection, PACKET_OVERHEAD_BYTES, PATH_PSN_WINDOW};
+use super::{Connection, PACKET_OVERHEAD_BYTES, PATH_PSN_WINDOW, Resend};
 use crate::auth::ConnectionAuth;
 use crate::device_state::DeviceState;
 use crate::ecn::Ecn;
@@ -66,6 +66,9 @@ impl Connection {
             let flags = Flags::RETRANSMIT | Flags::ACK_REQUEST;
             return Some(self.emit_segment(now_ns, dev, p, seg, flags, out));
         }
+        if self.tail_copy_armed && self.send_queue.is_empty() {
+            self.queue_tail_copies(dev);
+        }
         while let Some(resend) = self.retransmit_queue.front().copied() {
             let Some(msg) = self.msgs.get(resend.seg.msg) else {
                 self.retransmit_queue.pop_front();
@@ -127,6 +130,56 @@ impl Connection {
             return Some(self.emit_segment(now_ns, dev, path, seg, flags, out));
         }
         None
+    }
+
+    /// The tail of a drained connection: once nothing new is queued and at
+    /// most `tail_copy_packets` packets are outstanding, send each of them
+    /// once more on another path. A lost tail packet has no later packet on
+    /// its path to reveal it, so it waits a probe timeout (two RTTs and
+    /// more) and then the probe's round trip: on a 2 MB transfer one such
+    /// loss costs 15 % of its time, and the slowest of a collective's flows
+    /// sets its time. The copies cost a few packets per message end, sent
+    /// when the link is otherwise idle; only where the receiver granted the
+    /// whole link (no cap: nobody else wants it) and there are several
+    /// paths. A copy acknowledged first completes the segment; the original
+    /// is then a duplicate.
+    fn queue_tail_copies(&mut self, dev: &DeviceState) {
+        let limit = dev.config.tail_copy_packets as usize;
+        if limit == 0 || self.paths.len() < 2 || self.cc.pacing_rate_bps().is_some() {
+            self.tail_copy_armed = false;
+            return;
+        }
+        let outstanding: usize = self
+            .paths
+            .iter()
+            .map(|p| {
+                p.inflight
+                    .iter()
+                    .filter(|s| s.state() == SentState::Outstanding)
+                    .count()
+            })
+            .sum();
+        if outstanding == 0 || outstanding > limit {
+            // Nothing to copy, or not the tail yet.
+            if outstanding == 0 {
+                self.tail_copy_armed = false;
+            }
+            return;
+        }
+        self.tail_copy_armed = false;
+        for (p, path) in self.paths.iter().enumerate() {
+            for sent in path
+                .inflight
+                .iter()
+                .filter(|s| s.state() == SentState::Outstanding)
+            {
+                self.retransmit_queue.push_back(Resend {
+                    seg: sent.seg(),
+                    lost_on: Some(p as u8),
+                    probe: false,
+                });
+            }
+        }
     }
 
     fn wire_bytes(&self, seg: SegRef) -> u64 {
