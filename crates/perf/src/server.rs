@@ -4,7 +4,9 @@
 
 use crate::messages::{Done, Hello, Report};
 use crate::params::auth_mode;
-use crate::rig::{PP_RECVS, Rig, connect, empty_wcs, local_endpoint, post_recvs, rig, wc_error};
+use crate::rig::{
+    PP_RECVS, Rig, connect, empty_wcs, finish_rig, local_endpoint, post_recvs, rig, wc_error,
+};
 use crate::verify::{first_diff, pattern};
 use crate::{AddrLine, LocalOpts, PerfError, ServerSession, Test};
 use metaroce_cm::{self as cm, Confirm, KeyConfirmation, MsgType, Role};
@@ -80,7 +82,23 @@ fn server_session(
     };
     let fill = matches!(test, Test::ReadBw | Test::ReadLat).then_some(p.pattern_seed);
     let rig = rig(my_ip, p, local, buf_len, fill)?;
-    connect(&rig, peer_ip, &hello.endpoint)?;
+    let result = serve_on_rig(tcp, test, hello, local, &rig, peer_ip, slots);
+    finish_rig(rig, result)
+}
+
+/// The session on a started device; a failure is returned as it is and
+/// [`finish_rig`] attaches the device's counters.
+fn serve_on_rig(
+    tcp: &mut TcpStream,
+    test: Test,
+    hello: &Hello,
+    local: &LocalOpts,
+    rig: &Rig,
+    peer_ip: IpAddr,
+    slots: u64,
+) -> Result<ServerSession, PerfError> {
+    let p = &hello.params;
+    connect(rig, peer_ip, &hello.endpoint)?;
     let nq = rig.qps.len() as u64;
     let pingpong = matches!(test, Test::WriteLat | Test::SendLat);
     let reply_inline = local.measure.inline(test, p.size);
@@ -248,9 +266,10 @@ fn server_session(
                 detail: "run_infinitely: the client stopped the run".into(),
                 rx_malformed: rig.dev.stats().endpoint.rx_malformed,
             },
-            local: local_line(&rig),
+            local: local_line(rig),
             remote: remote_line(peer_ip, hello),
             stats: rig.dev.stats(),
+            counters: rig.dev.counters(),
         });
     };
     // Server-side verification.
@@ -297,9 +316,7 @@ fn server_session(
         }
     };
     let stats = rig.dev.stats();
-    if std::env::var_os("METAROCE_STATS").is_some() {
-        eprintln!("server stats: {stats:?}");
-    }
+    let counters = rig.dev.counters();
     let report = Report {
         verified,
         detail,
@@ -317,8 +334,8 @@ fn server_session(
         local: local_line(&rig),
         remote: remote_line(peer_ip, hello),
         stats,
+        counters,
     };
-    rig.dev.shutdown();
     Ok(session)
 }
 

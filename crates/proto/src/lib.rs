@@ -51,6 +51,7 @@ pub mod qp;
 pub mod range_set;
 mod rate_hint;
 pub mod rtt;
+mod rtt_histogram;
 pub mod sack;
 mod seeded_rng;
 mod stats;
@@ -60,7 +61,8 @@ mod transmit;
 pub mod work;
 
 pub use auth::AuthConfig;
-pub use config::{ConfigError, EndpointConfig};
+pub use cc::CcMetrics;
+pub use config::{ConfigError, DEFAULT_DEVICE_PORT, EndpointConfig};
 pub use connection::ConnectionStats;
 pub use ecn::Ecn;
 pub use endpoint::{Endpoint, PostError, QpError};
@@ -68,7 +70,7 @@ pub use memory::{AccessFlags, MemoryError, MrHandle, MrInfo};
 pub use packet_repr::{PacketRepr, PacketSlot};
 pub use path::PathStats;
 pub use qp::{QpCaps, QpHandle, QpRunState};
-pub use stats::EndpointStats;
+pub use stats::{Counters, EndpointStats, PeerCounters, format_counter_lines};
 pub use transmit::{Layout, PacketKind, PayloadRef, Transmit};
 pub use work::{
     Completion, RecvWr, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion, WorkQueue, WrOp,

@@ -55,7 +55,10 @@ impl Connection {
             self.stats.duplicates_received += 1;
         } else {
             rx.rx_packets = rx.rx_packets.wrapping_add(1);
+            self.stats.data_packets_received += 1;
+            self.stats.payload_bytes_received += u64::from(repr.payload_len);
             if ecn == Ecn::Ce {
+                self.stats.ce_marked_received += 1;
                 rx.ce_packets = rx.ce_packets.wrapping_add(1);
             }
         }
@@ -166,6 +169,8 @@ impl Connection {
         {
             path.rtt.update(rtt);
             self.conn_rtt.update(rtt);
+            self.rtt_histogram.record(rtt);
+            self.stats.rtt_samples += 1;
         }
         // ECN: the receiver's counters are cumulative; only a newer ACK counts.
         let mut ce_delta = 0;
@@ -174,6 +179,7 @@ impl Connection {
             path.echoed_rx_packets = ack.rx_packets;
             path.echoed_ce_packets = ack.ce_packets;
             path.stats.ce_marks += u64::from(ce_delta);
+            self.stats.ce_marks_echoed += u64::from(ce_delta);
         }
         path.probe_sent = false;
         if acked_bytes > 0 {

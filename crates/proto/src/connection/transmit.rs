@@ -46,6 +46,8 @@ impl Connection {
             self.stats.data_packets_retransmitted += 1;
             dev.stats.data_packets_retransmitted += 1;
             dev.stats.tail_probes += 1;
+            self.stats.tail_probes += 1;
+            self.paths[p].stats.tail_probes += 1;
             let flags = Flags::RETRANSMIT | Flags::ACK_REQUEST;
             return Some(self.emit_segment(now_ns, dev, p, seg, flags, out));
         }
@@ -233,6 +235,12 @@ impl Connection {
         path.last_sent_ns = now_ns;
         path.inflight_bytes += u64::from(wire_bytes);
         path.stats.packets_sent += 1;
+        path.stats.bytes_sent += u64::from(wire_bytes);
+        self.stats.wire_bytes_sent += u64::from(wire_bytes);
+        if flags.contains(Flags::RETRANSMIT) {
+            path.stats.packets_retransmitted += 1;
+            self.stats.wire_bytes_retransmitted += u64::from(wire_bytes);
+        }
         self.inflight_bytes += u64::from(wire_bytes);
         dev.stats.data_packets_sent += 1;
         let src_port = path.src_port;

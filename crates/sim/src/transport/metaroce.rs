@@ -22,8 +22,10 @@ use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::rc::Rc;
 
-/// UDP port every simulated MetaRoCE device listens on.
-pub const DEVICE_PORT: u16 = 4791;
+/// UDP port every simulated MetaRoCE device listens on: MetaRoCE's default
+/// (4793, not RoCEv2's 4791, which the RoCE baselines keep). Path source
+/// ports follow it, so it enters every ECMP hash.
+pub const DEVICE_PORT: u16 = metaroce_proto::DEFAULT_DEVICE_PORT;
 /// Most receives kept posted per channel (replenished as they complete):
 /// a channel pre-posts one per message the workload will send over it, up
 /// to this many. 40 B each, so posting the maximum on each of 8192 hosts'
