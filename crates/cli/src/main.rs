@@ -11,8 +11,12 @@
 //! - `metaroce sim`: the packet-level fabric simulator.
 //! - `metaroce coll-perf`: nccl-tests' collective benchmarks over the real
 //!   UDP datapath, ranks as processes on one machine or across hosts.
+//! - `metaroce conformance --target HOST` / `metaroce
+//!   conformance-responder`: the wire-spec conformance suite and a
+//!   MetaRoCE target for it (`docs/spec/conformance.md`).
 //!
-//! Exit codes: 0 success; 1 `chaos` found a failing seed; 2 bad input or
+//! Exit codes: 0 success; 1 `chaos` found a failing seed, or a conformance
+//! check failed; 2 bad input or
 //! a failed run (including data that did not verify), with one line on
 //! stderr; 3 a simulation reached its end time with flows unfinished
 //! (unless `--allow-unfinished`). Output into a closed pipe (`| head`) ends the
@@ -21,6 +25,7 @@
 #![deny(unsafe_code)]
 
 mod coll_perf;
+mod conformance;
 mod perf;
 mod sim;
 
@@ -61,6 +66,11 @@ enum Command {
     /// alltoall, broadcast, reduce, sendrecv (`-h` after the collective
     /// for the options).
     CollPerf(coll_perf::CollPerfArgs),
+    /// The conformance suite against a wire-spec responder (docs/spec/conformance.md):
+    /// one PASS/FAIL/SKIP line per check; exit 1 on a failure.
+    Conformance(conformance::ConformanceArgs),
+    /// A MetaRoCE device set up as the conformance suite's target.
+    ConformanceResponder(conformance::ResponderArgs),
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -159,6 +169,8 @@ fn main() -> ExitCode {
         Command::Perf(args) => perf::run(args),
         Command::Sim(args) => sim::run(args),
         Command::CollPerf(args) => coll_perf::run(args),
+        Command::Conformance(args) => conformance::run_suite(&args),
+        Command::ConformanceResponder(args) => conformance::run_responder(&args),
     };
     match result {
         Ok(code) => code,

@@ -213,7 +213,7 @@ fn perftest_flags(args: &PerfArgs) -> Result<(), String> {
 
 /// The job secret from `METAROCE_JOB_SECRET`, or a random one for a
 /// single-process loopback run.
-fn job_secret(loopback: bool) -> Result<[u8; 32], String> {
+pub(crate) fn job_secret(loopback: bool) -> Result<[u8; 32], String> {
     let secret = match std::env::var("METAROCE_JOB_SECRET") {
         Ok(hex) => {
             let hex = hex.trim();
