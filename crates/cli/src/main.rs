@@ -46,6 +46,13 @@ use std::time::Instant;
     about = "MetaRoCE: RDMA over lossy, multipath Ethernet"
 )]
 struct Cli {
+    /// Log the protocol core's spans and events to stderr, through this
+    /// `tracing` filter: `info` (connections, path retirements, QP
+    /// errors), `debug` (RTOs, losses, probes), `trace` (every resend), or
+    /// e.g. `[conn{peer=10.0.0.2:4793}]=debug`. Takes precedence over
+    /// METAROCE_LOG, which takes precedence over RUST_LOG; off by default.
+    #[arg(long, global = true, value_name = "FILTER")]
+    log: Option<String>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -156,9 +163,44 @@ fn exit_quietly_on_closed_pipe() {
     }
 }
 
+/// Logging of the core's spans and events (see `metaroce_proto`'s
+/// `trace` module: connections and paths as spans; setup, teardown,
+/// losses, resends, RTOs, path retirements, retry timeouts and QP errors
+/// as events) to stderr, filtered by `--log`, else `METAROCE_LOG`, else
+/// `RUST_LOG` (`tracing`'s filter syntax). Off when none is set: no
+/// subscriber is installed, and each event costs one check of a global
+/// level.
+fn init_logging(flag: Option<&str>) -> Result<(), String> {
+    let from_env = || {
+        ["METAROCE_LOG", "RUST_LOG"].into_iter().find_map(|v| {
+            std::env::var(v)
+                .ok()
+                .filter(|s| !s.trim().is_empty())
+                .map(|s| (v, s))
+        })
+    };
+    let Some((source, spec)) = flag.map(|s| ("--log", s.to_owned())).or_else(from_env) else {
+        return Ok(());
+    };
+    let filter = tracing_subscriber::EnvFilter::builder()
+        .parse(&spec)
+        .map_err(|e| {
+            format!("{source} {spec:?} is not a log filter (e.g. info, debug, metaroce_proto=trace): {e}")
+        })?;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    Ok(())
+}
+
 fn main() -> ExitCode {
     exit_quietly_on_closed_pipe();
     let cli = Cli::parse();
+    if let Err(msg) = init_logging(cli.log.as_deref()) {
+        eprintln!("metaroce: {msg}");
+        return ExitCode::from(2);
+    }
     let result = match cli
         .command
         .unwrap_or(Command::Harness(HarnessArgs::default()))

@@ -2,7 +2,9 @@
 //! captured with `--pcap` and opened by tshark with the Wireshark
 //! dissector (every field named, nothing malformed, resends visible), its
 //! counters as `--stats` lines and in the JSON; the simulator's capture of
-//! chosen hosts and its `counters.csv`.
+//! chosen hosts and its `counters.csv`; the core's `tracing` spans and
+//! events on stderr with `--log` / `METAROCE_LOG` / `RUST_LOG`, and none
+//! without.
 //!
 //! The tshark parts need Debian's `tshark`: without it they print SKIPPED
 //! and pass, unless `METAROCE_REQUIRE_TSHARK=1` (as CI sets), which makes a
@@ -13,9 +15,17 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn metaroce(args: &[&str]) -> (String, String, Option<i32>) {
+    metaroce_env(args, &[])
+}
+
+/// Run with no `METAROCE_STATS` or log filter of the caller's, and `env`.
+fn metaroce_env(args: &[&str], env: &[(&str, &str)]) -> (String, String, Option<i32>) {
     let out = Command::new(env!("CARGO_BIN_EXE_metaroce"))
         .args(args)
         .env_remove("METAROCE_STATS")
+        .env_remove("METAROCE_LOG")
+        .env_remove("RUST_LOG")
+        .envs(env.iter().copied())
         .output()
         .expect("run metaroce");
     (
@@ -352,4 +362,94 @@ fn simulator_captures_chosen_hosts_and_writes_counters_per_host() {
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_file(&pcap);
     let _ = std::fs::remove_file(&scenario);
+}
+
+#[test]
+fn log_filters_show_the_cores_spans_and_events_on_stderr() {
+    // A lossy WRITE over the harness: losses, resends and probes happen.
+    let run = ["harness", "-s", "1M", "--loss", "0.05", "--paths", "4"];
+    let (quiet_out, quiet_err, code) = metaroce(&run);
+    assert_eq!(code, Some(0), "{quiet_err}");
+    assert!(
+        !quiet_err.contains("metaroce_proto"),
+        "logs without a filter: {quiet_err}"
+    );
+    let lines = |err: &str| -> Vec<String> {
+        err.lines()
+            .filter(|l| l.contains(" metaroce_proto: "))
+            .map(str::to_owned)
+            .collect()
+    };
+
+    // debug: connections and paths as spans around their events; the
+    // results on stdout are the same as without logging.
+    let debug = [&["--log", "debug"][..], &run[..]].concat();
+    let (out, err, code) = metaroce(&debug);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, quiet_out, "logging changed the run");
+    let logged = lines(&err);
+    let has = |needle: &str| logged.iter().any(|l| l.contains(needle));
+    assert!(
+        has(" INFO conn{peer=127.0.0.2:4793 conn=0}: metaroce_proto: connection set up"),
+        "{err}"
+    );
+    assert!(
+        has(
+            "conn{peer=127.0.0.2:4793 conn=0}:path{slot=0 gen=0 src_port=4794}: metaroce_proto: path opened"
+        ),
+        "{err}"
+    );
+    assert!(
+        has(":path{slot=") && has("packets lost: a SACK gap"),
+        "{err}"
+    );
+    assert!(!has(" TRACE "), "TRACE at debug: {err}");
+
+    // METAROCE_LOG before RUST_LOG, --log before both.
+    let (_, err, _) = metaroce_env(&run, &[("METAROCE_LOG", "info"), ("RUST_LOG", "trace")]);
+    let logged = lines(&err);
+    assert!(
+        !logged.is_empty() && logged.iter().all(|l| l.contains(" INFO ")),
+        "{err}"
+    );
+    let (_, err, _) = metaroce_env(&run, &[("RUST_LOG", "trace")]);
+    assert!(
+        lines(&err)
+            .iter()
+            .any(|l| l.contains(" TRACE ") && l.contains(" metaroce_proto: retransmit ")),
+        "RUST_LOG=trace shows every resend: {err}"
+    );
+    let warn = [&["--log", "warn"][..], &run[..]].concat();
+    let (_, err, _) = metaroce_env(&warn, &[("METAROCE_LOG", "trace")]);
+    assert!(lines(&err).is_empty(), "--log warn still logged: {err}");
+
+    // A filter on a span field: one connection (A's, toward B) and its
+    // paths, not B's toward A.
+    let one = [
+        &["--log", "[conn{peer=127.0.0.2:4793}]=debug"][..],
+        &run[..],
+    ]
+    .concat();
+    let (_, err, _) = metaroce(&one);
+    let logged = lines(&err);
+    assert!(logged.iter().any(|l| l.contains(":path{slot=")), "{err}");
+    assert!(
+        logged
+            .iter()
+            .all(|l| l.contains("conn{peer=127.0.0.2:4793 conn=0}")),
+        "{err}"
+    );
+
+    // A bad filter is bad input: exit 2, one line naming where it came from.
+    let bad = [&["--log", "metaroce_proto=loud"][..], &run[..]].concat();
+    let (_, err, code) = metaroce(&bad);
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("--log \"metaroce_proto=loud\" is not a log filter"),
+        "{err}"
+    );
+    let (_, err, code) = metaroce_env(&run, &[("METAROCE_LOG", "[conn{")]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("METAROCE_LOG"), "{err}");
 }

@@ -89,7 +89,7 @@ fn client_on_rig(
     let hello = Hello {
         test: test.name().into(),
         params: p.clone(),
-        endpoint: local_endpoint(&rig, p),
+        endpoint: local_endpoint(rig, p),
         last,
     };
     cm::send(tcp, MsgType::Hello, &hello)?;
@@ -97,12 +97,12 @@ fn client_on_rig(
     if let Some(a) = &local.auth {
         confirm_keys(tcp, a, hello.endpoint.session_id, &peer)?;
     }
-    connect(&rig, peer_ip, &peer)?;
+    connect(rig, peer_ip, &peer)?;
     let remote = peer.buf;
     let (figures, completed) = if test.is_lat() {
-        client_lat(test, &rig, p, &local.measure, remote)?
+        client_lat(test, rig, p, &local.measure, remote)?
     } else {
-        client_bw(test, &rig, p, &local.measure, remote, slots, on_interval)?
+        client_bw(test, rig, p, &local.measure, remote, slots, on_interval)?
     };
     // Client-side verification (READ data lands here).
     let (mut verified, mut detail) = (None, String::new());

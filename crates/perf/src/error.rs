@@ -24,7 +24,7 @@ pub enum PerfError {
     #[error("{error}")]
     WithCounters {
         /// What failed.
-        error: Box<PerfError>,
+        error: Box<Self>,
         /// The device's counters then.
         counters: Box<DeviceCounters>,
     },

@@ -120,11 +120,11 @@ fn serve_on_rig(
     };
     if test == Test::SendBw || pingpong {
         for (q, qp) in rig.qps.iter().enumerate() {
-            post_recvs(&rig, *qp, (0..initial).map(|j| (j, recv_sge(j, q as u64))))?;
+            post_recvs(rig, *qp, (0..initial).map(|j| (j, recv_sge(j, q as u64))))?;
             posted_recv[q] = initial;
         }
     }
-    let mut accept = local_endpoint(&rig, p);
+    let mut accept = local_endpoint(rig, p);
     // With packet authentication, prove this side holds the job secret and
     // check the client does, before any packet flows.
     let confirmation = local.auth.map(|a| {
@@ -224,11 +224,7 @@ fn serve_on_rig(
             for (q, _) in repost {
                 let j = posted_recv[q];
                 posted_recv[q] += 1;
-                post_recvs(
-                    &rig,
-                    rig.qps[q],
-                    std::iter::once((j, recv_sge(j, q as u64))),
-                )?;
+                post_recvs(rig, rig.qps[q], std::iter::once((j, recv_sge(j, q as u64))))?;
             }
             spins += 1;
             if n == 0 && spins >= 64 {
@@ -331,7 +327,7 @@ fn serve_on_rig(
         test,
         params: p.clone(),
         report,
-        local: local_line(&rig),
+        local: local_line(rig),
         remote: remote_line(peer_ip, hello),
         stats,
         counters,

@@ -432,6 +432,12 @@ impl Endpoint {
     /// from an unknown peer, counted and dropped.
     fn close_connection(&mut self, c: u32) {
         let peer = self.conns[c as usize].conn.peer();
+        crate::trace::trace_event!(
+            in: self.conns[c as usize].conn.trace().enter(),
+            INFO,
+            now_ns = self.now_ns,
+            "connection torn down: its last QP is gone"
+        );
         self.conn_by_peer.remove(&peer);
         self.peer_sessions.remove(&peer);
         self.conns[c as usize] = ConnSlot::new(Connection::closed(c, &self.dev));

@@ -28,6 +28,10 @@
 //! - leaves that the endpoint and the connection both speak: [`Transmit`]
 //!   and [`Layout`] (what a driver sends), [`PacketRepr`] (the simulator's
 //!   form), [`Ecn`], [`EndpointStats`];
+//! - `trace`: `tracing` spans per connection and path, events at setup
+//!   and teardown, losses, resends, RTOs, path retirement, retry timeouts
+//!   and QP errors (feature `trace`, on by default; off, or with no
+//!   subscriber, they cost nothing measurable);
 //! - `testing`: [`testing::Pair`], two endpoints on a virtual clock with a
 //!   lossy wire between them, for the crate's tests, benches and the fuzz
 //!   targets (not a stable API).
@@ -57,6 +61,7 @@ mod seeded_rng;
 mod stats;
 #[doc(hidden)]
 pub mod testing;
+mod trace;
 mod transmit;
 pub mod work;
 

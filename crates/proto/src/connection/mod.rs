@@ -44,6 +44,7 @@ use crate::qp::Qp;
 use crate::rtt::RttEstimator;
 use crate::rtt_histogram::RttHistogram;
 use crate::sack::SackBitmap;
+use crate::trace::{ConnTrace, trace_event};
 use metaroce_wire::Flags;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -196,6 +197,8 @@ pub(crate) struct Connection {
     /// would otherwise sit in every connection of an unauthenticated
     /// endpoint (a simulated 8192-host fabric has 16,384 of them).
     auth: Option<Box<ConnectionAuth>>,
+    /// The connection's and its paths' `tracing` spans (see `trace.rs`).
+    trace: ConnTrace,
 }
 
 impl Connection {
@@ -210,7 +213,10 @@ impl Connection {
         dev: &DeviceState,
         auth: Option<Box<ConnectionAuth>>,
     ) -> Self {
-        Self::with_paths(index, peer, dev, auth, 0)
+        let mut conn = Self::with_paths(index, peer, dev, auth, 0);
+        conn.trace = ConnTrace::open(peer, index);
+        trace_event!(in: conn.trace.enter(), INFO, "connection set up");
+        conn
     }
 
     /// Build the send side if this is the connection's first message.
@@ -228,6 +234,22 @@ impl Connection {
         self.paths = fresh.paths;
         self.path_deadlines = fresh.path_deadlines;
         self.cc = fresh.cc;
+        for p in 0..self.paths.len() {
+            self.open_path_trace(p);
+        }
+    }
+
+    /// Path `p` starts a generation: its span, and an event in it.
+    fn open_path_trace(&mut self, p: usize) {
+        let path = &self.paths[p];
+        self.trace.open_path(p, path.generation, path.src_port);
+        trace_event!(in: self.trace.enter_path(p), DEBUG, "path opened");
+    }
+
+    /// The connection's spans, for events the endpoint emits about it.
+    #[cfg(feature = "trace")]
+    pub(crate) fn trace(&self) -> &ConnTrace {
+        &self.trace
     }
 
     /// UDP source port of path `slot`, also before the send side exists
@@ -305,6 +327,7 @@ impl Connection {
             stats: ConnectionStats::default(),
             scratch_segs: Vec::new(),
             auth,
+            trace: ConnTrace::none(),
         }
     }
 
@@ -337,6 +360,7 @@ impl Connection {
             + self.cc.memory_bytes()
             + self.rtt_histogram.memory_bytes()
             + self.auth.as_deref().map_or(0, ConnectionAuth::memory_bytes)
+            + self.trace.memory_bytes()
     }
 
     /// Per-path counters with each path's current state.

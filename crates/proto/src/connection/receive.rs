@@ -11,6 +11,7 @@ use crate::maybe_ns::MaybeNs;
 use crate::message::{MsgKind, SegRef};
 use crate::path::SentState;
 use crate::sack::{RxOutcome, sack_contains, sack_highest};
+use crate::trace::trace_event;
 use metaroce_wire::{AckRepr, DataRepr, Flags, OpHeader, seq};
 
 impl Connection {
@@ -201,6 +202,14 @@ impl Connection {
             self.cc.on_ack(p, &sample);
         }
         if lost_bytes > 0 {
+            trace_event!(
+                in: self.trace.enter_path(p),
+                DEBUG,
+                now_ns,
+                lost_packets,
+                lost_bytes,
+                "packets lost: a SACK gap below a later arrival; resent elsewhere"
+            );
             self.cc.on_loss(p, lost_bytes, now_ns);
         }
         if ack.rate_hint_mbps > 0 {
