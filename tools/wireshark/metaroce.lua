@@ -47,7 +47,9 @@ local FLAG_ACK_REQUEST = 0x01
 local FLAG_RETRANSMIT = 0x02
 local FLAG_COMPLETION_PROBE = 0x04
 local FLAG_AUTHENTICATED = 0x08
-local FLAGS_RESERVED = 0xf0
+local FLAG_ICRC_OMITTED = 0x10
+local FLAG_SENDER_DRAINED = 0x20
+local FLAGS_RESERVED = 0xc0
 
 local packet_types = { [TYPE_DATA] = "Data", [TYPE_ACK] = "Ack" }
 
@@ -93,6 +95,10 @@ local f = {
         nil, FLAG_COMPLETION_PROBE, "Every segment was acknowledged but no completion came"),
     flag_authenticated = ProtoField.bool("metaroce.flags.authenticated", "Authenticated", 8,
         nil, FLAG_AUTHENTICATED, "The packet ends with the authentication trailer, not the ICRC"),
+    flag_icrc_omitted = ProtoField.bool("metaroce.flags.icrc_omitted", "ICRC omitted", 8,
+        nil, FLAG_ICRC_OMITTED, "The ICRC trailer was not computed (sent as zero), by agreement"),
+    flag_sender_drained = ProtoField.bool("metaroce.flags.sender_drained", "Sender drained", 8,
+        nil, FLAG_SENDER_DRAINED, "The sender has no more new data queued toward this device"),
     flag_reserved = ProtoField.uint8("metaroce.flags.reserved", "Reserved", base.HEX, nil, FLAGS_RESERVED),
     path_slot = ProtoField.uint8("metaroce.path_slot", "Path slot", base.DEC),
     path_gen = ProtoField.uint16("metaroce.path_gen", "Path generation", base.DEC),
@@ -297,6 +303,11 @@ local function icrc_matches(tvb, len)
     return crc32c(bytes, 0, len - ICRC_LEN - 1) == u32(tvb, len - ICRC_LEN)
 end
 
+-- Section 7.2: the sender set ICRC_OMITTED and left the trailer zero.
+local function icrc_omitted(tvb, len, flags)
+    return band(flags, FLAG_ICRC_OMITTED) ~= 0 and u32(tvb, len - ICRC_LEN) == 0
+end
+
 -- ------------------------------------------------------------ dissection
 
 local function add_base(tvb, tree)
@@ -307,6 +318,8 @@ local function add_base(tvb, tree)
     flags_item:add(f.flag_retransmit, tvb(2, 1))
     flags_item:add(f.flag_completion_probe, tvb(2, 1))
     flags_item:add(f.flag_authenticated, tvb(2, 1))
+    flags_item:add(f.flag_icrc_omitted, tvb(2, 1))
+    flags_item:add(f.flag_sender_drained, tvb(2, 1))
     flags_item:add(f.flag_reserved, tvb(2, 1))
     if band(u8(tvb, 2), FLAGS_RESERVED) ~= 0 then
         flags_item:add_proto_expert_info(e.reserved)
@@ -322,6 +335,8 @@ local function flag_text(flags)
     if band(flags, FLAG_RETRANSMIT) ~= 0 then names[#names + 1] = "RT" end
     if band(flags, FLAG_COMPLETION_PROBE) ~= 0 then names[#names + 1] = "CP" end
     if band(flags, FLAG_AUTHENTICATED) ~= 0 then names[#names + 1] = "AU" end
+    if band(flags, FLAG_ICRC_OMITTED) ~= 0 then names[#names + 1] = "IO" end
+    if band(flags, FLAG_SENDER_DRAINED) ~= 0 then names[#names + 1] = "SD" end
     if #names == 0 then return "" end
     return " flags=" .. table.concat(names, "|")
 end
@@ -503,7 +518,11 @@ local function dissect_trailer(tvb, tree, len, flags)
     local at = len - ICRC_LEN
     local item = tree:add(f.icrc, tvb(at, ICRC_LEN))
     local status = ICRC_UNVERIFIED
-    if metaroce.prefs.check_icrc then
+    if icrc_omitted(tvb, len, flags) then
+        -- Section 7.2: a zero trailer under ICRC_OMITTED was never
+        -- computed; a receiver that agreed to the omission skips it.
+        item:append_text(" [omitted by agreement, not verified]")
+    elseif metaroce.prefs.check_icrc then
         if icrc_matches(tvb, len) then
             status = ICRC_GOOD
             item:append_text(" [correct]")
@@ -623,7 +642,8 @@ function metaroce.dissector(tvb, pinfo, tree)
 end
 
 -- The heuristic claims only what a MetaRoCE v1 receiver would accept at
--- the structural level, and (unauthenticated packets) whose ICRC matches:
+-- the structural level, and (unauthenticated packets) whose ICRC matches
+-- or was omitted (ICRC_OMITTED with a zero trailer, section 7.2):
 -- random UDP traffic passes these by chance about once in 2^40.
 local function heuristic(tvb, pinfo, tree)
     local len = tvb:len()
@@ -632,7 +652,10 @@ local function heuristic(tvb, pinfo, tree)
     local flags = u8(tvb, 2)
     if band(flags, FLAGS_RESERVED) ~= 0 then return false end
     if structure_error(tvb, len) then return false end
-    if band(flags, FLAG_AUTHENTICATED) == 0 and not icrc_matches(tvb, len) then return false end
+    if band(flags, FLAG_AUTHENTICATED) == 0 and not icrc_omitted(tvb, len, flags)
+        and not icrc_matches(tvb, len) then
+        return false
+    end
     dissect(tvb, pinfo, tree)
     return true
 end

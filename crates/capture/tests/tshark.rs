@@ -524,6 +524,35 @@ fn valid_cases() -> Vec<Case> {
     );
     case.dst_port = ROCEV2_PORT;
     cases.push(case);
+
+    // Wire.md 7.2: ICRC_OMITTED (bit 4) with a zero trailer is shown as
+    // omitted (unverified, not bad), and the heuristic still claims it.
+    let mut omitted = data_repr(400, OpHeader::Send { recv_index: 2 }, 8, 0, 8);
+    omitted.base.flags = Flags::ICRC_OMITTED;
+    let mut case = data_case("send with the ICRC omitted (heuristic)", omitted);
+    let trailer_at = case.bytes.len() - 4;
+    case.bytes[trailer_at..].fill(0);
+    case.expect.retain(|(f, _)| !f.starts_with("metaroce.icrc"));
+    case.expect.push(("metaroce.icrc", "0x00000000".into()));
+    case.expect.push(("metaroce.icrc.status", "0".into()));
+    case.expect
+        .push(("metaroce.flags.icrc_omitted", "1".into()));
+    case.expect
+        .push(("metaroce.flags.sender_drained", "0".into()));
+    case.expect.push(("metaroce.flags.reserved", "0x00".into()));
+    case.dst_port = ROCEV2_PORT;
+    cases.push(case);
+
+    // SENDER_DRAINED (bit 5) alone: a normal ICRC, the other flag clear.
+    let mut drained = data_repr(401, OpHeader::Send { recv_index: 3 }, 8, 0, 8);
+    drained.base.flags = Flags::SENDER_DRAINED | Flags::ACK_REQUEST;
+    let mut case = data_case("last send of a drained sender", drained);
+    case.expect
+        .push(("metaroce.flags.sender_drained", "1".into()));
+    case.expect
+        .push(("metaroce.flags.icrc_omitted", "0".into()));
+    case.expect.push(("metaroce.flags.reserved", "0x00".into()));
+    cases.push(case);
     cases
 }
 

@@ -141,6 +141,9 @@ pub(crate) fn run_suite(args: &ConformanceArgs) -> Result<ExitCode, String> {
             },
             session_id,
             auth: mode.into(),
+            // The suite's packets carry their ICRC: the checks of a bad
+            // ICRC need the target to verify it.
+            icrc_omission: false,
             key_confirm: None,
         },
         last: true,
@@ -351,6 +354,9 @@ fn respond_on(
         },
         session_id,
         auth: mode.into(),
+        // The responder verifies every ICRC the suite sends (and its bad
+        // ones): never agree to leave it out.
+        icrc_omission: false,
         key_confirm: None,
     };
     let confirmation = secret.map(|s| {

@@ -48,7 +48,8 @@ use std::time::Instant;
 struct Cli {
     /// Log the protocol core's spans and events to stderr, through this
     /// `tracing` filter: `info` (connections, path retirements, QP
-    /// errors), `debug` (RTOs, losses, probes), `trace` (every resend), or
+    /// errors), `debug` (losses, probes, failovers, RTOs), `trace` (every
+    /// resend), or
     /// e.g. `[conn{peer=10.0.0.2:4793}]=debug`. Takes precedence over
     /// METAROCE_LOG, which takes precedence over RUST_LOG; off by default.
     #[arg(long, global = true, value_name = "FILTER")]

@@ -99,9 +99,12 @@ pub(crate) struct PerfArgs {
     /// Paths (UDP source ports) per connection, 1..=128.
     #[arg(long, default_value_t = 16)]
     paths: u32,
-    /// MTU: payload bytes per packet, 64..=65000 (perftest's -m).
-    #[arg(short = 'm', long, default_value_t = 4096)]
-    mtu: u32,
+    /// MTU: payload bytes per packet, 64..=65000 (perftest's -m); a value
+    /// the path to the peer cannot carry unfragmented is an error
+    /// [default: sized from the path, the largest whose packets leave
+    /// unfragmented, at most 8192].
+    #[arg(short = 'm', long)]
+    mtu: Option<u32>,
     /// Write the results as JSON, in perftest's --out_json layout plus the
     /// run's parameters, to FILE.
     #[arg(long, value_name = "FILE")]
@@ -156,6 +159,20 @@ pub(crate) struct PerfArgs {
     /// Encrypt payloads too (implies --auth).
     #[arg(long)]
     encrypt: bool,
+    /// Always compute and check the ICRC [default: both sides agree to
+    /// leave it to the UDP checksum when packets are not authenticated].
+    #[arg(long)]
+    icrc: bool,
+    /// Lower bound of every retransmission timeout, microseconds [default:
+    /// 4000, a scheduler tick at HZ=250].
+    #[arg(long = "rto-min-us")]
+    rto_min_us: Option<u64>,
+    /// Run the device's engine thread at this niceness (e.g. -10, needs
+    /// CAP_SYS_NICE below 0): on a host whose CPUs are contended it keeps
+    /// ACKs and timers moving while the application waits for a CPU
+    /// [default: the caller's].
+    #[arg(long = "engine-nice", allow_negative_numbers = true)]
+    engine_nice: Option<i32>,
     /// perftest's -F (no CPU frequency warning): accepted, ignored.
     #[arg(short = 'F', long = "CPU-freq", hide = true)]
     cpu_freq: bool,
@@ -379,7 +396,8 @@ fn rdma_test(args: &PerfArgs, json: Option<JsonOut>) -> Result<ExitCode, String>
             args.tx_depth.unwrap_or(128)
         },
         verify: !args.no_verify,
-        mtu: args.mtu,
+        // 0: each side sizes it from its path to the other.
+        mtu: args.mtu.unwrap_or(0),
         paths: args.paths,
         pattern_seed: seed,
         run_infinitely: args.run_infinitely,
@@ -420,6 +438,9 @@ fn rdma_test(args: &PerfArgs, json: Option<JsonOut>) -> Result<ExitCode, String>
         dev_port_fallback: args.dev_port.is_none(),
         capture: None,
         offload: !args.no_offload,
+        engine_nice: args.engine_nice,
+        icrc_omission: !args.icrc,
+        rto_min_ns: args.rto_min_us.unwrap_or(0).saturating_mul(1000),
     };
     let capture = Capture::open(args)?;
     let mut local = local;
@@ -452,9 +473,27 @@ fn rdma_test(args: &PerfArgs, json: Option<JsonOut>) -> Result<ExitCode, String>
     let mut failed_verify = false;
     let mut printed_header = p.run_infinitely;
     let mut last_counters = None;
+    // What the sessions used (the last one's, for the JSON report).
+    let mut used_mtu = p.mtu;
+    let mut icrc_omitted = false;
     let mut on_session = |s: &Session| {
+        used_mtu = s.mtu;
+        icrc_omitted = s.icrc_omitted;
         if !printed_header {
-            println!("{}", perf::header(test, &p, &local));
+            let used = Params {
+                mtu: s.mtu,
+                ..p.clone()
+            };
+            println!("{}", perf::header(test, &used, &local));
+            println!(" Path            : {}", s.path.describe());
+            println!(
+                " ICRC            : {}",
+                if s.icrc_omitted {
+                    "omitted (UDP checksum; both sides agreed)"
+                } else {
+                    "on"
+                }
+            );
             println!("{}", s.local.render("local"));
             println!("{}", s.remote.render("remote"));
             println!("{RESULT_LINE}");
@@ -532,6 +571,8 @@ fn rdma_test(args: &PerfArgs, json: Option<JsonOut>) -> Result<ExitCode, String>
         j.write(&perf::json_report(&JsonRun {
             test,
             params: &last,
+            mtu: used_mtu,
+            icrc_omitted,
             local: &local,
             gbits,
             all_sizes: args.all,
@@ -558,6 +599,7 @@ fn serve(args: &PerfArgs, test: Test, local: &LocalOpts) -> Result<ExitCode, Str
         ("-Q", args.cq_mod.is_some()),
         ("-l", args.post_list.is_some()),
         ("-N", args.no_peak),
+        ("-m", args.mtu.is_some()),
         ("--run_infinitely", args.run_infinitely),
         ("--no-verify", args.no_verify),
         ("--report_gbits", args.report_gbits),
@@ -687,6 +729,27 @@ fn resolve(host: &str, port: u16) -> Result<SocketAddr, String> {
         .ok_or_else(|| format!("bad server address '{host}': no address"))
 }
 
+/// The payload MTU a MetaRoCE run with these arguments would use toward
+/// the baseline's peer (127.0.0.1 with --loopback, else the host), so the
+/// raw baseline sends datagrams of the same size.
+fn raw_mtu(args: &PerfArgs) -> Result<u32, String> {
+    let peer = match (&args.host, args.loopback) {
+        (Some(h), false) => resolve(h, args.port)?.ip(),
+        _ => std::net::IpAddr::from([127, 0, 0, 1]),
+    };
+    let local = if peer.is_loopback() {
+        peer
+    } else {
+        std::net::UdpSocket::bind((std::net::Ipv4Addr::UNSPECIFIED, 0))
+            .and_then(|s| s.connect((peer, 9)).and_then(|()| s.local_addr()))
+            .map(|a| a.ip())
+            .map_err(|e| format!("no route to {peer}: {e}"))?
+    };
+    let path = metaroce_udp::pmtu::probe_path(local, peer)
+        .map_err(|e| format!("path MTU to {peer}: {e}"))?;
+    perf::payload_mtu(args.mtu.unwrap_or(0), &path, false, peer)
+}
+
 fn raw_baseline(args: &PerfArgs, json: Option<JsonOut>) -> Result<ExitCode, String> {
     let result = raw_run(args);
     match (result, json) {
@@ -740,6 +803,7 @@ struct RawJsonParams {
     iters: u64,
     offload: bool,
     mtu: u32,
+    mtu_from_path: bool,
     report_gbits: bool,
 }
 
@@ -772,6 +836,9 @@ fn raw_run(args: &PerfArgs) -> Result<(ExitCode, Option<RawReport>), String> {
         ("--pcap-snaplen", args.pcap_snaplen.is_some()),
         ("--auth", args.auth),
         ("--encrypt", args.encrypt),
+        ("--icrc", args.icrc),
+        ("--rto-min-us", args.rto_min_us.is_some()),
+        ("--engine-nice", args.engine_nice.is_some()),
     ];
     if let Some((flag, _)) = rdma_only.iter().find(|(_, given)| *given) {
         return Err(format!(
@@ -788,9 +855,12 @@ fn raw_run(args: &PerfArgs) -> Result<(ExitCode, Option<RawReport>), String> {
             "-s {size}: udp-lat sends one datagram (at most 65000 B)"
         ));
     }
-    if !(64..=65_000).contains(&args.mtu) {
-        return Err(format!("--mtu {} must be 64..=65000", args.mtu));
+    if let Some(m) = args.mtu
+        && !(64..=65_000).contains(&m)
+    {
+        return Err(format!("--mtu {m} must be 64..=65000"));
     }
+    let mtu = raw_mtu(args)?;
     let iters = args.iters.unwrap_or(1000);
     if iters < 5 {
         return Err(format!("-n {iters} must be at least 5"));
@@ -799,7 +869,7 @@ fn raw_run(args: &PerfArgs) -> Result<(ExitCode, Option<RawReport>), String> {
         test,
         size,
         // Same datagram size as the device: MTU payload plus MetaRoCE headers.
-        seg: args.mtu as usize + 56,
+        seg: mtu as usize + 56,
         secs: match test {
             RawTest::UdpBw => args.duration.unwrap_or(2) as f64,
             RawTest::UdpLat => args.duration.unwrap_or(0) as f64,
@@ -873,7 +943,7 @@ fn raw_run(args: &PerfArgs) -> Result<(ExitCode, Option<RawReport>), String> {
             },
             device: "udp",
             transport_type: "UDP (no protocol)",
-            mtu: args.mtu,
+            mtu,
             bw_unit: if gbits { "Gb/sec" } else { "MiB/sec" },
         },
         results: perf::json_results(&fig, gbits, duration),
@@ -888,7 +958,8 @@ fn raw_run(args: &PerfArgs) -> Result<(ExitCode, Option<RawReport>), String> {
             duration_s: p.secs,
             iters: p.iters,
             offload: p.offload,
-            mtu: args.mtu,
+            mtu,
+            mtu_from_path: args.mtu.is_none(),
             report_gbits: gbits,
         },
     };

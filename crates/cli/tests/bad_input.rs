@@ -450,10 +450,28 @@ fn perf_json_has_perftests_layout_and_the_parameters() {
     assert_eq!(doc["test_info"]["test"], "Send_Latency_Test");
     assert!(doc["results"]["percentile_99.9"].is_number(), "{text}");
     assert_eq!(doc["results"]["n_iterations"], 50);
-    for key in ["size", "qps", "tx_depth", "mtu", "paths", "seed"] {
+    for key in [
+        "size",
+        "qps",
+        "tx_depth",
+        "mtu",
+        "mtu_from_path",
+        "paths",
+        "seed",
+        "icrc",
+        "icrc_omitted",
+        "rto_min_us",
+    ] {
         assert!(doc["parameters"].get(key).is_some(), "{key}: {text}");
     }
     assert_eq!(doc["parameters"]["seed"], 77);
+    // No -m: the MTU the path gave, recorded as used, not as 0.
+    assert_eq!(doc["parameters"]["mtu_from_path"], true, "{text}");
+    assert!(
+        doc["test_info"]["Mtu"].as_u64().unwrap_or(0) >= 64,
+        "{text}"
+    );
+    assert_eq!(doc["test_info"]["Mtu"], doc["parameters"]["mtu"], "{text}");
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -41,6 +41,12 @@ pub struct Endpoint {
     /// Absent (a peer that predates it): "none".
     #[serde(default = "auth_none")]
     pub auth: String,
+    /// This side takes data packets whose ICRC the sender omitted (the UDP
+    /// checksum protecting them instead, wire.md 7.2). Each side omits it
+    /// toward the other only when both say so. Absent (a peer that
+    /// predates it): false.
+    #[serde(default)]
+    pub icrc_omission: bool,
     /// With packet authentication, the server's key confirmation in its
     /// `Accept` (64 hex digits, [`crate::KeyConfirmation`]); absent
     /// otherwise and in the client's `Hello`.
@@ -67,6 +73,7 @@ mod tests {
         .unwrap();
         assert_eq!(e.session_id, 0);
         assert_eq!(e.auth, "none");
+        assert!(!e.icrc_omission);
         assert_eq!(e.key_confirm, None);
     }
 }

@@ -130,6 +130,8 @@ fn local_endpoint(rig: &Rig, cfg: &NetConfig) -> Endpoint {
         session_id: rig.dev.with(|ctx, _| ctx.session_id()),
         // Collectives run unauthenticated: there is no job secret to confirm.
         key_confirm: None,
+        // This device checks every ICRC (it does not offer to omit it).
+        icrc_omission: false,
         auth: "none".into(),
     }
 }

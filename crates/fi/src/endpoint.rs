@@ -785,6 +785,8 @@ impl EpState {
             auth: "none".into(),
             // The provider runs unauthenticated: no job secret to confirm.
             key_confirm: None,
+            // This device checks every ICRC (it does not offer to omit it).
+            icrc_omission: false,
         }
     }
 

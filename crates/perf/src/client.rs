@@ -11,7 +11,7 @@ use crate::rig::{
 use crate::verify::{first_diff, pattern};
 use crate::{
     AddrLine, AuthOpts, BwFigures, Figures, LatFigures, LocalOpts, Measure, Params, PerfError,
-    Session, Test,
+    Progress, Session, Test,
 };
 use metaroce_cm::{self as cm, Confirm, Endpoint, KeyConfirmation, MsgType, RemoteBuf, Role};
 use metaroce_udp::now_ns;
@@ -56,6 +56,7 @@ pub fn run_client_with(
         .map_err(|e| PerfError::Other(format!("cannot reach server {server}: {e}")))?;
     tcp.set_nodelay(true)?;
     let my_ip = tcp.local_addr()?.ip();
+    let peer_ip = tcp.peer_addr()?.ip();
     let slots = p.slots(test);
     let buf_len = if test.is_atomic() {
         slots * 8
@@ -67,7 +68,7 @@ pub fn run_client_with(
         Test::WriteBw | Test::SendBw | Test::WriteLat | Test::SendLat
     )
     .then_some(p.pattern_seed);
-    let rig = rig(my_ip, p, local, buf_len, fill)?;
+    let rig = rig(my_ip, peer_ip, p, local, buf_len, fill)?;
     let result = client_on_rig(test, p, local, last, on_interval, &mut tcp, &rig, slots);
     finish_rig(rig, result)
 }
@@ -99,8 +100,9 @@ fn client_on_rig(
     }
     connect(rig, peer_ip, &peer)?;
     let remote = peer.buf;
-    let (figures, completed) = if test.is_lat() {
-        client_lat(test, rig, p, &local.measure, remote)?
+    let (figures, completed, progress) = if test.is_lat() {
+        let (f, c) = client_lat(test, rig, p, &local.measure, remote)?;
+        (f, c, Progress::default())
     } else {
         client_bw(test, rig, p, &local.measure, remote, slots, on_interval)?
     };
@@ -147,6 +149,12 @@ fn client_on_rig(
     };
     let stats = rig.dev.stats();
     let counters = rig.dev.counters();
+    let mtu = rig.mtu.min(peer.mtu);
+    let icrc_omitted = crate::rig::icrc_omitted(rig, &peer);
+    let path = rig
+        .dev
+        .path(remote_line.dev)
+        .unwrap_or_else(|| rig.path.clone());
     Ok(Session {
         figures,
         verified,
@@ -156,6 +164,10 @@ fn client_on_rig(
         stats,
         counters,
         server_rx_malformed: report.rx_malformed,
+        mtu,
+        path,
+        progress,
+        icrc_omitted,
     })
 }
 
@@ -239,7 +251,7 @@ fn client_bw(
     remote: RemoteBuf,
     slots: u64,
     on_interval: IntervalFn<'_>,
-) -> Result<(Figures, u64), PerfError> {
+) -> Result<(Figures, u64, Progress), PerfError> {
     let nq = rig.qps.len() as u64;
     let depth = u64::from(p.tx_depth);
     let cq_mod = u64::from(m.cq_mod_for(p));
@@ -363,6 +375,10 @@ fn client_bw(
     } else {
         0.0
     };
+    // The progress record ends at the last completion, even between marks.
+    if marks.last().is_some_and(|&(_, done)| done < completed) {
+        marks.push((last_done, completed));
+    }
     Ok((
         Figures::Bw(BwFigures {
             size: p.size,
@@ -372,6 +388,10 @@ fn client_bw(
             msg_rate_mpps: completed as f64 / elapsed / 1e6,
         }),
         completed,
+        Progress {
+            marks,
+            bytes_per_op: p.size,
+        },
     ))
 }
 

@@ -17,8 +17,14 @@ pub const JSON_SCHEMA_VERSION: u32 = 1;
 pub struct JsonRun<'a> {
     /// The test.
     pub test: Test,
-    /// Its parameters (the last size's, with `-a`).
+    /// Its parameters (the last size's, with `-a`); `mtu` 0 if `-m` was
+    /// left out (sized from the path).
     pub params: &'a Params,
+    /// Payload bytes per packet the sessions used (what `-m` asked, or
+    /// what the path carried).
+    pub mtu: u32,
+    /// Both sides sent data packets without the ICRC (wire.md 7.2).
+    pub icrc_omitted: bool,
     /// This side's options.
     pub local: &'a LocalOpts,
     /// Bandwidth in Gb/s (else MiB/s).
@@ -137,7 +143,7 @@ pub fn json_results(fig: &Figures, gbits: bool, duration: bool) -> JsonResults {
 }
 
 /// perftest's `test_info` object, in its key order, with MetaRoCE's own
-/// additions at the end (`Paths`, `Packet_auth`, `BW_unit`).
+/// additions at the end (`Paths`, `Packet_auth`, `ICRC`, `BW_unit`).
 #[derive(Debug, Clone, Serialize)]
 #[allow(non_snake_case)]
 struct TestInfo {
@@ -161,6 +167,7 @@ struct TestInfo {
     Data_ex_method: &'static str,
     Paths: u32,
     Packet_auth: &'static str,
+    ICRC: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     BW_unit: Option<&'static str>,
 }
@@ -180,19 +187,23 @@ fn test_info(r: &JsonRun<'_>) -> TestInfo {
         TX_depth: p.tx_depth,
         Post_List: bw.then_some(r.local.measure.post_list),
         CQ_Moderation: bw.then(|| r.local.measure.cq_mod_for(p)),
-        Mtu: p.mtu,
+        Mtu: r.mtu,
         Link_type: "Ethernet",
         Max_inline_data: max_inline(r.test, r.local),
         rdma_cm_QPs: "OFF",
         Data_ex_method: "Ethernet",
         Paths: p.paths,
         Packet_auth: auth_mode(r.local.auth.as_ref()),
+        ICRC: if r.icrc_omitted { "omitted" } else { "on" },
         BW_unit: bw.then_some(if r.gbits { "Gb/sec" } else { "MiB/sec" }),
     }
 }
 
 /// Everything that chose how the run went, under the command's own option
-/// names: with the same values (and hosts) the run can be repeated.
+/// names: with the same values (and hosts) the run can be repeated. `mtu`
+/// is the MTU used, `mtu_from_path` whether `-m` was left out so the path
+/// sized it; `icrc` is the `--icrc` flag and `icrc_omitted` what the two
+/// sides agreed; `rto_min_us` is the floor in force.
 #[derive(Debug, Clone, Serialize)]
 struct Parameters {
     test: &'static str,
@@ -204,6 +215,7 @@ struct Parameters {
     qps: u32,
     tx_depth: u32,
     mtu: u32,
+    mtu_from_path: bool,
     paths: u32,
     seed: u64,
     pattern_seed: u64,
@@ -216,6 +228,10 @@ struct Parameters {
     impair: Option<String>,
     offload: bool,
     dev_port: u16,
+    icrc: bool,
+    icrc_omitted: bool,
+    rto_min_us: u64,
+    engine_nice: Option<i32>,
     report_gbits: bool,
 }
 
@@ -230,7 +246,8 @@ fn parameters(r: &JsonRun<'_>) -> Parameters {
         run_infinitely: p.run_infinitely,
         qps: p.qps,
         tx_depth: p.tx_depth,
-        mtu: p.mtu,
+        mtu: r.mtu,
+        mtu_from_path: p.mtu == 0,
         paths: p.paths,
         seed: l.seed,
         pattern_seed: p.pattern_seed,
@@ -243,6 +260,14 @@ fn parameters(r: &JsonRun<'_>) -> Parameters {
         impair: l.impair.map(|i| i.to_string()),
         offload: l.offload,
         dev_port: l.dev_port,
+        icrc: !l.icrc_omission,
+        icrc_omitted: r.icrc_omitted,
+        rto_min_us: if l.rto_min_ns > 0 {
+            l.rto_min_ns
+        } else {
+            crate::RTO_MIN_NS
+        } / 1000,
+        engine_nice: l.engine_nice,
         report_gbits: r.gbits,
     }
 }
@@ -318,6 +343,8 @@ mod tests {
         let report = json_report(&JsonRun {
             test: Test::WriteBw,
             params: &p,
+            mtu: 4096,
+            icrc_omitted: true,
             local: &local,
             gbits: true,
             all_sizes: false,
@@ -342,6 +369,11 @@ mod tests {
         assert_eq!(doc["results"]["MsgRate"], 0.167847);
         assert_eq!(doc["parameters"]["seed"], 9);
         assert_eq!(doc["parameters"]["qps"], 2);
+        assert_eq!(doc["test_info"]["Mtu"], 4096);
+        assert_eq!(doc["test_info"]["ICRC"], "omitted");
+        assert_eq!(doc["parameters"]["mtu_from_path"], false);
+        assert_eq!(doc["parameters"]["icrc_omitted"], true);
+        assert_eq!(doc["parameters"]["rto_min_us"], 4000);
         assert!(doc.get("results_by_size").is_none());
         assert_eq!(doc["counters"]["rx_datagrams"], 5);
         assert_eq!(doc["counters"]["conn.10.0.0.2:4793.rtos"], 1);

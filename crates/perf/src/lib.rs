@@ -40,8 +40,9 @@ pub use params::{
     AuthOpts, CQ_MOD, CQ_MOD_SIZE_LIMIT, INFINITE_REPORT_S, LocalOpts, MAX_CQ_MOD, MAX_INLINE,
     MAX_SIZE, Measure, POST_LIST, Params,
 };
+pub use rig::{AUTO_MTU_CAP, RTO_MIN_NS, payload_mtu};
 pub use server::serve;
-pub use session::{AddrLine, ServerSession, Session};
+pub use session::{AddrLine, Progress, ServerSession, Session};
 pub use table::{
     LAT_DURATION_HEADER, LAT_TABLE_HEADER, RESULT_LINE, bw_row, bw_table_header, bw_unit, header,
     lat_row,

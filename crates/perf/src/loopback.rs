@@ -23,6 +23,22 @@ pub fn run_loopback(
     // The client's capture has every datagram of the run, sent and
     // received: the server recording them again would list each twice.
     server_local.capture = None;
+    // Both devices live on 127.0.0.1: with a fixed device port the server
+    // takes it and the client the range right above the server's.
+    let mut client_local = local.clone();
+    if local.dev_port != 0 {
+        let span = u32::from(crate::rig::port_span(p)) + 1;
+        client_local.dev_port = u16::try_from(u32::from(local.dev_port) + span)
+            .ok()
+            .filter(|&b| u32::from(b) + span <= 65_535)
+            .ok_or_else(|| {
+                PerfError::Other(format!(
+                    "--dev-port {}: with --loopback the client needs the {span} ports above the server's, past 65535",
+                    local.dev_port
+                ))
+            })?;
+    }
+    let local = &client_local;
     let server = std::thread::Builder::new()
         .name("mr-perf-server".into())
         .spawn(move || serve(&listener, test, &server_local, &mut |_| {}))

@@ -66,6 +66,7 @@ mod tests {
                 },
                 session_id: 3,
                 auth: "none".into(),
+                icrc_omission: true,
                 key_confirm: None,
             },
             last: true,
@@ -77,7 +78,8 @@ mod tests {
                 r#"{"test":"write-bw","params":{"size":65536,"iters":5000,"duration_s":0,"#,
                 r#""qps":1,"tx_depth":128,"verify":true,"mtu":4096,"paths":16,"pattern_seed":9},"#,
                 r#""endpoint":{"device_port":4791,"path_port_span":32,"mtu":4096,"qpns":[65536],"#,
-                r#""buf":{"addr":139637976727552,"rkey":5,"len":65536},"session_id":3,"auth":"none"},"#,
+                r#""buf":{"addr":139637976727552,"rkey":5,"len":65536},"session_id":3,"auth":"none","#,
+                r#""icrc_omission":true},"#,
                 r#""last":true}"#
             )
         );

@@ -21,7 +21,9 @@ pub struct Params {
     pub tx_depth: u32,
     /// Verify data.
     pub verify: bool,
-    /// MTU payload bytes.
+    /// Payload bytes per packet; 0: each side sizes it from its path to
+    /// the other (the largest that leaves unfragmented, at most
+    /// [`AUTO_MTU_CAP`](crate::AUTO_MTU_CAP)), and the smaller one is used.
     pub mtu: u32,
     /// Paths per connection.
     pub paths: u32,
@@ -80,8 +82,11 @@ impl Params {
         if !(1..=2048).contains(&self.tx_depth) {
             return Err(format!("-t {} must be 1..=2048", self.tx_depth));
         }
-        if !(64..=65_000).contains(&self.mtu) {
-            return Err(format!("--mtu {} must be 64..=65000", self.mtu));
+        if self.mtu != 0 && !(64..=65_000).contains(&self.mtu) {
+            return Err(format!(
+                "--mtu {} must be 64..=65000 (or left out: sized from the path)",
+                self.mtu
+            ));
         }
         if !(1..=128).contains(&self.paths) {
             return Err(format!("--paths {} must be 1..=128", self.paths));
@@ -196,6 +201,16 @@ pub struct LocalOpts {
     /// Packet authentication (and optionally encryption) with this job
     /// secret; both sides must run the same.
     pub auth: Option<AuthOpts>,
+    /// Offer to take, and send, data packets without the ICRC where the
+    /// peer offers the same and packets are not authenticated (the UDP
+    /// checksum protects them; wire.md 7.2). `--icrc` turns it off.
+    pub icrc_omission: bool,
+    /// Lower bound of every retransmission timeout, ns (0: the tools'
+    /// default, [`RTO_MIN_NS`](crate::RTO_MIN_NS)).
+    pub rto_min_ns: u64,
+    /// Niceness of the device's engine thread
+    /// ([`metaroce_udp::DeviceConfig::engine_nice`]).
+    pub engine_nice: Option<i32>,
 }
 
 /// Packet protection for a perf run.
@@ -236,6 +251,9 @@ impl Default for LocalOpts {
             capture: None,
             offload: true,
             auth: None,
+            icrc_omission: true,
+            rto_min_ns: 0,
+            engine_nice: None,
         }
     }
 }

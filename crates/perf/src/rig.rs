@@ -8,7 +8,7 @@ use crate::verify::pattern;
 use crate::{AuthOpts, LocalOpts, Params, PerfError};
 use metaroce_cm::{Endpoint, RemoteBuf};
 use metaroce_proto::{AuthConfig, EndpointConfig, QpCaps};
-use metaroce_udp::{Device, DeviceConfig};
+use metaroce_udp::{Device, DeviceConfig, PathMtu, pmtu};
 use metaroce_verbs::{
     AccessFlags, CompletionQueue, MemoryRegion, QpAttr, QpInitAttr, QpState, QpType, QueuePair,
     RecvWr, Sge, VerbsError, WcOpcode, WcStatus, WorkCompletion,
@@ -17,12 +17,73 @@ use std::net::{IpAddr, SocketAddr};
 
 const ACCESS_ALL: AccessFlags = AccessFlags(0xf);
 
-fn endpoint_config(p: &Params, local: &LocalOpts) -> EndpointConfig {
+/// The largest payload per packet `--mtu` defaults to where the path
+/// carries more: bigger packets cost less per byte (fewer headers, system
+/// calls and protocol passes) but lose more to one drop.
+pub const AUTO_MTU_CAP: u32 = 8192;
+
+/// Payload bytes of the largest data packet (no extension, ICRC) whose
+/// datagram is `datagram` bytes long, for an endpoint with or without
+/// packet authentication: the per-packet overhead the core adds.
+fn packet_overhead(auth: bool) -> usize {
+    let cfg = EndpointConfig {
+        auth: auth.then(|| AuthConfig {
+            job_secret: [0; 32],
+            encrypt: false,
+            local_ip: IpAddr::from([127, 0, 0, 1]),
+        }),
+        ..EndpointConfig::default()
+    };
+    metaroce_proto::Endpoint::new(cfg)
+        .map(|e| e.datagram_len_for_payload(0))
+        .unwrap_or(96)
+}
+
+/// The payload MTU a run uses on `path`: `asked` when it fits (an error
+/// naming the path when it does not), or, for `asked == 0`, the largest
+/// payload that fits, capped at [`AUTO_MTU_CAP`].
+pub fn payload_mtu(asked: u32, path: &PathMtu, auth: bool, peer: IpAddr) -> Result<u32, String> {
+    let overhead = packet_overhead(auth);
+    let fits = path.max_datagram.saturating_sub(overhead);
+    let fits = u32::try_from(fits).unwrap_or(u32::MAX).min(65_000);
+    if asked == 0 {
+        if fits < 64 {
+            return Err(format!(
+                "the path to {peer} ({}) is too small for MetaRoCE packets",
+                path.describe()
+            ));
+        }
+        return Ok(fits.min(AUTO_MTU_CAP));
+    }
+    if asked > fits {
+        return Err(format!(
+            "--mtu {asked}: the path to {peer} ({}) carries at most {fits} payload bytes per packet; \
+             {asked} would make {}-byte IP packets, which the path would fragment (leave --mtu out to size packets from the path)",
+            path.describe(),
+            asked as usize + overhead + pmtu::ip_udp_overhead(peer)
+        ));
+    }
+    Ok(asked)
+}
+
+/// Source ports a device of this run keeps for its paths: twice the
+/// paths (at least 32), so a retired path can draw a port no live path
+/// holds.
+pub(crate) fn port_span(p: &Params) -> u16 {
+    (p.paths as u16).saturating_mul(2).max(32)
+}
+
+/// The RTO floor on real sockets: a thread may wait a scheduler tick
+/// (4 ms at HZ=250) for its CPU often enough that an RTO below that fires
+/// on healthy paths.
+pub const RTO_MIN_NS: u64 = 4_000_000;
+
+fn endpoint_config(p: &Params, local: &LocalOpts, mtu: u32) -> EndpointConfig {
     let mut cfg = EndpointConfig {
         device_port: local.dev_port,
-        mtu_payload_bytes: p.mtu,
+        mtu_payload_bytes: mtu,
         paths_per_connection: p.paths as usize,
-        path_port_span: (p.paths as u16).max(32),
+        path_port_span: port_span(p),
         seed: local.seed,
         ..EndpointConfig::default()
     };
@@ -31,7 +92,11 @@ fn endpoint_config(p: &Params, local: &LocalOpts) -> EndpointConfig {
     // healthy paths and retires them (measured: ~100 false RTOs per 4000 x
     // 64 KiB at 1 ms, none at 4 ms).
     cfg.base_rtt_ns = 50_000;
-    cfg.rto_min_ns = 4_000_000;
+    cfg.rto_min_ns = if local.rto_min_ns > 0 {
+        local.rto_min_ns
+    } else {
+        RTO_MIN_NS
+    };
     cfg.rto_max_ns = 200_000_000;
     cfg
 }
@@ -43,19 +108,43 @@ pub(crate) struct Rig {
     pub(crate) qps: Vec<QueuePair>,
     pub(crate) mr: MemoryRegion,
     pub(crate) auth: Option<AuthOpts>,
+    /// The payload MTU this side offers (what its path to the peer carries).
+    pub(crate) mtu: u32,
+    /// What the kernel said of the path to the peer.
+    pub(crate) path: PathMtu,
+    /// This side offers to take data packets without ICRC.
+    pub(crate) icrc_offer: bool,
 }
 
-/// Start a device on `bind_ip` for a run of `p`, with a `buf_len`-byte MR
-/// (filled with the verification pattern of seed `fill`, if any) and
-/// `p.qps` QPs in INIT.
+/// Whether this side offers ICRC omission: asked for, and packets not
+/// authenticated (the tag is the trailer then).
+fn offers_icrc_omission(local: &LocalOpts) -> bool {
+    local.icrc_omission && local.auth.is_none()
+}
+
+/// Whether both sides omit the ICRC toward each other.
+pub(crate) fn icrc_omitted(rig: &Rig, peer: &Endpoint) -> bool {
+    rig.icrc_offer && peer.icrc_omission
+}
+
+/// Start a device on `bind_ip` for a run of `p` toward a peer at
+/// `peer_ip`, with a `buf_len`-byte MR (filled with the verification
+/// pattern of seed `fill`, if any) and `p.qps` QPs in INIT. The payload MTU
+/// is `p.mtu` if the path carries it, or sized from the path for
+/// `p.mtu == 0`.
 pub(crate) fn rig(
     bind_ip: IpAddr,
+    peer_ip: IpAddr,
     p: &Params,
     local: &LocalOpts,
     buf_len: u64,
     fill: Option<u64>,
 ) -> Result<Rig, PerfError> {
-    let mut ep = endpoint_config(p, local);
+    let path = pmtu::probe_path(bind_ip, peer_ip)
+        .map_err(|e| PerfError::Other(format!("path MTU from {bind_ip} to {peer_ip}: {e}")))?;
+    let mtu = payload_mtu(p.mtu, &path, local.auth.is_some(), peer_ip).map_err(PerfError::Other)?;
+    let mut ep = endpoint_config(p, local, mtu);
+    ep.accept_icrc_omitted = offers_icrc_omission(local);
     ep.auth = local.auth.map(|a| AuthConfig {
         job_secret: a.job_secret,
         encrypt: a.encrypt,
@@ -67,6 +156,7 @@ pub(crate) fn rig(
     dc.gro = local.offload;
     dc.port_fallback = local.dev_port_fallback;
     dc.capture = local.capture.clone();
+    dc.engine_nice = local.engine_nice;
     let dev = Device::start(dc)?;
     let depth = p.tx_depth.max(64) * 2;
     let r = dev.with(|ctx, _| -> Result<_, VerbsError> {
@@ -109,6 +199,9 @@ pub(crate) fn rig(
         qps: r.1,
         mr: r.2,
         auth: local.auth,
+        mtu,
+        path,
+        icrc_offer: offers_icrc_omission(local),
     })
 }
 
@@ -123,10 +216,14 @@ pub(crate) fn connect(rig: &Rig, peer_ip: IpAddr, peer: &Endpoint) -> Result<(),
         )));
     }
     let dest = SocketAddr::new(peer_ip, peer.device_port);
+    // The context refuses a path_mtu the path cannot carry, and the engine
+    // follows the path's MTU from here on.
+    rig.dev.learn_path(dest)?;
     rig.dev.with(|ctx, _| -> Result<(), VerbsError> {
         // The peer's session id enters the keys when packets are
         // authenticated; recording it is harmless otherwise.
         ctx.set_peer_session(dest, peer.session_id)?;
+        ctx.set_peer_icrc_omission(dest, icrc_omitted(rig, peer));
         let mtu = ctx.endpoint().config().mtu_payload_bytes.min(peer.mtu);
         for (qp, &qpn) in rig.qps.iter().zip(&peer.qpns) {
             ctx.modify_qp(
@@ -159,8 +256,8 @@ pub(crate) fn connect(rig: &Rig, peer_ip: IpAddr, peer: &Endpoint) -> Result<(),
 pub(crate) fn local_endpoint(rig: &Rig, p: &Params) -> Endpoint {
     Endpoint {
         device_port: rig.dev.addr().port(),
-        path_port_span: (p.paths as u16).max(32),
-        mtu: p.mtu,
+        path_port_span: port_span(p),
+        mtu: rig.mtu,
         qpns: rig.qps.iter().map(QueuePair::qp_num).collect(),
         buf: RemoteBuf {
             addr: rig.mr.addr,
@@ -169,6 +266,7 @@ pub(crate) fn local_endpoint(rig: &Rig, p: &Params) -> Endpoint {
         },
         session_id: rig.dev.with(|ctx, _| ctx.session_id()),
         auth: auth_mode(rig.auth.as_ref()).into(),
+        icrc_omission: rig.icrc_offer,
         key_confirm: None,
     }
 }

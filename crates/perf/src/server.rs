@@ -81,7 +81,16 @@ fn server_session(
         slots * p.size
     };
     let fill = matches!(test, Test::ReadBw | Test::ReadLat).then_some(p.pattern_seed);
-    let rig = rig(my_ip, p, local, buf_len, fill)?;
+    // A server that cannot set up (ports taken, a path too small for the
+    // MTU asked) says why before closing, so the client reports the reason
+    // rather than a side channel cut short.
+    let rig = match rig(my_ip, peer_ip, p, local, buf_len, fill) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = cm::send(tcp, MsgType::Error, &format!("server: {e}"));
+            return Err(e);
+        }
+    };
     let result = serve_on_rig(tcp, test, hello, local, &rig, peer_ip, slots);
     finish_rig(rig, result)
 }
@@ -98,7 +107,10 @@ fn serve_on_rig(
     slots: u64,
 ) -> Result<ServerSession, PerfError> {
     let p = &hello.params;
-    connect(rig, peer_ip, &hello.endpoint)?;
+    if let Err(e) = connect(rig, peer_ip, &hello.endpoint) {
+        let _ = cm::send(tcp, MsgType::Error, &format!("server: {e}"));
+        return Err(e);
+    }
     let nq = rig.qps.len() as u64;
     let pingpong = matches!(test, Test::WriteLat | Test::SendLat);
     let reply_inline = local.measure.inline(test, p.size);

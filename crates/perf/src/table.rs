@@ -29,7 +29,12 @@ pub fn header(test: Test, p: &Params, local: &LocalOpts) -> String {
         ));
         s.push_str(&format!(" Post List       : {}\n", local.measure.post_list));
     }
-    s.push_str(&format!(" Mtu             : {}[B]\n", p.mtu));
+    if p.mtu == 0 {
+        // Not known before the session: each side sizes it from its path.
+        s.push_str(" Mtu             : from the path\n");
+    } else {
+        s.push_str(&format!(" Mtu             : {}[B]\n", p.mtu));
+    }
     s.push_str(" Link type       : Ethernet\n");
     s.push_str(&format!(" Paths           : {}\n", p.paths));
     s.push_str(&format!(
@@ -41,7 +46,7 @@ pub fn header(test: Test, p: &Params, local: &LocalOpts) -> String {
     s.push_str(&format!(
         " Packet auth     : {}\n",
         match auth_mode(local.auth.as_ref()) {
-            "none" => "OFF (ICRC only)",
+            "none" => "OFF",
             "authenticated" => "AES-256-GCM, payload in clear",
             _ => "AES-256-GCM, payload encrypted",
         }

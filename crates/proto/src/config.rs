@@ -53,8 +53,20 @@ pub struct EndpointConfig {
     pub ack_every_packets: u32,
     /// ...or this long after the first unacknowledged packet, whichever is first.
     pub ack_delay_ns: u64,
+    /// For how long after a receive path last showed a hole or a duplicate
+    /// (packets, or our ACKs, lost on the way) every ACK is sent twice.
+    /// `0`: never. Default 1 ms: a few hundred RTTs of a datacenter, long
+    /// enough to span a lossy stretch, short enough that a clean fabric
+    /// stops paying at once.
+    pub ack_copy_horizon_ns: u64,
     /// Window over which the receiver counts active senders for its rate hint.
     pub rate_hint_epoch_ns: u64,
+    /// Share of its line a receiver grants its senders in all when there
+    /// are several (see `admission.rs`); the rest lets queues drain.
+    pub grant_utilisation: f64,
+    /// A connection idle (nothing in flight) for this many base RTTs starts
+    /// its next message as a new one would, cold (0: never).
+    pub idle_restart_rtts: u64,
     /// Largest message a work request may carry.
     pub max_message_bytes: u32,
     /// Maximum outstanding send work requests per QP.
@@ -86,6 +98,13 @@ pub struct EndpointConfig {
     /// Packet authentication and optional encryption; `None` sends packets
     /// with the ICRC only (the wire is then exactly as without this field).
     pub auth: Option<AuthConfig>,
+    /// Take data packets whose sender omitted the ICRC (`ICRC_OMITTED`,
+    /// wire.md 7.2): the UDP checksum, which the kernel checks, protects
+    /// them instead. Off, such packets fail their ICRC check. Which peers
+    /// this endpoint omits it toward is per peer
+    /// (`Endpoint::set_peer_icrc_omission`), after the peer said it takes
+    /// them (the connection manager's `icrc_omission`).
+    pub accept_icrc_omitted: bool,
     /// Base of every path's initial PSN. A protocol parameter that must match
     /// on both sides (like perftest's symmetric options); tests set it just
     /// below the wrap point so every path wraps.
@@ -114,10 +133,13 @@ impl Default for EndpointConfig {
             retry_cnt: 7,
             rnr_retry: 7,
             min_rnr_timer_ns: 10_000,
-            path_retire_after_rtos: 1,
+            path_retire_after_rtos: 2,
             ack_every_packets: 4,
             ack_delay_ns: 4_000,
+            ack_copy_horizon_ns: 1_000_000,
             rate_hint_epoch_ns: 50_000,
+            grant_utilisation: 0.95,
+            idle_restart_rtts: 16,
             max_message_bytes: 1 << 31,
             max_send_wr: 4096,
             max_recv_wr: 4096,
@@ -129,6 +151,7 @@ impl Default for EndpointConfig {
             max_incoming_ops_per_qp: 1 << 16,
             max_peer_paths: 256,
             auth: None,
+            accept_icrc_omitted: false,
             psn_base: 0,
             cc: CcAlgorithm::default(),
             cc_params: MetaRoceParams::default(),
@@ -165,8 +188,17 @@ impl EndpointConfig {
         int_knob!(Self, path_retire_after_rtos: u32, 1, 64, "consecutive timeouts after which a path is retired and replaced"),
         int_knob!(Self, ack_every_packets: u32, 1, 255, "the receiver acknowledges at least every this many packets per path"),
         int_knob!(Self, ack_delay_ns: u64, 1, 1_000_000_000, "...or this long after the first unacknowledged packet"),
+        int_knob!(Self, ack_copy_horizon_ns: u64, 0, 1_000_000_000, "every ACK goes twice for this long after a hole or a duplicate (0: never), ns"),
         int_knob!(Self, rate_hint_epoch_ns: u64, 1, 1_000_000_000, "window over which a receiver counts active senders for its rate hint"),
         int_knob!(Self, max_peer_paths: usize, 1, 256, "path slots a peer may use toward this endpoint"),
+        crate::real_knob!(
+            Self,
+            grant_utilisation,
+            0.1,
+            1.0,
+            "share of its line a receiver grants its senders in all when there are several"
+        ),
+        int_knob!(Self, idle_restart_rtts: u64, 0, 1_000_000, "base RTTs idle after which a connection starts its next message cold (0: never)"),
     ];
 
     /// Check every field's range; the endpoint refuses a config that fails.

@@ -1,15 +1,16 @@
 //! The device-wide state every connection works on: the configuration,
 //! registered memory, the QP table, the completion queue the driver
-//! drains, counters, the seeded random stream and the receiver's rate hint.
+//! drains, counters, the seeded random stream and the receiver's admission (the
+//! grants its ACKs carry).
 //!
 //! The endpoint owns it and lends it to one connection at a time, with each
 //! packet, timer or post that connection handles; connections own
 //! everything that is theirs alone (paths, messages, timers).
 
+use crate::admission::Admission;
 use crate::config::EndpointConfig;
 use crate::memory::RegionTable;
 use crate::qp::{Qp, QpTable};
-use crate::rate_hint::RateHint;
 use crate::seeded_rng::SeededRng;
 use crate::stats::EndpointStats;
 use crate::work::Completion;
@@ -26,7 +27,8 @@ pub(crate) struct DeviceState {
     pub(crate) stats: EndpointStats,
     /// Keys, initial PSNs and replacement ports come from here.
     pub(crate) rng: SeededRng,
-    pub(crate) rate_hint: RateHint,
+    /// How this device shares its link among the peers sending to it.
+    pub(crate) admission: Admission,
 }
 
 impl DeviceState {
@@ -39,7 +41,12 @@ impl DeviceState {
             completions: VecDeque::new(),
             stats: EndpointStats::default(),
             rng: SeededRng::new(config.seed),
-            rate_hint: RateHint::new(config.rate_hint_epoch_ns, config.line_rate_bps),
+            admission: Admission::new(
+                config.rate_hint_epoch_ns,
+                config.line_rate_bps,
+                config.grant_utilisation,
+                config.base_rtt_ns,
+            ),
             config,
         }
     }

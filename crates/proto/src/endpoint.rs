@@ -38,6 +38,9 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::net::SocketAddr;
 
+/// The longest opcode extension header (CmpSwap's, wire.md 4.2).
+const MAX_EXTENSION_LEN: usize = 32;
+
 /// Zeros standing in for payload bytes of packets handled as reprs.
 static ZERO_PAYLOAD: [u8; 65_536] = [0; 65_536];
 
@@ -137,6 +140,12 @@ pub struct Endpoint {
     /// Session ids of peers, given by the connection manager; read when the
     /// connection to a peer is created.
     peer_sessions: HashMap<SocketAddr, u64>,
+    /// Peers that agreed to take data packets without ICRC
+    /// ([`set_peer_icrc_omission`](Self::set_peer_icrc_omission)).
+    icrc_omitted_peers: Vec<SocketAddr>,
+    /// Whether this endpoint takes packets whose ICRC was omitted
+    /// ([`EndpointConfig::accept_icrc_omitted`]).
+    icrc_policy: wire::IcrcPolicy,
     /// Decrypted payload of the packet being handled (encrypted mode); kept
     /// to reuse its allocation.
     plaintext: Vec<u8>,
@@ -154,6 +163,11 @@ impl Endpoint {
     pub fn new(config: EndpointConfig) -> Result<Self, ConfigError> {
         config.validate()?;
         let session_id = ChaCha20Rng::seed_from_u64(config.seed ^ SESSION_SEED_DOMAIN).next_u64();
+        let icrc_policy = if config.accept_icrc_omitted {
+            wire::IcrcPolicy::OmittedAccepted
+        } else {
+            wire::IcrcPolicy::Required
+        };
         Ok(Self {
             dev: DeviceState::new(config),
             conns: Vec::new(),
@@ -164,6 +178,8 @@ impl Endpoint {
             next_pd: 1,
             session_id,
             peer_sessions: HashMap::new(),
+            icrc_omitted_peers: Vec::new(),
+            icrc_policy,
             plaintext: Vec::new(),
             now_ns: 0,
         })
@@ -181,12 +197,29 @@ impl Endpoint {
 
     /// The largest datagram the endpoint emits: size `poll_transmit`'s buffer to this.
     pub fn max_datagram_len(&self) -> usize {
+        self.datagram_len_for_payload(self.dev.config.mtu_payload_bytes)
+    }
+
+    /// The largest datagram (UDP payload) a data packet carrying
+    /// `payload_bytes` of payload can be with this endpoint's trailer: the
+    /// data header, the longest opcode extension (32 bytes), the payload
+    /// and the ICRC or authentication trailer. A path must carry this
+    /// unfragmented for `payload_bytes` to be a usable MTU on it.
+    pub fn datagram_len_for_payload(&self, payload_bytes: u32) -> usize {
         let trailer = if self.dev.config.auth.is_some() {
             wire::AUTH_TRAILER_LEN
         } else {
             wire::ICRC_LEN
         };
-        wire::DATA_HEADER_LEN + 32 + self.dev.config.mtu_payload_bytes as usize + trailer
+        wire::DATA_HEADER_LEN + MAX_EXTENSION_LEN + payload_bytes as usize + trailer
+    }
+
+    /// The inverse of [`datagram_len_for_payload`](Self::datagram_len_for_payload):
+    /// the most payload per packet that keeps every datagram within
+    /// `max_datagram_bytes` (0 if not even an empty packet fits).
+    pub fn payload_for_datagram_len(&self, max_datagram_bytes: usize) -> u32 {
+        let overhead = self.datagram_len_for_payload(0);
+        u32::try_from(max_datagram_bytes.saturating_sub(overhead)).unwrap_or(u32::MAX)
     }
 
     /// This endpoint's session id: random per incarnation (drawn from the
@@ -195,6 +228,24 @@ impl Endpoint {
     /// number; they pass it to [`set_peer_session`](Self::set_peer_session).
     pub fn session_id(&self) -> u64 {
         self.session_id
+    }
+
+    /// Send data packets toward the peer device at `peer` with their ICRC
+    /// omitted (`omit`), or with it (the default): call it with `true` only
+    /// when the peer has said it takes them
+    /// ([`EndpointConfig::accept_icrc_omitted`] on its side, exchanged by
+    /// the connection manager) and the datagrams go with a UDP checksum
+    /// (wire.md 7.2). Authenticated connections ignore it: their tag is
+    /// their trailer. Applies to a connection that exists and to one made
+    /// later.
+    pub fn set_peer_icrc_omission(&mut self, peer: SocketAddr, omit: bool) {
+        self.icrc_omitted_peers.retain(|p| *p != peer);
+        if omit {
+            self.icrc_omitted_peers.push(peer);
+        }
+        if let Some(&c) = self.conn_by_peer.get(&peer) {
+            self.conns[c as usize].conn.set_omit_icrc(omit);
+        }
     }
 
     /// Record the session id of the peer device at `peer` (its IP and device
@@ -372,6 +423,9 @@ impl Endpoint {
                     }
                 };
                 self.conn_by_peer.insert(remote, c);
+                if self.icrc_omitted_peers.contains(&remote) {
+                    self.conns[c as usize].conn.set_omit_icrc(true);
+                }
                 c
             }
         };
@@ -670,7 +724,7 @@ impl Endpoint {
             self.handle_authenticated(now_ns, src, ecn, data);
             return;
         }
-        let Ok(packet) = wire::parse(data) else {
+        let Ok(packet) = wire::parse_with(data, self.icrc_policy) else {
             self.dev.stats.rx_malformed += 1;
             return;
         };
@@ -1023,6 +1077,12 @@ impl Endpoint {
             size_of::<ConnSlot>() - size_of::<Connection>()
                 + self.conns[c as usize].conn.memory_bytes()
         })
+    }
+
+    /// Bytes the receiver's admission state holds (one entry per sender
+    /// heard from recently; counted apart from the connections).
+    pub fn admission_memory_bytes(&self) -> usize {
+        self.dev.admission.memory_bytes()
     }
 
     /// Bytes a QP holds.

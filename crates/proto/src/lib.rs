@@ -37,6 +37,7 @@
 //!   targets (not a stable API).
 #![forbid(unsafe_code)]
 
+mod admission;
 pub mod auth;
 pub mod cc;
 pub mod config;
@@ -53,7 +54,6 @@ mod packet_repr;
 pub mod path;
 pub mod qp;
 pub mod range_set;
-mod rate_hint;
 pub mod rtt;
 mod rtt_histogram;
 pub mod sack;

@@ -164,7 +164,28 @@ pub(crate) struct TxPath {
     /// When the path last sent a data packet.
     pub(crate) last_sent_ns: u64,
     /// A tail-loss probe went out since the last ACK on this path.
-    pub(crate) probe_sent: bool,
+    /// When the tail-loss probe went out, if one is unanswered.
+    pub(crate) probe_sent_ns: crate::maybe_ns::MaybeNs,
+    /// PSNs `[first, end)` an RTO declared lost: an ACK for one of them later
+    /// proves the RTO spurious.
+    pub(crate) rto_psns: Option<(u32, u32)>,
+    /// Packets lost in a row (SACK gaps) without one acknowledged between.
+    pub(crate) consecutive_losses: u32,
+    /// When packets of this path were last acknowledged.
+    pub(crate) last_acked_ns: u64,
+    /// The send time of the latest-sent packet acknowledged on this path.
+    pub(crate) last_acked_sent_ns: u64,
+    /// Whether the last packet sent asked for an immediate ACK (then a
+    /// probe need not wait for the receiver's delayed-ACK timer).
+    pub(crate) last_sent_ack_request: bool,
+    /// Unanswered probe rounds in a row: each doubles the next wait.
+    pub(crate) probe_backoff: u32,
+    /// Probe timeouts in a row with evidence that others delivered.
+    pub(crate) silent_rounds: u32,
+    /// A replacement not yet answered: one packet at a time until its first
+    /// ACK proves the new route (a fresh port may hash onto the same dead
+    /// link as the old one).
+    pub(crate) unproven: bool,
     /// Cumulative receiver counters seen so far (echoes are cumulative so a
     /// lost ACK loses nothing).
     pub(crate) echoed_rx_packets: u32,
@@ -190,7 +211,15 @@ impl TxPath {
             rtt: RttEstimator::new(rtt_ns),
             consecutive_rtos: 0,
             last_sent_ns: 0,
-            probe_sent: false,
+            probe_sent_ns: crate::maybe_ns::MaybeNs::NONE,
+            rto_psns: None,
+            consecutive_losses: 0,
+            last_acked_ns: 0,
+            last_acked_sent_ns: 0,
+            last_sent_ack_request: false,
+            probe_backoff: 0,
+            silent_rounds: 0,
+            unproven: false,
             echoed_rx_packets: 0,
             echoed_ce_packets: 0,
             stats: PathStats::default(),
@@ -234,14 +263,44 @@ impl TxPath {
     /// delay) after the last transmission without any ACK, once per silence.
     /// Far shorter than the RTO, it recovers a lost ACK or a lost tail
     /// packet on a window-limited path in about one RTT.
-    pub(crate) fn probe_deadline(&self, ack_delay_ns: u64) -> Option<u64> {
-        if self.probe_sent || self.inflight.is_empty() {
-            return None;
-        }
-        Some(self.last_sent_ns + 2 * self.rtt.srtt_ns() + ack_delay_ns)
+    /// The probe timeout: how long silence on this path may last before a
+    /// tail-loss probe, then before the probe counts as unanswered. RACK-TLP's
+    /// rule in datacenter units: a smoothed RTT plus four deviations, plus
+    /// the receiver's delayed-ACK time unless the last packet asked for an
+    /// immediate ACK; doubled per unanswered round in a row.
+    pub(crate) fn pto_ns(&self, ack_delay_ns: u64) -> u64 {
+        let delay = if self.last_sent_ack_request {
+            0
+        } else {
+            ack_delay_ns
+        };
+        let base =
+            self.rtt.srtt_ns() + 4 * self.rtt.rttvar_ns().max(self.rtt.srtt_ns() / 8) + delay;
+        base << self.probe_backoff.min(10)
     }
 
-    /// When the oldest outstanding packet times out.
+    /// When a tail-loss probe is due: a probe timeout after the oldest
+    /// packet still outstanding was sent (later sends on a dead route must
+    /// not put the question off).
+    pub(crate) fn probe_deadline(&self, ack_delay_ns: u64) -> Option<u64> {
+        if self.probe_sent_ns.is_some() {
+            return None;
+        }
+        let oldest = self
+            .inflight
+            .iter()
+            .find(|s| s.state() == SentState::Outstanding)?;
+        Some(oldest.sent_ns + self.pto_ns(ack_delay_ns))
+    }
+
+    /// When an unanswered probe proves the path dead (if other paths of
+    /// the connection deliver meanwhile) or, on a silent connection, sends
+    /// its packets again elsewhere.
+    pub(crate) fn probe_timeout(&self, ack_delay_ns: u64) -> Option<u64> {
+        let sent = self.probe_sent_ns.get()?;
+        (!self.inflight.is_empty()).then(|| sent + self.pto_ns(ack_delay_ns))
+    }
+
     pub(crate) fn rto_deadline(&self, rto_min_ns: u64, rto_max_ns: u64) -> Option<u64> {
         let oldest = self.inflight.front()?;
         let backoff = self.consecutive_rtos.min(10);

@@ -29,7 +29,10 @@ impl RttEstimator {
         let initial = saturate(initial_rtt_ns);
         Self {
             srtt_ns: initial,
-            rttvar_ns: initial / 2,
+            // A quarter, not RFC 6298's half: the initial value is the
+            // fabric's base RTT (known, not a guess of a second), and a probe
+            // timeout of twice it recovers a lost first packet in one round.
+            rttvar_ns: initial / 4,
             rtt_ns_min: u32::MAX,
             latest_ns: initial,
         }
@@ -60,6 +63,11 @@ impl RttEstimator {
     }
 
     /// Smoothed RTT.
+    /// The RTT's mean deviation.
+    pub fn rttvar_ns(&self) -> u64 {
+        u64::from(self.rttvar_ns)
+    }
+
     pub fn srtt_ns(&self) -> u64 {
         u64::from(self.srtt_ns)
     }
@@ -90,7 +98,8 @@ mod tests {
     #[test]
     fn converges_and_bounds_rto() {
         let mut r = RttEstimator::new(10_000);
-        assert_eq!(r.rto_ns(1_000, 1_000_000), 30_000);
+        // The initial deviation is a quarter of the (known) base RTT.
+        assert_eq!(r.rto_ns(1_000, 1_000_000), 20_000);
         for _ in 0..100 {
             r.update(4_000);
         }

@@ -53,6 +53,14 @@ pub struct EndpointStats {
     pub retry_timeouts: u64,
     /// Paths retired and replaced.
     pub paths_replaced: u64,
+    /// Paths retired because they proved dead while others delivered.
+    pub path_failovers: u64,
+    /// RTOs proved spurious afterwards, and undone.
+    pub spurious_rtos: u64,
+    /// Unanswered probes on silent connections (packets sent again elsewhere).
+    pub probe_timeouts: u64,
+    /// Losses not taken as congestion (no recent ECN on their path).
+    pub random_losses: u64,
     /// RNR NAKs sent.
     pub rnr_naks_sent: u64,
     /// Fatal NAKs sent (remote access, invalid request).
@@ -113,6 +121,10 @@ named_counters!(EndpointStats {
     rtos,
     retry_timeouts,
     paths_replaced,
+    path_failovers,
+    spurious_rtos,
+    probe_timeouts,
+    random_losses,
     rnr_naks_sent,
     naks_sent,
     rx_remote_access_denied,
@@ -140,6 +152,9 @@ named_counters!(ConnectionStats {
     rtos,
     retry_timeouts,
     paths_replaced,
+    path_failovers,
+    spurious_rtos,
+    probe_timeouts,
     rnr_naks,
     rtt_samples,
     rtt_min_ns,
@@ -172,6 +187,7 @@ named_counters!(CcMetrics {
     ecn_reductions,
     loss_reductions,
     rto_reductions,
+    random_losses,
 });
 
 /// One connection's counters at one moment: its own, its congestion

@@ -15,10 +15,14 @@
 //! - `WARN`: a connection failed (retry count exceeded); the event names
 //!   its `peer` itself, so it reads whole when the filter hides the spans;
 //! - `INFO`: connection set up and torn down, a path retired for a fresh
-//!   source port, a QP entering the error state;
-//! - `DEBUG`: a path opened, a path's RTO, a connection's retry timeout,
-//!   packets declared lost by a SACK gap, a tail-loss probe sent, a work
-//!   request failed;
+//!   source port, a work request failed and its QP entering the error
+//!   state;
+//! - `DEBUG`: a path opened; packets declared lost by a SACK gap; a
+//!   tail-loss probe sent; a path suspect (silent while others delivered
+//!   later packets) and probed; a probe unanswered on a silent connection;
+//!   a path failed (proved dead: retired without an RTO); a path's RTO,
+//!   and its undoing when it proves spurious; a connection's retry
+//!   timeout;
 //! - `TRACE`: every retransmitted packet.
 //!
 //! Spans and events all have the target `metaroce_proto` (not their
@@ -32,8 +36,8 @@
 //! Cost. Without the `trace` feature (on by default) all of this compiles
 //! to nothing. With it and no subscriber, or one whose filter is off for
 //! these levels, an event costs a load and compare of `tracing`'s global
-//! maximum level, and none lies on the per-packet path except the
-//! retransmission event (behind the branch that counts a resend). A
+//! maximum level; on the per-packet path there are only the resend and
+//! SACK-loss events, each behind a branch taken for a resend or a loss. A
 //! connection holds one pointer, empty unless a subscriber wanted its span
 //! when it was set up (`benches/trace_cost.rs` measures it against a build
 //! without the feature).
@@ -391,7 +395,7 @@ mod tests {
     }
 
     #[test]
-    fn a_dead_route_shows_as_rtos_and_a_retirement_in_the_paths_span() {
+    fn a_dead_route_shows_as_a_failover_and_a_retirement_in_the_paths_span() {
         let rec = Recorder::new(Level::TRACE);
         let (peer, dead, spans) = tracing::subscriber::with_default(rec.clone(), || {
             // As in the retirement test of `connection::timers`: slot 0's
@@ -438,18 +442,26 @@ mod tests {
             );
         }
         let slot0 = format!("path{{slot=0 gen=0 src_port={dead}}}");
-        let rtos = find(&events, "path RTO");
-        assert!(!rtos.is_empty(), "no RTO event");
+        // Proved dead while the others delivered: failed over, no RTO.
+        let failed = find(&events, "path failed");
+        assert!(!failed.is_empty(), "no failover event: {events:?}");
         assert!(
-            rtos.iter()
+            failed
+                .iter()
                 .all(|e| e.scope == [slot0.as_str(), a_conn.as_str()]),
-            "{rtos:?}"
+            "{failed:?}"
         );
-        assert!(rtos[0].fields.contains("now_ns="), "{:?}", rtos[0]);
+        assert!(failed[0].fields.contains("now_ns="), "{:?}", failed[0]);
+        assert!(find(&events, "path RTO").is_empty());
         let retired = find(&events, "path retired");
         assert_eq!(retired.len(), 1, "{retired:?}");
         assert_eq!(retired[0].scope, [slot0.as_str(), a_conn.as_str()]);
         assert_eq!(retired[0].level, Level::INFO);
+        assert!(
+            retired[0].fields.contains("rtos_in_a_row=0"),
+            "{:?}",
+            retired[0]
+        );
         // The slot's next generation opens its own span on the new port,
         // and the old generation's span is closed.
         let new_port: u16 = retired[0]
@@ -602,5 +614,46 @@ mod tests {
             assert_eq!(rec.log.lock().unwrap().entered.len(), 1);
             drop(guard);
         });
+    }
+
+    #[test]
+    fn an_rto_and_its_undo_are_events_of_their_path() {
+        let rec = Recorder::new(Level::DEBUG);
+        tracing::subscriber::with_default(rec.clone(), || {
+            // An RTO far below the RTT on a clean wire: paths time out, and
+            // the ACKs that come after all prove each RTO spurious.
+            let cfg = |seed| EndpointConfig {
+                line_rate_bps: 10_000_000_000,
+                rto_min_ns: 1_000,
+                ack_delay_ns: 200_000,
+                ..fixture::config(seed)
+            };
+            let mut l = lab(cfg(1), cfg(2));
+            write(&mut l, 1, 64 << 10);
+            assert!(l.pair.settle(10_000, 1_000));
+            let wcs = completions(&mut l.pair, Side::A);
+            assert_eq!(wcs[0].wc.status, WcStatus::Success);
+            let s = *l.pair.a.stats();
+            assert!(s.rtos > 0 && s.spurious_rtos > 0, "{s:?}");
+        });
+        let events = rec.events();
+        let rtos = find(&events, "path RTO");
+        let undone = find(&events, "RTO undone");
+        assert!(!rtos.is_empty() && !undone.is_empty(), "{events:?}");
+        for e in rtos.iter().chain(&undone) {
+            assert_eq!(e.level, Level::DEBUG);
+            assert!(
+                e.scope.len() == 2 && e.scope[0].starts_with("path{slot="),
+                "{e:?}"
+            );
+            assert!(e.fields.contains("now_ns="), "{e:?}");
+        }
+        assert!(rtos.iter().all(|e| e.fields.contains("in_a_row=")));
+        // Each undone RTO is one its path had.
+        assert!(
+            undone
+                .iter()
+                .all(|u| rtos.iter().any(|r| r.scope == u.scope))
+        );
     }
 }

@@ -341,10 +341,11 @@ fn sessions_are_required_and_fixed_per_connection() {
 
 #[test]
 fn authenticated_transmits_are_whole_and_fit_the_buffer() {
-    let mut p = pair(
-        config(1, auth(A_IP, SECRET, false)),
-        config(2, auth(B_IP, SECRET, false)),
-    );
+    // A full window from the start (no cold start): all eight packets go
+    // out before any ACK.
+    let mut a_cfg = config(1, auth(A_IP, SECRET, false));
+    a_cfg.cc_params.initial_window_mss = 0;
+    let mut p = pair(a_cfg, config(2, auth(B_IP, SECRET, false)));
     let plain = Endpoint::new(config(9, None)).unwrap();
     assert_eq!(
         p.net.a.max_datagram_len(),
@@ -743,4 +744,101 @@ fn post_inline_write(p: &mut Lab, byte: u8) {
         vec![byte; 100],
     );
     p.net.a.post_send(p.a.qp, wr).unwrap();
+}
+
+// ------------------------------------------------------------ ICRC omission
+
+fn omitting(seed: u64, accept: bool) -> EndpointConfig {
+    EndpointConfig {
+        accept_icrc_omitted: accept,
+        ..config(seed, None)
+    }
+}
+
+/// Both sides agreed (each accepts, each omits toward the other): every
+/// operation runs; every data packet carries `ICRC_OMITTED` and a zero
+/// trailer, fails a receiver that requires the ICRC and passes one that
+/// accepts its omission; ACKs keep their ICRC.
+#[test]
+fn icrc_omission_agreed_runs_every_operation() {
+    let mut p = pair(omitting(1, true), omitting(2, true));
+    let (a_addr, b_addr) = (p.net.addr(Side::A), p.net.addr(Side::B));
+    p.net.a.set_peer_icrc_omission(b_addr, true);
+    p.net.b.set_peer_icrc_omission(a_addr, true);
+    exchange_every_kind(&mut p);
+    let mut data = 0;
+    for side in [Side::A, Side::B] {
+        for d in p.net.sent(side) {
+            let flags = wire::BaseHeader::new_checked(&d[..]).unwrap().flags();
+            let is_data = d[1] == 1;
+            assert_eq!(flags.contains(Flags::ICRC_OMITTED), is_data, "{d:02x?}");
+            if is_data {
+                data += 1;
+                assert_eq!(d[d.len() - 4..], [0; 4], "the trailer goes as zeros");
+                assert_eq!(wire::parse(d), Err(wire::Error::BadChecksum));
+                assert!(wire::parse_with(d, wire::IcrcPolicy::OmittedAccepted).is_ok());
+            } else {
+                assert!(wire::parse(d).is_ok(), "ACKs keep their ICRC");
+            }
+        }
+    }
+    assert!(data > 10, "{data} data packets");
+    assert_eq!(p.net.b.stats().rx_malformed, 0);
+}
+
+/// A receiver that has not agreed checks the ICRC as always: the omitted
+/// ones fail, nothing is placed, the datagrams count as malformed.
+#[test]
+fn icrc_omission_not_accepted_fails_closed() {
+    let mut p = pair(omitting(1, false), omitting(2, false));
+    let b_addr = p.net.addr(Side::B);
+    p.net.a.set_peer_icrc_omission(b_addr, true);
+    fill(&mut p.net.a, &p.a.mr, 0x33);
+    let (a_mr, b_mr) = (p.a.mr, p.b.mr);
+    p.net
+        .a
+        .post_send(
+            p.a.qp,
+            SendWr::new(
+                1,
+                WrOp::Write {
+                    remote_addr: b_mr.addr,
+                    rkey: b_mr.rkey,
+                },
+                vec![sge(&a_mr, 0, 4096)],
+            ),
+        )
+        .unwrap();
+    p.run(50);
+    assert!(p.net.b.stats().rx_malformed > 0);
+    assert!(
+        p.net.b.memory(b_mr.handle).unwrap()[..4096]
+            .iter()
+            .all(|&x| x == 0),
+        "bytes placed from packets whose ICRC was never checked"
+    );
+}
+
+/// Authenticated connections keep their tag and never set the flag, even
+/// when told to omit the ICRC.
+#[test]
+fn icrc_omission_is_ignored_when_authenticated() {
+    let mut p = pair(
+        EndpointConfig {
+            accept_icrc_omitted: true,
+            ..config(1, auth(A_IP, SECRET, false))
+        },
+        EndpointConfig {
+            accept_icrc_omitted: true,
+            ..config(2, auth(B_IP, SECRET, false))
+        },
+    );
+    let b_addr = p.net.addr(Side::B);
+    p.net.a.set_peer_icrc_omission(b_addr, true);
+    exchange_every_kind(&mut p);
+    for d in p.net.sent(Side::A) {
+        let flags = wire::BaseHeader::new_checked(&d[..]).unwrap().flags();
+        assert!(flags.contains(Flags::AUTHENTICATED));
+        assert!(!flags.contains(Flags::ICRC_OMITTED));
+    }
 }

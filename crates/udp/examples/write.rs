@@ -105,6 +105,8 @@ fn describe(side: &Side) -> Endpoint {
         session_id: side.dev.with(|ctx, _| ctx.session_id()),
         auth: "none".into(),
         key_confirm: None,
+        // This device checks every ICRC (it does not offer to omit it).
+        icrc_omission: false,
     }
 }
 

@@ -30,6 +30,7 @@
 
 use crate::capture::{CaptureHook, CapturedDatagram};
 use crate::impair::{Impair, ImpairState, Verdict};
+use crate::pmtu::{self, PathMtu};
 use crate::sys::{self, EventFd, OutMsg, RxBatch};
 use metaroce_verbs::{
     CompletionQueue, Context, Counters, Ecn, EndpointConfig, EndpointStats, Layout, PacketKind,
@@ -122,6 +123,13 @@ pub struct DeviceConfig {
     /// Sees every datagram sent and received (a packet capture, e.g.
     /// [`PcapCapture`](crate::PcapCapture)); `None` costs nothing.
     pub capture: Option<Arc<dyn CaptureHook>>,
+    /// Scheduling niceness of the engine thread (`setpriority`; below 0
+    /// needs CAP_SYS_NICE, and is silently not applied without it). The
+    /// engine is the device's stand-in for the kernel's softirq: when the
+    /// host's CPUs are contended, a favoured engine keeps ACKs and timers
+    /// moving while the application thread waits for its turn. `None`
+    /// leaves the thread as created.
+    pub engine_nice: Option<i32>,
 }
 
 impl DeviceConfig {
@@ -138,6 +146,7 @@ impl DeviceConfig {
             rx_queue_mark_bytes: 512 << 10,
             gather: true,
             capture: None,
+            engine_nice: None,
         }
     }
 }
@@ -173,10 +182,28 @@ pub struct IoStats {
     pub rx_queue_ce_marks: u64,
     /// Datagrams the kernel dropped at the receive socket (full buffer).
     pub rx_kernel_drops: u64,
-    /// Longest time between two progress passes (receive + timers), ns.
+    /// Longest time between two progress passes (receive + timers) while
+    /// the core had a deadline pending (work in flight), ns.
     pub progress_gap_ns_max: u64,
-    /// Progress passes that came more than 200 us after the previous one.
+    /// Progress passes that came more than 200 us after the previous one
+    /// while the core had a deadline pending.
     pub progress_gaps_over_200us: u64,
+    /// Datagrams the kernel refused as larger than the path MTU
+    /// (`EMSGSIZE`; sockets send with don't-fragment, so nothing is ever
+    /// fragmented instead). Each one makes the engine ask for the path MTU
+    /// again.
+    pub tx_too_big: u64,
+    /// Times a known peer's path MTU changed (a recheck found another value).
+    pub path_mtu_changes: u64,
+    /// Progress passes that held a due timer back because datagrams were
+    /// still waiting in the receive socket.
+    pub timers_deferred: u64,
+    /// Longest time a due deadline of the core waited for a progress pass,
+    /// ns: how long the host kept the device off a CPU when it had a timer
+    /// to serve (what makes healthy paths time out).
+    pub timer_late_ns_max: u64,
+    /// Progress passes that served a deadline more than 200 us late.
+    pub timers_late_over_200us: u64,
 }
 
 /// A snapshot of a device's counters.
@@ -251,6 +278,13 @@ const TX_BATCH: usize = 256;
 const RX_BATCH: usize = 32;
 /// Receive batches per progress pass (bounded for fairness with timers and sends).
 const RX_ROUNDS: usize = 8;
+/// Longest a due timer waits for the receive socket to be drained. While
+/// datagrams wait unread, a due retransmission timer is held back: after
+/// this host was off its CPU, the ACKs that answer the timer are usually
+/// among them, and firing first would take the host's own stall for loss
+/// (a false RTO, a retransmission, a path retired). Bounded, so a flood of
+/// datagrams cannot hold timers off for ever.
+const TIMER_DEFER_MAX_NS: u64 = 20_000_000;
 /// The engine stands aside this long after the application drove progress.
 const APP_HOLD_NS: u64 = 1_000_000;
 /// An application that polled within this window is a polling application:
@@ -269,6 +303,10 @@ struct Io {
     /// This flush's transmits and where each one's bytes are.
     meta: Vec<(Transmit, Layout)>,
     order: Vec<usize>,
+    /// The sort keys of this flush's datagrams (see `send_all`).
+    sort_keys: Vec<u64>,
+    /// This flush's distinct destinations.
+    dsts: Vec<SocketAddr>,
     impair: Option<ImpairState>,
     held: Option<(SocketAddr, Ecn, Vec<u8>)>,
     stats: IoStats,
@@ -276,6 +314,16 @@ struct Io {
     rx_queue_mark_bytes: u32,
     gather: bool,
     capture: Option<Arc<dyn CaptureHook>>,
+    /// Peers whose path MTU this device follows, with what it last learned.
+    paths: Vec<(SocketAddr, PathMtu)>,
+    /// When to ask the kernel for every peer's path MTU again.
+    pmtu_recheck_at_ns: u64,
+    /// A send was refused as too big since the last recheck.
+    pmtu_refused: bool,
+    /// The core had a deadline pending after the last progress pass.
+    busy_at_last_pass: bool,
+    /// The core's earliest deadline after the last progress pass.
+    deadline_at_last_pass: Option<u64>,
     /// The local IP, the source of captured sends.
     bind_ip: IpAddr,
 }
@@ -296,6 +344,7 @@ struct Inner {
     rx_fd: std::os::fd::RawFd,
     addr: SocketAddr,
     busy_poll_ns: u64,
+    engine_nice: Option<i32>,
 }
 
 /// A running device: sockets, the core, and its progress engine thread.
@@ -464,6 +513,8 @@ impl Device {
             slots: (0..TX_BATCH).map(|_| vec![0; slot_len]).collect(),
             meta: Vec::with_capacity(TX_BATCH),
             order: Vec::with_capacity(TX_BATCH),
+            sort_keys: Vec::with_capacity(TX_BATCH),
+            dsts: Vec::new(),
             impair: cfg.impair.filter(Impair::is_active).map(ImpairState::new),
             held: None,
             stats: IoStats::default(),
@@ -471,6 +522,11 @@ impl Device {
             rx_queue_mark_bytes: cfg.rx_queue_mark_bytes,
             gather: cfg.gather,
             capture: cfg.capture.clone(),
+            paths: Vec::new(),
+            pmtu_recheck_at_ns: 0,
+            pmtu_refused: false,
+            busy_at_last_pass: false,
+            deadline_at_last_pass: None,
             bind_ip: cfg.bind_ip,
         };
         let inner = Arc::new(Inner {
@@ -483,6 +539,7 @@ impl Device {
             rx_fd,
             addr,
             busy_poll_ns: cfg.busy_poll_ns,
+            engine_nice: cfg.engine_nice,
         });
         let engine_inner = Arc::clone(&inner);
         let engine = std::thread::Builder::new()
@@ -565,10 +622,11 @@ impl Device {
         // reply, posted next, then leaves first and the ACKs right behind
         // it in the same flush. Nothing waits long: the next post or poll
         // flushes, and the engine covers a caller that goes quiet.
-        take_input(&mut st.ctx, &mut st.io, now);
+        let took = take_input(&mut st.ctx, &mut st.io, now);
         let n = st.ctx.poll_cq(cq, wc)?;
         if n == 0 {
-            flush(&mut st.ctx, &mut st.io, now_ns());
+            // An idle poll reads the clock once: nothing it did took time.
+            flush(&mut st.ctx, &mut st.io, if took { now_ns() } else { now });
         }
         wake_cq_waiters(&self.inner, &st.ctx);
         Ok(n)
@@ -614,6 +672,40 @@ impl Device {
         }
     }
 
+    /// Learn the path MTU toward the peer device at `dest` and tell the
+    /// context what the path carries
+    /// ([`Context::set_path_max_datagram`]), so that `modify_qp` refuses a
+    /// `path_mtu` whose datagrams would be fragmented; the engine then
+    /// follows the path's MTU (rechecking after a send the kernel refused as
+    /// too big, and every second). Returns what the kernel said. Call it
+    /// before moving QPs toward `dest` to RTR.
+    pub fn learn_path(&self, dest: SocketAddr) -> Result<PathMtu, UdpError> {
+        let path = pmtu::probe_path(self.inner.addr.ip(), dest.ip()).map_err(io_err(format!(
+            "path MTU from {} to {}",
+            self.inner.addr.ip(),
+            dest.ip()
+        )))?;
+        let mut st = self.lock();
+        let st = &mut *st;
+        st.ctx.set_path_max_datagram(dest, path.max_datagram);
+        match st.io.paths.iter_mut().find(|(d, _)| *d == dest) {
+            Some((_, known)) => *known = path.clone(),
+            None => st.io.paths.push((dest, path.clone())),
+        }
+        Ok(path)
+    }
+
+    /// What the device last learned of the path to `dest`
+    /// ([`learn_path`](Self::learn_path)).
+    pub fn path(&self, dest: SocketAddr) -> Option<PathMtu> {
+        let st = self.lock();
+        st.io
+            .paths
+            .iter()
+            .find(|(d, _)| *d == dest)
+            .map(|(_, p)| p.clone())
+    }
+
     /// Counters.
     pub fn stats(&self) -> DeviceStats {
         let st = self.lock();
@@ -656,6 +748,9 @@ impl Drop for Device {
 }
 
 fn engine(inner: &Inner) {
+    if let Some(nice) = inner.engine_nice {
+        sys::set_thread_nice(nice);
+    }
     let mut last_active = now_ns();
     let mut deadline = None;
     while !inner.shutdown.load(Ordering::SeqCst) {
@@ -722,16 +817,30 @@ fn progress(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
 /// timers. What it makes the core want to send stays queued in the core
 /// until the next [`flush`].
 fn take_input(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
+    // A gap counts only when the core had a deadline pending at the last
+    // pass (work in flight, a timer to keep): a device left alone while
+    // the application registers memory or verifies data is not stalled.
     let gap = now.saturating_sub(io.last_progress_ns);
-    if io.last_progress_ns != 0 {
+    if io.last_progress_ns != 0 && io.busy_at_last_pass {
         io.stats.progress_gap_ns_max = io.stats.progress_gap_ns_max.max(gap);
         if gap > 200_000 {
             io.stats.progress_gaps_over_200us += 1;
         }
     }
+    // How late this pass serves the earliest deadline the last pass left:
+    // the host's stall as the core's timers see it (a pass that waits for
+    // a far deadline is not late).
+    if let Some(due) = io.deadline_at_last_pass.filter(|&d| d < now) {
+        let late = now - due.max(io.last_progress_ns);
+        io.stats.timer_late_ns_max = io.stats.timer_late_ns_max.max(late);
+        if late > 200_000 {
+            io.stats.timers_late_over_200us += 1;
+        }
+    }
     io.last_progress_ns = now;
     let mut did = false;
     let mut now = now;
+    let mut drained = false;
     for round in 0..RX_ROUNDS {
         // A pass can outlast a scheduler tick: stamp each batch with the
         // time it was really taken in, or RTT samples come out short.
@@ -741,6 +850,7 @@ fn take_input(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
         // Transient socket errors (e.g. ICMP) are not fatal.
         let n = io.rxb.recv(&io.rx).unwrap_or_default();
         if n == 0 {
+            drained = true;
             break;
         }
         // What is still queued behind this batch. Asked only when the batch
@@ -798,13 +908,48 @@ fn take_input(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
                 );
             }
         }
+        // A short batch emptied the socket: asking again would only cost
+        // a system call that finds nothing (a datagram landing meanwhile
+        // is the next pass's).
+        if n < RX_BATCH {
+            drained = true;
+            break;
+        }
     }
-    let now = now_ns();
-    if ctx.poll_timeout().is_some_and(|t| t <= now) {
-        ctx.handle_timeout(now);
-        did = true;
+    let now = if did { now_ns() } else { now };
+    if let Some(due) = ctx.poll_timeout().filter(|&t| t <= now) {
+        if drained || now.saturating_sub(due) >= TIMER_DEFER_MAX_NS {
+            ctx.handle_timeout(now);
+            did = true;
+        } else {
+            // Come back soon: the rest of the queue, then the timer.
+            io.stats.timers_deferred += 1;
+            did = true;
+        }
     }
+    if !io.paths.is_empty() && (io.pmtu_refused || now >= io.pmtu_recheck_at_ns) {
+        recheck_paths(ctx, io, now);
+    }
+    io.deadline_at_last_pass = ctx.poll_timeout();
+    io.busy_at_last_pass = io.deadline_at_last_pass.is_some();
     did
+}
+
+/// Ask the kernel again for the path MTU of every peer the device follows
+/// and tell the context of any change.
+fn recheck_paths(ctx: &mut Context, io: &mut Io, now: u64) {
+    io.pmtu_refused = false;
+    io.pmtu_recheck_at_ns = now + pmtu::RECHECK_NS;
+    for (dest, known) in &mut io.paths {
+        let Ok(path) = pmtu::probe_path(io.bind_ip, dest.ip()) else {
+            continue;
+        };
+        if path.path_mtu != known.path_mtu {
+            io.stats.path_mtu_changes += 1;
+            ctx.set_path_max_datagram(*dest, path.max_datagram);
+            *known = path;
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -897,23 +1042,42 @@ fn send_all(ctx: &Context, io: &mut Io) {
         stats,
         capture,
         bind_ip,
+        pmtu_refused,
+        sort_keys,
+        dsts,
         ..
     } = io;
     let meta = &*meta;
     order.clear();
-    order.extend(0..meta.len());
     // Data before ACKs: a reply that is ready goes out ahead of the ACK
     // for the request it answers (the ACK is not on the peer's critical
-    // path; the reply is). Stable: per-path order is kept, which is all the
-    // protocol needs.
-    order.sort_by_key(|&i| {
-        (
-            meta[i].0.kind == PacketKind::Ack,
-            meta[i].0.src_port,
-            meta[i].0.dst,
-            sys::ecn_bits(meta[i].0.ecn),
-        )
-    });
+    // path; the reply is); then grouped by source port, ECN and
+    // destination, so runs can become GSO messages. Stable: per-path order
+    // is kept, which is all the protocol needs. One integer per datagram
+    // (its own index in the low bits makes an unstable sort stable; the
+    // destination is an index into this flush's distinct destinations,
+    // nearly always one): sorting tuples with socket addresses in them
+    // cost ~650 instructions per datagram.
+    sort_keys.clear();
+    dsts.clear();
+    for (i, (t, _)) in meta.iter().enumerate() {
+        let d = match dsts.iter().position(|x| *x == t.dst) {
+            Some(d) => d,
+            None => {
+                dsts.push(t.dst);
+                dsts.len() - 1
+            }
+        };
+        sort_keys.push(
+            (u64::from(t.kind == PacketKind::Ack) << 63)
+                | (u64::from(t.src_port) << 40)
+                | (u64::from(sys::ecn_bits(t.ecn)) << 38)
+                | ((d as u64) << 16)
+                | i as u64,
+        );
+    }
+    sort_keys.sort_unstable();
+    order.extend(sort_keys.iter().map(|k| (k & 0xffff) as usize));
     // Every datagram's slices, in sending order.
     let mut parts: Vec<&[u8]> = Vec::with_capacity(meta.len() * 3);
     let mut datagram_parts: Vec<(usize, usize)> = Vec::with_capacity(meta.len());
@@ -1009,7 +1173,9 @@ fn send_all(ctx: &Context, io: &mut Io) {
                 .and_then(|i| tx.get(usize::from(i)))
         };
         match sock {
-            Some(sock) => send_msgs(sock, &msgs[a..b], &mut disable_gso, stats),
+            Some(sock) => {
+                *pmtu_refused |= send_msgs(sock, &msgs[a..b], &mut disable_gso, stats);
+            }
             None => {
                 stats.tx_no_socket += msgs[a..b].iter().map(|m| m.datagrams as u64).sum::<u64>()
             }
@@ -1022,9 +1188,12 @@ fn send_all(ctx: &Context, io: &mut Io) {
 }
 
 /// Send messages on one socket, retrying briefly on a full buffer; a GSO
-/// message the kernel refuses (EIO / EINVAL: no GSO on this route) is
-/// resent datagram by datagram and GSO is turned off.
-fn send_msgs(sock: &Socket, msgs: &[OutMsg<'_>], disable_gso: &mut bool, st: &mut IoStats) {
+/// message the kernel refuses (EIO / EINVAL: no GSO on this route, or a
+/// segment above the path MTU) is resent datagram by datagram, and GSO is
+/// turned off if that works. A datagram above the path MTU (`EMSGSIZE`) is
+/// dropped and counted. Returns whether any send was refused as too big.
+fn send_msgs(sock: &Socket, msgs: &[OutMsg<'_>], disable_gso: &mut bool, st: &mut IoStats) -> bool {
+    let mut too_big = false;
     let mut done = 0;
     let mut stalls = 0;
     while done < msgs.len() {
@@ -1051,7 +1220,6 @@ fn send_msgs(sock: &Socket, msgs: &[OutMsg<'_>], disable_gso: &mut bool, st: &mu
                 let m = &msgs[done];
                 match m.segment {
                     Some(seg) if matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL)) => {
-                        *disable_gso = true;
                         for one in datagrams_of(m.parts, usize::from(seg)) {
                             let single = OutMsg {
                                 segment: None,
@@ -1061,12 +1229,23 @@ fn send_msgs(sock: &Socket, msgs: &[OutMsg<'_>], disable_gso: &mut bool, st: &mu
                             };
                             match sys::send_batch(sock, std::slice::from_ref(&single)) {
                                 Ok(1) => {
+                                    // The datagram goes alone: GSO was what
+                                    // the kernel refused.
+                                    *disable_gso = true;
                                     st.tx_msgs += 1;
                                     st.tx_datagrams += 1;
+                                }
+                                Err(e) if e.raw_os_error() == Some(libc::EMSGSIZE) => {
+                                    too_big = true;
+                                    st.tx_too_big += 1;
                                 }
                                 _ => st.tx_dropped += 1,
                             }
                         }
+                    }
+                    _ if e.raw_os_error() == Some(libc::EMSGSIZE) => {
+                        too_big = true;
+                        st.tx_too_big += m.datagrams as u64;
                     }
                     _ => st.tx_dropped += m.datagrams as u64,
                 }
@@ -1077,6 +1256,7 @@ fn send_msgs(sock: &Socket, msgs: &[OutMsg<'_>], disable_gso: &mut bool, st: &mu
     for m in &msgs[done..] {
         st.tx_dropped += m.datagrams as u64;
     }
+    too_big
 }
 
 /// Split a GSO message's slices back into its datagrams: each datagram is

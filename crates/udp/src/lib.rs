@@ -5,6 +5,8 @@
 //!   [`metaroce_verbs::Context`] on real sockets;
 //! - [`batch`]: the batched socket I/O the device runs on, for tools that
 //!   want it without the protocol (the raw-UDP baselines);
+//! - [`pmtu`]: the path MTU toward a peer, as the kernel knows it (every
+//!   socket sends with don't-fragment, so nothing is ever IP-fragmented);
 //! - [`Impair`]: receive-side loss / reorder / duplication for tests.
 //!
 //! The connection manager that sets devices up across hosts is
@@ -28,6 +30,7 @@ pub mod batch;
 mod capture;
 mod device;
 mod impair;
+pub mod pmtu;
 mod sys;
 
 pub use capture::{CaptureHook, CapturedDatagram, PcapCapture};
@@ -37,6 +40,7 @@ pub use device::{
 pub use impair::Impair;
 pub use metaroce_capture::{CaptureError, DEFAULT_SNAPLEN};
 pub use metaroce_verbs::{DEFAULT_DEVICE_PORT, format_counter_lines};
+pub use pmtu::PathMtu;
 
 #[cfg(test)]
 mod tests;

@@ -60,8 +60,147 @@ pub(crate) fn bind_udp(addr: SocketAddr) -> io::Result<Socket> {
     } else {
         setsockopt_int(&s, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1)?;
     }
+    set_dont_fragment(&s, addr.is_ipv4())?;
     s.bind(&SockAddr::from(addr))?;
     Ok(s)
+}
+
+/// Path MTU discovery on, local fragmentation off: every datagram leaves
+/// with the don't-fragment bit set (IPv4; IPv6 routers never fragment), a
+/// router whose next link is too small drops it and answers with an ICMP
+/// "fragmentation needed" / "packet too big" that lowers the kernel's path
+/// MTU for that destination, and a send larger than the path MTU the kernel
+/// knows fails with `EMSGSIZE` instead of being cut into IP fragments.
+/// Fragments carry no UDP ports, so ECMP would hash every one of them onto
+/// the same link whatever the source port, and one lost fragment loses the
+/// whole datagram.
+fn set_dont_fragment(s: &Socket, v4: bool) -> io::Result<()> {
+    if v4 {
+        setsockopt_int(
+            s,
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            libc::IP_PMTUDISC_DO,
+        )
+    } else {
+        setsockopt_int(
+            s,
+            libc::IPPROTO_IPV6,
+            libc::IPV6_MTU_DISCOVER,
+            libc::IPV6_PMTUDISC_DO,
+        )
+    }
+}
+
+/// The kernel's current path MTU (IP packet bytes) from `local` to `peer`:
+/// a UDP socket bound at `local`, connected to `peer` (no packet is sent),
+/// asked for `IP_MTU`. That is the route's MTU (the egress interface's,
+/// or a route's `mtu` attribute) lowered by any path MTU the kernel has
+/// learned from ICMP for that destination.
+pub(crate) fn route_mtu(local: std::net::IpAddr, peer: std::net::IpAddr) -> io::Result<u32> {
+    let domain = if peer.is_ipv4() {
+        Domain::IPV4
+    } else {
+        Domain::IPV6
+    };
+    let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
+    set_dont_fragment(&s, peer.is_ipv4())?;
+    s.bind(&SockAddr::from(SocketAddr::new(local, 0)))?;
+    // The port is irrelevant: connect only looks the route up.
+    s.connect(&SockAddr::from(SocketAddr::new(peer, 9)))?;
+    let (level, opt) = if peer.is_ipv4() {
+        (libc::IPPROTO_IP, libc::IP_MTU)
+    } else {
+        (libc::IPPROTO_IPV6, libc::IPV6_MTU)
+    };
+    let mtu = getsockopt_int(&s, level, opt)?;
+    u32::try_from(mtu).map_err(|_| io::Error::other(format!("IP_MTU returned {mtu}")))
+}
+
+/// The interface that holds `ip` and its MTU (`SIOCGIFMTU`), in the
+/// network namespace of the calling thread. None if no interface has it.
+pub(crate) fn interface_of(ip: std::net::IpAddr) -> Option<(String, u32)> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs writes a list head we own and free below.
+    if unsafe { libc::getifaddrs(&raw mut head) } != 0 {
+        return None;
+    }
+    let mut found = None;
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs returned, alive
+        // until freeifaddrs; its address pointer is null or points at a
+        // sockaddr of the family it names, sized for that family.
+        let (name, addr) = unsafe {
+            let ifa = &*cur;
+            cur = ifa.ifa_next;
+            if ifa.ifa_addr.is_null() {
+                continue;
+            }
+            let fam = libc::c_int::from((*ifa.ifa_addr).sa_family);
+            let len = match fam {
+                libc::AF_INET => size_of::<libc::sockaddr_in>(),
+                libc::AF_INET6 => size_of::<libc::sockaddr_in6>(),
+                _ => continue,
+            };
+            let mut st: libc::sockaddr_storage = zeroed();
+            std::ptr::copy_nonoverlapping(
+                ifa.ifa_addr.cast::<u8>(),
+                (&raw mut st).cast::<u8>(),
+                len,
+            );
+            let name = std::ffi::CStr::from_ptr(ifa.ifa_name)
+                .to_string_lossy()
+                .into_owned();
+            (name, sockaddr_to_std(&st, len as libc::socklen_t))
+        };
+        if addr.is_some_and(|a| a.ip() == ip) {
+            found = Some(name);
+            break;
+        }
+    }
+    // SAFETY: `head` came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(head) };
+    let name = found?;
+    let mtu = interface_mtu(&name).ok()?;
+    Some((name, mtu))
+}
+
+/// An interface's MTU by name (`SIOCGIFMTU` on a throwaway socket).
+fn interface_mtu(name: &str) -> io::Result<u32> {
+    let s = Socket::new(Domain::IPV4, Type::DGRAM, None)?;
+    // SAFETY: ifreq is plain old data; all-zero is valid.
+    let mut req: libc::ifreq = unsafe { zeroed() };
+    let bytes = name.as_bytes();
+    if bytes.len() >= req.ifr_name.len() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "name too long"));
+    }
+    for (d, &b) in req.ifr_name.iter_mut().zip(bytes) {
+        *d = b as libc::c_char;
+    }
+    // SAFETY: SIOCGIFMTU reads the NUL-terminated name from `req` and writes
+    // the MTU into its union; `req` is a live ifreq of the right size.
+    let r = unsafe { libc::ioctl(s.as_raw_fd(), libc::SIOCGIFMTU, &raw mut req) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: after a successful SIOCGIFMTU the union holds ifru_mtu.
+    let mtu = unsafe { req.ifr_ifru.ifru_mtu };
+    u32::try_from(mtu).map_err(|_| io::Error::other("negative MTU"))
+}
+
+fn getsockopt_int(s: &Socket, level: libc::c_int, opt: libc::c_int) -> io::Result<libc::c_int> {
+    let mut v: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `v` is a live c_int and `len` its size; the kernel writes at
+    // most `len` bytes; the fd is open for the lifetime of `s`.
+    let r =
+        unsafe { libc::getsockopt(s.as_raw_fd(), level, opt, (&raw mut v).cast(), &raw mut len) };
+    if r == 0 {
+        Ok(v)
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 fn force_buf(s: &Socket, opt: libc::c_int, bytes: libc::c_int) -> io::Result<()> {
@@ -320,20 +459,23 @@ pub struct RxBatch {
     cmsgs: Vec<CmsgBuf<RX_CMSG_SPACE>>,
     iovs: Vec<libc::iovec>,
     hdrs: Vec<libc::mmsghdr>,
+    /// Messages the last `recv` filled (whose lengths the kernel rewrote).
+    filled: usize,
 }
 
 // SAFETY: the raw pointers in `iovs` and `hdrs` point only into this
-// batch's own heap buffers (`bufs`, `names`, `cmsgs`, `iovs`), are written
-// afresh at the start of every `recv` before the kernel reads them, and are
-// never dereferenced by Rust code; moving the batch to another thread moves
-// those buffers' owners with it.
+// batch's own heap buffers (`bufs`, `names`, `cmsgs`, `iovs`), which are
+// allocated in `new` and never resized, so the pointers stay valid for the
+// batch's life; only the kernel (during `recv`, which takes `&mut self`)
+// writes through them. Moving the batch to another thread moves those
+// buffers' owners with it.
 unsafe impl Send for RxBatch {}
 
 impl RxBatch {
     /// Room for `n` messages per [`RxBatch::recv`], each up to 64 KiB (a
     /// GRO super-datagram).
     pub fn new(n: usize) -> Self {
-        Self {
+        let mut b = Self {
             bufs: (0..n).map(|_| vec![0; RX_BUF_LEN]).collect(),
             meta: Vec::with_capacity(n),
             // SAFETY: all-zero is a valid value for these plain C structs.
@@ -342,7 +484,33 @@ impl RxBatch {
             iovs: Vec::with_capacity(n),
             // SAFETY: as above.
             hdrs: (0..n).map(|_| unsafe { zeroed() }).collect(),
+            filled: 0,
+        };
+        // Wire every descriptor once. The pointers go into the heap
+        // buffers of these vectors, which are never resized, so they stay
+        // valid when the batch itself moves.
+        let Self {
+            bufs,
+            names,
+            cmsgs,
+            iovs,
+            hdrs,
+            ..
+        } = &mut b;
+        iovs.extend(bufs.iter_mut().map(|b| libc::iovec {
+            iov_base: b.as_mut_ptr().cast(),
+            iov_len: b.len(),
+        }));
+        for i in 0..n {
+            let h = &mut hdrs[i].msg_hdr;
+            h.msg_name = (&raw mut names[i]).cast();
+            h.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            h.msg_iov = &raw mut iovs[i];
+            h.msg_iovlen = 1;
+            h.msg_control = cmsgs[i].0.as_mut_ptr().cast();
+            h.msg_controllen = RX_CMSG_SPACE;
         }
+        b
     }
 
     /// The bytes of received message `i` (panics unless `i` is below what
@@ -356,33 +524,18 @@ impl RxBatch {
     pub fn recv(&mut self, sock: &Socket) -> io::Result<usize> {
         self.meta.clear();
         let n = self.bufs.len();
-        let Self {
-            bufs,
-            names,
-            cmsgs,
-            iovs,
-            hdrs,
-            ..
-        } = self;
-        iovs.clear();
-        iovs.extend(bufs.iter_mut().map(|b| libc::iovec {
-            iov_base: b.as_mut_ptr().cast(),
-            iov_len: b.len(),
-        }));
-        // Every pointer and in/out length is set afresh: the kernel rewrote
-        // the lengths last time, and `self` may have moved since.
-        for i in 0..n {
-            let h = &mut hdrs[i].msg_hdr;
-            h.msg_name = (&raw mut names[i]).cast();
-            h.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            h.msg_iov = &raw mut iovs[i];
-            h.msg_iovlen = 1;
-            h.msg_control = cmsgs[i].0.as_mut_ptr().cast();
-            h.msg_controllen = RX_CMSG_SPACE;
+        let hdrs = &mut self.hdrs;
+        // The kernel rewrote the in/out lengths of the messages it filled
+        // last time; every other descriptor is as `new` wired it (an idle
+        // poll, the common case, resets nothing).
+        for h in &mut hdrs[..self.filled] {
+            h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            h.msg_hdr.msg_controllen = RX_CMSG_SPACE;
         }
+        self.filled = 0;
         // SAFETY: `hdrs` holds `n` mmsghdrs pointing at buffers, names and
-        // control areas owned by `self` (set just above), with their true
-        // sizes; the kernel writes at most those sizes.
+        // control areas owned by `self` (wired in `new`, never reallocated),
+        // with their true sizes; the kernel writes at most those sizes.
         let r = unsafe {
             libc::recvmmsg(
                 sock.as_raw_fd(),
@@ -400,6 +553,9 @@ impl RxBatch {
             return Err(e);
         }
         let got = r as usize;
+        self.filled = got;
+        let hdrs = &self.hdrs;
+        let names = &self.names;
         for i in 0..got {
             let h = &hdrs[i].msg_hdr;
             let len = (hdrs[i].msg_len as usize).min(RX_BUF_LEN);
@@ -551,5 +707,16 @@ pub(crate) fn wait_writable(fd: std::os::fd::RawFd, timeout_ns: u64) {
     // SAFETY: one live pollfd and a live timespec; null sigmask.
     unsafe {
         libc::ppoll(&raw mut pfd, 1, &raw const ts, std::ptr::null());
+    }
+}
+
+/// Set the calling thread's niceness (best effort: refused without
+/// CAP_SYS_NICE for values below the current one).
+pub(crate) fn set_thread_nice(nice: i32) {
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() };
+    // SAFETY: setpriority on this thread's id only changes its niceness.
+    unsafe {
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice);
     }
 }

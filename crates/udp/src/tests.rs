@@ -304,3 +304,62 @@ fn peer_death_mid_transfer_is_retry_exceeded() {
         a.stats().endpoint
     );
 }
+
+/// CPU time the named thread of this process has run, ns
+/// (`/proc/self/task/*/schedstat`); None where the kernel lacks it.
+fn thread_cpu_ns(name: &str) -> Option<u64> {
+    for t in std::fs::read_dir("/proc/self/task").ok()? {
+        let dir = t.ok()?.path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if comm.trim() == name {
+            let stat = std::fs::read_to_string(dir.join("schedstat")).ok()?;
+            return stat.split_whitespace().next()?.parse().ok();
+        }
+    }
+    None
+}
+
+/// Spin, then block: a connected device with nothing to do uses under 1 %
+/// of a CPU (its engine spins for the busy-poll window after the last
+/// activity, then sleeps in ppoll until a datagram, a post or a deadline).
+#[test]
+fn idle_device_uses_under_one_percent_of_a_cpu() {
+    let (a, b, [(qa, ca, pa), (_, _, pb)]) = two_devices();
+    // Some traffic first, so the engines have been busy.
+    let src = a.with(|ctx, _| ctx.reg_mr(pa, 1 << 20, AccessFlags(0xf)).unwrap());
+    let dst = b.with(|ctx, _| ctx.reg_mr(pb, 1 << 20, AccessFlags(0xf)).unwrap());
+    let wr = SendWr::new(
+        1,
+        WrOp::Write {
+            remote_addr: dst.addr,
+            rkey: dst.rkey,
+        },
+        vec![src.sge(0, 1 << 20)],
+    );
+    a.with(|ctx, _| ctx.post_send(qa, &[wr]).unwrap());
+    assert_eq!(wait_one(&a, ca).status, WcStatus::Success);
+    // The application stops polling; let the busy-poll windows and the
+    // delayed ACKs pass.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let names = [a.addr().port(), b.addr().port()].map(|p| format!("mr-engine-{p}"));
+    let Some(before) = names
+        .iter()
+        .map(|n| thread_cpu_ns(n))
+        .collect::<Option<Vec<_>>>()
+    else {
+        eprintln!("SKIP idle CPU: no per-thread schedstat");
+        return;
+    };
+    let window_ns = 2_000_000_000u64;
+    std::thread::sleep(std::time::Duration::from_nanos(window_ns));
+    let after: Vec<u64> = names.iter().map(|n| thread_cpu_ns(n).unwrap()).collect();
+    for (i, name) in names.iter().enumerate() {
+        let used = after[i] - before[i];
+        let pct = 100.0 * used as f64 / window_ns as f64;
+        eprintln!(
+            "{name}: {:.3} ms of CPU in 2 s idle ({pct:.3} %)",
+            used as f64 / 1e6
+        );
+        assert!(pct < 1.0, "{name} used {pct:.2} % of a CPU while idle");
+    }
+}

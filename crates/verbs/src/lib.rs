@@ -85,7 +85,7 @@
 //! let mr1 = side[1].0;
 //! dev[0].mr_bytes_mut(&mr0)[..5].copy_from_slice(b"hello");
 //! let wr = SendWr::new(1, WrOp::Write { remote_addr: mr1.addr, rkey: mr1.rkey }, vec![mr0.sge(0, 5)]);
-//! dev[0].post_send(0, qp0, &[wr]).unwrap();
+//! dev[0].post_send_at(0, qp0, &[wr]).unwrap();
 //!
 //! // The network: move datagrams until device 0 sees the completion.
 //! let mut wc = [WorkCompletion {
@@ -198,6 +198,25 @@ pub enum VerbsError {
     /// (ibverbs raises `IBV_EVENT_CQ_ERR`).
     #[error("completion queue overrun")]
     CqOverrun,
+    /// `path_mtu` makes datagrams larger than the path to the peer carries
+    /// without IP fragmentation (the driver told the context the path's
+    /// limit with [`Context::set_path_max_datagram`]).
+    #[error(
+        "path_mtu {path_mtu}: the path to {dest} carries at most {max_payload} payload bytes per packet \
+         ({max_datagram}-byte datagrams); a {path_mtu}-byte payload makes {datagram}-byte datagrams, which would be fragmented"
+    )]
+    PathMtuTooLarge {
+        /// The peer.
+        dest: SocketAddr,
+        /// The payload MTU asked for.
+        path_mtu: u32,
+        /// The datagram it makes.
+        datagram: usize,
+        /// The largest datagram the path carries.
+        max_datagram: usize,
+        /// The largest payload that fits.
+        max_payload: u32,
+    },
 }
 
 /// A protection domain.
@@ -401,6 +420,9 @@ pub struct Context {
     cqs: CqTable,
     qps: HashMap<QpHandle, QpMeta>,
     pds: Vec<ProtectionDomain>,
+    /// The largest datagram (UDP payload) each peer's path carries
+    /// unfragmented, as the driver learned it; no entry: no limit known.
+    path_max_datagram: HashMap<SocketAddr, usize>,
 }
 
 impl Context {
@@ -411,7 +433,36 @@ impl Context {
             cqs: CqTable::default(),
             qps: HashMap::new(),
             pds: Vec::new(),
+            path_max_datagram: HashMap::new(),
         })
+    }
+
+    /// The driver's word on the path to `dest`: it carries datagrams (UDP
+    /// payloads) of at most `max_datagram_bytes` without IP fragmentation
+    /// (the path MTU less the IP and UDP headers). `modify_qp` to RTR then
+    /// refuses a `path_mtu` whose packets would not fit
+    /// ([`VerbsError::PathMtuTooLarge`]); [`max_payload_to`](Self::max_payload_to)
+    /// says what does. Call again when the path MTU changes.
+    pub fn set_path_max_datagram(&mut self, dest: SocketAddr, max_datagram_bytes: usize) {
+        self.path_max_datagram.insert(dest, max_datagram_bytes);
+    }
+
+    /// Send data packets toward the peer device at `dest` without their
+    /// ICRC (`true`) or with it: see
+    /// [`Endpoint::set_peer_icrc_omission`](metaroce_proto::Endpoint::set_peer_icrc_omission).
+    pub fn set_peer_icrc_omission(&mut self, dest: SocketAddr, omit: bool) {
+        self.endpoint.set_peer_icrc_omission(dest, omit);
+    }
+
+    /// The largest payload per packet toward `dest`: the device MTU, lowered
+    /// to what the path carries if the driver said
+    /// ([`set_path_max_datagram`](Self::set_path_max_datagram)).
+    pub fn max_payload_to(&self, dest: SocketAddr) -> u32 {
+        let device = self.endpoint.config().mtu_payload_bytes;
+        match self.path_max_datagram.get(&dest) {
+            Some(&max) => device.min(self.endpoint.payload_for_datagram_len(max)),
+            None => device,
+        }
     }
 
     /// The protocol endpoint underneath (stats, configuration).
@@ -724,6 +775,18 @@ impl Context {
                         attr: "path_mtu",
                         reason: "0 or above the device MTU",
                     });
+                }
+                if let Some(&max_datagram) = self.path_max_datagram.get(&dest) {
+                    let datagram = self.endpoint.datagram_len_for_payload(mtu);
+                    if datagram > max_datagram {
+                        return Err(VerbsError::PathMtuTooLarge {
+                            dest,
+                            path_mtu: mtu,
+                            datagram,
+                            max_datagram,
+                            max_payload: self.endpoint.payload_for_datagram_len(max_datagram),
+                        });
+                    }
                 }
                 self.endpoint.connect_qp(qp.0, dest, dest_qpn)?;
             }

@@ -42,8 +42,20 @@ impl Flags {
     /// (they share a job secret); a receiver that expects authentication
     /// drops packets without it, and one that does not drops packets with it.
     pub const AUTHENTICATED: Self = Self(0x08);
+    /// The ICRC trailer is present but not computed (sent as zero): the
+    /// sender relies on the UDP checksum to protect the datagram, as the
+    /// two devices agreed out of band (wire.md section 7.2). A receiver
+    /// that has not agreed checks the trailer as usual, so the packet fails
+    /// as `BadChecksum`.
+    pub const ICRC_OMITTED: Self = Self(0x10);
+    /// Data packets: after this packet the sender has no more new data
+    /// queued toward this device. A receiver sharing its link among several
+    /// senders stops counting this one at once, instead of an epoch later,
+    /// so the others' shares rise as soon as it is done. Receivers that
+    /// ignore it only lift those shares later.
+    pub const SENDER_DRAINED: Self = Self(0x20);
     /// Every defined flag bit.
-    pub const KNOWN: Self = Self(0x0f);
+    pub const KNOWN: Self = Self(0x3f);
 
     /// No flag set.
     pub const fn empty() -> Self {

@@ -18,7 +18,8 @@ impl fmt::Display for Syndrome {
 
 impl fmt::Display for Flags {
     /// `AR` for ACK_REQUEST, `RT` for RETRANSMIT, `CP` for COMPLETION_PROBE,
-    /// `AU` for AUTHENTICATED, joined by `|`; `-` if none.
+    /// `AU` for AUTHENTICATED, `IO` for ICRC_OMITTED, `SD` for
+    /// SENDER_DRAINED, joined by `|`; `-` if none.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut first = true;
         for (flag, name) in [
@@ -26,6 +27,8 @@ impl fmt::Display for Flags {
             (Self::RETRANSMIT, "RT"),
             (Self::COMPLETION_PROBE, "CP"),
             (Self::AUTHENTICATED, "AU"),
+            (Self::ICRC_OMITTED, "IO"),
+            (Self::SENDER_DRAINED, "SD"),
         ] {
             if self.contains(flag) {
                 if !first {

@@ -184,6 +184,24 @@ impl Packet<'_> {
 /// Under `cfg(fuzzing)` the ICRC is not checked, so that fuzzers reach the
 /// field validation instead of stopping at the checksum.
 pub fn parse(datagram: &[u8]) -> Result<Packet<'_>> {
+    parse_with(datagram, IcrcPolicy::Required)
+}
+
+/// Whether a receiver takes packets whose ICRC the sender omitted
+/// ([`Flags::ICRC_OMITTED`], wire.md section 7.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IcrcPolicy {
+    /// Every ICRC is checked, flag or not (a packet with the flag and a
+    /// zero trailer fails as [`Error::BadChecksum`]).
+    #[default]
+    Required,
+    /// A packet with [`Flags::ICRC_OMITTED`] is taken without checking its
+    /// trailer (the UDP checksum protects it); others are checked.
+    OmittedAccepted,
+}
+
+/// [`parse`], with the receiver's [`IcrcPolicy`].
+pub fn parse_with(datagram: &[u8], icrc: IcrcPolicy) -> Result<Packet<'_>> {
     let Some(&version) = datagram.first() else {
         return Err(Error::Truncated);
     };
@@ -195,6 +213,9 @@ pub fn parse(datagram: &[u8]) -> Result<Packet<'_>> {
     if header.flags().contains(Flags::AUTHENTICATED) {
         return Err(Error::NeedsKey);
     }
+    let skip_icrc =
+        icrc == IcrcPolicy::OmittedAccepted && header.flags().contains(Flags::ICRC_OMITTED);
+    let check_icrc = |d: &[u8]| if skip_icrc { Ok(()) } else { check_icrc(d) };
     match packet_type {
         PacketType::Data => {
             let packet = DataPacket::new_checked(datagram)?;

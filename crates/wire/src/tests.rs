@@ -433,7 +433,7 @@ fn unknown_syndrome_is_malformed() {
 fn reserved_bits_are_ignored_on_parse_and_zero_on_emit() {
     let repr = every_opcode()[2];
     let buf = edited(emit(&repr), |b| {
-        b[2] |= 0xf0; // reserved flags
+        b[2] |= 0xc0; // reserved flags (bits 6..7)
         b[25] |= 0xfe; // reserved op_flags
     });
     let Packet::Data { repr: parsed, .. } = parse(&buf).unwrap() else {
@@ -712,4 +712,63 @@ fn trailer_len_follows_the_flag() {
     assert_eq!(repr.buffer_len(), every_opcode()[2].buffer_len() + 20);
     assert!(Flags::KNOWN.contains(Flags::AUTHENTICATED));
     assert_eq!(Flags::AUTHENTICATED.to_string(), "AU");
+}
+
+/// The defined flag bits are distinct and pinned (wire.md section 3):
+/// `ICRC_OMITTED` is bit 4 and `SENDER_DRAINED` bit 5; bits 6..7 are
+/// reserved.
+#[test]
+fn flag_bits_are_pinned() {
+    let all = [
+        (Flags::ACK_REQUEST, 0x01, "AR"),
+        (Flags::RETRANSMIT, 0x02, "RT"),
+        (Flags::COMPLETION_PROBE, 0x04, "CP"),
+        (Flags::AUTHENTICATED, 0x08, "AU"),
+        (Flags::ICRC_OMITTED, 0x10, "IO"),
+        (Flags::SENDER_DRAINED, 0x20, "SD"),
+    ];
+    let mut union = 0u8;
+    for (flag, bits, name) in all {
+        assert_eq!(flag.bits(), bits, "{name}");
+        assert_eq!(union & bits, 0, "{name} overlaps another flag");
+        assert_eq!(flag.to_string(), name);
+        union |= bits;
+    }
+    assert_eq!(Flags::KNOWN.bits(), union);
+    assert_eq!(
+        (Flags::ICRC_OMITTED | Flags::SENDER_DRAINED).to_string(),
+        "IO|SD"
+    );
+}
+
+/// `ICRC_OMITTED` (section 7.2): a receiver that requires the ICRC checks
+/// it anyway (a zero trailer fails), one that accepts the omission skips it
+/// only for packets that carry the flag.
+#[test]
+fn icrc_omission_is_the_receivers_choice() {
+    let mut repr = every_opcode()[0];
+    repr.base.flags = Flags::ICRC_OMITTED;
+    let zero_trailer = |mut b: Vec<u8>| {
+        let n = b.len();
+        b[n - ICRC_LEN..].fill(0);
+        b
+    };
+    let omitted = zero_trailer(emit(&repr));
+    assert_eq!(parse(&omitted), Err(Error::BadChecksum));
+    assert_eq!(
+        parse_with(&omitted, IcrcPolicy::Required),
+        Err(Error::BadChecksum)
+    );
+    let Ok(Packet::Data { repr: back, .. }) = parse_with(&omitted, IcrcPolicy::OmittedAccepted)
+    else {
+        panic!("an accepted omission parses");
+    };
+    assert_eq!(back, repr);
+    // Without the flag a bad trailer fails even where omission is accepted.
+    repr.base.flags = Flags::default();
+    let bad = zero_trailer(emit(&repr));
+    assert_eq!(
+        parse_with(&bad, IcrcPolicy::OmittedAccepted),
+        Err(Error::BadChecksum)
+    );
 }

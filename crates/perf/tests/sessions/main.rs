@@ -1,7 +1,8 @@
 //! Whole perf sessions over real sockets, client and server each with its
 //! own device: in one process over 127.0.0.1 (ports picked at random from
 //! free ranges, so parallel tests do not collide), and across two network
-//! namespaces (`netns`).
+//! namespaces (`netns`). The routed ECMP fabric is its own test binary
+//! (`tests/fabric`), so that nothing runs beside it while it measures.
 
 use metaroce_perf::{self as perf, Figures, LocalOpts, Params, Session, Test};
 use std::net::TcpListener;
@@ -16,7 +17,7 @@ fn params(_test: Test, size: u64, iters: u64) -> Params {
         qps: 1,
         tx_depth: 64,
         verify: true,
-        mtu: 4096,
+        mtu: 0,
         paths: 8,
         pattern_seed: 0xfeed,
         run_infinitely: false,

@@ -118,6 +118,22 @@ pub struct MetaRoceParams {
     /// packet; two packets per path keep every path's ACK clock and ECN
     /// feedback alive. At least `1`.
     pub min_initial_path_window_mss: u64,
+    /// Window of a connection that has heard nothing from its receiver yet
+    /// (new, or idle long enough that what it heard is stale), in MSS.
+    ///
+    /// Default `1`: a sender cannot know whether others are starting toward
+    /// the same receiver at the same moment; only the receiver's first ACK
+    /// can say. One packet each keeps a 64-sender incast's first round trip
+    /// within about one and a half BDPs of a 100 Gb/s fabric; the ACK then
+    /// lifts a lone sender straight to a full BDP (no slow start), so
+    /// starting cold costs one round trip. `0`: start at a full BDP.
+    pub initial_window_mss: u64,
+    /// A loss cuts a path's window only if the path saw ECN marks within
+    /// this many of its RTTs: on a fabric that marks before it drops,
+    /// a loss without marks is corruption or a random drop, not congestion.
+    ///
+    /// Default `4`. `0`: every loss is congestion (as TCP assumes).
+    pub loss_needs_ecn_rtts: f64,
 }
 
 impl Default for MetaRoceParams {
@@ -128,9 +144,11 @@ impl Default for MetaRoceParams {
             ai_mss_per_rtt: 1.0,
             max_conn_ai_mss_per_rtt: 16.0,
             max_conn_window_bdp_multiple: 4,
-            rate_cap_headroom_mss: 2,
+            rate_cap_headroom_mss: 0,
             probation_window_mss: 2,
             min_initial_path_window_mss: 2,
+            initial_window_mss: 1,
+            loss_needs_ecn_rtts: 4.0,
         }
     }
 }
@@ -171,6 +189,14 @@ impl MetaRoceParams {
         crate::int_knob!(Self, rate_cap_headroom_mss: u64, 0, 1024, "headroom added to the receiver's rate cap, MSS"),
         crate::int_knob!(Self, probation_window_mss: u64, 1, 256, "window of a replaced path, MSS"),
         crate::int_knob!(Self, min_initial_path_window_mss: u64, 1, 256, "smallest initial window of each path, MSS"),
+        crate::int_knob!(Self, initial_window_mss: u64, 0, 65536, "window of a connection that has heard nothing from its receiver yet, MSS (0: a full BDP)"),
+        crate::real_knob!(
+            Self,
+            loss_needs_ecn_rtts,
+            0.0,
+            1e6,
+            "a loss cuts a path only if it saw ECN marks within this many RTTs (0: every loss)"
+        ),
     ];
 
     fn sanitized(self) -> Self {
@@ -200,6 +226,8 @@ impl MetaRoceParams {
             rate_cap_headroom_mss: self.rate_cap_headroom_mss,
             probation_window_mss: self.probation_window_mss.max(1),
             min_initial_path_window_mss: self.min_initial_path_window_mss.max(1),
+            initial_window_mss: self.initial_window_mss,
+            loss_needs_ecn_rtts: clamp(self.loss_needs_ecn_rtts, 0.0, 1e6, d.loss_needs_ecn_rtts),
         }
     }
 }
@@ -230,6 +258,12 @@ struct PathState {
     srtt_ns: u32,
     /// Doubling per RTT up to the fair share instead of additive increase.
     probation: bool,
+    /// When the path last reported CE marks.
+    last_ce_ns: MaybeNs,
+    /// Its window before the last RTO, and what the connection gave up
+    /// with it: what undoing a spurious RTO restores.
+    pre_rto_window: u64,
+    rto_given_up: u64,
 }
 
 /// The MetaRoCE congestion controller. See the module documentation.
@@ -256,6 +290,13 @@ pub struct MetaRoceCc {
     ecn_reductions: u64,
     loss_reductions: u64,
     rto_reductions: u64,
+    /// One BDP at line rate over the base RTT.
+    bdp: u64,
+    /// Nothing heard from the receiver yet: the next ACK's grant sets the
+    /// window outright.
+    cold: bool,
+    /// Losses not taken as congestion (no recent ECN on their path).
+    random_losses: u64,
 }
 
 /// `a * b / c` without intermediate overflow, saturating at `u64::MAX`.
@@ -303,7 +344,11 @@ impl MetaRoceCc {
             max_conn,
             paths,
             sum_path_windows,
-            conn_window: bdp,
+            conn_window: if params.initial_window_mss == 0 {
+                bdp
+            } else {
+                mss.saturating_mul(params.initial_window_mss).min(bdp)
+            },
             rate_cap_bytes: None,
             rate_cap_bps: 0,
             min_rtt_ns: None,
@@ -311,6 +356,9 @@ impl MetaRoceCc {
             ecn_reductions: 0,
             loss_reductions: 0,
             rto_reductions: 0,
+            bdp,
+            cold: params.initial_window_mss != 0,
+            random_losses: 0,
         }
     }
 
@@ -335,6 +383,9 @@ impl MetaRoceCc {
             last_loss_cut_ns: MaybeNs::NONE,
             srtt_ns: ns_u32(srtt_ns),
             probation,
+            last_ce_ns: MaybeNs::NONE,
+            pre_rto_window: 0,
+            rto_given_up: 0,
         }
     }
 
@@ -466,6 +517,7 @@ impl CongestionController for MetaRoceCc {
 
         if s.ce_packets > 0 {
             p.probation = false;
+            p.last_ce_ns = MaybeNs::some(s.now_ns);
             if Self::may_cut(p.last_ecn_cut_ns, s.now_ns, srtt) {
                 p.last_ecn_cut_ns = MaybeNs::some(s.now_ns);
                 let w = p.window;
@@ -501,6 +553,16 @@ impl CongestionController for MetaRoceCc {
         }
         let p = &mut self.paths[path];
         p.probation = false;
+        let recent_ce = p.last_ce_ns.get().is_some_and(|t| {
+            (now_ns.saturating_sub(t) as f64)
+                < self.params.loss_needs_ecn_rtts * f64::from(p.srtt_ns.max(1))
+        });
+        if self.params.loss_needs_ecn_rtts > 0.0 && !recent_ce {
+            // No congestion seen on this path lately: a random loss. The
+            // segment is resent; the windows stay.
+            self.random_losses = self.random_losses.saturating_add(1);
+            return;
+        }
         if !Self::may_cut(p.last_loss_cut_ns, now_ns, u64::from(p.srtt_ns)) {
             return;
         }
@@ -525,12 +587,30 @@ impl CongestionController for MetaRoceCc {
         p.obs_start_ns = MaybeNs::NONE;
         p.obs_acked = 0;
         p.obs_ce = 0;
+        let before = self.paths[path].window;
         let given_up = self.set_path_window(path, self.mss);
         self.shrink_connection(given_up);
+        self.paths[path].pre_rto_window = before;
+        self.paths[path].rto_given_up = given_up;
         self.rto_reductions = self.rto_reductions.saturating_add(1);
     }
 
     fn on_rate_hint(&mut self, rate_bps: u64, srtt_ns: u64, _now_ns: u64) {
+        if self.cold {
+            // The receiver's first word: an idle receiver (no cap) lets us
+            // go to a full BDP at once; a busy one names our share.
+            self.cold = false;
+            let rtt = self
+                .min_rtt_ns
+                .unwrap_or(self.base_rtt_ns)
+                .min(self.base_rtt_ns.max(1));
+            let target = if rate_bps == 0 {
+                self.bdp
+            } else {
+                mul_div(rate_bps, rtt, 8_000_000_000).max(self.mss)
+            };
+            self.conn_window = self.conn_window.max(target).min(self.max_conn);
+        }
         if rate_bps == 0 {
             self.rate_cap_bytes = None;
             self.rate_cap_bps = 0;
@@ -584,6 +664,46 @@ impl CongestionController for MetaRoceCc {
         self.paths.get(path).map_or(self.mss, |p| p.window)
     }
 
+    fn on_spurious_rto(&mut self, path: PathSlot, _now_ns: u64) {
+        if path >= self.paths.len() {
+            return;
+        }
+        let (window, given_up) = (
+            self.paths[path].pre_rto_window,
+            self.paths[path].rto_given_up,
+        );
+        if window == 0 {
+            return;
+        }
+        self.paths[path].probation = false;
+        self.paths[path].pre_rto_window = 0;
+        self.paths[path].rto_given_up = 0;
+        self.set_path_window(path, window);
+        self.conn_window = self
+            .conn_window
+            .saturating_add(given_up)
+            .min(self.conn_upper());
+    }
+
+    fn pacing_rate_bps(&self) -> Option<u64> {
+        // A receiver's grant is a rate: sent at that rate, a grant below a
+        // packet per RTT still flows evenly instead of in bursts.
+        (self.rate_cap_bps > 0).then_some(self.rate_cap_bps)
+    }
+
+    fn on_idle_restart(&mut self, _now_ns: u64) {
+        if self.params.initial_window_mss == 0 {
+            return;
+        }
+        // What the receiver told us is stale: start as a new connection.
+        self.cold = true;
+        let cold = self
+            .mss
+            .saturating_mul(self.params.initial_window_mss)
+            .min(self.bdp);
+        self.conn_window = self.conn_window.min(cold).max(self.mss);
+    }
+
     fn connection_window(&self) -> u64 {
         self.conn_window
     }
@@ -595,6 +715,7 @@ impl CongestionController for MetaRoceCc {
             ecn_reductions: self.ecn_reductions,
             loss_reductions: self.loss_reductions,
             rto_reductions: self.rto_reductions,
+            random_losses: self.random_losses,
         }
     }
 
@@ -621,9 +742,18 @@ mod tests {
         }
     }
 
+    /// The defaults, but starting at a full BDP (no cold start): most tests
+    /// here are about the window's dynamics once the receiver has spoken.
+    fn warm() -> MetaRoceParams {
+        MetaRoceParams {
+            initial_window_mss: 0,
+            ..MetaRoceParams::default()
+        }
+    }
+
     /// 400 Gb/s x 10 us = 500 000 B BDP; 16 paths of 31 250 B.
     fn cc400() -> MetaRoceCc {
-        MetaRoceCc::new(cfg(400_000_000_000, 16), MetaRoceParams::default())
+        MetaRoceCc::new(cfg(400_000_000_000, 16), warm())
     }
 
     fn ack(now_ns: u64, packets: u32, ce: u32, inflight: u64) -> AckSample {
@@ -673,7 +803,7 @@ mod tests {
             assert_eq!(cc.path_window(p), 31_250);
         }
         // 100 Gb/s: BDP/16 = 7 812 B < 2 MSS, so each path gets the 2-MSS floor.
-        let cc = MetaRoceCc::new(cfg(100_000_000_000, 16), MetaRoceParams::default());
+        let cc = MetaRoceCc::new(cfg(100_000_000_000, 16), warm());
         assert_eq!(cc.connection_window(), 125_000);
         for p in 0..16 {
             assert_eq!(cc.path_window(p), 2 * MSS);
@@ -681,7 +811,7 @@ mod tests {
         // Per-path cap applies.
         let mut c = cfg(400_000_000_000, 1);
         c.max_path_window_bytes = 64 * MSS;
-        let cc = MetaRoceCc::new(c, MetaRoceParams::default());
+        let cc = MetaRoceCc::new(c, warm());
         assert_eq!(cc.connection_window(), 500_000);
         assert_eq!(cc.path_window(0), 64 * MSS);
         check_invariants(&cc);
@@ -689,11 +819,7 @@ mod tests {
 
     #[test]
     fn factory_builds_metaroce() {
-        let cc = new_controller(
-            CcAlgorithm::default(),
-            &cfg(400_000_000_000, 16),
-            &MetaRoceParams::default(),
-        );
+        let cc = new_controller(CcAlgorithm::default(), &cfg(400_000_000_000, 16), &warm());
         assert_eq!(cc.name(), "metaroce");
         assert_eq!(cc.connection_window(), 500_000);
         assert_eq!(cc.path_window(3), 31_250);
@@ -753,7 +879,7 @@ mod tests {
             cfg(400_000_000_000, 1),
             MetaRoceParams {
                 initial_alpha: 0.0,
-                ..MetaRoceParams::default()
+                ..warm()
             },
         );
         // Half of the packets marked, many RTTs: alpha -> 0.5.
@@ -770,7 +896,7 @@ mod tests {
             cfg(400_000_000_000, 1),
             MetaRoceParams {
                 initial_alpha: 0.25,
-                ..MetaRoceParams::default()
+                ..warm()
             },
         );
         let w = cc.path_window(0);
@@ -850,7 +976,7 @@ mod tests {
     #[test]
     fn rate_hint_caps_within_one_call_and_lifts() {
         let mut cc = cc400();
-        let headroom = 2 * MSS;
+        let headroom = cc.params.rate_cap_headroom_mss * MSS;
         // Incast: the receiver gives this sender 1/20 of 400 Gb/s.
         cc.on_rate_hint(20_000_000_000, RTT, 0);
         let cap = 20_000_000_000 * RTT / 8_000_000_000 + headroom;
@@ -882,8 +1008,52 @@ mod tests {
     }
 
     #[test]
-    fn loss_halves_once_per_rtt_and_rto_sets_one_mss() {
+    fn a_cold_connection_starts_small_and_the_first_grant_sets_its_window() {
+        let cold = || MetaRoceCc::new(cfg(400_000_000_000, 16), MetaRoceParams::default());
+        let mut cc = cold();
+        let initial = MetaRoceParams::default().initial_window_mss * cc.mss;
+        assert_eq!(cc.connection_window(), initial);
+        // An idle receiver (no cap): a full BDP at once, no slow start.
+        cc.on_rate_hint(0, RTT, 0);
+        assert_eq!(cc.connection_window(), 500_000);
+        check_invariants(&cc);
+        // A busy one names our share: a quarter of the line, a quarter BDP.
+        let mut cc = cold();
+        cc.on_rate_hint(100_000_000_000, RTT, 0);
+        assert_eq!(cc.connection_window(), 125_000);
+        check_invariants(&cc);
+        // Idle long enough that the grant is stale: cold again.
+        cc.on_idle_restart(100 * RTT);
+        assert_eq!(cc.connection_window(), initial);
+    }
+
+    #[test]
+    fn a_loss_without_recent_ecn_is_not_congestion() {
+        // By default a loss cuts only a path that saw ECN marks lately: on a
+        // lossy fabric most losses are corruption or a failed link, and
+        // halving for each would starve a lossy connection for nothing.
         let mut cc = cc400();
+        cc.on_loss(2, 4096, 1_000);
+        assert_eq!(cc.path_window(2), 31_250);
+        assert_eq!(cc.metrics().loss_reductions, 0);
+        // With a mark just before, the same loss halves the (already cut)
+        // path once more.
+        cc.on_ack(2, &ack(2_000, 1, 1, 31_250));
+        let w = cc.path_window(2);
+        cc.on_loss(2, 4096, 2_000 + RTT);
+        assert_eq!(cc.path_window(2), w / 2);
+        assert_eq!(cc.metrics().loss_reductions, 1);
+    }
+
+    #[test]
+    fn loss_halves_once_per_rtt_and_rto_sets_one_mss() {
+        let mut cc = MetaRoceCc::new(
+            cfg(400_000_000_000, 16),
+            MetaRoceParams {
+                loss_needs_ecn_rtts: 0.0,
+                ..warm()
+            },
+        );
         let conn0 = cc.connection_window();
         cc.on_loss(2, 4096, 1_000);
         assert_eq!(cc.path_window(2), 15_625);
@@ -999,9 +1169,11 @@ mod tests {
             rate_cap_headroom_mss: u64::MAX,
             probation_window_mss: 0,
             min_initial_path_window_mss: 0,
+            initial_window_mss: u64::MAX,
+            loss_needs_ecn_rtts: f64::NAN,
         };
         for c in weird {
-            for p in [MetaRoceParams::default(), params] {
+            for p in [warm(), params] {
                 let mut cc = MetaRoceCc::new(c, p);
                 check_invariants(&cc);
                 random_events(&mut cc, 0x5eed, 2_000);
@@ -1100,7 +1272,7 @@ mod tests {
     fn never_stalls_under_random_events() {
         for seed in 0..64u64 {
             let paths = [1usize, 2, 16, 256][(seed % 4) as usize];
-            let mut cc = MetaRoceCc::new(cfg(400_000_000_000, paths), MetaRoceParams::default());
+            let mut cc = MetaRoceCc::new(cfg(400_000_000_000, paths), warm());
             random_events(
                 &mut cc,
                 seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0xdead_beef,
@@ -1127,7 +1299,7 @@ mod tests {
     /// one base RTT after the queue state that caused them. Packets are sent
     /// round-robin over the paths within both windows, as the owner does.
     fn fluid_sim(line: u64, n: usize, k: f64, rtts: u64) -> SimStats {
-        let mut cc = MetaRoceCc::new(cfg(line, n), MetaRoceParams::default());
+        let mut cc = MetaRoceCc::new(cfg(line, n), warm());
         let c = line as f64 / 8e9; // bytes per ns
         let bdp = c * RTT as f64;
         let steps_per_rtt = 20u64;

@@ -96,6 +96,20 @@ pub trait CongestionController: std::fmt::Debug + Send {
     fn on_path_replaced(&mut self, path: PathSlot, now_ns: u64);
     /// Current window of `path` in bytes (always >= one MSS).
     fn path_window(&self, path: PathSlot) -> u64;
+    /// An RTO on `path` proved spurious (a packet it gave up on arrived):
+    /// undo its cut.
+    fn on_spurious_rto(&mut self, path: PathSlot, now_ns: u64) {
+        let _ = (path, now_ns);
+    }
+    /// The rate to pace new packets at, if any (the receiver's grant).
+    fn pacing_rate_bps(&self) -> Option<u64> {
+        None
+    }
+    /// The connection sent nothing for long enough that what it knows of
+    /// the receiver is stale, and has a message to send again.
+    fn on_idle_restart(&mut self, now_ns: u64) {
+        let _ = now_ns;
+    }
     /// Current connection window in bytes (always >= one MSS).
     fn connection_window(&self) -> u64;
     /// Snapshot for stats/tracing.
@@ -117,6 +131,8 @@ pub struct CcMetrics {
     pub loss_reductions: u64,
     /// Number of RTO-triggered path window reductions.
     pub rto_reductions: u64,
+    /// Losses not taken as congestion (no recent ECN on their path).
+    pub random_losses: u64,
 }
 
 /// Selects a congestion-control algorithm.

@@ -34,6 +34,7 @@ mod responder;
 mod timers;
 mod transmit;
 
+use crate::admission::SenderState;
 use crate::auth::ConnectionAuth;
 use crate::cc::{CcConfig, CcMetrics, CongestionController, new_controller};
 use crate::device_state::DeviceState;
@@ -45,7 +46,7 @@ use crate::rtt::RttEstimator;
 use crate::rtt_histogram::RttHistogram;
 use crate::sack::SackBitmap;
 use crate::trace::{ConnTrace, trace_event};
-use metaroce_wire::Flags;
+use metaroce_wire::{AckRepr, Flags};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 
@@ -115,6 +116,16 @@ pub struct ConnectionStats {
     pub retry_timeouts: u64,
     /// Paths retired and replaced.
     pub paths_replaced: u64,
+    /// Paths retired because they proved dead (an unanswered probe, losses
+    /// in a row) while others delivered, without waiting for an RTO.
+    pub path_failovers: u64,
+    /// RTOs proved spurious afterwards (the packets were late, not lost),
+    /// and their window cut undone.
+    pub spurious_rtos: u64,
+    /// Unanswered probes on a silent connection: the path's packets went
+    /// again elsewhere (an RTO's work at the probe's timescale, without
+    /// its window cut).
+    pub probe_timeouts: u64,
     /// RNR NAKs received.
     pub rnr_naks: u64,
     /// Data packets received that had arrived before (the peer resent
@@ -170,10 +181,24 @@ pub(crate) struct Connection {
     send_queue: VecDeque<MsgRef>,
     retransmit_queue: VecDeque<Resend>,
     inflight_bytes: u64,
+    /// Pacing (while the receiver's grant caps us): no new data packet
+    /// before this time.
+    next_pace_ns: u64,
+    /// A packet was held back by pacing: wake at `next_pace_ns`.
+    pace_blocked: bool,
+    /// When the last data packet went out (idle restart and pacing measure
+    /// from it), and its size on the wire.
+    last_data_sent_ns: u64,
+    last_paced_bytes: u64,
     rr_path: usize,
-    ack_rr: usize,
     ack_now: VecDeque<u8>,
-    path_probes: VecDeque<usize>,
+    /// Second copies of ACKs just sent, while the connection is lossy.
+    ack_copies: VecDeque<(AckRepr, u16)>,
+    /// When a hole or a duplicate last showed on a receive path (0: never).
+    rx_loss_seen_ns: u64,
+    /// Probes to send: on which path, and for a suspect path the segment
+    /// to carry (its own were resent elsewhere).
+    path_probes: VecDeque<(usize, Option<SegRef>)>,
     ack_deadline: Option<u64>,
     /// Local QPs (by slot) whose op-ack the next ACKs must carry.
     dirty_qps: VecDeque<u32>,
@@ -186,12 +211,18 @@ pub(crate) struct Connection {
     last_progress_ns: u64,
     /// Retry timeouts since the last progress.
     timeouts: u32,
+    /// Send data packets with [`Flags::ICRC_OMITTED`] and no ICRC computed:
+    /// the peer agreed to take them (`Endpoint::set_peer_icrc_omission`).
+    omit_icrc: bool,
     /// Messages parked by an RNR NAK, and when each goes again.
     rnr_timers: Vec<(u64, MsgRef)>,
-    /// The rate-hint epoch this peer was last counted as a sender in.
-    rx_epoch_seen: u64,
+    /// What admission keeps about this peer as a sender to us.
+    admission: SenderState,
     stats: ConnectionStats,
     scratch_segs: Vec<SegRef>,
+    /// Source ports of recently retired paths, avoided by replacements.
+    bad_ports: [u16; 8],
+    bad_port_next: usize,
     /// Keys, packet numbers and the replay window, when the endpoint
     /// authenticates packets. Boxed: 1.6 KiB of keys and replay window
     /// would otherwise sit in every connection of an unauthenticated
@@ -311,9 +342,14 @@ impl Connection {
             send_queue: VecDeque::new(),
             retransmit_queue: VecDeque::new(),
             inflight_bytes: 0,
+            next_pace_ns: 0,
+            pace_blocked: false,
+            last_data_sent_ns: 0,
+            last_paced_bytes: 0,
             rr_path: 0,
-            ack_rr: 0,
             ack_now: VecDeque::new(),
+            ack_copies: VecDeque::new(),
+            rx_loss_seen_ns: 0,
             path_probes: VecDeque::new(),
             ack_deadline: None,
             dirty_qps: VecDeque::new(),
@@ -322,13 +358,28 @@ impl Connection {
             rtt_histogram: RttHistogram::default(),
             last_progress_ns: 0,
             timeouts: 0,
+            omit_icrc: false,
             rnr_timers: Vec::new(),
-            rx_epoch_seen: u64::MAX,
+            admission: SenderState::default(),
             stats: ConnectionStats::default(),
             scratch_segs: Vec::new(),
+            bad_ports: [0; 8],
+            bad_port_next: 0,
             auth,
             trace: ConnTrace::none(),
         }
+    }
+
+    /// Omit the ICRC of data packets toward this peer (it agreed to take
+    /// them so) or not. Packets keep it when authenticated: the tag is
+    /// their trailer.
+    pub(crate) fn set_omit_icrc(&mut self, omit: bool) {
+        self.omit_icrc = omit;
+    }
+
+    /// Whether data packets leave without their ICRC computed.
+    fn omits_icrc(&self) -> bool {
+        self.omit_icrc && self.auth.is_none()
     }
 
     /// The base flags every packet of this connection carries.
@@ -354,6 +405,7 @@ impl Connection {
             + self.send_queue.capacity() * size_of::<MsgRef>()
             + self.retransmit_queue.capacity() * size_of::<Resend>()
             + self.ack_now.capacity()
+            + self.ack_copies.capacity() * size_of::<(AckRepr, u16)>()
             + self.dirty_qps.capacity() * 4
             + self.qps.capacity() * 4
             + self.msgs.memory_bytes()
@@ -385,6 +437,7 @@ impl Connection {
     /// Whether anything waits to be sent.
     pub(crate) fn has_pending_output(&self) -> bool {
         !self.ack_now.is_empty()
+            || !self.ack_copies.is_empty()
             || !self.path_probes.is_empty()
             || !self.retransmit_queue.is_empty()
             || !self.send_queue.is_empty()
@@ -395,6 +448,19 @@ impl Connection {
     /// Queue a new message for transmission.
     pub(crate) fn enqueue(&mut self, now_ns: u64, dev: &DeviceState, msg: TxMessage) -> MsgRef {
         self.ensure_send_side(dev);
+        let idle_ns = dev
+            .config
+            .idle_restart_rtts
+            .saturating_mul(dev.config.base_rtt_ns);
+        if idle_ns > 0
+            && self.inflight_bytes == 0
+            && self.stats.data_packets_sent > 0
+            && now_ns.saturating_sub(self.last_data_sent_ns) > idle_ns
+        {
+            // Idle long enough that the receiver's last grant says nothing
+            // about now (others may have started toward it meanwhile).
+            self.cc.on_idle_restart(now_ns);
+        }
         if self.msgs.live() == 0 {
             // Work starts: the retry timer measures from here.
             self.last_progress_ns = now_ns;

@@ -4,6 +4,11 @@
 //! lists, RTT estimates and the congestion controller.
 
 use super::{Connection, Resend, RxPath, requester, responder};
+
+/// Losses in a row (no packet acknowledged between) that prove a route dead
+/// while the connection's other routes deliver: at 1 % random loss four in
+/// a row happen once in 10^8 packets, after a link failure at once.
+const FAILED_PATH_LOSSES: u32 = 4;
 use crate::cc::AckSample;
 use crate::device_state::DeviceState;
 use crate::ecn::Ecn;
@@ -51,6 +56,11 @@ impl Connection {
             dev.stats.rx_out_of_window += 1;
             return;
         }
+        if outcome != RxOutcome::InOrder {
+            // A hole (packets lost on the way) or a resend of what we had
+            // (an ACK of ours lost on the way back): the route is lossy.
+            self.rx_loss_seen_ns = now_ns.max(1);
+        }
         if outcome == RxOutcome::Duplicate {
             dev.stats.rx_duplicates += 1;
             self.stats.duplicates_received += 1;
@@ -66,7 +76,12 @@ impl Connection {
         rx.last_ts = repr.timestamp_ns;
         rx.last_rx_ns = now_ns;
         rx.unacked += 1;
-        dev.rate_hint.note_sender(&mut self.rx_epoch_seen, now_ns);
+        dev.admission.on_data(
+            &mut self.admission,
+            now_ns,
+            repr.timestamp_ns,
+            repr.base.flags.contains(Flags::SENDER_DRAINED),
+        );
 
         // Operation level: runs for duplicates too, so a probe makes the
         // responder repeat its op-ack; placement itself is idempotent.
@@ -134,7 +149,10 @@ impl Connection {
                     acked_bytes += u64::from(sent.wire_bytes);
                     acked_packets += 1;
                     newly_acked_segs.push(sent.seg());
+                    path.consecutive_losses = 0;
+                    path.last_acked_sent_ns = path.last_acked_sent_ns.max(sent.sent_ns);
                 } else {
+                    path.consecutive_losses += 1;
                     // Below the highest PSN received on an in-order route:
                     // this one is lost. Resend it at once on another path.
                     sent.set_state(SentState::Lost);
@@ -151,9 +169,54 @@ impl Connection {
             path.inflight_bytes -= acked_bytes + lost_bytes;
             path.trim_front();
             path.stats.packets_acked += u64::from(acked_packets);
+            if acked_packets > 0 {
+                path.last_acked_ns = now_ns;
+            }
+            // An RTO undone: one of the packets it gave up on arrived after
+            // all (the receiver reports it), so the path was only late.
+            if let Some((first, end)) = path.rto_psns {
+                let arrived = seq::seq_lt(first, ack.ack_psn)
+                    || (0..seq::seq_diff(end, first).clamp(0, 256) as u32)
+                        .any(|k| sack_contains(ack.ack_psn, &ack.sack, first.wrapping_add(k)));
+                if arrived {
+                    path.rto_psns = None;
+                    path.consecutive_rtos = 0;
+                    self.stats.spurious_rtos += 1;
+                    dev.stats.spurious_rtos += 1;
+                    trace_event!(
+                        in: self.trace.enter_path(p),
+                        DEBUG,
+                        now_ns,
+                        "RTO undone: a packet it gave up on arrived (late, not lost)"
+                    );
+                    self.cc.on_spurious_rto(p, now_ns);
+                } else if !seq::seq_lt(ack.ack_psn, end) {
+                    path.rto_psns = None;
+                }
+            }
         }
         self.inflight_bytes -= acked_bytes + lost_bytes;
         self.stats.data_packets_lost += lost_packets;
+        #[cfg(feature = "trace")]
+        if lost_packets > 0 {
+            trace_event!(
+                in: self.trace.enter_path(p),
+                DEBUG,
+                now_ns,
+                lost_packets,
+                lost_bytes,
+                in_a_row = self.paths[p].consecutive_losses,
+                "packets lost: a SACK gap below a later arrival; resent elsewhere"
+            );
+        }
+        if self.paths[p].consecutive_losses >= FAILED_PATH_LOSSES
+            && self.others_delivering(p, now_ns)
+        {
+            // Losses in a row on one route while the others deliver: a dead
+            // or gray link, not congestion (which would hit every route).
+            self.paths[p].consecutive_losses = 0;
+            self.path_failed(now_ns, dev, p);
+        }
         dev.stats.data_packets_lost += lost_packets;
         for seg in newly_acked_segs.drain(..) {
             self.on_segment_acked(seg);
@@ -182,7 +245,12 @@ impl Connection {
             path.stats.ce_marks += u64::from(ce_delta);
             self.stats.ce_marks_echoed += u64::from(ce_delta);
         }
-        path.probe_sent = false;
+        path.probe_sent_ns = MaybeNs::NONE;
+        if acked_bytes > 0 {
+            path.probe_backoff = 0;
+            path.silent_rounds = 0;
+            path.unproven = false;
+        }
         if acked_bytes > 0 {
             path.consecutive_rtos = 0;
             self.last_progress_ns = now_ns;
@@ -202,24 +270,26 @@ impl Connection {
             self.cc.on_ack(p, &sample);
         }
         if lost_bytes > 0 {
-            trace_event!(
-                in: self.trace.enter_path(p),
-                DEBUG,
-                now_ns,
-                lost_packets,
-                lost_bytes,
-                "packets lost: a SACK gap below a later arrival; resent elsewhere"
-            );
             self.cc.on_loss(p, lost_bytes, now_ns);
         }
-        if ack.rate_hint_mbps > 0 {
-            self.cc.on_rate_hint(
-                u64::from(ack.rate_hint_mbps) * 1_000_000,
-                self.conn_rtt.srtt_ns(),
-                now_ns,
-            );
-        }
+        // Every ACK carries the receiver's grant, 0 meaning no cap: a cap
+        // set while the receiver briefly had two senders must also be lifted.
+        self.cc.on_rate_hint(
+            u64::from(ack.rate_hint_mbps) * 1_000_000,
+            self.conn_rtt.srtt_ns(),
+            now_ns,
+        );
         self.refresh_path_deadline(p, dev);
+    }
+
+    /// Whether some path other than `p` had packets acknowledged within the
+    /// last two smoothed RTTs.
+    fn others_delivering(&self, p: usize, now_ns: u64) -> bool {
+        let window = 2 * self.conn_rtt.srtt_ns();
+        self.paths
+            .iter()
+            .enumerate()
+            .any(|(i, x)| i != p && x.last_acked_ns + window >= now_ns && x.last_acked_ns > 0)
     }
 
     fn on_segment_acked(&mut self, seg: SegRef) {

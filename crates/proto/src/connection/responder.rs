@@ -471,7 +471,11 @@ mod tests {
             max_incoming_ops_per_qp: 2,
             ..fixture::config(2)
         };
-        let mut l = lab(fixture::config(1), b_cfg);
+        // A starts at a full window (no cold start), so that all four go
+        // out in the first round trip.
+        let mut a_cfg = fixture::config(1);
+        a_cfg.cc_params.initial_window_mss = 0;
+        let mut l = lab(a_cfg, b_cfg);
         let (a, b) = (l.a, l.b);
         // Message 0's first transmission is lost, so messages 2 and 3
         // arrive two or more ahead of the responder's next one.

@@ -30,6 +30,9 @@ impl Connection {
             fold(Some(d));
         }
         fold(self.retry_deadline(dev));
+        if self.pace_blocked {
+            fold(Some(self.next_pace_ns));
+        }
         t
     }
 
@@ -40,7 +43,8 @@ impl Connection {
             .rto_deadline(cfg.rto_min_ns, cfg.rto_max_ns)
             .unwrap_or(u64::MAX);
         let probe = path.probe_deadline(cfg.ack_delay_ns).unwrap_or(u64::MAX);
-        self.path_deadlines[p] = rto.min(probe);
+        let dead = path.probe_timeout(cfg.ack_delay_ns).unwrap_or(u64::MAX);
+        self.path_deadlines[p] = rto.min(probe).min(dead);
     }
 
     fn refresh_all_path_deadlines(&mut self, dev: &DeviceState) {
@@ -60,6 +64,10 @@ impl Connection {
 
     /// Fire every deadline that has passed.
     pub(crate) fn on_timeout(&mut self, now_ns: u64, dev: &mut DeviceState) {
+        // The pacing clock came round: the endpoint marks us ready.
+        if self.pace_blocked && self.next_pace_ns <= now_ns {
+            self.pace_blocked = false;
+        }
         // Delayed ACKs.
         if self.ack_deadline.is_some_and(|d| d <= now_ns) {
             self.ack_deadline = None;
@@ -103,17 +111,83 @@ impl Connection {
             if self.path_deadlines[p] > now_ns {
                 continue;
             }
+            let ack_delay = dev.config.ack_delay_ns;
             if self.paths[p]
                 .rto_deadline(rto_min, rto_max)
                 .is_some_and(|d| d <= now_ns)
             {
                 self.path_timeout(now_ns, dev, p);
+            } else if let Some(sent) = self.paths[p].probe_sent_ns.get()
+                && self.paths[p]
+                    .probe_timeout(ack_delay)
+                    .is_some_and(|d| d <= now_ns)
+            {
+                if self.last_progress_ns > sent || self.paths[p].silent_rounds > 0 {
+                    // The probe went unanswered while other paths delivered
+                    // (now, or when the path fell silent while they did, which
+                    // made it suspect): this route is dead (a failed link or
+                    // switch, either way). Move its packets elsewhere and take
+                    // a new route now, long before an RTO would.
+                    self.path_failed(now_ns, dev, p);
+                } else {
+                    // The whole connection is silent (its first packet lost,
+                    // or a lost tail and its probe): send what this path
+                    // holds again on another path, and wait twice as long
+                    // next time. Cheaper than an RTO, and it counts apart.
+                    self.stats.probe_timeouts += 1;
+                    dev.stats.probe_timeouts += 1;
+                    let lost = self.mark_path_lost(p);
+                    self.inflight_bytes -= lost;
+                    let path = &mut self.paths[p];
+                    path.probe_sent_ns = MaybeNs::NONE;
+                    path.probe_backoff += 1;
+                    trace_event!(
+                        in: self.trace.enter_path(p),
+                        DEBUG,
+                        now_ns,
+                        lost_bytes = lost,
+                        backoff = self.paths[p].probe_backoff,
+                        "probe unanswered on a silent connection: the path's packets go again elsewhere"
+                    );
+                }
             } else if self.paths[p]
-                .probe_deadline(dev.config.ack_delay_ns)
+                .probe_deadline(ack_delay)
                 .is_some_and(|d| d <= now_ns)
             {
-                self.paths[p].probe_sent = true;
-                self.path_probes.push_back(p);
+                let oldest = self.paths[p]
+                    .inflight
+                    .iter()
+                    .find(|s| s.state() == SentState::Outstanding)
+                    .map(|s| s.sent_ns);
+                if oldest.is_some_and(|t| self.acked_sent_after(p, t)) && self.paths[p].unproven {
+                    // A replacement that never answered while others did:
+                    // its port hashed onto a dead route again. Next.
+                    self.path_failed(now_ns, dev, p);
+                } else if oldest.is_some_and(|t| self.acked_sent_after(p, t)) {
+                    // A probe's worth of silence while other paths had
+                    // packets acknowledged that were sent after this one's
+                    // (RACK's evidence, across paths): the path is suspect.
+                    // Keep new data off it and probe it (its newest segment,
+                    // asking for an ACK): answered, the route lives and the
+                    // ACK's SACK shows what was lost (a random loss, a lost
+                    // ACK, or only a longer queue); unanswered for a probe
+                    // timeout while others deliver, it is dead and retired.
+                    // Nothing is resent on suspicion alone: on a lossy
+                    // fabric most silences are a lost ACK.
+                    self.paths[p].silent_rounds += 1;
+                    self.paths[p].probe_sent_ns = MaybeNs::some(now_ns);
+                    self.path_probes.push_back((p, None));
+                    trace_event!(
+                        in: self.trace.enter_path(p),
+                        DEBUG,
+                        now_ns,
+                        silent_rounds = self.paths[p].silent_rounds,
+                        "path suspect: silent while other paths delivered later packets; probing it"
+                    );
+                } else {
+                    self.paths[p].probe_sent_ns = MaybeNs::some(now_ns);
+                    self.path_probes.push_back((p, None));
+                }
             }
             self.refresh_path_deadline(p, dev);
         }
@@ -138,7 +212,38 @@ impl Connection {
         }
     }
 
+    /// Whether a path other than `p` had a packet acknowledged that was
+    /// sent after `t`.
+    fn acked_sent_after(&self, p: usize, t: u64) -> bool {
+        self.paths
+            .iter()
+            .enumerate()
+            .any(|(i, x)| i != p && x.last_acked_sent_ns > t)
+    }
+
+    /// Path `p` proved dead (an unanswered probe, or losses in a row while
+    /// the other paths deliver): resend its packets elsewhere and retire it
+    /// for a fresh route, without an RTO and without a congestion cut.
+    pub(super) fn path_failed(&mut self, now_ns: u64, dev: &mut DeviceState, p: usize) {
+        self.stats.path_failovers += 1;
+        dev.stats.path_failovers += 1;
+        trace_event!(
+            in: self.trace.enter_path(p),
+            DEBUG,
+            now_ns,
+            silent_rounds = self.paths[p].silent_rounds,
+            unproven = self.paths[p].unproven,
+            "path failed: proved dead, retired without an RTO or a window cut"
+        );
+        self.retire_path(now_ns, dev, p);
+    }
+
     fn path_timeout(&mut self, now_ns: u64, dev: &mut DeviceState, p: usize) {
+        let path = &mut self.paths[p];
+        // The PSNs this RTO gives up on: an ACK for one later means the RTO
+        // was spurious (the packets were only late), and is undone.
+        let first = path.first_inflight_psn();
+        path.rto_psns = Some((first, path.next_psn));
         let oldest_sent_ns = self.paths[p]
             .inflight
             .iter()
@@ -207,12 +312,24 @@ impl Connection {
         let lost = self.mark_path_lost(p);
         self.inflight_bytes -= lost;
         let cfg = &dev.config;
+        // A retired route is remembered for a while: a fresh port that
+        // hashes back onto the same dead link would only fail again.
+        let retired_port = self.paths[p].src_port;
+        self.bad_ports[self.bad_port_next % self.bad_ports.len()] = retired_port;
+        self.bad_port_next += 1;
         let in_use: Vec<u16> = self.paths.iter().map(|x| x.src_port).collect();
         let span = cfg.path_port_span;
-        let free: Vec<u16> = (1..=span)
-            .map(|k| cfg.device_port + k)
-            .filter(|port| !in_use.contains(port))
-            .collect();
+        let candidates = |avoid_bad: bool| -> Vec<u16> {
+            (1..=span)
+                .map(|k| cfg.device_port + k)
+                .filter(|port| !in_use.contains(port))
+                .filter(|port| !avoid_bad || !self.bad_ports.contains(port))
+                .collect()
+        };
+        let mut free = candidates(true);
+        if free.is_empty() {
+            free = candidates(false);
+        }
         let old = &self.paths[p];
         let port = if free.is_empty() {
             old.src_port
@@ -238,6 +355,7 @@ impl Connection {
             self.conn_rtt.srtt_ns(),
         );
         fresh.stats = stats;
+        fresh.unproven = true;
         self.paths[p] = fresh;
         self.cc.on_path_replaced(p, now_ns);
         self.stats.paths_replaced += 1;
@@ -413,7 +531,10 @@ mod tests {
         write(&mut l, 1, 64 << 10);
         assert!(l.pair.settle(10_000, 1_000));
         let s = *l.pair.a.stats();
-        assert!(s.rtos >= 1 && s.paths_replaced >= 1, "{s:?}");
+        // Retired on evidence (an unanswered probe, or losses in a row
+        // while the others deliver), not after RTOs.
+        assert!(s.path_failovers >= 1 && s.paths_replaced >= 1, "{s:?}");
+        assert_eq!(s.rtos, 0, "{s:?}");
         let now_ports = l.pair.a.path_ports(peer).unwrap();
         assert_ne!(now_ports[0], dead, "slot 0 moved to a fresh port");
         assert_eq!(now_ports[1..], ports[1..], "the healthy paths stayed");

@@ -25,25 +25,33 @@ impl Connection {
         if let Some(slot) = self.ack_now.pop_front() {
             return Some(self.emit_ack(now_ns, dev, slot, out));
         }
-        while let Some(p) = self.path_probes.pop_front() {
+        if let Some((ack, src_port)) = self.ack_copies.pop_front() {
+            return Some(self.put_ack(dev, ack, src_port, out));
+        }
+        while let Some((p, carry)) = self.path_probes.pop_front() {
             // Tail-loss probe: resend the path's newest outstanding segment on
             // that same path, past its window, asking for an ACK. If the data
             // arrived and only the ACK was lost, the ACK covers everything; if
-            // the data was lost, the probe's PSN exposes the gap.
-            let Some(seg) = self.paths[p]
+            // the data was lost, the probe's PSN exposes the gap. A suspect
+            // path's probe carries a copy of a segment already resent
+            // elsewhere: only its answer matters.
+            let live = |s: &SegRef| {
+                self.msgs
+                    .get(s.msg)
+                    .is_some_and(|m| m.attempt == s.attempt && !m.rnr_wait)
+            };
+            let own = self.paths[p]
                 .inflight
                 .iter()
                 .rev()
                 .filter(|s| s.state() == SentState::Outstanding)
                 .map(SentPacket::seg)
-                .find(|s| {
-                    self.msgs
-                        .get(s.msg)
-                        .is_some_and(|m| m.attempt == s.attempt && !m.rnr_wait)
-                })
-            else {
+                .find(|s| live(s));
+            let Some(seg) = own.or(carry.filter(|s| live(s))) else {
+                self.paths[p].probe_sent_ns = MaybeNs::NONE;
                 continue;
             };
+            self.paths[p].probe_sent_ns = MaybeNs::some(now_ns);
             self.stats.data_packets_retransmitted += 1;
             dev.stats.data_packets_retransmitted += 1;
             dev.stats.tail_probes += 1;
@@ -53,7 +61,8 @@ impl Connection {
                 in: self.trace.enter_path(p),
                 DEBUG,
                 now_ns,
-                "tail-loss probe: the path's newest outstanding segment again"
+                carried = own.is_none(),
+                "tail-loss probe: a segment again on the path, asking for an ACK"
             );
             let flags = Flags::RETRANSMIT | Flags::ACK_REQUEST;
             return Some(self.emit_segment(now_ns, dev, p, seg, flags, out));
@@ -69,7 +78,7 @@ impl Connection {
                 continue;
             }
             let bytes = self.wire_bytes(resend.seg);
-            let path = self.choose_path(bytes, resend.lost_on)?;
+            let path = self.choose_path(now_ns, bytes, resend.lost_on)?;
             self.retransmit_queue.pop_front();
             let mut flags = Flags::RETRANSMIT;
             if resend.probe {
@@ -94,7 +103,7 @@ impl Connection {
             };
             let last = seg.seg + 1 == msg.segs;
             let bytes = self.wire_bytes(seg);
-            let path = self.choose_path(bytes, None)?;
+            let path = self.choose_path(now_ns, bytes, None)?;
             let msg = self.msgs.get_mut(r).expect("checked above");
             msg.next_unsent += 1;
             if !msg.has_unsent() {
@@ -103,11 +112,16 @@ impl Connection {
             }
             // The last segment asks for an immediate ACK: completion latency
             // must not wait for the delayed-ACK timer.
-            let flags = if last {
+            let mut flags = if last {
                 Flags::ACK_REQUEST
             } else {
                 Flags::default()
             };
+            if self.send_queue.is_empty() && self.retransmit_queue.is_empty() {
+                // Nothing new after this: the receiver may give our share
+                // of its link to its other senders at once.
+                flags |= Flags::SENDER_DRAINED;
+            }
             self.stats.data_packets_sent += 1;
             self.stats.payload_bytes_sent +=
                 u64::from(self.msgs.get(r).map_or(0, |m| m.seg_range(seg.seg).1));
@@ -123,9 +137,21 @@ impl Connection {
 
     /// Pick a path whose window has room for `bytes`, round robin, avoiding
     /// `avoid` when another path can take the packet.
-    fn choose_path(&mut self, bytes: u64, avoid: Option<u8>) -> Option<usize> {
+    fn choose_path(&mut self, now_ns: u64, bytes: u64, avoid: Option<u8>) -> Option<usize> {
         if self.inflight_bytes > 0 && self.inflight_bytes + bytes > self.cc.connection_window() {
+            // An ACK will wake us, not the pacing clock.
+            self.pace_blocked = false;
             return None;
+        }
+        if let Some(rate) = self.cc.pacing_rate_bps() {
+            // The gap after the last packet at the rate in force now, so a
+            // grant that rises takes effect at once.
+            let gap = self.last_paced_bytes * 8_000_000_000 / rate.max(1);
+            self.next_pace_ns = self.last_data_sent_ns + gap;
+            if now_ns < self.next_pace_ns {
+                self.pace_blocked = true;
+                return None;
+            }
         }
         let n = self.paths.len();
         for pass in 0..2 {
@@ -135,6 +161,11 @@ impl Connection {
                     continue;
                 }
                 let path = &self.paths[p];
+                if n > 1 && (path.silent_rounds > 0 || (path.unproven && path.inflight_bytes > 0)) {
+                    // Suspect (its probe is out), or a replacement whose one
+                    // packet is still unanswered: new data goes elsewhere.
+                    continue;
+                }
                 let psn_room = path.psn_span() < PATH_PSN_WINDOW;
                 let window_room = path.inflight_bytes == 0
                     || path.inflight_bytes + bytes <= self.cc.path_window(p);
@@ -161,12 +192,24 @@ impl Connection {
         let wire_bytes = payload_len + PACKET_OVERHEAD_BYTES;
         let mss = u64::from(dev.config.mtu_payload_bytes + PACKET_OVERHEAD_BYTES);
         let mut flags = flags;
-        if self.paths[p].inflight_bytes + u64::from(wire_bytes) + mss > self.cc.path_window(p) {
-            // This packet fills the path's window: ask for an ACK now rather
-            // than after the delayed-ACK timer, or the path would idle.
+        if self.paths[p].inflight_bytes + u64::from(wire_bytes) + mss > self.cc.path_window(p)
+            || self.inflight_bytes + u64::from(wire_bytes) + mss > self.cc.connection_window()
+        {
+            // This packet fills the path's or the connection's window: ask
+            // for an ACK now rather than after the delayed-ACK timer, or
+            // the sender would idle (a lone packet on a path never fills
+            // the receiver's count of packets per ACK).
             flags |= Flags::ACK_REQUEST;
         }
-        let flags = self.base_flags(flags);
+        self.last_paced_bytes = u64::from(wire_bytes);
+        self.pace_blocked = false;
+        self.last_data_sent_ns = now_ns;
+        let omit_icrc = self.omits_icrc();
+        let flags = if omit_icrc {
+            self.base_flags(flags) | Flags::ICRC_OMITTED
+        } else {
+            self.base_flags(flags)
+        };
         let path = &mut self.paths[p];
         path.trim_front();
         // How far below this packet the oldest one still in flight is.
@@ -200,7 +243,13 @@ impl Connection {
                 u64::from(offset),
                 &mut buf[header_len..header_len + payload_len as usize],
             );
-            seal(auth, &mut buf[..total], header_len);
+            if omit_icrc {
+                // Agreed with the peer: the UDP checksum protects the
+                // datagram, and the trailer goes as zeros (wire.md 7.2).
+                buf[total - ICRC_LEN..total].fill(0);
+            } else {
+                seal(auth, &mut buf[..total], header_len);
+            }
         };
         match out {
             Out::Bytes(buf) => write_whole(buf, &mut self.auth),
@@ -219,7 +268,11 @@ impl Connection {
                     // Header, then the trailer right behind it in the
                     // buffer; the driver sends header, payload, trailer.
                     repr.emit_header(&mut buf[..header_len]);
-                    let crc = wire::icrc_parts(&[&buf[..header_len], payload]);
+                    let crc = if omit_icrc {
+                        0
+                    } else {
+                        wire::icrc_parts(&[&buf[..header_len], payload])
+                    };
                     buf[header_len..header_len + ICRC_LEN].copy_from_slice(&crc.to_be_bytes());
                     **layout = Layout::Split {
                         header_len,
@@ -240,6 +293,7 @@ impl Connection {
             u16::try_from(wire_bytes).unwrap_or(u16::MAX),
         ));
         path.last_sent_ns = now_ns;
+        path.last_sent_ack_request = flags.contains(Flags::ACK_REQUEST);
         path.inflight_bytes += u64::from(wire_bytes);
         path.stats.packets_sent += 1;
         path.stats.bytes_sent += u64::from(wire_bytes);
@@ -282,11 +336,12 @@ impl Connection {
         slot: u8,
         out: &mut Out<'_>,
     ) -> Transmit {
-        let rate_hint_mbps = dev.rate_hint.share_mbps();
+        let rate_hint_mbps = dev.admission.grant_mbps(&mut self.admission, now_ns);
         let flags = self.base_flags(Flags::default());
         let rx = self.rx_paths[slot as usize]
             .as_mut()
             .expect("ACKs are queued for known paths");
+        let rx_generation = rx.generation;
         rx.ack_queued = false;
         rx.ack_deadline = MaybeNs::NONE;
         rx.unacked = 0;
@@ -317,6 +372,36 @@ impl Connection {
             qp.rx_rnr = None;
             self.dirty_qps.pop_front();
         }
+        // The ACKs of the peer's path (slot, generation) all take one
+        // reverse route, chosen by the pair: if that route dies, the peer
+        // sees its path go silent, retires it, and the new generation moves
+        // the ACKs to a new reverse route too. (Spraying ACKs over every
+        // route instead would keep feeding a dead one for ever.)
+        let src_port = ack_port(dev, slot, rx_generation);
+        if self.rx_loss_seen_ns != 0
+            && now_ns.saturating_sub(self.rx_loss_seen_ns) < dev.config.ack_copy_horizon_ns
+            && self.ack_copies.len() < usize::from(self.paths.len().max(1) as u8)
+        {
+            // This connection's packets are being lost on the way to us
+            // (holes in a path's PSNs, or resends we already had): ACKs are
+            // lost on the way back as often. A lost ACK stalls a window-
+            // limited path until its probe timeout, two RTTs or more, so
+            // each ACK goes twice, back to back on the same route: both are
+            // lost only with the square of the loss rate, for an ACK's
+            // worth of reverse bandwidth (1.5 % of a data packet's).
+            self.ack_copies.push_back((ack.clone(), src_port));
+        }
+        self.put_ack(dev, ack, src_port, out)
+    }
+
+    /// Emit a built ACK into `out`.
+    fn put_ack(
+        &mut self,
+        dev: &mut DeviceState,
+        ack: AckRepr,
+        src_port: u16,
+        out: &mut Out<'_>,
+    ) -> Transmit {
         let len = match out {
             Out::Bytes(buf) | Out::Gather(buf, _) => {
                 let len = wire::emit_ack(&ack, buf);
@@ -334,11 +419,6 @@ impl Connection {
         };
         self.stats.acks_sent += 1;
         dev.stats.ack_packets_sent += 1;
-        // ACKs are sprayed over our own paths, round robin: one bad reverse
-        // route then costs each data path only a fraction of its ACKs, which
-        // the next (cumulative) ACK makes good.
-        self.ack_rr = (self.ack_rr + 1) % dev.config.paths_per_connection.max(1);
-        let src_port = self.path_port(self.ack_rr, dev);
         Transmit {
             dst: self.peer,
             src_port,
@@ -347,6 +427,14 @@ impl Connection {
             kind: PacketKind::Ack,
         }
     }
+}
+
+/// The source port the ACKs of the peer's path `(slot, generation)` leave
+/// from: one of our path ports, spread by slot, moved by every generation.
+fn ack_port(dev: &DeviceState, slot: u8, generation: u16) -> u16 {
+    let span = u32::from(dev.config.path_port_span.max(1));
+    let k = (u32::from(slot) + u32::from(generation).wrapping_mul(37)) % span;
+    dev.config.device_port + 1 + k as u16
 }
 
 /// Finish a datagram whose headers end at `header_len`: ICRC, or the

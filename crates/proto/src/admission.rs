@@ -1,0 +1,469 @@
+//! Receiver-driven admission: how a device shares its own link among the
+//! peers sending to it, told to each sender in every ACK (`rate_hint_mbps`,
+//! a grant in Mbit/s; 0 = no cap).
+//!
+//! Senders cannot know about each other; only the receiver sees an incast
+//! form, as packets of new senders arrive. Four rules keep the queue into
+//! it short from the second round trip on, whatever the number of senders:
+//!
+//! 1. **Fair share of a utilisation target.** Every active sender is granted
+//!    `line x utilisation / n`. A lone sender gets no cap (0): ECN and the
+//!    sender's own windows steer it. A sender is active from its first
+//!    packet until it says it has nothing more to send (the data flag
+//!    `SENDER_DRAINED`) or falls silent for a whole epoch.
+//! 2. **No over-commitment.** A grant is a promise the receiver cannot take
+//!    back for a round trip: a sender granted the whole link keeps sending
+//!    at that rate until the smaller grant reaches it. So the receiver keeps
+//!    the sum of its grants (`committed`), counts a reduction as released
+//!    only one base RTT after it made it, and raises a grant only out of
+//!    what is not committed. A sender arriving while the link is promised to
+//!    others gets what is left, but at least an eighth of its fair share, so
+//!    it is never shut out. Without this rule the first senders of an
+//!    incast, granted the link before the others were seen, would send the
+//!    harmonic sum of their shares (4.7 BDPs for 64 senders) in the second
+//!    round trip.
+//! 3. **Queue feedback.** The receiver estimates the queueing delay of the
+//!    packets reaching it from their one-way delays (the sender's timestamp
+//!    against its own clock, less the smallest seen per sender, so the
+//!    clocks need not agree), and with several senders scales every grant
+//!    down while that delay exceeds half a base RTT. A queue left by the
+//!    first round trip thus drains in a few RTTs instead of at the
+//!    utilisation slack. (A lone sender's delay is the fabric's, which its
+//!    ECN marks steer; it is not capped for it.)
+//! 4. **State per active sender only**, in a slab the epoch sweep empties
+//!    of senders that fell silent: the receiver of a 1023-sender incast
+//!    holds 1023 small entries, an idle one none.
+//!
+//! A sender turns its grant into a window (grant x its propagation RTT)
+//! and paces at it, so a grant below one packet per RTT still works.
+
+use std::collections::VecDeque;
+
+/// What the receiver keeps per sending peer (inside its connection).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct SenderState {
+    /// Its entry in the active-sender slab, plus one (0: not active).
+    slot: u32,
+    /// That entry's tag (an entry freed by the epoch sweep may be reused).
+    tag: u32,
+    /// Smallest one-way delay seen from this peer (its clock against ours,
+    /// mod 2^32 ns); `None` until its first packet.
+    owd_base: Option<u32>,
+}
+
+/// An active sender.
+#[derive(Debug, Clone, Copy)]
+struct Active {
+    /// Its grant, Mbit/s (the line while uncapped).
+    grant_mbps: u64,
+    /// The epoch it last sent data in.
+    seen_epoch: u64,
+    /// Its generation, so a stale `SenderState` slot is told apart.
+    tag: u32,
+    /// Smoothed queueing delay of its packets, ns.
+    qdelay_ns: u64,
+    /// It said it is drained: not counted, its grant not committed, but
+    /// remembered for the epoch, so a sender of short messages (a ring's
+    /// steps) resumes at its share instead of starting over as a newcomer.
+    dormant: bool,
+}
+
+/// A reduction of the committed sum that takes effect at `at_ns`.
+#[derive(Debug, Clone, Copy)]
+struct Release {
+    at_ns: u64,
+    mbps: u64,
+}
+
+/// The device-wide admission state.
+#[derive(Debug)]
+pub(crate) struct Admission {
+    epoch_ns: u64,
+    line_mbps: u64,
+    /// Share of the line granted in all (per mille).
+    utilisation_permille: u64,
+    base_rtt_ns: u64,
+    epoch: u64,
+    /// Active senders; `None` entries are free.
+    active: Vec<Option<Active>>,
+    free: Vec<u32>,
+    live: u64,
+    next_tag: u32,
+    /// Sum of the active senders' grants, Mbit/s.
+    committed_mbps: u64,
+    /// Reductions not yet released.
+    releases: VecDeque<Release>,
+    /// Their sum.
+    pending_mbps: u64,
+    /// The queueing delay every active sender's packets meet: the
+    /// smallest of their smoothed delays (the queue into this receiver is
+    /// on all their routes; a queue in the fabric is on some), ns.
+    qdelay_ns: u64,
+    /// When that minimum was last taken.
+    qdelay_at_ns: u64,
+}
+
+/// Reductions held at once, at most (older ones are released early: a
+/// bounded queue, even with a million senders).
+const MAX_RELEASES: usize = 4096;
+
+impl Admission {
+    /// Admission for a link of `line_rate_bps`, forgetting senders silent
+    /// for an epoch of `epoch_ns` and granting `utilisation` (0..=1) of the
+    /// line in all.
+    pub(crate) fn new(
+        epoch_ns: u64,
+        line_rate_bps: u64,
+        utilisation: f64,
+        base_rtt_ns: u64,
+    ) -> Self {
+        Self {
+            epoch_ns: epoch_ns.max(1),
+            line_mbps: (line_rate_bps / 1_000_000).max(1),
+            utilisation_permille: (utilisation.clamp(0.01, 1.0) * 1000.0) as u64,
+            base_rtt_ns: base_rtt_ns.max(1),
+            epoch: 0,
+            active: Vec::new(),
+            free: Vec::new(),
+            live: 0,
+            next_tag: 0,
+            committed_mbps: 0,
+            releases: VecDeque::new(),
+            pending_mbps: 0,
+            qdelay_ns: 0,
+            qdelay_at_ns: 0,
+        }
+    }
+
+    /// Bytes held (for the per-device memory figure).
+    pub(crate) fn memory_bytes(&self) -> usize {
+        self.active.capacity() * size_of::<Option<Active>>()
+            + self.free.capacity() * 4
+            + self.releases.capacity() * size_of::<Release>()
+    }
+
+    /// A new epoch: senders silent through the whole last one are gone.
+    fn roll_epoch(&mut self, now_ns: u64) {
+        let epoch = now_ns / self.epoch_ns;
+        if epoch == self.epoch {
+            return;
+        }
+        self.epoch = epoch;
+        for i in 0..self.active.len() {
+            if let Some(a) = self.active[i]
+                && a.seen_epoch + 1 < epoch
+            {
+                self.remove(i as u32);
+            }
+        }
+    }
+
+    fn remove(&mut self, i: u32) {
+        if let Some(a) = self.active[i as usize].take() {
+            if !a.dormant {
+                self.committed_mbps -= a.grant_mbps;
+                self.live -= 1;
+            }
+            self.free.push(i);
+        }
+    }
+
+    /// The active entry of `s`, if it has one that is still its own.
+    fn entry(&self, s: &SenderState) -> Option<u32> {
+        let i = s.slot.checked_sub(1)?;
+        self.active
+            .get(i as usize)
+            .copied()
+            .flatten()
+            .filter(|a| a.tag == s.tag)
+            .map(|_| i)
+    }
+
+    /// A data packet from a peer, sent at its clock's `timestamp_ns`,
+    /// arrived at `now_ns`: count the peer as active and fold its queueing
+    /// delay into the estimate. `drained`: the sender says it has nothing
+    /// more queued for us (wire flag `SENDER_DRAINED`): it stops counting at
+    /// once and its grant is released an RTT later; its next data counts it
+    /// afresh.
+    pub(crate) fn on_data(
+        &mut self,
+        s: &mut SenderState,
+        now_ns: u64,
+        timestamp_ns: u32,
+        drained: bool,
+    ) {
+        self.roll_epoch(now_ns);
+        match (self.entry(s), drained) {
+            (Some(i), false) => {
+                let epoch = self.epoch;
+                let a = self.active[i as usize].as_mut().expect("entry() checked");
+                a.seen_epoch = epoch;
+                if a.dormant {
+                    a.dormant = false;
+                    self.committed_mbps += a.grant_mbps;
+                    self.live += 1;
+                }
+            }
+            (Some(i), true) => {
+                let epoch = self.epoch;
+                let a = self.active[i as usize].as_mut().expect("entry() checked");
+                a.seen_epoch = epoch;
+                if !a.dormant {
+                    a.dormant = true;
+                    let g = a.grant_mbps;
+                    self.committed_mbps -= g;
+                    self.live -= 1;
+                    self.defer_release(now_ns, g);
+                }
+            }
+            (None, false) => {
+                let a = Active {
+                    grant_mbps: 0,
+                    seen_epoch: self.epoch,
+                    tag: self.next_tag,
+                    dormant: false,
+                    qdelay_ns: 0,
+                };
+                self.next_tag = self.next_tag.wrapping_add(1);
+                let i = match self.free.pop() {
+                    Some(i) => {
+                        self.active[i as usize] = Some(a);
+                        i
+                    }
+                    None => {
+                        self.active.push(Some(a));
+                        self.active.len() as u32 - 1
+                    }
+                };
+                self.live += 1;
+                s.slot = i + 1;
+                s.tag = a.tag;
+            }
+            (None, true) => {}
+        }
+        let owd = (now_ns as u32).wrapping_sub(timestamp_ns);
+        let base = match s.owd_base {
+            // A smaller delay (mod 2^32, within half the range) is the new base.
+            Some(b) if (owd.wrapping_sub(b) as i32) >= 0 => b,
+            _ => owd,
+        };
+        s.owd_base = Some(base);
+        let q = u64::from(owd.wrapping_sub(base)).min(1 << 30);
+        if let Some(i) = self.entry(s)
+            && let Some(a) = self.active[i as usize].as_mut()
+        {
+            // EWMA with gain 1/4: a few packets' worth of memory.
+            a.qdelay_ns = (3 * a.qdelay_ns + q) / 4;
+        }
+        // The common part of the senders' delays, refreshed every half
+        // base RTT (a scan of the active senders).
+        if now_ns.saturating_sub(self.qdelay_at_ns) >= self.base_rtt_ns / 2 {
+            self.qdelay_at_ns = now_ns;
+            self.qdelay_ns = self
+                .active
+                .iter()
+                .flatten()
+                .filter(|a| !a.dormant)
+                .map(|a| a.qdelay_ns)
+                .min()
+                .unwrap_or(0);
+        }
+    }
+
+    fn defer_release(&mut self, now_ns: u64, mbps: u64) {
+        if mbps == 0 {
+            return;
+        }
+        self.pending_mbps += mbps;
+        self.releases.push_back(Release {
+            at_ns: now_ns + self.base_rtt_ns,
+            mbps,
+        });
+    }
+
+    fn release_due(&mut self, now_ns: u64) {
+        while let Some(r) = self.releases.front() {
+            if r.at_ns > now_ns && self.releases.len() <= MAX_RELEASES {
+                break;
+            }
+            self.pending_mbps -= r.mbps;
+            self.releases.pop_front();
+        }
+    }
+
+    /// Grant scale from the queueing delay: 1 up to half a base RTT, then
+    /// down linearly to a quarter at two and a half base RTTs.
+    fn queue_factor_permille(&self) -> u64 {
+        let target = self.base_rtt_ns / 2;
+        if self.qdelay_ns <= target {
+            return 1000;
+        }
+        let over = (self.qdelay_ns - target) * 1000 / (2 * self.base_rtt_ns);
+        1000u64.saturating_sub(over).max(250)
+    }
+
+    /// The grant for the ACK now going to a sender, Mbit/s (0: no cap).
+    pub(crate) fn grant_mbps(&mut self, s: &mut SenderState, now_ns: u64) -> u32 {
+        self.roll_epoch(now_ns);
+        self.release_due(now_ns);
+        let Some(i) = self
+            .entry(s)
+            .filter(|&i| self.active[i as usize].is_some_and(|a| !a.dormant))
+        else {
+            // Not sending to us any more (drained): a share as if it were,
+            // which only matters if it starts again before its next ACK.
+            let n = self.live + 1;
+            let total = self.line_mbps * self.utilisation_permille / 1000;
+            return if n == 1 {
+                0
+            } else {
+                u32::try_from((total / n).max(1)).unwrap_or(u32::MAX)
+            };
+        };
+        let n = self.live.max(1);
+        let qf = if n > 1 {
+            self.queue_factor_permille()
+        } else {
+            1000
+        };
+        let total = self.line_mbps * self.utilisation_permille / 1000 * qf / 1000;
+        let current = self.active[i as usize].map_or(0, |a| a.grant_mbps);
+        let grant = if n == 1 {
+            // Alone: the whole link (what others still have in flight is
+            // at most the tail of their last window).
+            self.line_mbps
+        } else {
+            let fair = (total / n).max(1);
+            if current > 0 {
+                // A sender we granted before: its fair share, at once. Only
+                // a newcomer's first grant is held to the budget.
+                fair
+            } else {
+                // A newcomer: only what is not promised to anyone, but at
+                // least a quarter of its fair share (it is never shut out,
+                // and paced at its grant it still gets its next ACK soon).
+                let free = total.saturating_sub(self.committed_mbps + self.pending_mbps);
+                free.min(fair).max(fair / 4).max(1)
+            }
+        };
+        self.committed_mbps = self.committed_mbps - current + grant;
+        if grant < current {
+            self.defer_release(now_ns, current - grant);
+        }
+        if let Some(a) = self.active[i as usize].as_mut() {
+            a.grant_mbps = grant;
+        }
+        if grant >= self.line_mbps {
+            0
+        } else {
+            u32::try_from(grant).unwrap_or(u32::MAX)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LINE: u64 = 100_000_000_000;
+    const RTT: u64 = 10_000;
+
+    fn adm() -> Admission {
+        Admission::new(50_000, LINE, 1.0, RTT)
+    }
+
+    #[test]
+    fn a_lone_sender_is_uncapped_and_two_share_the_link() {
+        let mut a = adm();
+        let (mut x, mut y) = (SenderState::default(), SenderState::default());
+        a.on_data(&mut x, 100, 100, false);
+        assert_eq!(a.grant_mbps(&mut x, 110), 0);
+        a.on_data(&mut y, 200, 200, false);
+        // y arrives while x holds the whole link: a quarter of its share.
+        assert_eq!(a.grant_mbps(&mut y, 210), 50_000 / 4);
+        // x is cut to its share, y gets its own from its next ACK on.
+        assert_eq!(a.grant_mbps(&mut x, 300), 50_000);
+        assert_eq!(a.grant_mbps(&mut y, 400), 50_000);
+        // x says it is drained (its last packet): y alone gets the whole
+        // link back at once, not after x falls silent for an epoch.
+        a.on_data(&mut x, 20_000, 20_000, true);
+        assert_eq!(a.grant_mbps(&mut y, 20_001), 0);
+    }
+
+    #[test]
+    fn an_incast_never_commits_much_more_than_the_link() {
+        let mut a = adm();
+        let mut s: Vec<SenderState> = vec![SenderState::default(); 64];
+        let mut t = 0;
+        // Senders appear one by one, each getting a grant at once (its first
+        // packet's ACK).
+        let mut total_first_round = 0u64;
+        for st in s.iter_mut() {
+            t += 300;
+            a.on_data(st, t, t as u32, false);
+            let g = a.grant_mbps(st, t);
+            total_first_round += if g == 0 {
+                LINE / 1_000_000
+            } else {
+                u64::from(g)
+            };
+        }
+        // The harmonic sum would be 4.7 lines; the budget keeps it near 1.
+        assert!(
+            total_first_round < 2 * LINE / 1_000_000,
+            "{total_first_round}"
+        );
+        // The next round of ACKs cuts the first sender to its share; an RTT
+        // after that, every sender has its fair share.
+        for _ in 0..2 {
+            t += 2 * RTT;
+            for st in s.iter_mut() {
+                a.on_data(st, t, t as u32, false);
+            }
+            for st in s.iter_mut() {
+                a.grant_mbps(st, t);
+            }
+        }
+        let grants: Vec<u32> = s.iter_mut().map(|st| a.grant_mbps(st, t)).collect();
+        assert!(
+            grants.iter().all(|&g| g == (100_000 / 64) as u32),
+            "{grants:?}"
+        );
+        // Silent senders are forgotten after an epoch.
+        let mut last = SenderState::default();
+        a.on_data(&mut last, t + 200_000, (t + 200_000) as u32, false);
+        assert_eq!(a.live, 1);
+        assert_eq!(a.grant_mbps(&mut last, t + 200_000 + RTT), 0);
+    }
+
+    #[test]
+    fn a_standing_queue_scales_grants_down() {
+        let mut a = adm();
+        let (mut x, mut y) = (SenderState::default(), SenderState::default());
+        a.on_data(&mut x, 1_000, 1_000, false);
+        a.on_data(&mut y, 1_000, 1_000, false);
+        a.grant_mbps(&mut x, 1_000);
+        a.grant_mbps(&mut y, 1_000);
+        let clear = a.grant_mbps(&mut y, 1_000 + 2 * RTT);
+        // Packets now arrive 2 RTTs later than their base one-way delay.
+        for k in 0..64 {
+            let t = 40_000 + k * 100;
+            a.on_data(&mut x, t + 2 * RTT, t as u32, false);
+            a.on_data(&mut y, t + 2 * RTT, t as u32, false);
+        }
+        let queued = a.grant_mbps(&mut y, 40_000 + 10_000 + 2 * RTT);
+        assert!(queued < clear, "{queued} !< {clear}");
+    }
+
+    #[test]
+    fn one_way_delays_use_each_senders_own_clock() {
+        let mut a = adm();
+        let mut x = SenderState::default();
+        // The sender's clock is far ahead of ours and wraps: no queue seen.
+        for k in 0..32u64 {
+            let now = 1_000_000 + k * 1_000;
+            a.on_data(&mut x, now, (now as u32).wrapping_add(0xffff_0000), false);
+        }
+        assert_eq!(a.qdelay_ns, 0);
+    }
+}
