@@ -36,7 +36,7 @@ pub(crate) struct CollPerfArgs {
     /// nccl-tests options (-b -e -f -i -n -w -m -c -o -d -r -z -a) and
     /// --ranks N, --hostfile F, --rank R, --impair SPEC, --json FILE,
     /// --mtu N, --paths N, --slots N, --slot-bytes N, --bootstrap-timeout S,
-    /// --poll-us N.
+    /// --poll-us N, --dev-port P, --stats.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
     rest: Vec<String>,
 }
@@ -53,6 +53,10 @@ const METAROCE_USAGE: &str = "\
   --slot-bytes <size>         bytes per staging slot (default 256K)
   --bootstrap-timeout <s>     seconds to wait for every rank (default 30)
   --poll-us <us>              poll this long before sleeping on a completion event (default 0: never spin)
+  --dev-port <port>           MetaRoCE device UDP port (default 4793, or a free range when another rank has it;
+                              a port given here is used as given: one rank per host)
+  --stats                     print every rank's device, connection and path counters (name value lines) on
+                              stderr at the end, failed or not (also METAROCE_STATS=1)
 ";
 
 /// metaroce's own options of the run.
@@ -69,6 +73,8 @@ struct Extra {
     slot_bytes: Option<u64>,
     bootstrap_timeout_s: Option<u64>,
     poll_us: Option<u64>,
+    dev_port: Option<u16>,
+    stats: bool,
 }
 
 fn split_args(rest: &[String]) -> Result<(Vec<String>, Extra), String> {
@@ -92,7 +98,12 @@ fn split_args(rest: &[String]) -> Result<(Vec<String>, Extra), String> {
             "--slot-bytes",
             "--bootstrap-timeout",
             "--poll-us",
+            "--dev-port",
         ];
+        if name == "--stats" && inline.is_none() {
+            x.stats = true;
+            continue;
+        }
         if !known.contains(&name) {
             nccl.push(a.clone());
             continue;
@@ -128,6 +139,12 @@ fn split_args(rest: &[String]) -> Result<(Vec<String>, Extra), String> {
             "--slots" => x.slots = Some(small("--slots")?),
             "--slot-bytes" => x.slot_bytes = Some(num("--slot-bytes")?),
             "--poll-us" => x.poll_us = Some(num("--poll-us")?),
+            "--dev-port" => {
+                x.dev_port = Some(
+                    v.parse()
+                        .map_err(|_| format!("--dev-port {v:?} is not a UDP port (0..=65535)"))?,
+                )
+            }
             _ => x.bootstrap_timeout_s = Some(num("--bootstrap-timeout")?),
         }
     }
@@ -215,15 +232,29 @@ pub(crate) fn run(args: CollPerfArgs) -> Result<ExitCode, String> {
     if let Some(s) = extra.bootstrap_timeout_s {
         cfg.bootstrap_timeout = Duration::from_secs(s);
     }
+    if let Some(port) = extra.dev_port {
+        cfg.device_port = port;
+        cfg.device_port_fallback = false;
+    }
     let mut comm = connect(&job, &cfg).map_err(|e| e.to_string())?;
     let result = run_rank(&mut comm, collective, &options, &extra);
-    if std::env::var_os("METAROCE_STATS").is_some() {
-        eprintln!(
-            "rank {}: {:?}\n  {:?}\n  {:?}",
+    let stats =
+        extra.stats || std::env::var("METAROCE_STATS").is_ok_and(|v| !v.is_empty() && v != "0");
+    if stats {
+        // One write per rank, so ranks sharing the terminal do not interleave.
+        let c = comm.device_counters();
+        let mut lines = c.lines();
+        lines.extend(
+            comm.driver_stats()
+                .fields()
+                .into_iter()
+                .map(|(n, v)| (format!("coll.{n}"), v)),
+        );
+        eprint!(
+            "# counters of rank {} device {}\n{}",
             comm.rank(),
-            comm.driver_stats(),
-            comm.comm_stats(),
-            comm.device_stats()
+            c.addr,
+            metaroce_udp::format_counter_lines(&lines)
         );
     }
     let finished = comm.finish().map_err(|e| e.to_string());

@@ -11,8 +11,12 @@
 //! - `metaroce sim`: the packet-level fabric simulator.
 //! - `metaroce coll-perf`: nccl-tests' collective benchmarks over the real
 //!   UDP datapath, ranks as processes on one machine or across hosts.
+//! - `metaroce conformance --target HOST` / `metaroce
+//!   conformance-responder`: the wire-spec conformance suite and a
+//!   MetaRoCE target for it (`docs/spec/conformance.md`).
 //!
-//! Exit codes: 0 success; 1 `chaos` found a failing seed; 2 bad input or
+//! Exit codes: 0 success; 1 `chaos` found a failing seed, or a conformance
+//! check failed; 2 bad input or
 //! a failed run (including data that did not verify), with one line on
 //! stderr; 3 a simulation reached its end time with flows unfinished
 //! (unless `--allow-unfinished`). Output into a closed pipe (`| head`) ends the
@@ -21,6 +25,7 @@
 #![deny(unsafe_code)]
 
 mod coll_perf;
+mod conformance;
 mod perf;
 mod sim;
 
@@ -41,6 +46,14 @@ use std::time::Instant;
     about = "MetaRoCE: RDMA over lossy, multipath Ethernet"
 )]
 struct Cli {
+    /// Log the protocol core's spans and events to stderr, through this
+    /// `tracing` filter: `info` (connections, path retirements, QP
+    /// errors), `debug` (losses, probes, failovers, RTOs), `trace` (every
+    /// resend), or
+    /// e.g. `[conn{peer=10.0.0.2:4793}]=debug`. Takes precedence over
+    /// METAROCE_LOG, which takes precedence over RUST_LOG; off by default.
+    #[arg(long, global = true, value_name = "FILTER")]
+    log: Option<String>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -61,6 +74,11 @@ enum Command {
     /// alltoall, broadcast, reduce, sendrecv (`-h` after the collective
     /// for the options).
     CollPerf(coll_perf::CollPerfArgs),
+    /// The conformance suite against a wire-spec responder (docs/spec/conformance.md):
+    /// one PASS/FAIL/SKIP line per check; exit 1 on a failure.
+    Conformance(conformance::ConformanceArgs),
+    /// A MetaRoCE device set up as the conformance suite's target.
+    ConformanceResponder(conformance::ResponderArgs),
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -146,9 +164,44 @@ fn exit_quietly_on_closed_pipe() {
     }
 }
 
+/// Logging of the core's spans and events (see `metaroce_proto`'s
+/// `trace` module: connections and paths as spans; setup, teardown,
+/// losses, resends, RTOs, path retirements, retry timeouts and QP errors
+/// as events) to stderr, filtered by `--log`, else `METAROCE_LOG`, else
+/// `RUST_LOG` (`tracing`'s filter syntax). Off when none is set: no
+/// subscriber is installed, and each event costs one check of a global
+/// level.
+fn init_logging(flag: Option<&str>) -> Result<(), String> {
+    let from_env = || {
+        ["METAROCE_LOG", "RUST_LOG"].into_iter().find_map(|v| {
+            std::env::var(v)
+                .ok()
+                .filter(|s| !s.trim().is_empty())
+                .map(|s| (v, s))
+        })
+    };
+    let Some((source, spec)) = flag.map(|s| ("--log", s.to_owned())).or_else(from_env) else {
+        return Ok(());
+    };
+    let filter = tracing_subscriber::EnvFilter::builder()
+        .parse(&spec)
+        .map_err(|e| {
+            format!("{source} {spec:?} is not a log filter (e.g. info, debug, metaroce_proto=trace): {e}")
+        })?;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    Ok(())
+}
+
 fn main() -> ExitCode {
     exit_quietly_on_closed_pipe();
     let cli = Cli::parse();
+    if let Err(msg) = init_logging(cli.log.as_deref()) {
+        eprintln!("metaroce: {msg}");
+        return ExitCode::from(2);
+    }
     let result = match cli
         .command
         .unwrap_or(Command::Harness(HarnessArgs::default()))
@@ -159,6 +212,8 @@ fn main() -> ExitCode {
         Command::Perf(args) => perf::run(args),
         Command::Sim(args) => sim::run(args),
         Command::CollPerf(args) => coll_perf::run(args),
+        Command::Conformance(args) => conformance::run_suite(&args),
+        Command::ConformanceResponder(args) => conformance::run_responder(&args),
     };
     match result {
         Ok(code) => code,

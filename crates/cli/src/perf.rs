@@ -16,10 +16,11 @@ use metaroce_perf::{
     self as perf, AuthOpts, BwFigures, Figures, JsonRun, LAT_DURATION_HEADER, LAT_TABLE_HEADER,
     LocalOpts, Measure, Params, RESULT_LINE, Session, Test,
 };
-use metaroce_udp::Impair;
+use metaroce_udp::{CaptureHook, DeviceCounters, Impair, PcapCapture};
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 /// What "BW peak" means here, and how perftest's flags are treated.
 const AFTER_HELP: &str = "\
@@ -126,9 +127,26 @@ pub(crate) struct PerfArgs {
     /// pattern [default: from the OS; the JSON report records it].
     #[arg(long)]
     seed: Option<u64>,
-    /// MetaRoCE device UDP port (0: a free range is picked).
-    #[arg(long = "dev-port", default_value_t = 0)]
-    dev_port: u16,
+    /// MetaRoCE device UDP port; the paths' source ports are the ones
+    /// above it; 0: a free range [default: 4793, or a free range when
+    /// that is taken, as by --loopback's other side].
+    #[arg(long = "dev-port")]
+    dev_port: Option<u16>,
+    /// Print every counter of this side's device, its connection and each
+    /// path as `name value` lines (as `ethtool -S` does) after the run, or
+    /// when it fails (also with METAROCE_STATS=1). The client prints its
+    /// own device's, a server its own after each session.
+    #[arg(long)]
+    stats: bool,
+    /// Record every datagram this side's device sends and receives to FILE
+    /// (pcap, Ethernet/IPv4/UDP frames, nanosecond timestamps; open with
+    /// tools/wireshark/metaroce.lua). With --loopback the client's device
+    /// records, which sees every datagram of the run.
+    #[arg(long, value_name = "FILE")]
+    pcap: Option<PathBuf>,
+    /// Bytes kept of each captured frame [default: 262144, whole frames].
+    #[arg(long = "pcap-snaplen", value_name = "N")]
+    pcap_snaplen: Option<u32>,
     /// Turn off UDP GSO and GRO.
     #[arg(long = "no-offload")]
     no_offload: bool,
@@ -212,7 +230,7 @@ fn perftest_flags(args: &PerfArgs) -> Result<(), String> {
 
 /// The job secret from `METAROCE_JOB_SECRET`, or a random one for a
 /// single-process loopback run.
-fn job_secret(loopback: bool) -> Result<[u8; 32], String> {
+pub(crate) fn job_secret(loopback: bool) -> Result<[u8; 32], String> {
     let secret = match std::env::var("METAROCE_JOB_SECRET") {
         Ok(hex) => {
             let hex = hex.trim();
@@ -416,15 +434,23 @@ fn rdma_test(args: &PerfArgs, json: Option<JsonOut>) -> Result<ExitCode, String>
         auth,
         impair: args.impair,
         seed,
-        dev_port: args.dev_port,
+        dev_port: args.dev_port.unwrap_or(metaroce_udp::DEFAULT_DEVICE_PORT),
+        dev_port_fallback: args.dev_port.is_none(),
+        capture: None,
         offload: !args.no_offload,
         engine_nice: args.engine_nice,
         icrc_omission: !args.icrc,
         rto_min_ns: args.rto_min_us.unwrap_or(0).saturating_mul(1000),
     };
+    let capture = Capture::open(args)?;
+    let mut local = local;
+    local.capture = capture.hook();
     if args.host.is_none() && !args.loopback {
-        return serve(args, test, &local);
+        let r = serve(args, test, &local);
+        capture.finish()?;
+        return r;
     }
+    let stats = stats_wanted(args);
     let gbits = args.report_gbits;
     let duration = p.duration_s > 0;
     let table_header = if test.is_lat() {
@@ -446,6 +472,7 @@ fn rdma_test(args: &PerfArgs, json: Option<JsonOut>) -> Result<ExitCode, String>
     let mut rows = Vec::new();
     let mut failed_verify = false;
     let mut printed_header = p.run_infinitely;
+    let mut last_counters = None;
     // What the sessions used (the last one's, for the JSON report).
     let mut used_mtu = p.mtu;
     let mut icrc_omitted = false;
@@ -480,9 +507,7 @@ fn rdma_test(args: &PerfArgs, json: Option<JsonOut>) -> Result<ExitCode, String>
         if s.verified == Some(false) {
             failed_verify = true;
         }
-        if std::env::var_os("METAROCE_STATS").is_some() {
-            eprintln!("client stats: {:?}", s.stats);
-        }
+        last_counters = Some(s.counters.clone());
         rows.push((s.figures, s.verified, s.detail.clone()));
     };
     let ran = if args.loopback {
@@ -498,7 +523,7 @@ fn rdma_test(args: &PerfArgs, json: Option<JsonOut>) -> Result<ExitCode, String>
                     &mut on_session,
                     &mut on_interval,
                 )
-                .map_err(|e| e.to_string())
+                .map_err(|e| failure(&e, stats))
             })
     } else {
         let host = args.host.as_deref().unwrap_or_default();
@@ -508,18 +533,20 @@ fn rdma_test(args: &PerfArgs, json: Option<JsonOut>) -> Result<ExitCode, String>
                 pp.size = sz;
                 let last = i + 1 == sizes.len();
                 let s = perf::run_client_with(test, server, &pp, &local, last, &mut on_interval)
-                    .map_err(|e| e.to_string())?;
+                    .map_err(|e| failure(&e, stats))?;
                 on_session(&s);
             }
             Ok(())
         })
     };
+    let captured = capture.finish();
     if let Err(e) = ran {
         if let Some(j) = json {
             j.discard();
         }
         return Err(e);
     }
+    captured?;
     println!("{RESULT_LINE}");
     for (_, v, detail) in &rows {
         if let Some(v) = v {
@@ -532,6 +559,10 @@ fn rdma_test(args: &PerfArgs, json: Option<JsonOut>) -> Result<ExitCode, String>
                 }
             );
         }
+    }
+    let counter_lines = last_counters.as_ref().map(DeviceCounters::lines);
+    if stats && let Some(c) = &last_counters {
+        print_counters(c, "client");
     }
     if let Some(j) = json {
         let mut last = p.clone();
@@ -546,6 +577,7 @@ fn rdma_test(args: &PerfArgs, json: Option<JsonOut>) -> Result<ExitCode, String>
             gbits,
             all_sizes: args.all,
             figures: &figures,
+            counters: counter_lines.as_deref(),
         }))?;
     }
     if failed_verify {
@@ -592,6 +624,7 @@ fn serve(args: &PerfArgs, test: Test, local: &LocalOpts) -> Result<ExitCode, Str
         test.title(),
         args.port
     );
+    let stats = stats_wanted(args);
     perf::serve(&listener, test, local, &mut |s| {
         println!("{}", s.local.render("local"));
         println!("{}", s.remote.render("remote"));
@@ -609,10 +642,83 @@ fn serve(args: &PerfArgs, test: Test, local: &LocalOpts) -> Result<ExitCode, Str
                 format!(" ({})", s.report.detail)
             }
         );
+        if stats {
+            print_counters(&s.counters, "server");
+        }
     })
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| failure(&e, stats))?;
     println!("{RESULT_LINE}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--stats`, or `METAROCE_STATS` set to anything but 0 or empty.
+fn stats_wanted(args: &PerfArgs) -> bool {
+    args.stats || std::env::var("METAROCE_STATS").is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
+/// A device's counters as `name value` lines under one heading line.
+fn print_counters(c: &DeviceCounters, side: &str) {
+    println!("# counters of the {side} device {}", c.addr);
+    print!("{}", metaroce_udp::format_counter_lines(&c.lines()));
+}
+
+/// A failed run's message, its device's counters printed first if asked.
+fn failure(e: &perf::PerfError, stats: bool) -> String {
+    if stats && let Some(c) = e.counters() {
+        print_counters(c, "failed");
+    }
+    e.to_string()
+}
+
+/// `--pcap`: the capture file, open before the run so a path that cannot
+/// be written fails at once.
+struct Capture {
+    pcap: Option<(PathBuf, Arc<PcapCapture>)>,
+}
+
+impl Capture {
+    fn open(args: &PerfArgs) -> Result<Self, String> {
+        if args.pcap.is_none() && args.pcap_snaplen.is_some() {
+            return Err("--pcap-snaplen needs --pcap FILE".into());
+        }
+        let Some(path) = &args.pcap else {
+            return Ok(Self { pcap: None });
+        };
+        let snaplen = args.pcap_snaplen.unwrap_or(metaroce_udp::DEFAULT_SNAPLEN);
+        if snaplen == 0 {
+            return Err("--pcap-snaplen 0: keep at least 1 byte of each frame".into());
+        }
+        let pcap = PcapCapture::create(path, snaplen)
+            .map_err(|e| format!("--pcap {}: {e}", path.display()))?;
+        Ok(Self {
+            pcap: Some((path.clone(), Arc::new(pcap))),
+        })
+    }
+
+    fn hook(&self) -> Option<Arc<dyn CaptureHook>> {
+        self.pcap
+            .as_ref()
+            .map(|(_, p)| Arc::clone(p) as Arc<dyn CaptureHook>)
+    }
+
+    /// Close the file and say what it holds (on stderr: stdout is the
+    /// report).
+    fn finish(&self) -> Result<(), String> {
+        let Some((path, pcap)) = &self.pcap else {
+            return Ok(());
+        };
+        let n = pcap
+            .finish()
+            .map_err(|e| format!("--pcap {}: {e}", path.display()))?;
+        let v6 = pcap.skipped_ipv6();
+        let note = if v6 > 0 {
+            format!(" ({v6} IPv6 datagrams left out)")
+        } else {
+            String::new()
+        };
+        eprintln!("pcap: {n} packets written to {}{note}", path.display());
+        Ok(())
+    }
 }
 
 fn resolve(host: &str, port: u16) -> Result<SocketAddr, String> {
@@ -724,7 +830,10 @@ fn raw_run(args: &PerfArgs) -> Result<(ExitCode, Option<RawReport>), String> {
         ("--no-verify", args.no_verify),
         ("--impair", args.impair.is_some()),
         ("--seed", args.seed.is_some()),
-        ("--dev-port", args.dev_port != 0),
+        ("--dev-port", args.dev_port.is_some()),
+        ("--stats", args.stats),
+        ("--pcap", args.pcap.is_some()),
+        ("--pcap-snaplen", args.pcap_snaplen.is_some()),
         ("--auth", args.auth),
         ("--encrypt", args.encrypt),
         ("--icrc", args.icrc),

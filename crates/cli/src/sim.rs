@@ -11,9 +11,11 @@
 //! first event is simulated. A run that reaches its end time with flows
 //! unfinished exits with [`EXIT_UNFINISHED`] unless `--allow-unfinished`.
 
+use metaroce_sim::capture::SimCapture;
+use metaroce_sim::hostset::HostSetConf;
 use metaroce_sim::sweep::{Plan, Shard, run_plan};
 use metaroce_sim::transport::baseline_notes;
-use metaroce_sim::{Outcome, Scenario, run_scenario};
+use metaroce_sim::{Outcome, RunOptions, Scenario, run_scenario_with};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -83,6 +85,19 @@ struct RunArgs {
     /// (otherwise exit 3).
     #[arg(long)]
     allow_unfinished: bool,
+    /// Record the packets the hosts of --pcap-hosts send and receive to
+    /// FILE (pcap: Ethernet/IPv4/UDP frames around MetaRoCE headers, the
+    /// payload zero-filled, simulated nanoseconds as timestamps; open with
+    /// tools/wireshark/metaroce.lua). MetaRoCE runs only.
+    #[arg(long, value_name = "FILE")]
+    pcap: Option<PathBuf>,
+    /// The captured hosts, as a workload's `hosts` (e.g. `0,5`, `0-7`)
+    /// [default: 0].
+    #[arg(long = "pcap-hosts", value_name = "SET")]
+    pcap_hosts: Option<String>,
+    /// Bytes kept of each captured frame [default: 262144, whole frames].
+    #[arg(long = "pcap-snaplen", value_name = "N")]
+    pcap_snaplen: Option<u32>,
 }
 
 /// `metaroce sim sweep PLAN`.
@@ -131,10 +146,23 @@ pub(crate) fn run(args: SimArgs) -> Result<ExitCode, String> {
     if let Some(dir) = &args.out {
         prepare_out_dir(dir)?;
     }
+    if args.pcap.is_none() && (args.pcap_hosts.is_some() || args.pcap_snaplen.is_some()) {
+        return Err("--pcap-hosts and --pcap-snaplen need --pcap FILE".into());
+    }
+    if args.pcap.is_some() && !args.transports.is_empty() {
+        return Err("--pcap records one MetaRoCE run: leave out --transports".into());
+    }
     if !args.transports.is_empty() {
         return compare(&scn, &args);
     }
-    let out = run_one(&scn, args.seed, args.quiet)?;
+    let opts = run_options(&args)?;
+    let out = run_one(&scn, args.seed, args.quiet, &opts);
+    let captured = opts.capture.as_ref().map(|(c, _)| c.finish());
+    let out = out?;
+    if let (Some(done), Some(path)) = (captured, &args.pcap) {
+        let n = done.map_err(|e| format!("--pcap {}: {e}", path.display()))?;
+        println!("pcap       {n} packets written to {}", path.display());
+    }
     print!("{}", metaroce_sim::report::summary_table(&out.results));
     for note in baseline_notes(&scn) {
         println!("note       {note}");
@@ -144,7 +172,7 @@ pub(crate) fn run(args: SimArgs) -> Result<ExitCode, String> {
         out.write_to(dir)
             .map_err(|e| format!("{}: {e}", dir.display()))?;
         println!(
-            "wrote      {}/{{results.json,perf.json,timeseries.json,flows.csv,fct_cdf.svg,throughput.svg,queues.svg}}",
+            "wrote      {}/{{results.json,perf.json,timeseries.json,flows.csv,counters.csv,fct_cdf.svg,throughput.svg,queues.svg}}",
             dir.display()
         );
     }
@@ -189,7 +217,7 @@ fn compare(scn: &Scenario, args: &RunArgs) -> Result<ExitCode, String> {
     for t in &args.transports {
         let mut s = scn.clone();
         s.transport.kind.clone_from(t);
-        let out = run_one(&s, args.seed, args.quiet)?;
+        let out = run_one(&s, args.seed, args.quiet, &RunOptions::default())?;
         if let Some(dir) = &args.out {
             let d = dir.join(t);
             out.write_to(&d)
@@ -245,7 +273,32 @@ fn compare(scn: &Scenario, args: &RunArgs) -> Result<ExitCode, String> {
     ))
 }
 
-fn run_one(scn: &Scenario, seed: Option<u64>, quiet: bool) -> Result<Outcome, String> {
+/// `--pcap`: the file created now, so a path that cannot be written fails
+/// before the run.
+fn run_options(args: &RunArgs) -> Result<RunOptions, String> {
+    let Some(path) = &args.pcap else {
+        return Ok(RunOptions::default());
+    };
+    let snaplen = args
+        .pcap_snaplen
+        .unwrap_or(metaroce_capture::DEFAULT_SNAPLEN);
+    if snaplen == 0 {
+        return Err("--pcap-snaplen 0: keep at least 1 byte of each frame".into());
+    }
+    let hosts = HostSetConf::Spec(args.pcap_hosts.clone().unwrap_or_else(|| "0".into()));
+    let cap =
+        SimCapture::create(path, snaplen).map_err(|e| format!("--pcap {}: {e}", path.display()))?;
+    Ok(RunOptions {
+        capture: Some((cap, hosts)),
+    })
+}
+
+fn run_one(
+    scn: &Scenario,
+    seed: Option<u64>,
+    quiet: bool,
+    opts: &RunOptions,
+) -> Result<Outcome, String> {
     let show = !quiet && std::io::stderr().is_terminal();
     let wall = Instant::now();
     let mut last = 0.0f64;
@@ -272,7 +325,7 @@ fn run_one(scn: &Scenario, seed: Option<u64>, quiet: bool) -> Result<Outcome, St
             );
         }
     };
-    let out = run_scenario(scn, seed, &mut progress).map_err(|e| e.to_string());
+    let out = run_scenario_with(scn, seed, opts, &mut progress).map_err(|e| e.to_string());
     if drawn {
         eprintln!();
     }

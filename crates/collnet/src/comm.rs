@@ -75,6 +75,18 @@ pub struct DriverStats {
     pub cache_registrations: u64,
 }
 
+impl DriverStats {
+    /// Every counter as `(name, value)`, in declaration order.
+    pub fn fields(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("writes_posted", self.writes_posted),
+            ("completions", self.completions),
+            ("sleeps", self.sleeps),
+            ("cache_registrations", self.cache_registrations),
+        ]
+    }
+}
+
 /// One rank of a communicator over real sockets. Made by
 /// [`crate::bootstrap::connect`].
 pub struct NetComm {
@@ -268,6 +280,12 @@ impl NetComm {
     /// The device's counters.
     pub fn device_stats(&self) -> DeviceStats {
         self.dev.stats()
+    }
+
+    /// Every counter of the device, its connections (one per peer rank)
+    /// and their paths.
+    pub fn device_counters(&self) -> metaroce_udp::DeviceCounters {
+        self.dev.counters()
     }
 
     /// The device's address.

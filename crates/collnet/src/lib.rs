@@ -69,6 +69,13 @@ pub struct NetConfig {
     pub impair: Option<Impair>,
     /// Seed of the device (keys, PSNs).
     pub seed: u64,
+    /// The device's UDP port (paths' source ports above it); 0: a free
+    /// range. Default [`DEFAULT_DEVICE_PORT`](metaroce_udp::DEFAULT_DEVICE_PORT), 4793.
+    pub device_port: u16,
+    /// If `device_port`'s range is taken (another rank on this host), pick
+    /// a free range instead of failing. On by default; off for a port the
+    /// user named.
+    pub device_port_fallback: bool,
     /// UDP GSO / GRO allowed.
     pub offload: bool,
     /// How long the device's engine spins after activity before sleeping.
@@ -97,6 +104,8 @@ impl Default for NetConfig {
             paths: 8,
             impair: None,
             seed: metaroce_udp::os_seed(),
+            device_port: metaroce_udp::DEFAULT_DEVICE_PORT,
+            device_port_fallback: true,
             offload: true,
             busy_poll_ns: 0,
             rto_min_ns: 4_000_000,

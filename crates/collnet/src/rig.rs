@@ -36,7 +36,7 @@ pub(crate) struct Rig {
 
 fn endpoint_config(cfg: &NetConfig) -> EndpointConfig {
     EndpointConfig {
-        device_port: 0,
+        device_port: cfg.device_port,
         mtu_payload_bytes: cfg.mtu,
         paths_per_connection: cfg.paths as usize,
         path_port_span: cfg.paths as u16,
@@ -65,6 +65,7 @@ pub(crate) fn rig(
     let comm = Communicator::new(rank, world, cfg.comm)?;
     let mut dc = DeviceConfig::new(endpoint_config(cfg), bind_ip);
     dc.impair = cfg.impair;
+    dc.port_fallback = cfg.device_port_fallback;
     dc.gso = cfg.offload;
     dc.gro = cfg.offload;
     dc.busy_poll_ns = cfg.busy_poll_ns;

@@ -30,6 +30,12 @@ impl UdpLink {
         let socket = UdpSocket::bind(local)?;
         Ok(Self { socket, target })
     }
+
+    /// Aim a socket already bound (at the address announced to the
+    /// target, before the target's address was known) at `target`.
+    pub fn from_socket(socket: UdpSocket, target: SocketAddr) -> Self {
+        Self { socket, target }
+    }
 }
 
 impl Link for UdpLink {

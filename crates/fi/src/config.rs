@@ -25,6 +25,11 @@ pub const PARAMS: &[Param] = &[
         help: "IPv4 address the endpoints bind (MetaRoCE UDP ports and the connection manager's TCP listener); peers reach this endpoint there",
     },
     Param {
+        name: "dev_port",
+        default: "4793",
+        help: "UDP port of an endpoint's MetaRoCE device (its paths send from the ports above it); when taken, as by the other endpoints and ranks on this host, a free range is used; 0: always a free range",
+    },
+    Param {
         name: "eager_limit",
         default: "16384",
         help: "Largest message sent eagerly (copied into the peer's receive slots); larger ones use a rendezvous over RDMA READ",
@@ -80,6 +85,8 @@ pub enum Source {
 pub struct Tunables {
     /// Address endpoints bind.
     pub bind_ip: Ipv4Addr,
+    /// Device port tried first (a free range when taken; 0: always one).
+    pub dev_port: u16,
     /// Largest eager message in bytes.
     pub eager_limit: usize,
     /// Receive slots per connection.
@@ -122,6 +129,7 @@ impl Tunables {
         };
         let mut out = Self {
             bind_ip: Ipv4Addr::LOCALHOST,
+            dev_port: metaroce_udp::DEFAULT_DEVICE_PORT,
             eager_limit: 16384,
             recv_slots: 64,
             paths: 8,
@@ -166,6 +174,7 @@ impl Tunables {
             }
             Err(e) => note("bind_ip", &v, src, Some(e.to_string())),
         }
+        num!("dev_port", dev_port, u16, 0..=65_000u16);
         num!("eager_limit", eager_limit, usize, 64..=(1usize << 20));
         num!("recv_slots", recv_slots, u32, 4..=4096u32);
         num!("paths", paths, u16, 1..=64u16);

@@ -341,7 +341,7 @@ impl EpState {
     /// connection-manager listener.
     pub(crate) fn open(cfg: std::sync::Arc<Tunables>, instance: u64) -> Result<Self, String> {
         let ep_cfg = EndpointConfig {
-            device_port: 0,
+            device_port: cfg.dev_port,
             mtu_payload_bytes: cfg.mtu,
             paths_per_connection: usize::from(cfg.paths),
             path_port_span: cfg.paths.max(2),
@@ -353,6 +353,7 @@ impl EpState {
         };
         let mut dc = DeviceConfig::new(ep_cfg, IpAddr::V4(cfg.bind_ip));
         dc.impair = cfg.impair;
+        dc.port_fallback = true;
         let dev =
             Device::start(dc).map_err(|e| format!("MetaRoCE device on {}: {e}", cfg.bind_ip))?;
         let (pd, vcq) = dev

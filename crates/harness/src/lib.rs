@@ -37,8 +37,8 @@
 //! }
 //!
 //! let guard = SeedGuard::from_env_or(7);
-//! let a = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1)), 4791);
-//! let b = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)), 4791);
+//! let a = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1)), 4793);
+//! let b = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)), 4793);
 //! let nodes = vec![
 //!     Echo { ip: a.ip(), out: vec![Datagram { src: a, dst: b, ecn: Ecn::Ect0, payload: vec![0] }], got: 0 },
 //!     Echo { ip: b.ip(), out: vec![], got: 0 },

@@ -101,7 +101,7 @@ fn forged_write(
             flags,
             path_slot: 0,
             path_gen: 0,
-            src_device_port: 4791,
+            src_device_port: DEFAULT_DEVICE_PORT,
         },
         psn,
         timestamp_ns: 0,
@@ -282,7 +282,7 @@ fn attack_with_auth(encrypt: bool) {
     let genuine_addr = net.nodes[GENUINE].addr();
     let target_addr = net.nodes[TARGET].addr();
     // Spoofed sources: the genuine devices' IPs, on one of their path ports.
-    let as_genuine = SocketAddr::new(genuine_addr.ip(), 4793);
+    let as_genuine = SocketAddr::new(genuine_addr.ip(), DEFAULT_DEVICE_PORT);
     let as_target = SocketAddr::new(target_addr.ip(), 4795);
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xa77ac);
     let mut completions = Vec::new();
@@ -314,7 +314,7 @@ fn attack_with_auth(encrypt: bool) {
             flags: Flags::AUTHENTICATED,
             path_slot: (rng.next_u32() % 16) as u8,
             path_gen: 0,
-            src_device_port: 4791,
+            src_device_port: DEFAULT_DEVICE_PORT,
         });
         ack.ack_psn = psn;
         let mut ack_bytes = vec![0; ack.buffer_len()];
@@ -454,7 +454,7 @@ fn attack_without_auth_rkey_guessing_fails() {
     let wire = capture(&mut net);
 
     let target_addr = net.nodes[TARGET].addr();
-    let as_genuine = SocketAddr::new(net.nodes[GENUINE].addr().ip(), 4793);
+    let as_genuine = SocketAddr::new(net.nodes[GENUINE].addr().ip(), DEFAULT_DEVICE_PORT);
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x9e55);
     let guesses_per_qp = 4;
     for b in &target_qps {

@@ -5,7 +5,8 @@ use crate::figures::{PEAK_MARK_OPS, peak_bps};
 use crate::messages::{Done, Hello, Report};
 use crate::params::auth_mode;
 use crate::rig::{
-    PP_RECVS, Rig, STALL_NS, connect, empty_wcs, local_endpoint, post_recvs, rig, wc_error,
+    PP_RECVS, Rig, STALL_NS, connect, empty_wcs, finish_rig, local_endpoint, post_recvs, rig,
+    wc_error,
 };
 use crate::verify::{first_diff, pattern};
 use crate::{
@@ -68,24 +69,42 @@ pub fn run_client_with(
     )
     .then_some(p.pattern_seed);
     let rig = rig(my_ip, peer_ip, p, local, buf_len, fill)?;
+    let result = client_on_rig(test, p, local, last, on_interval, &mut tcp, &rig, slots);
+    finish_rig(rig, result)
+}
+
+/// The session on a started device; a failure is returned as it is and
+/// [`finish_rig`] attaches the device's counters.
+#[allow(clippy::too_many_arguments)]
+fn client_on_rig(
+    test: Test,
+    p: &Params,
+    local: &LocalOpts,
+    last: bool,
+    on_interval: IntervalFn<'_>,
+    tcp: &mut TcpStream,
+    rig: &Rig,
+    slots: u64,
+) -> Result<Session, PerfError> {
+    let peer_ip = tcp.peer_addr()?.ip();
     let hello = Hello {
         test: test.name().into(),
         params: p.clone(),
-        endpoint: local_endpoint(&rig, p),
+        endpoint: local_endpoint(rig, p),
         last,
     };
-    cm::send(&mut tcp, MsgType::Hello, &hello)?;
-    let peer: Endpoint = cm::recv(&mut tcp, MsgType::Accept)?;
+    cm::send(tcp, MsgType::Hello, &hello)?;
+    let peer: Endpoint = cm::recv(tcp, MsgType::Accept)?;
     if let Some(a) = &local.auth {
-        confirm_keys(&mut tcp, a, hello.endpoint.session_id, &peer)?;
+        confirm_keys(tcp, a, hello.endpoint.session_id, &peer)?;
     }
-    connect(&rig, peer_ip, &peer)?;
+    connect(rig, peer_ip, &peer)?;
     let remote = peer.buf;
     let (figures, completed, progress) = if test.is_lat() {
-        let (f, c) = client_lat(test, &rig, p, &local.measure, remote)?;
+        let (f, c) = client_lat(test, rig, p, &local.measure, remote)?;
         (f, c, Progress::default())
     } else {
-        client_bw(test, &rig, p, &local.measure, remote, slots, on_interval)?
+        client_bw(test, rig, p, &local.measure, remote, slots, on_interval)?
     };
     // Client-side verification (READ data lands here).
     let (mut verified, mut detail) = (None, String::new());
@@ -106,8 +125,8 @@ pub fn run_client_with(
             Some(at) => format!("read data differs at byte {at}"),
         };
     }
-    cm::send(&mut tcp, MsgType::Done, &Done { completed })?;
-    let report: Report = cm::recv(&mut tcp, MsgType::Report)?;
+    cm::send(tcp, MsgType::Done, &Done { completed })?;
+    let report: Report = cm::recv(tcp, MsgType::Report)?;
     if let Some(v) = report.verified {
         verified = Some(v && verified.unwrap_or(true));
         if detail.is_empty() {
@@ -129,21 +148,13 @@ pub fn run_client_with(
         vaddr: remote.addr,
     };
     let stats = rig.dev.stats();
+    let counters = rig.dev.counters();
     let mtu = rig.mtu.min(peer.mtu);
-    let icrc_omitted = crate::rig::icrc_omitted(&rig, &peer);
+    let icrc_omitted = crate::rig::icrc_omitted(rig, &peer);
     let path = rig
         .dev
         .path(remote_line.dev)
         .unwrap_or_else(|| rig.path.clone());
-    if std::env::var_os("METAROCE_STATS").is_some() {
-        let peer_dev = remote_line.dev;
-        rig.dev.with(|ctx, _| {
-            let ep = ctx.endpoint();
-            eprintln!("client cc: {:?}", ep.cc_metrics(peer_dev));
-            eprintln!("client connection: {:?}", ep.connection_stats(peer_dev));
-        });
-    }
-    rig.dev.shutdown();
     Ok(Session {
         figures,
         verified,
@@ -151,6 +162,7 @@ pub fn run_client_with(
         local: local_line,
         remote: remote_line,
         stats,
+        counters,
         server_rx_malformed: report.rx_malformed,
         mtu,
         path,

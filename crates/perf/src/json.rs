@@ -33,6 +33,19 @@ pub struct JsonRun<'a> {
     pub all_sizes: bool,
     /// The figures, one per size run.
     pub figures: &'a [Figures],
+    /// This side's device counters at the end of the run (`name: value`,
+    /// the names `--stats` prints), if any.
+    pub counters: Option<&'a [(String, u64)]>,
+}
+
+/// Counters as a JSON object, in their order.
+#[derive(Debug, Clone)]
+struct CounterMap(Vec<(String, u64)>);
+
+impl Serialize for CounterMap {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(k, v)| (k, v)))
+    }
 }
 
 /// `v` rounded to `decimals` places, as perftest prints it.
@@ -268,6 +281,8 @@ pub struct JsonReport {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     results_by_size: Vec<JsonResults>,
     parameters: Parameters,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    counters: Option<CounterMap>,
 }
 
 /// The whole report. `results` is the last size's (perftest rewrites its
@@ -286,6 +301,7 @@ pub fn json_report(r: &JsonRun<'_>) -> JsonReport {
         results: rows.last().cloned(),
         results_by_size: if rows.len() > 1 { rows } else { Vec::new() },
         parameters: parameters(r),
+        counters: r.counters.map(|c| CounterMap(c.to_vec())),
     }
 }
 
@@ -333,6 +349,10 @@ mod tests {
             gbits: true,
             all_sizes: false,
             figures: &[bw],
+            counters: Some(&[
+                ("rx_datagrams".into(), 5),
+                ("conn.10.0.0.2:4793.rtos".into(), 1),
+            ]),
         });
         let text = serde_json::to_string(&report).unwrap();
         assert!(
@@ -355,6 +375,8 @@ mod tests {
         assert_eq!(doc["parameters"]["icrc_omitted"], true);
         assert_eq!(doc["parameters"]["rto_min_us"], 4000);
         assert!(doc.get("results_by_size").is_none());
+        assert_eq!(doc["counters"]["rx_datagrams"], 5);
+        assert_eq!(doc["counters"]["conn.10.0.0.2:4793.rtos"], 1);
         let lat = Figures::Lat(LatFigures::from_samples(2, vec![1000; 100], 1_000_000));
         let row = serde_json::to_string(&json_results(&lat, false, false)).unwrap();
         assert!(

@@ -187,8 +187,15 @@ pub struct LocalOpts {
     pub impair: Option<Impair>,
     /// Seed of the core (keys, PSNs, ports).
     pub seed: u64,
-    /// Device port (0: pick a free range).
+    /// Device port (0: pick a free range; default
+    /// [`DEFAULT_DEVICE_PORT`](metaroce_verbs::DEFAULT_DEVICE_PORT), 4793).
     pub dev_port: u16,
+    /// If `dev_port`'s range is taken (another device on this host, such
+    /// as `--loopback`'s other side), pick a free range instead of failing:
+    /// on for the default port, off for a port the user named.
+    pub dev_port_fallback: bool,
+    /// Sees every datagram the device sends and receives (`--pcap`).
+    pub capture: Option<std::sync::Arc<dyn metaroce_udp::CaptureHook>>,
     /// GSO / GRO allowed.
     pub offload: bool,
     /// Packet authentication (and optionally encryption) with this job
@@ -239,7 +246,9 @@ impl Default for LocalOpts {
             measure: Measure::default(),
             impair: None,
             seed: metaroce_udp::os_seed(),
-            dev_port: 0,
+            dev_port: metaroce_verbs::DEFAULT_DEVICE_PORT,
+            dev_port_fallback: true,
+            capture: None,
             offload: true,
             auth: None,
             icrc_omission: true,

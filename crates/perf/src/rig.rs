@@ -154,6 +154,8 @@ pub(crate) fn rig(
     dc.impair = local.impair;
     dc.gso = local.offload;
     dc.gro = local.offload;
+    dc.port_fallback = local.dev_port_fallback;
+    dc.capture = local.capture.clone();
     dc.engine_nice = local.engine_nice;
     let dev = Device::start(dc)?;
     let depth = p.tx_depth.max(64) * 2;
@@ -319,3 +321,12 @@ pub(crate) fn post_recvs(
 
 /// Receives kept posted on each side of a ping-pong.
 pub(crate) const PP_RECVS: u64 = 16;
+
+/// Shut the rig's device down; a failure gets the device's counters at
+/// the moment it was seen attached ([`PerfError::counters`]), so they can
+/// be printed for runs that fail too.
+pub(crate) fn finish_rig<T>(rig: Rig, result: Result<T, PerfError>) -> Result<T, PerfError> {
+    let result = result.map_err(|e| e.with_counters(rig.dev.counters()));
+    rig.dev.shutdown();
+    result
+}

@@ -4,7 +4,9 @@
 
 use crate::messages::{Done, Hello, Report};
 use crate::params::auth_mode;
-use crate::rig::{PP_RECVS, Rig, connect, empty_wcs, local_endpoint, post_recvs, rig, wc_error};
+use crate::rig::{
+    PP_RECVS, Rig, connect, empty_wcs, finish_rig, local_endpoint, post_recvs, rig, wc_error,
+};
 use crate::verify::{first_diff, pattern};
 use crate::{AddrLine, LocalOpts, PerfError, ServerSession, Test};
 use metaroce_cm::{self as cm, Confirm, KeyConfirmation, MsgType, Role};
@@ -82,15 +84,33 @@ fn server_session(
     // A server that cannot set up (ports taken, a path too small for the
     // MTU asked) says why before closing, so the client reports the reason
     // rather than a side channel cut short.
-    let set_up = rig(my_ip, peer_ip, p, local, buf_len, fill)
-        .and_then(|r| connect(&r, peer_ip, &hello.endpoint).map(|()| r));
-    let rig = match set_up {
+    let rig = match rig(my_ip, peer_ip, p, local, buf_len, fill) {
         Ok(r) => r,
         Err(e) => {
             let _ = cm::send(tcp, MsgType::Error, &format!("server: {e}"));
             return Err(e);
         }
     };
+    let result = serve_on_rig(tcp, test, hello, local, &rig, peer_ip, slots);
+    finish_rig(rig, result)
+}
+
+/// The session on a started device; a failure is returned as it is and
+/// [`finish_rig`] attaches the device's counters.
+fn serve_on_rig(
+    tcp: &mut TcpStream,
+    test: Test,
+    hello: &Hello,
+    local: &LocalOpts,
+    rig: &Rig,
+    peer_ip: IpAddr,
+    slots: u64,
+) -> Result<ServerSession, PerfError> {
+    let p = &hello.params;
+    if let Err(e) = connect(rig, peer_ip, &hello.endpoint) {
+        let _ = cm::send(tcp, MsgType::Error, &format!("server: {e}"));
+        return Err(e);
+    }
     let nq = rig.qps.len() as u64;
     let pingpong = matches!(test, Test::WriteLat | Test::SendLat);
     let reply_inline = local.measure.inline(test, p.size);
@@ -112,11 +132,11 @@ fn server_session(
     };
     if test == Test::SendBw || pingpong {
         for (q, qp) in rig.qps.iter().enumerate() {
-            post_recvs(&rig, *qp, (0..initial).map(|j| (j, recv_sge(j, q as u64))))?;
+            post_recvs(rig, *qp, (0..initial).map(|j| (j, recv_sge(j, q as u64))))?;
             posted_recv[q] = initial;
         }
     }
-    let mut accept = local_endpoint(&rig, p);
+    let mut accept = local_endpoint(rig, p);
     // With packet authentication, prove this side holds the job secret and
     // check the client does, before any packet flows.
     let confirmation = local.auth.map(|a| {
@@ -216,11 +236,7 @@ fn server_session(
             for (q, _) in repost {
                 let j = posted_recv[q];
                 posted_recv[q] += 1;
-                post_recvs(
-                    &rig,
-                    rig.qps[q],
-                    std::iter::once((j, recv_sge(j, q as u64))),
-                )?;
+                post_recvs(rig, rig.qps[q], std::iter::once((j, recv_sge(j, q as u64))))?;
             }
             spins += 1;
             if n == 0 && spins >= 64 {
@@ -258,9 +274,10 @@ fn server_session(
                 detail: "run_infinitely: the client stopped the run".into(),
                 rx_malformed: rig.dev.stats().endpoint.rx_malformed,
             },
-            local: local_line(&rig),
+            local: local_line(rig),
             remote: remote_line(peer_ip, hello),
             stats: rig.dev.stats(),
+            counters: rig.dev.counters(),
         });
     };
     // Server-side verification.
@@ -307,9 +324,7 @@ fn server_session(
         }
     };
     let stats = rig.dev.stats();
-    if std::env::var_os("METAROCE_STATS").is_some() {
-        eprintln!("server stats: {stats:?}");
-    }
+    let counters = rig.dev.counters();
     let report = Report {
         verified,
         detail,
@@ -324,11 +339,11 @@ fn server_session(
         test,
         params: p.clone(),
         report,
-        local: local_line(&rig),
+        local: local_line(rig),
         remote: remote_line(peer_ip, hello),
         stats,
+        counters,
     };
-    rig.dev.shutdown();
     Ok(session)
 }
 

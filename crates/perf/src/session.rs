@@ -3,7 +3,7 @@
 
 use crate::messages::Report;
 use crate::{Figures, Params, Test};
-use metaroce_udp::DeviceStats;
+use metaroce_udp::{DeviceCounters, DeviceStats};
 use std::net::SocketAddr;
 
 /// One side's address line (perftest's `local address:` line).
@@ -48,6 +48,9 @@ pub struct Session {
     pub remote: AddrLine,
     /// The client device's counters.
     pub stats: DeviceStats,
+    /// Every counter of the client device, its connection and paths, at
+    /// the session's end.
+    pub counters: DeviceCounters,
     /// Datagrams the server counted as malformed.
     pub server_rx_malformed: u64,
     /// Payload bytes per packet the session used (the smaller of the two
@@ -111,4 +114,6 @@ pub struct ServerSession {
     pub remote: AddrLine,
     /// The server device's counters.
     pub stats: DeviceStats,
+    /// Every counter of the server device, its connection and paths.
+    pub counters: DeviceCounters,
 }

@@ -9,11 +9,19 @@ use crate::cc::{CcAlgorithm, MetaRoceParams};
 use crate::int_knob;
 use crate::knob::Knob;
 
+/// MetaRoCE's default device port: UDP 4793. Not 4791, IANA's RoCEv2 port,
+/// which RoCE NICs claim for themselves and which Wireshark decodes as
+/// InfiniBand BTH; 4789, 4790 and 4792 next to it are registered too
+/// (VXLAN, VXLAN-GPE, unified bus), 4793 is not. The Wireshark dissector
+/// (`tools/wireshark/metaroce.lua`) registers on it.
+pub const DEFAULT_DEVICE_PORT: u16 = 4793;
+
 /// Configuration of one [`Endpoint`](crate::Endpoint) (one device).
 #[derive(Debug, Clone, PartialEq)]
 pub struct EndpointConfig {
-    /// The device's base UDP port. Data always arrives here; path source ports
-    /// are allocated from `device_port + 1 ..= device_port + path_port_span`.
+    /// The device's base UDP port ([`DEFAULT_DEVICE_PORT`] by default). Data
+    /// always arrives here; path source ports are allocated from
+    /// `device_port + 1 ..= device_port + path_port_span`.
     pub device_port: u16,
     /// How many source ports the device may use for paths (the pool that
     /// retired paths draw fresh ports from). Must be at least `paths_per_connection`.
@@ -122,7 +130,7 @@ pub struct EndpointConfig {
 impl Default for EndpointConfig {
     fn default() -> Self {
         Self {
-            device_port: 4791,
+            device_port: DEFAULT_DEVICE_PORT,
             path_port_span: 64,
             mtu_payload_bytes: 4096,
             paths_per_connection: 16,

@@ -28,7 +28,7 @@ use crate::packet_repr::{PacketRepr, PacketSlot};
 use crate::path::PathStats;
 use crate::qp::{Qp, QpCaps, QpHandle, QpRunState, SqEntry, SqState};
 use crate::range_set::RangeSet;
-use crate::stats::EndpointStats;
+use crate::stats::{Counters, EndpointStats, PeerCounters};
 use crate::transmit::{Layout, Out, PayloadRef, Transmit};
 use crate::work::{Completion, RecvWr, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion};
 use metaroce_wire as wire;
@@ -486,6 +486,12 @@ impl Endpoint {
     /// from an unknown peer, counted and dropped.
     fn close_connection(&mut self, c: u32) {
         let peer = self.conns[c as usize].conn.peer();
+        crate::trace::trace_event!(
+            in: self.conns[c as usize].conn.trace().enter(),
+            INFO,
+            now_ns = self.now_ns,
+            "connection torn down: its last QP is gone"
+        );
         self.conn_by_peer.remove(&peer);
         self.peer_sessions.remove(&peer);
         self.conns[c as usize] = ConnSlot::new(Connection::closed(c, &self.dev));
@@ -712,6 +718,8 @@ impl Endpoint {
     pub fn handle_datagram(&mut self, now_ns: u64, src: SocketAddr, ecn: Ecn, data: &[u8]) {
         self.set_time(now_ns);
         self.dev.stats.rx_datagrams += 1;
+        self.dev.stats.rx_bytes += data.len() as u64;
+        self.dev.stats.rx_ce_marked += u64::from(ecn == Ecn::Ce);
         if self.dev.config.auth.is_some() {
             self.handle_authenticated(now_ns, src, ecn, data);
             return;
@@ -792,6 +800,8 @@ impl Endpoint {
     pub fn handle_packet(&mut self, now_ns: u64, src: SocketAddr, ecn: Ecn, packet: &PacketRepr) {
         self.set_time(now_ns);
         self.dev.stats.rx_datagrams += 1;
+        self.dev.stats.rx_bytes += packet.wire_len() as u64;
+        self.dev.stats.rx_ce_marked += u64::from(ecn == Ecn::Ce);
         let flags = match packet {
             PacketRepr::Data(repr) => repr.base.flags,
             PacketRepr::Ack(ack) => ack.base.flags,
@@ -954,7 +964,9 @@ impl Endpoint {
             let slot = &mut self.conns[c as usize];
             slot.in_ready = false;
             let sent = slot.conn.poll_transmit(now_ns, &mut self.dev, out);
-            if sent.is_some() {
+            if let Some(t) = &sent {
+                self.dev.stats.tx_datagrams += 1;
+                self.dev.stats.tx_bytes += t.len as u64;
                 // One packet per connection per turn: peers share the NIC fairly.
                 self.mark_ready(c);
                 return sent;
@@ -1002,6 +1014,29 @@ impl Endpoint {
     /// Connections (peers).
     pub fn connection_count(&self) -> usize {
         self.conns.len() - self.free_conns.len()
+    }
+
+    /// Every counter at this moment: the device's, and each open
+    /// connection's with its controller's and its paths', ordered by peer.
+    pub fn counters(&self) -> Counters {
+        let mut connections: Vec<PeerCounters> = self
+            .conn_by_peer
+            .iter()
+            .map(|(&peer, &c)| {
+                let conn = &self.conns[c as usize].conn;
+                PeerCounters {
+                    peer,
+                    connection: conn.stats(),
+                    cc: conn.cc_metrics(),
+                    paths: conn.path_stats(),
+                }
+            })
+            .collect();
+        connections.sort_by_key(|c| c.peer);
+        Counters {
+            device: self.dev.stats,
+            connections,
+        }
     }
 
     /// Counters of the connection to `peer`.

@@ -28,6 +28,10 @@
 //! - leaves that the endpoint and the connection both speak: [`Transmit`]
 //!   and [`Layout`] (what a driver sends), [`PacketRepr`] (the simulator's
 //!   form), [`Ecn`], [`EndpointStats`];
+//! - `trace`: `tracing` spans per connection and path, events at setup
+//!   and teardown, losses, resends, RTOs, path retirement, retry timeouts
+//!   and QP errors (feature `trace`, on by default; off, or with no
+//!   subscriber, they cost nothing measurable);
 //! - `testing`: [`testing::Pair`], two endpoints on a virtual clock with a
 //!   lossy wire between them, for the crate's tests, benches and the fuzz
 //!   targets (not a stable API).
@@ -51,16 +55,19 @@ pub mod path;
 pub mod qp;
 pub mod range_set;
 pub mod rtt;
+mod rtt_histogram;
 pub mod sack;
 mod seeded_rng;
 mod stats;
 #[doc(hidden)]
 pub mod testing;
+mod trace;
 mod transmit;
 pub mod work;
 
 pub use auth::AuthConfig;
-pub use config::{ConfigError, EndpointConfig};
+pub use cc::CcMetrics;
+pub use config::{ConfigError, DEFAULT_DEVICE_PORT, EndpointConfig};
 pub use connection::ConnectionStats;
 pub use ecn::Ecn;
 pub use endpoint::{Endpoint, PostError, QpError};
@@ -68,7 +75,7 @@ pub use memory::{AccessFlags, MemoryError, MrHandle, MrInfo};
 pub use packet_repr::{PacketRepr, PacketSlot};
 pub use path::PathStats;
 pub use qp::{QpCaps, QpHandle, QpRunState};
-pub use stats::EndpointStats;
+pub use stats::{Counters, EndpointStats, PeerCounters, format_counter_lines};
 pub use transmit::{Layout, PacketKind, PayloadRef, Transmit};
 pub use work::{
     Completion, RecvWr, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion, WorkQueue, WrOp,

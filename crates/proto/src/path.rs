@@ -98,11 +98,19 @@ impl std::fmt::Debug for SentPacket {
     }
 }
 
-/// Counters of one path, kept across replacements of the slot.
+/// Counters of one path, kept across replacements of the slot, and (filled
+/// when queried, zero while stored) a snapshot of its current state.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PathStats {
     /// Data packets sent (including retransmissions).
     pub packets_sent: u64,
+    /// Data bytes sent on the wire (UDP payload: headers, data, trailer),
+    /// including retransmissions.
+    pub bytes_sent: u64,
+    /// Of `packets_sent`, retransmissions (loss, timeout, probes).
+    pub packets_retransmitted: u64,
+    /// Of `packets_retransmitted`, tail-loss probes.
+    pub tail_probes: u64,
     /// Data packets acknowledged.
     pub packets_acked: u64,
     /// Data packets declared lost (SACK gap or timeout).
@@ -113,6 +121,18 @@ pub struct PathStats {
     pub ce_marks: u64,
     /// Times this slot was retired and given a fresh source port.
     pub replacements: u64,
+    /// Snapshot: the path's current UDP source port.
+    pub src_port: u16,
+    /// Snapshot: its generation (bumped by each replacement).
+    pub generation: u16,
+    /// Snapshot: smallest RTT sample of the current generation, ns (0: none).
+    pub rtt_min_ns: u64,
+    /// Snapshot: smoothed RTT, ns (the base RTT before any sample).
+    pub srtt_ns: u64,
+    /// Snapshot: the congestion controller's window for this path, bytes.
+    pub window_bytes: u64,
+    /// Snapshot: bytes in flight on it.
+    pub inflight_bytes: u64,
 }
 
 /// Initial PSN of a path generation. Both ends compute it, so the receiver

@@ -1,11 +1,26 @@
 //! The endpoint's counters: every input it drops is counted under its cause,
-//! every packet it sends under its kind.
+//! every packet it sends under its kind; and the snapshot of every counter
+//! of a device, its connections and their paths ([`Counters`]), with the
+//! names tools print them under.
+
+use crate::cc::CcMetrics;
+use crate::connection::ConnectionStats;
+use crate::path::PathStats;
+use std::net::SocketAddr;
 
 /// Counters of an endpoint. Every dropped input is counted under its cause.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EndpointStats {
-    /// Datagrams handed to `handle_datagram`.
+    /// Datagrams handed to `handle_datagram` (or packets to `handle_packet`).
     pub rx_datagrams: u64,
+    /// Their bytes (UDP payload).
+    pub rx_bytes: u64,
+    /// Of them, those that arrived CE marked.
+    pub rx_ce_marked: u64,
+    /// Datagrams the endpoint produced (data and ACKs).
+    pub tx_datagrams: u64,
+    /// Their bytes (UDP payload).
+    pub tx_bytes: u64,
     /// Datagrams that failed to parse (bad version, length, checksum, field).
     pub rx_malformed: u64,
     /// Datagrams from a device with no connection.
@@ -68,4 +83,250 @@ pub struct EndpointStats {
     /// With authentication configured: datagrams whose packet number was
     /// seen before or fell below the anti-replay window.
     pub rx_replayed: u64,
+}
+
+/// Implements `fields()` for a counters struct: every counter by its name,
+/// in declaration order. The names are what `metaroce perf --stats` prints
+/// and the simulator's `counters.csv` heads its columns with.
+macro_rules! named_counters {
+    ($t:ty { $($f:ident),* $(,)? }) => {
+        impl $t {
+            /// Every counter as `(name, value)`, in declaration order.
+            pub fn fields(&self) -> Vec<(&'static str, u64)> {
+                vec![$((stringify!($f), u64::from(self.$f))),*]
+            }
+        }
+    };
+}
+
+named_counters!(EndpointStats {
+    rx_datagrams,
+    rx_bytes,
+    rx_ce_marked,
+    tx_datagrams,
+    tx_bytes,
+    rx_malformed,
+    rx_unknown_peer,
+    rx_unknown_qp,
+    rx_stale_path,
+    rx_out_of_window,
+    rx_duplicates,
+    rx_duplicate_ops,
+    rx_dropped_ops,
+    data_packets_sent,
+    data_packets_retransmitted,
+    data_packets_lost,
+    ack_packets_sent,
+    tail_probes,
+    rtos,
+    retry_timeouts,
+    paths_replaced,
+    path_failovers,
+    spurious_rtos,
+    probe_timeouts,
+    random_losses,
+    rnr_naks_sent,
+    naks_sent,
+    rx_remote_access_denied,
+    rx_over_limit,
+    rx_unauthenticated,
+    rx_auth_failed,
+    rx_replayed,
+});
+
+named_counters!(ConnectionStats {
+    data_packets_sent,
+    data_packets_retransmitted,
+    data_packets_lost,
+    acks_sent,
+    acks_received,
+    payload_bytes_sent,
+    wire_bytes_sent,
+    wire_bytes_retransmitted,
+    tail_probes,
+    data_packets_received,
+    payload_bytes_received,
+    duplicates_received,
+    ce_marked_received,
+    ce_marks_echoed,
+    rtos,
+    retry_timeouts,
+    paths_replaced,
+    path_failovers,
+    spurious_rtos,
+    probe_timeouts,
+    rnr_naks,
+    rtt_samples,
+    rtt_min_ns,
+    srtt_ns,
+    rtt_p99_ns,
+    window_bytes,
+    inflight_bytes,
+});
+
+named_counters!(PathStats {
+    packets_sent,
+    bytes_sent,
+    packets_retransmitted,
+    tail_probes,
+    packets_acked,
+    packets_lost,
+    rtos,
+    ce_marks,
+    replacements,
+    src_port,
+    generation,
+    rtt_min_ns,
+    srtt_ns,
+    window_bytes,
+    inflight_bytes,
+});
+
+named_counters!(CcMetrics {
+    rate_cap_bps,
+    ecn_reductions,
+    loss_reductions,
+    rto_reductions,
+    random_losses,
+});
+
+/// One connection's counters at one moment: its own, its congestion
+/// controller's and each path's (by slot).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PeerCounters {
+    /// The peer device (IP and device port).
+    pub peer: SocketAddr,
+    /// The connection's counters and current RTT and window.
+    pub connection: ConnectionStats,
+    /// Its congestion controller's counters.
+    pub cc: CcMetrics,
+    /// Each path's counters and current state, by slot (empty until the
+    /// connection first sends).
+    pub paths: Vec<PathStats>,
+}
+
+/// Every counter of an endpoint at one moment: the device's and each open
+/// connection's (by peer address). A connection's counters go when it
+/// closes; the device's stay.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Counters {
+    /// The device's counters.
+    pub device: EndpointStats,
+    /// The open connections, ordered by peer.
+    pub connections: Vec<PeerCounters>,
+}
+
+impl Counters {
+    /// Labelled lines, the way `ethtool -S` reads: the device's counters
+    /// under their own names, then per connection `conn.<peer>.<name>`
+    /// (the controller's as `conn.<peer>.cc_<name>`), then per path
+    /// `path.<peer>.<slot>.<name>`.
+    pub fn lines(&self) -> Vec<(String, u64)> {
+        let mut out: Vec<(String, u64)> = self
+            .device
+            .fields()
+            .into_iter()
+            .map(|(n, v)| (n.to_owned(), v))
+            .collect();
+        for c in &self.connections {
+            let peer = c.peer;
+            out.extend(
+                c.connection
+                    .fields()
+                    .into_iter()
+                    .map(|(n, v)| (format!("conn.{peer}.{n}"), v)),
+            );
+            out.extend(
+                c.cc.fields()
+                    .into_iter()
+                    .map(|(n, v)| (format!("conn.{peer}.cc_{n}"), v)),
+            );
+        }
+        for c in &self.connections {
+            let peer = c.peer;
+            for (slot, p) in c.paths.iter().enumerate() {
+                out.extend(
+                    p.fields()
+                        .into_iter()
+                        .map(|(n, v)| (format!("path.{peer}.{slot}.{n}"), v)),
+                );
+            }
+        }
+        out
+    }
+}
+
+/// Write `lines` as `name value`, one a line, names padded to one column.
+pub fn format_counter_lines(lines: &[(String, u64)]) -> String {
+    let width = lines.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+    let mut s = String::new();
+    for (n, v) in lines {
+        s.push_str(&format!("{n:<width$} {v}\n"));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every field of a struct is listed in its `fields()` (a counter added
+    /// to the struct but not to the list would not be printed).
+    fn all_listed(debug: &str, fields: &[(&'static str, u64)]) {
+        let declared = debug.matches(": ").count();
+        assert_eq!(declared, fields.len(), "{debug}");
+        for (name, _) in fields {
+            assert!(debug.contains(&format!("{name}: ")), "{name} in {debug}");
+        }
+    }
+
+    #[test]
+    fn every_counter_is_named() {
+        let e = EndpointStats::default();
+        all_listed(&format!("{e:?}"), &e.fields());
+        let c = ConnectionStats::default();
+        all_listed(&format!("{c:?}"), &c.fields());
+        let p = PathStats::default();
+        all_listed(&format!("{p:?}"), &p.fields());
+        let m = CcMetrics::default();
+        // connection_window is the connection's window_bytes already.
+        assert_eq!(format!("{m:?}").matches(": ").count(), m.fields().len() + 1);
+    }
+
+    #[test]
+    fn lines_are_labelled_by_peer_and_slot() {
+        let peer: SocketAddr = "10.0.0.2:4793".parse().unwrap();
+        let counters = Counters {
+            device: EndpointStats {
+                rx_datagrams: 7,
+                ..EndpointStats::default()
+            },
+            connections: vec![PeerCounters {
+                peer,
+                connection: ConnectionStats {
+                    rtos: 3,
+                    ..ConnectionStats::default()
+                },
+                cc: CcMetrics::default(),
+                paths: vec![
+                    PathStats::default(),
+                    PathStats {
+                        rtos: 2,
+                        ..PathStats::default()
+                    },
+                ],
+            }],
+        };
+        let lines = counters.lines();
+        let get = |n: &str| lines.iter().find(|(k, _)| k == n).map(|(_, v)| *v);
+        assert_eq!(get("rx_datagrams"), Some(7));
+        assert_eq!(get("conn.10.0.0.2:4793.rtos"), Some(3));
+        assert_eq!(get("path.10.0.0.2:4793.1.rtos"), Some(2));
+        assert_eq!(get("conn.10.0.0.2:4793.cc_ecn_reductions"), Some(0));
+        let text = format_counter_lines(&lines);
+        assert!(
+            text.lines().all(|l| l.split_whitespace().count() == 2),
+            "{text}"
+        );
+    }
 }

@@ -18,7 +18,7 @@
 //! let mut pair = Pair::new(Pair::A_IP, a, Pair::B_IP, b).unwrap();
 //! pair.run(10, 5_000); // nothing to send yet: the clock just moves
 //! assert_eq!(pair.now(), 50_000);
-//! assert_eq!(pair.addr(Side::B).port(), 4791);
+//! assert_eq!(pair.addr(Side::B).port(), metaroce_proto::DEFAULT_DEVICE_PORT); // 4793
 //! ```
 
 use crate::config::{ConfigError, EndpointConfig};

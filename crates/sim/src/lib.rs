@@ -57,6 +57,7 @@
 #![forbid(unsafe_code)]
 
 pub mod address;
+pub mod capture;
 pub mod error;
 pub mod event;
 pub mod fabric;
@@ -75,6 +76,6 @@ pub mod transport;
 pub mod workload;
 
 pub use error::SimError;
-pub use run::{Outcome, Perf, run_scenario};
+pub use run::{Outcome, Perf, RunOptions, run_scenario, run_scenario_with};
 pub use scenario::Scenario;
 pub use time::{PS_PER_NS, PS_PER_US, Ps};

@@ -1,6 +1,8 @@
 //! Running a scenario end to end: build, simulate, report.
 
+use crate::capture::SimCapture;
 use crate::error::SimError;
+use crate::hostset::HostSetConf;
 use crate::report::{self, Results, TimeSeries};
 use crate::scenario::{FailureTarget, Scenario};
 use crate::sim::Sim;
@@ -48,6 +50,8 @@ pub struct Outcome {
     pub flows_csv: String,
     /// FCT CDF plot.
     pub fct_svg: String,
+    /// One row of counters per host (`counters.csv`).
+    pub counters_csv: String,
     /// Wall-clock figures.
     pub perf: Perf,
 }
@@ -67,15 +71,50 @@ pub fn peak_rss_bytes() -> u64 {
 /// Progress reports during a run: (simulated µs, flows left, flows total, events).
 pub type ProgressFn<'a> = &'a mut dyn FnMut(f64, usize, usize, u64);
 
+/// What a run does besides simulating its scenario.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Record the packets of the hosts of this set (a host-set spec as in a
+    /// workload's `hosts`, resolved against the built topology) into this
+    /// capture. MetaRoCE hosts only.
+    pub capture: Option<(SimCapture, HostSetConf)>,
+}
+
 /// Run `scn` with `seed` (the scenario's own if `None`).
 pub fn run_scenario(
     scn: &Scenario,
     seed: Option<u64>,
     progress: ProgressFn<'_>,
 ) -> Result<Outcome, SimError> {
+    run_scenario_with(scn, seed, &RunOptions::default(), progress)
+}
+
+/// [`run_scenario`] with [`RunOptions`].
+pub fn run_scenario_with(
+    scn: &Scenario,
+    seed: Option<u64>,
+    opts: &RunOptions,
+    progress: ProgressFn<'_>,
+) -> Result<Outcome, SimError> {
     let seed = seed.unwrap_or(scn.seed);
     let t0 = Instant::now();
     let mut built = scn.build(seed)?;
+    let capture = match &opts.capture {
+        None => None,
+        Some(_) if scn.transport.kind != "metaroce" => {
+            return Err(SimError::Scenario(format!(
+                "--pcap records MetaRoCE hosts only (this run's transport is {})",
+                scn.transport.kind
+            )));
+        }
+        Some((cap, hosts)) => {
+            let set = hosts
+                .resolve(built.topo.hosts, seed)
+                .map_err(|e| SimError::Scenario(format!("--pcap-hosts: {e}")))?;
+            cap.set_hosts(&set);
+            Some(cap.clone())
+        }
+    };
     let tc = &scn.transport;
     let knobs = tc.knob_values();
     let rc_knobs = |f: &mut crate::transport::rc::RcFactory| {
@@ -120,6 +159,7 @@ pub fn run_scenario(
             let mut factory = MetaRoceFactory {
                 paths: scn.transport.paths,
                 mtu_payload_bytes: scn.transport.mtu_bytes,
+                capture,
                 ..MetaRoceFactory::default()
             };
             if scn.transport.rto_min_us > 0.0 {
@@ -236,6 +276,7 @@ fn run_with<F: TransportFactory>(
     let series = report::time_series(sim.topology(), sim.measurements(), bin_ps);
     let flows_csv = report::flows_csv(sim.workload(), sim.measurements());
     let fct_svg = report::fct_cdf_svg(sim.workload(), sim.measurements());
+    let counters_csv = counters_csv(&sim);
     let rs = run.as_secs_f64();
     let perf = Perf {
         setup_s: setup.as_secs_f64(),
@@ -258,8 +299,34 @@ fn run_with<F: TransportFactory>(
         series,
         flows_csv,
         fct_svg,
+        counters_csv,
         perf,
     })
+}
+
+/// `counters.csv`: a header `host,<counter names>` and one row per host.
+/// Built once at the end, a few hundred bytes a host.
+fn counters_csv<F: TransportFactory>(sim: &Sim<F>) -> String {
+    use crate::transport::Transport;
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    for h in 0..sim.topology().hosts {
+        let row = sim.host(h).counters();
+        if h == 0 {
+            out.push_str("host");
+            for (name, _) in &row {
+                out.push(',');
+                out.push_str(name);
+            }
+            out.push('\n');
+        }
+        let _ = write!(out, "{h}");
+        for (_, v) in &row {
+            let _ = write!(out, ",{v}");
+        }
+        out.push('\n');
+    }
+    out
 }
 
 impl Outcome {
@@ -268,8 +335,8 @@ impl Outcome {
         serde_json::to_string_pretty(&self.results).expect("results serialize") + "\n"
     }
 
-    /// Write results.json, perf.json, timeseries.json, flows.csv and the
-    /// three SVG plots into `dir`.
+    /// Write results.json, perf.json, timeseries.json, flows.csv,
+    /// counters.csv and the three SVG plots into `dir`.
     pub fn write_to(&self, dir: &std::path::Path) -> std::io::Result<()> {
         std::fs::create_dir_all(dir)?;
         std::fs::write(dir.join("results.json"), self.results_json())?;
@@ -282,6 +349,7 @@ impl Outcome {
             serde_json::to_string(&self.series).expect("series") + "\n",
         )?;
         std::fs::write(dir.join("flows.csv"), &self.flows_csv)?;
+        std::fs::write(dir.join("counters.csv"), &self.counters_csv)?;
         std::fs::write(dir.join("fct_cdf.svg"), &self.fct_svg)?;
         std::fs::write(
             dir.join("throughput.svg"),

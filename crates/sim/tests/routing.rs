@@ -63,7 +63,9 @@ fn faster_reconvergence_loses_fewer_packets_to_a_remote_failure() {
         lost.windows(2).all(|w| w[0] > w[1]),
         "no_route by delay: {lost:?}"
     );
-    assert!(lost[0] > 100, "{lost:?}");
+    // How many depends on which flows hash onto the dead spine: 139 with
+    // device port 4791, 83 with 4793 (the ports are the hash's input).
+    assert!(lost[0] > 50, "{lost:?}");
     assert!(lost[3] < 16, "{lost:?}");
 }
 

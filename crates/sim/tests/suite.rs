@@ -22,7 +22,7 @@ fn a_small_suite_runs_and_judges_its_targets() {
         "transports = [\"metaroce\", \"ib\"]\n\
          [[experiment]]\nid = \"loss\"\ntitle = \"loss\"\nscenario = \"perm.toml\"\n\
          sweep = { \"switch.loss_e2e\" = [0.01, 0.2] }\nreference = { \"switch.loss_e2e\" = 0.0 }\n\
-         [[experiment.target]]\nlabel = \"most of loss-free\"\nmetric = \"goodput_gbps\"\nvs = \"reference\"\nmin = 0.5\n\
+         [[experiment.target]]\nlabel = \"a share of loss-free\"\nmetric = \"goodput_gbps\"\nvs = \"reference\"\nmin = 0.3\n\
          [[experiment]]\nid = \"vs-ib\"\ntitle = \"vs ib\"\nscenario = \"perm.toml\"\n\
          [[experiment.target]]\nlabel = \"impossible\"\nmetric = \"makespan_us\"\nvs = \"ib\"\nmax = 0.0001\n",
     );
@@ -33,8 +33,11 @@ fn a_small_suite_runs_and_judges_its_targets() {
     assert_eq!(loss.rows.len(), 2);
     assert_eq!(loss.rows[0].variant, "switch.loss_e2e=0.01");
     let (_, v, met) = &loss.rows[0].targets[0];
+    // The ratio itself depends on which flows the fabric's ECMP hash puts
+    // together (0.63 of loss-free with device port 4791, 0.42 with 4793):
+    // the target is set well below both, this test is about the verdicts.
     assert!(
-        v.unwrap() > 0.5 && v.unwrap() <= 1.01 && *met,
+        v.unwrap() > 0.3 && v.unwrap() <= 1.01 && *met,
         "1 % loss: {v:?}"
     );
     assert!(loss.rows[1].targets[0].1.unwrap() < loss.rows[0].targets[0].1.unwrap());
@@ -42,7 +45,7 @@ fn a_small_suite_runs_and_judges_its_targets() {
     assert!(!vs.2, "an impossible target is not met");
     let md = markdown(&suite.transports, &results);
     assert!(
-        md.contains("| switch.loss_e2e=0.01 | most of loss-free |"),
+        md.contains("| switch.loss_e2e=0.01 | a share of loss-free |"),
         "{md}"
     );
     assert!(md.contains("**not met**"));

@@ -28,12 +28,13 @@
 //! socket's queue is treated as a queue on the path: while it is long,
 //! ECN-capable datagrams taken from it count as CE marked.
 
+use crate::capture::{CaptureHook, CapturedDatagram};
 use crate::impair::{Impair, ImpairState, Verdict};
 use crate::pmtu::{self, PathMtu};
 use crate::sys::{self, EventFd, OutMsg, RxBatch};
 use metaroce_verbs::{
-    CompletionQueue, Context, Ecn, EndpointConfig, EndpointStats, Layout, PacketKind, Transmit,
-    VerbsError, WorkCompletion,
+    CompletionQueue, Context, Counters, Ecn, EndpointConfig, EndpointStats, Layout, PacketKind,
+    Transmit, VerbsError, WorkCompletion,
 };
 use socket2::Socket;
 use std::io;
@@ -92,6 +93,12 @@ fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> UdpError {
 pub struct DeviceConfig {
     /// The core's configuration. `device_port == 0` picks a free port range.
     pub endpoint: EndpointConfig,
+    /// When `endpoint.device_port`'s range is already taken, pick a free
+    /// range (as for port 0) instead of failing. Tools set it for their
+    /// default port, so that several devices on one host (`--loopback`'s
+    /// two sides, the ranks of a job) all start; a port the user asked for
+    /// is bound as given or fails.
+    pub port_fallback: bool,
     /// The local IP to bind (the address peers use for this device).
     pub bind_ip: IpAddr,
     /// Receive-side fault injection.
@@ -113,6 +120,9 @@ pub struct DeviceConfig {
     /// trailer from a buffer, payload in place) instead of copying them
     /// into a datagram buffer first.
     pub gather: bool,
+    /// Sees every datagram sent and received (a packet capture, e.g.
+    /// [`PcapCapture`](crate::PcapCapture)); `None` costs nothing.
+    pub capture: Option<Arc<dyn CaptureHook>>,
     /// Scheduling niceness of the engine thread (`setpriority`; below 0
     /// needs CAP_SYS_NICE, and is silently not applied without it). The
     /// engine is the device's stand-in for the kernel's softirq: when the
@@ -127,6 +137,7 @@ impl DeviceConfig {
     pub fn new(endpoint: EndpointConfig, bind_ip: IpAddr) -> Self {
         Self {
             endpoint,
+            port_fallback: false,
             bind_ip,
             impair: None,
             gso: true,
@@ -134,6 +145,7 @@ impl DeviceConfig {
             busy_poll_ns: 2_000_000,
             rx_queue_mark_bytes: 512 << 10,
             gather: true,
+            capture: None,
             engine_nice: None,
         }
     }
@@ -207,6 +219,59 @@ pub struct DeviceStats {
     pub gro: bool,
 }
 
+impl IoStats {
+    /// Every counter as `(name, value)`, in declaration order.
+    pub fn fields(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("rx_batches", self.rx_batches),
+            ("rx_datagrams", self.rx_datagrams),
+            ("rx_gro_msgs", self.rx_gro_msgs),
+            ("impair_dropped", self.impair_dropped),
+            ("impair_duplicated", self.impair_duplicated),
+            ("impair_reordered", self.impair_reordered),
+            ("tx_datagrams", self.tx_datagrams),
+            ("tx_msgs", self.tx_msgs),
+            ("tx_gso_msgs", self.tx_gso_msgs),
+            ("tx_dropped", self.tx_dropped),
+            ("tx_no_socket", self.tx_no_socket),
+            ("tx_full_waits", self.tx_full_waits),
+            ("rx_queue_ce_marks", self.rx_queue_ce_marks),
+            ("rx_kernel_drops", self.rx_kernel_drops),
+            ("progress_gap_ns_max", self.progress_gap_ns_max),
+            ("progress_gaps_over_200us", self.progress_gaps_over_200us),
+        ]
+    }
+}
+
+/// Every counter of a device at one moment: the core's (device,
+/// connections, paths) and the driver's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceCounters {
+    /// The device's address (IP and device port).
+    pub addr: SocketAddr,
+    /// The core's counters.
+    pub core: Counters,
+    /// The driver's counters.
+    pub io: IoStats,
+}
+
+impl DeviceCounters {
+    /// Labelled `name value` lines: the core's device counters, the
+    /// driver's as `io.<name>`, then per connection `conn.<peer>.<name>`
+    /// and per path `path.<peer>.<slot>.<name>` ([`Counters::lines`]).
+    pub fn lines(&self) -> Vec<(String, u64)> {
+        let mut lines = self.core.lines();
+        let device = self.core.device.fields().len();
+        let io = self
+            .io
+            .fields()
+            .into_iter()
+            .map(|(n, v)| (format!("io.{n}"), v));
+        lines.splice(device..device, io);
+        lines
+    }
+}
+
 /// Most datagrams drained from the core per send round.
 const TX_BATCH: usize = 256;
 /// Receive messages per `recvmmsg`.
@@ -248,6 +313,7 @@ struct Io {
     last_progress_ns: u64,
     rx_queue_mark_bytes: u32,
     gather: bool,
+    capture: Option<Arc<dyn CaptureHook>>,
     /// Peers whose path MTU this device follows, with what it last learned.
     paths: Vec<(SocketAddr, PathMtu)>,
     /// When to ask the kernel for every peer's path MTU again.
@@ -258,6 +324,7 @@ struct Io {
     busy_at_last_pass: bool,
     /// The core's earliest deadline after the last progress pass.
     deadline_at_last_pass: Option<u64>,
+    /// The local IP, the source of captured sends.
     bind_ip: IpAddr,
 }
 
@@ -389,7 +456,23 @@ impl Device {
     pub fn start(cfg: DeviceConfig) -> Result<Self, UdpError> {
         let mut ep = cfg.endpoint.clone();
         let span = ep.path_port_span;
-        let (rx, tx) = if ep.device_port == 0 {
+        let wanted = if ep.device_port != 0 {
+            match bind_range(cfg.bind_ip, ep.device_port, span) {
+                Ok(s) => Some(Ok(s)),
+                Err(e) if cfg.port_fallback && e.kind() == io::ErrorKind::AddrInUse => None,
+                Err(e) => Some(Err(e)),
+            }
+        } else {
+            None
+        };
+        let (rx, tx) = if let Some(bound) = wanted {
+            bound.map_err(io_err(format!(
+                "bind UDP {}:{}..={}",
+                cfg.bind_ip,
+                ep.device_port,
+                u32::from(ep.device_port) + u32::from(span)
+            )))?
+        } else {
             // Pick a free range: random bases until every port binds.
             let mut x = os_seed() | 1;
             let top = 60_000u32.saturating_sub(u32::from(span)).max(20_001);
@@ -413,13 +496,6 @@ impl Device {
                 what: format!("no free UDP port range of {} on {}", span + 1, cfg.bind_ip),
                 source: last.unwrap_or_else(|| io::Error::other("no attempt")),
             })?
-        } else {
-            bind_range(cfg.bind_ip, ep.device_port, span).map_err(io_err(format!(
-                "bind UDP {}:{}..={}",
-                cfg.bind_ip,
-                ep.device_port,
-                u32::from(ep.device_port) + u32::from(span)
-            )))?
         };
         let gso = cfg.gso && tx.first().is_some_and(sys::probe_gso);
         let gro = cfg.gro && sys::enable_gro(&rx);
@@ -445,6 +521,7 @@ impl Device {
             last_progress_ns: 0,
             rx_queue_mark_bytes: cfg.rx_queue_mark_bytes,
             gather: cfg.gather,
+            capture: cfg.capture.clone(),
             paths: Vec::new(),
             pmtu_recheck_at_ns: 0,
             pmtu_refused: false,
@@ -640,6 +717,16 @@ impl Device {
         }
     }
 
+    /// Every counter of the device, its connections and their paths.
+    pub fn counters(&self) -> DeviceCounters {
+        let st = self.lock();
+        DeviceCounters {
+            addr: self.inner.addr,
+            core: st.ctx.counters(),
+            io: st.io.stats,
+        }
+    }
+
     /// Stop the engine thread and close the sockets.
     pub fn shutdown(mut self) {
         self.stop();
@@ -800,6 +887,15 @@ fn take_input(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
             for d in data.chunks(seg) {
                 io.stats.rx_datagrams += 1;
                 io.stats.rx_queue_ce_marks += u64::from(remark);
+                if let Some(hook) = &io.capture {
+                    hook.datagram(&CapturedDatagram {
+                        sent: false,
+                        src,
+                        dst: SocketAddr::new(io.bind_ip, io.base_port),
+                        ecn,
+                        parts: &[d],
+                    });
+                }
                 deliver(
                     ctx,
                     &mut io.impair,
@@ -944,6 +1040,8 @@ fn send_all(ctx: &Context, io: &mut Io) {
         meta,
         order,
         stats,
+        capture,
+        bind_ip,
         pmtu_refused,
         sort_keys,
         dsts,
@@ -999,6 +1097,19 @@ fn send_all(ctx: &Context, io: &mut Io) {
             }
         }
         datagram_parts.push((from, parts.len()));
+    }
+    if let Some(hook) = capture {
+        for (k, &i) in order.iter().enumerate() {
+            let t = &meta[i].0;
+            let (from, to) = datagram_parts[k];
+            hook.datagram(&CapturedDatagram {
+                sent: true,
+                src: SocketAddr::new(*bind_ip, t.src_port),
+                dst: t.dst,
+                ecn: t.ecn,
+                parts: &parts[from..to],
+            });
+        }
     }
     // Cut the sorted datagrams into messages: one GSO message per run of
     // equal-length datagrams (the last may be shorter) with the same source

@@ -27,13 +27,19 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod batch;
+mod capture;
 mod device;
 mod impair;
 pub mod pmtu;
 mod sys;
 
-pub use device::{Device, DeviceConfig, DeviceStats, IoStats, UdpError, now_ns, os_seed};
+pub use capture::{CaptureHook, CapturedDatagram, PcapCapture};
+pub use device::{
+    Device, DeviceConfig, DeviceCounters, DeviceStats, IoStats, UdpError, now_ns, os_seed,
+};
 pub use impair::Impair;
+pub use metaroce_capture::{CaptureError, DEFAULT_SNAPLEN};
+pub use metaroce_verbs::{DEFAULT_DEVICE_PORT, format_counter_lines};
 pub use pmtu::PathMtu;
 
 #[cfg(test)]

@@ -134,9 +134,10 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 
 pub use metaroce_proto::{
-    AccessFlags, AuthConfig, ConfigError, Ecn, EndpointConfig, EndpointStats, Layout, MemoryError,
-    PacketKind, PayloadRef, PostError, QpCaps, QpError, RecvWr, SendWr, Sge, Transmit, WcOpcode,
-    WcStatus, WorkCompletion, WrOp,
+    AccessFlags, AuthConfig, CcMetrics, ConfigError, ConnectionStats, Counters,
+    DEFAULT_DEVICE_PORT, Ecn, EndpointConfig, EndpointStats, Layout, MemoryError, PacketKind,
+    PathStats, PayloadRef, PeerCounters, PostError, QpCaps, QpError, RecvWr, SendWr, Sge, Transmit,
+    WcOpcode, WcStatus, WorkCompletion, WrOp, format_counter_lines,
 };
 
 /// A verbs call failed.
@@ -349,7 +350,7 @@ pub struct QpInitAttr {
 /// let access = AccessFlags::REMOTE_WRITE;
 /// ctx.modify_qp(qp, &QpAttr { qp_access_flags: Some(access), port_num: Some(1), ..to(QpState::Init) })
 ///     .unwrap();
-/// let peer = "10.0.0.2:4791".parse().unwrap();
+/// let peer = "10.0.0.2:4793".parse().unwrap();
 /// ctx.modify_qp(qp, &QpAttr {
 ///     dest_addr: Some(peer),
 ///     dest_qp_num: Some(0x10000),
@@ -406,9 +407,9 @@ struct QpMeta {
 /// use metaroce_proto::EndpointConfig;
 /// use metaroce_verbs::Context;
 ///
-/// let ctx = Context::open(EndpointConfig { device_port: 4791, ..EndpointConfig::default() })
+/// let ctx = Context::open(EndpointConfig { device_port: 4793, ..EndpointConfig::default() })
 ///     .unwrap();
-/// assert_eq!(ctx.device_port(), 4791);
+/// assert_eq!(ctx.device_port(), 4793);
 /// // A bad configuration is an error, not a panic.
 /// assert!(Context::open(EndpointConfig { mtu_payload_bytes: 0, ..EndpointConfig::default() })
 ///     .is_err());
@@ -472,6 +473,13 @@ impl Context {
     /// Counters.
     pub fn stats(&self) -> &EndpointStats {
         self.endpoint.stats()
+    }
+
+    /// Every counter of the device, its connections and their paths
+    /// ([`Counters::lines`] names them the way `metaroce perf --stats`
+    /// prints them).
+    pub fn counters(&self) -> Counters {
+        self.endpoint.counters()
     }
 
     /// The device's address as peers must name it: its IP and device port.

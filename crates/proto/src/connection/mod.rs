@@ -43,7 +43,9 @@ use crate::message::{MessageSlab, MsgRef, SegRef, TxMessage};
 use crate::path::{PathStats, SentPacket, TxPath, initial_psn};
 use crate::qp::Qp;
 use crate::rtt::RttEstimator;
+use crate::rtt_histogram::RttHistogram;
 use crate::sack::SackBitmap;
+use crate::trace::{ConnTrace, trace_event};
 use metaroce_wire::{AckRepr, Flags};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -129,6 +131,34 @@ pub struct ConnectionStats {
     /// Data packets received that had arrived before (the peer resent
     /// what did not need resending: spurious retransmissions and probes).
     pub duplicates_received: u64,
+    /// Data packets sent on the wire, bytes (UDP payload), first
+    /// transmissions and retransmissions.
+    pub wire_bytes_sent: u64,
+    /// Of `wire_bytes_sent`, retransmissions.
+    pub wire_bytes_retransmitted: u64,
+    /// Tail-loss probes sent (counted in retransmissions too).
+    pub tail_probes: u64,
+    /// Data packets received (new on their path; duplicates apart).
+    pub data_packets_received: u64,
+    /// Payload bytes of those packets.
+    pub payload_bytes_received: u64,
+    /// Of the data packets received, those that arrived CE marked.
+    pub ce_marked_received: u64,
+    /// CE marks the peer echoed for the data this side sent.
+    pub ce_marks_echoed: u64,
+    /// RTT samples taken.
+    pub rtt_samples: u64,
+    /// Snapshot: smallest RTT sample, ns (0: none yet).
+    pub rtt_min_ns: u64,
+    /// Snapshot: smoothed RTT over all paths, ns.
+    pub srtt_ns: u64,
+    /// Snapshot: 99th percentile of the RTT samples, ns (the upper edge of
+    /// a histogram bucket about 19 % wide; 0: none yet).
+    pub rtt_p99_ns: u64,
+    /// Snapshot: the congestion controller's connection window, bytes.
+    pub window_bytes: u64,
+    /// Snapshot: bytes in flight over all paths.
+    pub inflight_bytes: u64,
 }
 
 /// One peer.
@@ -177,6 +207,8 @@ pub(crate) struct Connection {
     /// Local QPs (by slot) bound to this peer.
     qps: Vec<u32>,
     conn_rtt: RttEstimator,
+    /// Every RTT sample of the connection, for its percentiles.
+    rtt_histogram: RttHistogram,
     /// When the connection last made progress (the retry timer's origin).
     last_progress_ns: u64,
     /// Retry timeouts since the last progress.
@@ -198,6 +230,8 @@ pub(crate) struct Connection {
     /// would otherwise sit in every connection of an unauthenticated
     /// endpoint (a simulated 8192-host fabric has 16,384 of them).
     auth: Option<Box<ConnectionAuth>>,
+    /// The connection's and its paths' `tracing` spans (see `trace.rs`).
+    trace: ConnTrace,
 }
 
 impl Connection {
@@ -212,7 +246,10 @@ impl Connection {
         dev: &DeviceState,
         auth: Option<Box<ConnectionAuth>>,
     ) -> Self {
-        Self::with_paths(index, peer, dev, auth, 0)
+        let mut conn = Self::with_paths(index, peer, dev, auth, 0);
+        conn.trace = ConnTrace::open(peer, index);
+        trace_event!(in: conn.trace.enter(), INFO, "connection set up");
+        conn
     }
 
     /// Build the send side if this is the connection's first message.
@@ -230,6 +267,22 @@ impl Connection {
         self.paths = fresh.paths;
         self.path_deadlines = fresh.path_deadlines;
         self.cc = fresh.cc;
+        for p in 0..self.paths.len() {
+            self.open_path_trace(p);
+        }
+    }
+
+    /// Path `p` starts a generation: its span, and an event in it.
+    fn open_path_trace(&mut self, p: usize) {
+        let path = &self.paths[p];
+        self.trace.open_path(p, path.generation, path.src_port);
+        trace_event!(in: self.trace.enter_path(p), DEBUG, "path opened");
+    }
+
+    /// The connection's spans, for events the endpoint emits about it.
+    #[cfg(feature = "trace")]
+    pub(crate) fn trace(&self) -> &ConnTrace {
+        &self.trace
     }
 
     /// UDP source port of path `slot`, also before the send side exists
@@ -305,6 +358,7 @@ impl Connection {
             dirty_qps: VecDeque::new(),
             qps: Vec::new(),
             conn_rtt: RttEstimator::new(cfg.base_rtt_ns),
+            rtt_histogram: RttHistogram::default(),
             last_progress_ns: 0,
             timeouts: 0,
             omit_icrc: false,
@@ -315,6 +369,7 @@ impl Connection {
             bad_ports: [0; 8],
             bad_port_next: 0,
             auth,
+            trace: ConnTrace::none(),
         }
     }
 
@@ -358,12 +413,28 @@ impl Connection {
             + self.qps.capacity() * 4
             + self.msgs.memory_bytes()
             + self.cc.memory_bytes()
+            + self.rtt_histogram.memory_bytes()
             + self.auth.as_deref().map_or(0, ConnectionAuth::memory_bytes)
+            + self.trace.memory_bytes()
     }
 
-    /// Sum of per-path statistics.
+    /// Per-path counters with each path's current state.
     pub(crate) fn path_stats(&self) -> Vec<PathStats> {
-        self.paths.iter().map(|p| p.stats).collect()
+        self.paths
+            .iter()
+            .enumerate()
+            .map(|(slot, p)| PathStats {
+                src_port: p.src_port,
+                generation: p.generation,
+                rtt_min_ns: Some(p.rtt.rtt_ns_min())
+                    .filter(|&n| n != u64::MAX)
+                    .unwrap_or(0),
+                srtt_ns: p.rtt.srtt_ns(),
+                window_bytes: self.cc.path_window(slot),
+                inflight_bytes: p.inflight_bytes,
+                ..p.stats
+            })
+            .collect()
     }
 
     /// Whether anything waits to be sent.
@@ -463,9 +534,21 @@ impl Connection {
         self.peer
     }
 
-    /// Counters.
+    /// Counters, with the connection's current RTT and window.
     pub(crate) fn stats(&self) -> ConnectionStats {
-        self.stats
+        let min = self.conn_rtt.rtt_ns_min();
+        ConnectionStats {
+            rtt_min_ns: if min == u64::MAX { 0 } else { min },
+            srtt_ns: self.conn_rtt.srtt_ns(),
+            rtt_p99_ns: self.rtt_histogram.quantile_ns(990),
+            window_bytes: if self.paths.is_empty() {
+                0
+            } else {
+                self.cc.connection_window()
+            },
+            inflight_bytes: self.inflight_bytes,
+            ..self.stats
+        }
     }
 
     /// The congestion controller's view.

@@ -16,6 +16,7 @@ use crate::maybe_ns::MaybeNs;
 use crate::message::{MsgKind, SegRef};
 use crate::path::SentState;
 use crate::sack::{RxOutcome, sack_contains, sack_highest};
+use crate::trace::trace_event;
 use metaroce_wire::{AckRepr, DataRepr, Flags, OpHeader, seq};
 
 impl Connection {
@@ -65,7 +66,10 @@ impl Connection {
             self.stats.duplicates_received += 1;
         } else {
             rx.rx_packets = rx.rx_packets.wrapping_add(1);
+            self.stats.data_packets_received += 1;
+            self.stats.payload_bytes_received += u64::from(repr.payload_len);
             if ecn == Ecn::Ce {
+                self.stats.ce_marked_received += 1;
                 rx.ce_packets = rx.ce_packets.wrapping_add(1);
             }
         }
@@ -179,6 +183,12 @@ impl Connection {
                     path.consecutive_rtos = 0;
                     self.stats.spurious_rtos += 1;
                     dev.stats.spurious_rtos += 1;
+                    trace_event!(
+                        in: self.trace.enter_path(p),
+                        DEBUG,
+                        now_ns,
+                        "RTO undone: a packet it gave up on arrived (late, not lost)"
+                    );
                     self.cc.on_spurious_rto(p, now_ns);
                 } else if !seq::seq_lt(ack.ack_psn, end) {
                     path.rto_psns = None;
@@ -187,6 +197,18 @@ impl Connection {
         }
         self.inflight_bytes -= acked_bytes + lost_bytes;
         self.stats.data_packets_lost += lost_packets;
+        #[cfg(feature = "trace")]
+        if lost_packets > 0 {
+            trace_event!(
+                in: self.trace.enter_path(p),
+                DEBUG,
+                now_ns,
+                lost_packets,
+                lost_bytes,
+                in_a_row = self.paths[p].consecutive_losses,
+                "packets lost: a SACK gap below a later arrival; resent elsewhere"
+            );
+        }
         if self.paths[p].consecutive_losses >= FAILED_PATH_LOSSES
             && self.others_delivering(p, now_ns)
         {
@@ -211,6 +233,8 @@ impl Connection {
         {
             path.rtt.update(rtt);
             self.conn_rtt.update(rtt);
+            self.rtt_histogram.record(rtt);
+            self.stats.rtt_samples += 1;
         }
         // ECN: the receiver's counters are cumulative; only a newer ACK counts.
         let mut ce_delta = 0;
@@ -219,6 +243,7 @@ impl Connection {
             path.echoed_rx_packets = ack.rx_packets;
             path.echoed_ce_packets = ack.ce_packets;
             path.stats.ce_marks += u64::from(ce_delta);
+            self.stats.ce_marks_echoed += u64::from(ce_delta);
         }
         path.probe_sent_ns = MaybeNs::NONE;
         if acked_bytes > 0 {

@@ -190,6 +190,15 @@ pub(super) fn release_completions(conn: &mut Connection, dev: &mut DeviceState, 
             dev.completions.push_back(Completion::send(qp.handle, wc));
         }
         if status != WcStatus::Success {
+            crate::trace::trace_event!(
+                in: conn.trace.enter(),
+                INFO,
+                qpn = qp.handle.qpn(),
+                wr_id = entry.wr_id,
+                opcode = ?entry.opcode,
+                status = ?status,
+                "work request failed: its QP goes to the error state"
+            );
             enter_error(conn, dev, qp_index);
             return;
         }
@@ -200,6 +209,20 @@ pub(super) fn release_completions(conn: &mut Connection, dev: &mut DeviceState, 
 /// with `WrFlushErr`, in order.
 pub(super) fn enter_error(conn: &mut Connection, dev: &mut DeviceState, qp_index: usize) {
     conn.cancel_qp_messages(qp_index as u32);
+    #[cfg(feature = "trace")]
+    if let Some(qp) = dev.qps.at_mut(qp_index)
+        && qp.state != QpRunState::Error
+    {
+        crate::trace::trace_event!(
+            in: conn.trace.enter(),
+            INFO,
+            qpn = qp.handle.qpn(),
+            remote_qpn = qp.remote_qpn,
+            flushed_sends = qp.sq.len(),
+            flushed_recvs = qp.rq.len(),
+            "QP error: both queues flushed"
+        );
+    }
     dev.flush_qp(qp_index);
 }
 

@@ -8,6 +8,7 @@ use crate::device_state::DeviceState;
 use crate::maybe_ns::MaybeNs;
 use crate::message::{MsgKind, SegRef};
 use crate::path::{SentState, TxPath};
+use crate::trace::trace_event;
 use crate::work::WcStatus;
 use rand_core::Rng;
 
@@ -161,6 +162,14 @@ impl Connection {
                     let path = &mut self.paths[p];
                     path.probe_sent_ns = MaybeNs::NONE;
                     path.probe_backoff += 1;
+                    trace_event!(
+                        in: self.trace.enter_path(p),
+                        DEBUG,
+                        now_ns,
+                        lost_bytes = lost,
+                        backoff = self.paths[p].probe_backoff,
+                        "probe unanswered on a silent connection: the path's packets go again elsewhere"
+                    );
                 }
             } else if self.paths[p]
                 .probe_deadline(ack_delay)
@@ -189,6 +198,13 @@ impl Connection {
                     self.paths[p].silent_rounds += 1;
                     self.paths[p].probe_sent_ns = MaybeNs::some(now_ns);
                     self.path_probes.push_back((p, None));
+                    trace_event!(
+                        in: self.trace.enter_path(p),
+                        DEBUG,
+                        now_ns,
+                        silent_rounds = self.paths[p].silent_rounds,
+                        "path suspect: silent while other paths delivered later packets; probing it"
+                    );
                 } else {
                     self.paths[p].probe_sent_ns = MaybeNs::some(now_ns);
                     self.path_probes.push_back((p, None));
@@ -275,6 +291,14 @@ impl Connection {
     pub(super) fn path_failed(&mut self, now_ns: u64, dev: &mut DeviceState, p: usize) {
         self.stats.path_failovers += 1;
         dev.stats.path_failovers += 1;
+        trace_event!(
+            in: self.trace.enter_path(p),
+            DEBUG,
+            now_ns,
+            silent_rounds = self.paths[p].silent_rounds,
+            unproven = self.paths[p].unproven,
+            "path failed: proved dead, retired without an RTO or a window cut"
+        );
         self.retire_path(now_ns, dev, p);
     }
 
@@ -296,6 +320,14 @@ impl Connection {
         path.stats.rtos += 1;
         self.stats.rtos += 1;
         dev.stats.rtos += 1;
+        trace_event!(
+            in: self.trace.enter_path(p),
+            DEBUG,
+            now_ns,
+            lost_bytes = lost,
+            in_a_row = self.paths[p].consecutive_rtos,
+            "path RTO"
+        );
         self.cc.on_rto(p, now_ns);
         // Retire the path only if it is singled out: other paths of this
         // connection delivered after this path's lost packet was sent. When
@@ -373,6 +405,14 @@ impl Connection {
         } else {
             free[(dev.rng.next_u64() % free.len() as u64) as usize]
         };
+        trace_event!(
+            in: self.trace.enter_path(p),
+            INFO,
+            now_ns,
+            rtos_in_a_row = old.consecutive_rtos,
+            new_src_port = port,
+            "path retired: its slot moves to a fresh source port"
+        );
         let mut stats = old.stats;
         stats.replacements += 1;
         let generation = old.generation.wrapping_add(1);
@@ -389,13 +429,30 @@ impl Connection {
         self.cc.on_path_replaced(p, now_ns);
         self.stats.paths_replaced += 1;
         dev.stats.paths_replaced += 1;
+        self.open_path_trace(p);
     }
 
     fn retry_timeout(&mut self, now_ns: u64, dev: &mut DeviceState) {
         self.timeouts += 1;
         self.stats.retry_timeouts += 1;
         dev.stats.retry_timeouts += 1;
+        trace_event!(
+            in: self.trace.enter(),
+            DEBUG,
+            now_ns,
+            timeouts = self.timeouts,
+            retry_cnt = dev.config.retry_cnt,
+            "connection retry timeout: no progress for an RTO"
+        );
         if self.timeouts > u32::from(dev.config.retry_cnt) {
+            trace_event!(
+                in: self.trace.enter(),
+                WARN,
+                now_ns,
+                peer = %self.peer,
+                timeouts = self.timeouts,
+                "connection failed: retry count exceeded, its QPs go to the error state"
+            );
             requester::fail_connection(self, dev, WcStatus::RetryExcErr);
             return;
         }

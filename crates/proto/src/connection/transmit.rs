@@ -10,6 +10,7 @@ use crate::ecn::Ecn;
 use crate::maybe_ns::MaybeNs;
 use crate::message::SegRef;
 use crate::path::{SentPacket, SentState};
+use crate::trace::trace_event;
 use crate::transmit::{Layout, Out, PacketKind, PayloadRef, Transmit};
 use metaroce_wire::{self as wire, AckRepr, BaseRepr, DataRepr, Flags, ICRC_LEN};
 
@@ -63,6 +64,15 @@ impl Connection {
             self.stats.data_packets_retransmitted += 1;
             dev.stats.data_packets_retransmitted += 1;
             dev.stats.tail_probes += 1;
+            self.stats.tail_probes += 1;
+            self.paths[p].stats.tail_probes += 1;
+            trace_event!(
+                in: self.trace.enter_path(p),
+                DEBUG,
+                now_ns,
+                carried = own.is_none(),
+                "tail-loss probe: a segment again on the path, asking for an ACK"
+            );
             let flags = Flags::RETRANSMIT | Flags::ACK_REQUEST;
             return Some(self.emit_segment(now_ns, dev, p, seg, flags, out));
         }
@@ -352,9 +362,29 @@ impl Connection {
         path.last_sent_ack_request = flags.contains(Flags::ACK_REQUEST);
         path.inflight_bytes += u64::from(wire_bytes);
         path.stats.packets_sent += 1;
+        path.stats.bytes_sent += u64::from(wire_bytes);
+        self.stats.wire_bytes_sent += u64::from(wire_bytes);
+        if flags.contains(Flags::RETRANSMIT) {
+            path.stats.packets_retransmitted += 1;
+            self.stats.wire_bytes_retransmitted += u64::from(wire_bytes);
+        }
         self.inflight_bytes += u64::from(wire_bytes);
         dev.stats.data_packets_sent += 1;
         let src_port = path.src_port;
+        #[cfg(feature = "trace")]
+        if flags.contains(Flags::RETRANSMIT) {
+            trace_event!(
+                in: self.trace.enter_path(p),
+                TRACE,
+                now_ns,
+                psn = repr.psn,
+                msg_seq = repr.msg_seq,
+                offset,
+                payload_len,
+                completion_probe = flags.contains(Flags::COMPLETION_PROBE),
+                "retransmit"
+            );
+        }
         self.refresh_path_deadline(p, dev);
         Transmit {
             dst: self.peer,

@@ -12,6 +12,7 @@ use super::{
     TransportFactory, TransportStats, Wire,
 };
 use crate::address::{host_index, host_ip};
+use crate::capture::SimCapture;
 use crate::time::{Ps, ns_to_ps, ps_to_ns};
 use metaroce_proto::{
     AccessFlags, Ecn, Endpoint, EndpointConfig, MrInfo, PacketRepr, PacketSlot, QpCaps, QpHandle,
@@ -22,8 +23,10 @@ use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::rc::Rc;
 
-/// UDP port every simulated MetaRoCE device listens on.
-pub const DEVICE_PORT: u16 = 4791;
+/// UDP port every simulated MetaRoCE device listens on: MetaRoCE's default
+/// (4793, not RoCEv2's 4791, which the RoCE baselines keep). Path source
+/// ports follow it, so it enters every ECMP hash.
+pub const DEVICE_PORT: u16 = metaroce_proto::DEFAULT_DEVICE_PORT;
 /// Most receives kept posted per channel (replenished as they complete):
 /// a channel pre-posts one per message the workload will send over it, up
 /// to this many. 40 B each, so posting the maximum on each of 8192 hosts'
@@ -44,6 +47,8 @@ pub struct MetaRoceFactory {
     /// Base RTT given to the core instead of the topology's (initial window
     /// and first RTO), ns.
     pub base_rtt_override_ns: Option<u64>,
+    /// Packet capture of the hosts it names (`--pcap`).
+    pub capture: Option<SimCapture>,
 }
 
 impl Default for MetaRoceFactory {
@@ -53,6 +58,7 @@ impl Default for MetaRoceFactory {
             mtu_payload_bytes: 4096,
             base: EndpointConfig::default(),
             base_rtt_override_ns: None,
+            capture: None,
         }
     }
 }
@@ -86,6 +92,8 @@ pub struct MetaRoceHost {
     closed_pairs: HashMap<u32, PairStats>,
     trimmed_dropped: u64,
     ops: SharedOps,
+    /// This host's index and the capture, if it is a captured host.
+    capture: Option<(u32, SimCapture)>,
 }
 
 impl MetaRoceHost {
@@ -109,6 +117,14 @@ impl MetaRoceHost {
         let addr = SocketAddr::new(host_ip(peer), DEVICE_PORT);
         if self.ep.connection_stats(addr).is_none() {
             self.closed_pairs.entry(peer).or_default().add(&before);
+        }
+    }
+
+    /// Record a packet that reached this host, if it is captured.
+    fn capture_received(&self, now: Ps, from: SocketAddr, wire: &Wire, ecn: Ecn, p: &PacketRepr) {
+        if let Some((me, cap)) = &self.capture {
+            let to = SocketAddr::new(host_ip(*me), wire.dst_port);
+            cap.record(ps_to_ns(now), from, to, ecn, p);
         }
     }
 
@@ -323,6 +339,12 @@ impl Transport for MetaRoceHost {
 
     fn poll_packet(&mut self, now: Ps) -> Option<(Wire, MetaRocePacket)> {
         let t = self.ep.poll_packet_into(ps_to_ns(now), &mut self.tx_slot)?;
+        if let Some((me, cap)) = &self.capture
+            && let Some(p) = self.tx_slot.packet()
+        {
+            let src = SocketAddr::new(host_ip(*me), t.src_port);
+            cap.record(ps_to_ns(now), src, t.dst, t.ecn, p);
+        }
         let (payload, control, repr) = match self.tx_slot.packet()? {
             PacketRepr::Data(d) => {
                 let key = (host_index(t.dst.ip()), d.dst_qpn, d.msg_seq);
@@ -367,8 +389,9 @@ impl Transport for MetaRoceHost {
         let from = SocketAddr::new(host_ip(src), wire.src_port);
         match packet {
             MetaRocePacket::Data(d) => {
-                self.ep
-                    .handle_packet(ps_to_ns(now), from, ecn, &PacketRepr::Data(d.repr()));
+                let repr = PacketRepr::Data(d.repr());
+                self.capture_received(now, from, wire, ecn, &repr);
+                self.ep.handle_packet(ps_to_ns(now), from, ecn, &repr);
             }
             MetaRocePacket::Ack(compact) => {
                 let mut ack = self
@@ -377,6 +400,7 @@ impl Transport for MetaRoceHost {
                     .unwrap_or_else(|| Box::new(AckRepr::new(compact.base)));
                 compact.fill(&mut ack);
                 let repr = PacketRepr::Ack(ack);
+                self.capture_received(now, from, wire, ecn, &repr);
                 self.ep.handle_packet(ps_to_ns(now), from, ecn, &repr);
                 if let PacketRepr::Ack(ack) = repr {
                     self.ack_scratch = Some(ack);
@@ -449,6 +473,15 @@ impl Transport for MetaRoceHost {
         }
     }
 
+    /// The core's device counters (`metaroce perf --stats`' names), the
+    /// trimmed packets dropped, and the connections open at the end.
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let mut c = self.ep.stats().fields();
+        c.push(("trimmed_dropped", self.trimmed_dropped));
+        c.push(("connections_open", self.ep.connection_count() as u64));
+        c
+    }
+
     fn pair_stats(&self, peer: u32) -> PairStats {
         let mut s = self.closed_pairs.get(&peer).copied().unwrap_or_default();
         s.add(&self.live_pair_stats(peer));
@@ -508,6 +541,11 @@ impl TransportFactory for MetaRoceFactory {
             ack_scratch: None,
             tx_slot: PacketSlot::new(),
             ops: SharedOps::default(),
+            capture: self
+                .capture
+                .as_ref()
+                .filter(|c| c.captures(info.index))
+                .map(|c| (info.index, c.clone())),
         })
     }
 

@@ -89,6 +89,19 @@ pub struct TransportStats {
 }
 
 impl TransportStats {
+    /// Every counter as `(name, value)`, in declaration order.
+    pub fn fields(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("data_packets", self.data_packets),
+            ("retransmissions", self.retransmissions),
+            ("acks", self.acks),
+            ("nacks", self.nacks),
+            ("timeouts", self.timeouts),
+            ("paths_replaced", self.paths_replaced),
+            ("trimmed_dropped", self.trimmed_dropped),
+        ]
+    }
+
     /// Add another host's counters.
     pub fn add(&mut self, o: &Self) {
         self.data_packets += o.data_packets;
@@ -212,6 +225,13 @@ pub trait Transport {
     /// Bytes of transport state held (for the memory report), if known.
     fn memory_bytes(&self) -> usize {
         0
+    }
+
+    /// This host's counters by name (a row of `counters.csv`); every host
+    /// of one transport names the same ones in the same order. The
+    /// default is [`stats`](Self::stats)'.
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        self.stats().fields()
     }
 
     /// Channel `channel` (from `open_channel`) carried its last message:
