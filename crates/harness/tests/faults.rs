@@ -236,15 +236,11 @@ fn one_blackholed_path_is_abandoned_and_the_transfer_completes() {
 }
 
 fn faulty(seed: u64) -> Pair {
-    // No tail copies: they send a message's last packets on a second path
-    // at once, which makes it likelier that a later WRITE overtakes an
-    // earlier failing one (see `bad_remote_accesses_fail_and_touch_nothing`
-    // and the ordering note in docs/spec/transport.md).
-    let cfg = EndpointConfig {
-        tail_copy_packets: 0,
-        ..EndpointConfig::default()
-    };
-    pair(seed, &cfg, jittery().with_faults(lossy(0.05)))
+    pair(
+        seed,
+        &EndpointConfig::default(),
+        jittery().with_faults(lossy(0.05)),
+    )
 }
 
 fn mr(p: &mut Pair, node: usize, len: u64, access: AccessFlags) -> MemoryRegion {
@@ -638,7 +634,16 @@ fn bad_remote_accesses_fail_and_touch_nothing() {
             p.net.nodes[1].ctx.mr_bytes(&target).to_vec(),
             p.net.nodes[1].ctx.mr_bytes(&read_only).to_vec(),
         );
-        assert!(before == after, "{name}: target memory changed");
+        // The failing request touched nothing. The follow-up WRITE (to the
+        // target's first 8 bytes) completes flushed, but may have been
+        // placed if it overtook the failing one on another path: MetaRoCE
+        // places out of order across paths (docs/spec/transport.md, section
+        // 6, a known difference from InfiniBand), so those bytes are not
+        // compared.
+        assert!(
+            before.0[8..] == after.0[8..] && before.1 == after.1,
+            "{name}: target memory changed"
+        );
         assert_eq!(
             p.net.nodes[0].ctx.qp_state(p.a.qp),
             Some(QpState::Err),

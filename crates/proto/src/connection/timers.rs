@@ -112,10 +112,24 @@ impl Connection {
                 continue;
             }
             let ack_delay = dev.config.ack_delay_ns;
+            let oldest_sent = self.paths[p]
+                .inflight
+                .iter()
+                .find(|s| s.state() == SentState::Outstanding)
+                .map(|s| s.sent_ns);
             if self.forget_settled(p) {
                 // Only copies of segments acknowledged elsewhere were left
                 // (a tail copy, or a resend, got there first): nothing to
-                // time out.
+                // time out. But if this path has answered nothing since
+                // they went out while the others delivered them, its route
+                // (or its ACKs' way back) is dead: retire it, or its ACKs
+                // would keep going into the failure.
+                if let Some(t) = oldest_sent
+                    && self.paths[p].last_acked_ns < t
+                    && self.acked_sent_after(p, t)
+                {
+                    self.path_failed(now_ns, dev, p);
+                }
                 self.refresh_path_deadline(p, dev);
                 continue;
             }
@@ -139,9 +153,9 @@ impl Connection {
                 } else {
                     // The whole connection is silent (its first packet lost,
                     // or a lost tail and its probe, or only a deep queue):
-                    // nothing singles this path out, so in general nothing is declared
-                    // lost (a slow connection would resend its whole window
-                    // for nothing, and make its queue deeper). Probe again,
+                    // nothing singles this path out, so in general nothing
+                    // is declared lost (a slow connection would resend its
+                    // whole window for nothing, and make its queue deeper). Probe again,
                     // twice as late; the RTO, with its floor and its
                     // spurious-timeout undo, decides about the rest.
                     // Except a flight of a packet or two on one of several
@@ -155,8 +169,9 @@ impl Connection {
                         .iter()
                         .filter(|s| s.state() == SentState::Outstanding)
                         .count();
+                    let mut lost = 0;
                     if self.paths.len() > 1 && outstanding <= 2 {
-                        let lost = self.mark_path_lost(p);
+                        lost = self.mark_path_lost(p);
                         self.inflight_bytes -= lost;
                     }
                     let path = &mut self.paths[p];
@@ -168,7 +183,7 @@ impl Connection {
                         now_ns,
                         lost_bytes = lost,
                         backoff = self.paths[p].probe_backoff,
-                        "probe unanswered on a silent connection: the path's packets go again elsewhere"
+                        "probe unanswered on a silent connection: probing again later (a packet or two go again elsewhere)"
                     );
                 }
             } else if self.paths[p]
