@@ -68,7 +68,7 @@ fn pattern(i: usize) -> u8 {
 }
 
 fn config(ip: Ipv4Addr, seed: u64) -> EndpointConfig {
-    EndpointConfig {
+    let mut cfg = EndpointConfig {
         device_port: PORT,
         path_port_span: 8,
         paths_per_connection: 4,
@@ -84,8 +84,13 @@ fn config(ip: Ipv4Addr, seed: u64) -> EndpointConfig {
             encrypt: seed.is_multiple_of(2),
             local_ip: IpAddr::V4(ip),
         }),
+        tail_copy_packets: 0,
         ..EndpointConfig::default()
-    }
+    };
+    // A full window from the first packet: the capture holds the whole
+    // transfer's genuine packets, not a cold start's first one.
+    cfg.cc_params.initial_window_mss = 0;
+    cfg
 }
 
 /// One side's QP and region `main`.

@@ -283,8 +283,8 @@ struct Link {
 
 impl Link {
     fn new() -> Self {
-        let addr_a: SocketAddr = "10.0.0.1:4791".parse().unwrap();
-        let addr_b: SocketAddr = "10.0.0.2:4791".parse().unwrap();
+        let addr_a: SocketAddr = "10.0.0.1:4793".parse().unwrap();
+        let addr_b: SocketAddr = "10.0.0.2:4793".parse().unwrap();
         let mut a = Context::open(EndpointConfig {
             seed: 1,
             ..EndpointConfig::default()
