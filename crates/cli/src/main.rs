@@ -25,6 +25,7 @@
 #![deny(unsafe_code)]
 
 mod coll_perf;
+mod compare;
 mod conformance;
 mod perf;
 mod sim;
@@ -60,6 +61,10 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// The default: MetaRoCE beside RoCEv2, IRN and IB-style on an embedded
+    /// 128-host AI fabric with collisions, loss, an incast and a link
+    /// failure, and a verdict per target (about 5 s).
+    Compare(compare::CompareArgs),
     /// One verified WRITE over the deterministic fault harness, swept over loss rates.
     Harness(HarnessArgs),
     /// Randomized fault simulation: N seeds of random devices, operations and faults.
@@ -204,8 +209,9 @@ fn main() -> ExitCode {
     }
     let result = match cli
         .command
-        .unwrap_or(Command::Harness(HarnessArgs::default()))
+        .unwrap_or(Command::Compare(compare::CompareArgs::default()))
     {
+        Command::Compare(args) => compare::run(&args),
         Command::Harness(args) => harness(&args),
         Command::Chaos(args) => chaos_run(&args),
         Command::Memory => memory(),

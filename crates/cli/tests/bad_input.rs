@@ -564,3 +564,30 @@ fn coll_perf_bad_input_is_exit_2() {
     assert_one_line_error(&["coll-perf", "all_reduce", "--impair", "loss=2"], "loss");
     assert_one_line_error(&["coll-perf", "broadcast", "-r", "3"], "-r 3");
 }
+
+#[test]
+fn compare_bad_options_are_exit_2() {
+    assert_one_line_error(&["compare", "--threads", "0"], "--threads");
+    assert_one_line_error(&["compare", "--only", "no-such"], "no-such");
+}
+
+/// The main job (no arguments) is the side-by-side comparison; one of its
+/// experiments, run alone, prints every transport's figure and a verdict
+/// per target.
+#[test]
+fn compare_prints_figures_and_verdicts() {
+    let out = metaroce(&["compare", "--only", "incast"]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("incast "))
+        .expect("an incast row");
+    assert_eq!(row.split_whitespace().count(), 2 + 4, "{row}");
+    assert_eq!(
+        text.matches("  met      incast:").count() + text.matches("  NOT MET  incast:").count(),
+        3,
+        "{text}"
+    );
+    assert!(text.contains("targets met in"), "{text}");
+}

@@ -130,6 +130,9 @@ pub struct Suite {
     pub transport_set: BTreeMap<String, BTreeMap<String, toml::Value>>,
     /// Experiments in file order.
     pub experiments: Vec<ExperimentSpec>,
+    /// Scenario texts by file name, for a suite built into the binary
+    /// ([`Suite::embedded`]); empty: scenarios are read from `dir`.
+    pub embedded: BTreeMap<String, String>,
 }
 
 /// One row's value of one transport, and the verdict of each target.
@@ -176,7 +179,32 @@ impl Suite {
         let origin = path.display().to_string();
         let text = std::fs::read_to_string(&path)
             .map_err(|e| SimError::Scenario(format!("{origin}: {e}")))?;
-        let f: SuiteFile = toml::from_str(&text).map_err(|e| {
+        Self::parse(dir, &origin, &text, BTreeMap::new())
+    }
+
+    /// A suite built into the binary: its `suite.toml` text and its
+    /// scenario files' texts by name; `dir` names it in rerun commands.
+    pub fn embedded(
+        dir: &Path,
+        suite_text: &str,
+        files: &[(&str, &str)],
+    ) -> Result<Self, SimError> {
+        let origin = dir.join("suite.toml").display().to_string();
+        let embedded = files
+            .iter()
+            .map(|(name, text)| ((*name).to_string(), (*text).to_string()))
+            .collect();
+        Self::parse(dir, &origin, suite_text, embedded)
+    }
+
+    fn parse(
+        dir: &Path,
+        origin: &str,
+        text: &str,
+        embedded: BTreeMap<String, String>,
+    ) -> Result<Self, SimError> {
+        let origin = origin.to_string();
+        let f: SuiteFile = toml::from_str(text).map_err(|e| {
             let line = e.span().map_or(1, |s| {
                 text[..s.start.min(text.len())].matches('\n').count() + 1
             });
@@ -197,6 +225,7 @@ impl Suite {
             transports: f.transports,
             transport_set: f.transport_set,
             experiments: f.experiment,
+            embedded,
         };
         for (i, e) in suite.experiments.iter().enumerate() {
             if e.sweep.len() > 1 {
@@ -265,8 +294,16 @@ impl Suite {
         let e = &self.experiments[i];
         let path = self.dir.join(&e.scenario);
         let origin = path.display().to_string();
-        let text = std::fs::read_to_string(&path)
-            .map_err(|err| SimError::Scenario(format!("{origin}: {err}")))?;
+        let text = match self.embedded.get(&e.scenario) {
+            Some(text) => text.clone(),
+            None if !self.embedded.is_empty() => {
+                return Err(SimError::Scenario(format!(
+                    "{origin}: not among the embedded scenarios"
+                )));
+            }
+            None => std::fs::read_to_string(&path)
+                .map_err(|err| SimError::Scenario(format!("{origin}: {err}")))?,
+        };
         let mut table: toml::Table = text.parse().map_err(|err: toml::de::Error| {
             SimError::Scenario(format!("{origin}: {}", err.message()))
         })?;
