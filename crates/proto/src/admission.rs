@@ -78,6 +78,9 @@ struct Release {
 /// The device-wide admission state.
 #[derive(Debug)]
 pub(crate) struct Admission {
+    /// A full packet's bits (the configured MTU plus headers).
+    packet_bits: u64,
+
     epoch_ns: u64,
     line_mbps: u64,
     /// Share of the line granted in all (per mille).
@@ -116,8 +119,11 @@ impl Admission {
         line_rate_bps: u64,
         utilisation: f64,
         base_rtt_ns: u64,
+        packet_bytes: u64,
     ) -> Self {
         Self {
+            packet_bits: packet_bytes.max(1) * 8,
+
             epoch_ns: epoch_ns.max(1),
             line_mbps: (line_rate_bps / 1_000_000).max(1),
             utilisation_permille: (utilisation.clamp(0.01, 1.0) * 1000.0) as u64,
@@ -150,10 +156,18 @@ impl Admission {
         }
         self.epoch = epoch;
         for i in 0..self.active.len() {
-            if let Some(a) = self.active[i]
-                && a.seen_epoch + 1 < epoch
-            {
-                self.remove(i as u32);
+            if let Some(a) = self.active[i] {
+                // Silent for a whole epoch, or for four of the gaps its
+                // grant spaces its packets by, whichever is longer: a
+                // sender granted a packet per 90 µs (256 senders on one
+                // 100 Gb/s link) is not gone after one 50 µs epoch; counted
+                // out, it would inflate everyone else's share and keep the
+                // queue standing.
+                let gap_ns = self.packet_bits * 1000 / a.grant_mbps.max(1);
+                let grace = (4 * gap_ns).div_ceil(self.epoch_ns);
+                if a.seen_epoch + 1 + grace < epoch {
+                    self.remove(i as u32);
+                }
             }
         }
     }
@@ -369,7 +383,7 @@ mod tests {
     const RTT: u64 = 10_000;
 
     fn adm() -> Admission {
-        Admission::new(50_000, LINE, 1.0, RTT)
+        Admission::new(50_000, LINE, 1.0, RTT, 4160)
     }
 
     #[test]

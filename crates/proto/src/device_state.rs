@@ -46,6 +46,7 @@ impl DeviceState {
                 config.line_rate_bps,
                 config.grant_utilisation,
                 config.base_rtt_ns,
+                u64::from(config.mtu_payload_bytes) + 64,
             ),
             config,
         }

@@ -30,6 +30,20 @@ impl Connection {
         if let Some(slot) = self.ack_now.pop_front() {
             return Some(self.emit_ack(now_ns, dev, slot, out));
         }
+        if !self.path_probes.is_empty()
+            && let Some(rate) = self.cc.pacing_rate_bps()
+        {
+            // A probe is a data packet like any other for the receiver's
+            // link: a capped sender's probes keep to its grant too (256
+            // senders probing at once past their grants kept an incast's
+            // queue standing).
+            let gap = self.last_paced_bytes * 8_000_000_000 / rate.max(1);
+            self.next_pace_ns = self.last_data_sent_ns + gap;
+            if now_ns < self.next_pace_ns {
+                self.pace_blocked = true;
+                return None;
+            }
+        }
         while let Some((p, carry)) = self.path_probes.pop_front() {
             // Tail-loss probe: resend the path's newest outstanding segment on
             // that same path, past its window, asking for an ACK. If the data
