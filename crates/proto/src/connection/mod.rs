@@ -67,6 +67,10 @@ struct RxPath {
     unacked: u32,
     ack_queued: bool,
     ack_deadline: MaybeNs,
+    /// Moves this path's ACKs to another reverse route (see `on_data`).
+    ack_route: u16,
+    /// When the ACK route last moved.
+    ack_route_moved_ns: u64,
 }
 
 impl RxPath {
@@ -81,6 +85,8 @@ impl RxPath {
             unacked: 0,
             ack_queued: false,
             ack_deadline: MaybeNs::NONE,
+            ack_route: 0,
+            ack_route_moved_ns: 0,
         }
     }
 }

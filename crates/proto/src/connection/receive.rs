@@ -61,6 +61,24 @@ impl Connection {
             // (an ACK of ours lost on the way back): the route is lossy.
             self.rx_loss_seen_ns = now_ns.max(1);
         }
+        if matches!(outcome, RxOutcome::InOrder | RxOutcome::Duplicate)
+            && repr.base.flags.contains(Flags::ACK_REQUEST)
+            && repr.base.flags.contains(Flags::RETRANSMIT)
+            && rx.rx_packets > 0
+            && now_ns.saturating_sub(rx.ack_route_moved_ns) >= dev.config.base_rtt_ns
+        {
+            // A probe (a resend asking for an ACK) although nothing before
+            // it on this path is missing: the sender has not heard our
+            // ACKs for this path. Its reverse route
+            // may be dead (a failed link the data does not cross): move
+            // this path's ACKs to another route now, rather than wait for
+            // the sender to give up on the path (two probe timeouts and
+            // more, all the while acking into the failure). At most once
+            // per base RTT; on a lossy route it costs nothing (another
+            // route is as good).
+            rx.ack_route = rx.ack_route.wrapping_add(1);
+            rx.ack_route_moved_ns = now_ns;
+        }
         if outcome == RxOutcome::Duplicate {
             dev.stats.rx_duplicates += 1;
             self.stats.duplicates_received += 1;

@@ -422,6 +422,7 @@ impl Connection {
             .as_mut()
             .expect("ACKs are queued for known paths");
         let rx_generation = rx.generation;
+        let ack_route = rx.ack_route;
         rx.ack_queued = false;
         rx.ack_deadline = MaybeNs::NONE;
         rx.unacked = 0;
@@ -457,7 +458,11 @@ impl Connection {
         // sees its path go silent, retires it, and the new generation moves
         // the ACKs to a new reverse route too. (Spraying ACKs over every
         // route instead would keep feeding a dead one for ever.)
-        let src_port = ack_port(dev, slot, rx_generation);
+        let src_port = ack_port(
+            dev,
+            slot,
+            rx_generation.wrapping_add(ack_route.wrapping_mul(7)),
+        );
         if self.rx_loss_seen_ns != 0
             && now_ns.saturating_sub(self.rx_loss_seen_ns) < dev.config.ack_copy_horizon_ns
             && self.ack_copies.len() < usize::from(self.paths.len().max(1) as u8)
