@@ -313,8 +313,11 @@ fn open_mpi_with_five_percent_receive_loss() {
         })
         .collect();
     assert_eq!(resent.len(), 2, "expected both ranks' counters:\n{t}");
+    // Drops fall on whatever arrives (data or ACKs, by timing): a rank may
+    // recover only by the copies and probes of the other, so the pair,
+    // not each rank, must have resent.
     assert!(
-        resent.iter().all(|&r| r > 0),
+        resent.iter().sum::<u64>() > 0,
         "no resends under 5 % loss: {resent:?}"
     );
     assert!(t.contains("impairment drops"), "{t}");
