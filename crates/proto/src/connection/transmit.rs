@@ -30,19 +30,11 @@ impl Connection {
         if let Some(slot) = self.ack_now.pop_front() {
             return Some(self.emit_ack(now_ns, dev, slot, out));
         }
-        if !self.path_probes.is_empty()
-            && let Some(rate) = self.cc.pacing_rate_bps()
-        {
-            // A probe is a data packet like any other for the receiver's
-            // link: a capped sender's probes keep to its grant too (256
-            // senders probing at once past their grants kept an incast's
-            // queue standing).
-            let gap = self.last_paced_bytes * 8_000_000_000 / rate.max(1);
-            self.next_pace_ns = self.last_data_sent_ns + gap;
-            if now_ns < self.next_pace_ns {
-                self.pace_blocked = true;
-                return None;
-            }
+        // A probe is a data packet like any other for the receiver's link:
+        // a capped sender's probes keep to its grant too (256 senders
+        // probing at once past their grants kept an incast's queue standing).
+        if !self.path_probes.is_empty() && self.paced_out(now_ns) {
+            return None;
         }
         while let Some((p, carry)) = self.path_probes.pop_front() {
             // Tail-loss probe: resend the path's newest outstanding segment on
@@ -211,6 +203,20 @@ impl Connection {
         u64::from(payload + PACKET_OVERHEAD_BYTES)
     }
 
+    /// Whether the receiver's grant, as a pacing rate, holds the next data
+    /// packet back until `next_pace_ns` (then the pacing clock wakes us).
+    /// The gap follows the last packet at the rate in force now, so a grant
+    /// that rises takes effect at once.
+    fn paced_out(&mut self, now_ns: u64) -> bool {
+        let Some(rate) = self.cc.pacing_rate_bps() else {
+            return false;
+        };
+        let gap = self.last_paced_bytes * 8_000_000_000 / rate.max(1);
+        self.next_pace_ns = self.last_data_sent_ns + gap;
+        self.pace_blocked = now_ns < self.next_pace_ns;
+        self.pace_blocked
+    }
+
     /// Pick a path whose window has room for `bytes`, round robin, avoiding
     /// `avoid` when another path can take the packet.
     fn choose_path(&mut self, now_ns: u64, bytes: u64, avoid: Option<u8>) -> Option<usize> {
@@ -219,15 +225,8 @@ impl Connection {
             self.pace_blocked = false;
             return None;
         }
-        if let Some(rate) = self.cc.pacing_rate_bps() {
-            // The gap after the last packet at the rate in force now, so a
-            // grant that rises takes effect at once.
-            let gap = self.last_paced_bytes * 8_000_000_000 / rate.max(1);
-            self.next_pace_ns = self.last_data_sent_ns + gap;
-            if now_ns < self.next_pace_ns {
-                self.pace_blocked = true;
-                return None;
-            }
+        if self.paced_out(now_ns) {
+            return None;
         }
         let n = self.paths.len();
         for pass in 0..2 {
