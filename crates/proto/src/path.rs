@@ -286,14 +286,19 @@ impl TxPath {
         if self.probe_sent_ns.is_some() {
             return None;
         }
-        let oldest = self
-            .inflight
-            .iter()
-            .find(|s| s.state() == SentState::Outstanding)?;
+        let oldest_ns = self.oldest_outstanding_sent_ns()?;
         // Re-armed by every ACK of the path (RACK-TLP): a path that answers
         // is alive, and probing it again at once (its oldest packet is old
         // only because it waits behind a queue) would only feed the queue.
-        Some(oldest.sent_ns.max(self.last_acked_ns) + self.pto_ns(ack_delay_ns))
+        Some(oldest_ns.max(self.last_acked_ns) + self.pto_ns(ack_delay_ns))
+    }
+
+    /// When the oldest packet still outstanding on this path was sent.
+    pub(crate) fn oldest_outstanding_sent_ns(&self) -> Option<u64> {
+        self.inflight
+            .iter()
+            .find(|s| s.state() == SentState::Outstanding)
+            .map(|s| s.sent_ns)
     }
 
     /// When an unanswered probe proves the path dead (if other paths of

@@ -112,11 +112,7 @@ impl Connection {
                 continue;
             }
             let ack_delay = dev.config.ack_delay_ns;
-            let oldest_sent = self.paths[p]
-                .inflight
-                .iter()
-                .find(|s| s.state() == SentState::Outstanding)
-                .map(|s| s.sent_ns);
+            let oldest_sent = self.paths[p].oldest_outstanding_sent_ns();
             if self.forget_settled(p) {
                 // Only copies of segments acknowledged elsewhere were left
                 // (a tail copy, or a resend, got there first): nothing to
@@ -190,11 +186,8 @@ impl Connection {
                 .probe_deadline(ack_delay)
                 .is_some_and(|d| d <= now_ns)
             {
-                let oldest = self.paths[p]
-                    .inflight
-                    .iter()
-                    .find(|s| s.state() == SentState::Outstanding)
-                    .map(|s| s.sent_ns);
+                // Nothing changed the path since `oldest_sent` was read.
+                let oldest = oldest_sent;
                 if oldest.is_some_and(|t| self.acked_sent_after(p, t)) && self.paths[p].unproven {
                     // A replacement that never answered while others did:
                     // its port hashed onto a dead route again. Next.
@@ -323,11 +316,7 @@ impl Connection {
         // was spurious (the packets were only late), and is undone.
         let first = path.first_inflight_psn();
         path.rto_psns = Some((first, path.next_psn));
-        let oldest_sent_ns = self.paths[p]
-            .inflight
-            .iter()
-            .find(|s| s.state() == SentState::Outstanding)
-            .map(|s| s.sent_ns);
+        let oldest_sent_ns = self.paths[p].oldest_outstanding_sent_ns();
         let lost = self.mark_path_lost(p);
         self.inflight_bytes -= lost;
         let path = &mut self.paths[p];
