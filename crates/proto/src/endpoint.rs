@@ -1028,7 +1028,7 @@ impl Endpoint {
                     peer,
                     connection: conn.stats(),
                     cc: conn.cc_metrics(),
-                    paths: conn.path_stats(),
+                    paths: conn.path_stats(&self.dev),
                 }
             })
             .collect();
@@ -1050,7 +1050,7 @@ impl Endpoint {
     pub fn path_stats(&self, peer: SocketAddr) -> Option<Vec<PathStats>> {
         self.conn_by_peer
             .get(&peer)
-            .map(|&c| self.conns[c as usize].conn.path_stats())
+            .map(|&c| self.conns[c as usize].conn.path_stats(&self.dev))
     }
 
     /// The congestion controller's view of the connection to `peer`.

@@ -13,7 +13,8 @@ use crate::message::MsgRef;
 use crate::range_set::RangeSet;
 use crate::work::{Completion, WcOpcode, WcStatus, WorkCompletion};
 use metaroce_wire::Syndrome;
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 
 /// Handle of a QP: its number. The low 16 bits index the QP table, the high
 /// bits are a generation, so a stale number never reaches a reused slot.
@@ -221,6 +222,10 @@ pub(crate) struct QpTable {
     /// Generation of each slot's current (or last) QP: the high bits of its
     /// number, so a number that outlives its QP misses the slot's next one.
     generations: Vec<u16>,
+    /// Indices of the empty slots, lowest first: creating a QP takes the
+    /// lowest in O(log n) instead of scanning (a simulated host of a
+    /// 1024-rank all-to-all creates two thousand QPs).
+    free: BinaryHeap<Reverse<u32>>,
 }
 
 impl QpTable {
@@ -233,8 +238,8 @@ impl QpTable {
         caps: QpCaps,
         remote_access: AccessFlags,
     ) -> Option<QpHandle> {
-        let index = match self.slots.iter().position(Option::is_none) {
-            Some(i) => i,
+        let index = match self.free.pop() {
+            Some(Reverse(i)) => i as usize,
             None if self.slots.len() < limit as usize => {
                 crate::grow::push(&mut self.slots, None);
                 self.generations.push(0);
@@ -287,6 +292,9 @@ impl QpTable {
 
     /// Free the QP's slot (the caller checked `handle` is live).
     pub(crate) fn remove(&mut self, handle: QpHandle) {
-        self.slots[handle.index()] = None;
+        let index = handle.index();
+        if self.slots[index].take().is_some() {
+            self.free.push(Reverse(index as u32));
+        }
     }
 }

@@ -233,7 +233,7 @@ impl MetaRoceParams {
 }
 
 /// Per-path controller state.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 struct PathState {
     /// Window in bytes, in `[mss, max_path]`.
     window: u64,
@@ -276,8 +276,17 @@ pub struct MetaRoceCc {
     max_path: u64,
     /// Connection window cap: `max(bdp * multiple, mss)`.
     max_conn: u64,
+    /// Paths of the connection (`CcConfig::path_count`).
+    path_count: usize,
+    /// Window every path starts with.
+    initial_path_window: u64,
+    /// The paths that have had an event, always the first slots: a path
+    /// is built on its first event, as the connection builds its paths on
+    /// first use; until then it is a fresh path with the initial window
+    /// (see `path_mut`).
     paths: Vec<PathState>,
-    /// Sum of all path windows (kept incrementally; u128 so it cannot saturate).
+    /// Sum of all path windows, also of paths not built yet (kept
+    /// incrementally; u128 so it cannot saturate).
     sum_path_windows: u128,
     conn_window: u64,
     /// Receiver rate cap in bytes of window (None = no cap).
@@ -333,16 +342,16 @@ impl MetaRoceCc {
             .max(mss.saturating_mul(params.min_initial_path_window_mss))
             .min(max_path);
         let base_rtt_ns = config.base_rtt_ns;
-        let paths =
-            vec![Self::fresh_path(&params, initial_path, base_rtt_ns, false); config.path_count];
-        let sum_path_windows = paths.iter().map(|p| u128::from(p.window)).sum();
+        let sum_path_windows = u128::from(initial_path) * config.path_count as u128;
         Self {
             params,
             mss,
             base_rtt_ns,
             max_path,
             max_conn,
-            paths,
+            path_count: config.path_count,
+            initial_path_window: initial_path,
+            paths: Vec::new(),
             sum_path_windows,
             conn_window: if params.initial_window_mss == 0 {
                 bdp
@@ -396,11 +405,44 @@ impl MetaRoceCc {
     }
 
     fn path_count_u64(&self) -> u64 {
-        u64::try_from(self.paths.len().max(1)).unwrap_or(u64::MAX)
+        u64::try_from(self.path_count.max(1)).unwrap_or(u64::MAX)
+    }
+
+    /// A path as it starts (the connection's first window share).
+    fn initial_path(&self) -> PathState {
+        Self::fresh_path(
+            &self.params,
+            self.initial_path_window,
+            self.base_rtt_ns,
+            false,
+        )
+    }
+
+    /// Path `path`'s state, built (with the paths before it) on its first
+    /// event; `None` past the connection's paths.
+    fn path_mut(&mut self, path: PathSlot) -> Option<&mut PathState> {
+        if path >= self.path_count {
+            return None;
+        }
+        while self.paths.len() <= path {
+            let fresh = self.initial_path();
+            self.paths.push(fresh);
+        }
+        Some(&mut self.paths[path])
+    }
+
+    /// Path `path`'s state as it reads now (a path not built yet reads
+    /// as it starts); `None` past the connection's paths.
+    fn path(&self, path: PathSlot) -> Option<PathState> {
+        match self.paths.get(path) {
+            Some(p) => Some(*p),
+            None => (path < self.path_count).then(|| self.initial_path()),
+        }
     }
 
     /// Sets a path window (clamped to `[mss, max_path]`), keeping the sum
-    /// current; returns the bytes the path gave up (0 if it grew).
+    /// current; returns the bytes the path gave up (0 if it grew). The path
+    /// exists (callers built it).
     fn set_path_window(&mut self, path: PathSlot, window: u64) -> u64 {
         let window = window.clamp(self.mss, self.max_path);
         let p = &mut self.paths[path];
@@ -431,12 +473,12 @@ impl MetaRoceCc {
 
     /// Current ECN estimate of a path (for tests and tracing).
     pub fn path_alpha(&self, path: PathSlot) -> Option<f64> {
-        self.paths.get(path).map(|p| p.alpha)
+        self.path(path).map(|p| p.alpha)
     }
 
     /// Whether a path is on probation (for tests and tracing).
     pub fn path_on_probation(&self, path: PathSlot) -> bool {
-        self.paths.get(path).is_some_and(|p| p.probation)
+        self.path(path).is_some_and(|p| p.probation)
     }
 
     fn grow_on_clean_ack(&mut self, path: PathSlot, s: &AckSample) {
@@ -486,7 +528,7 @@ impl CongestionController for MetaRoceCc {
     }
 
     fn on_ack(&mut self, path: PathSlot, s: &AckSample) {
-        if path >= self.paths.len() {
+        if self.path_mut(path).is_none() {
             return;
         }
         if let Some(rtt) = s.rtt_ns.filter(|&r| r > 0) {
@@ -548,7 +590,7 @@ impl CongestionController for MetaRoceCc {
     }
 
     fn on_loss(&mut self, path: PathSlot, lost_bytes: u64, now_ns: u64) {
-        if path >= self.paths.len() || lost_bytes == 0 {
+        if lost_bytes == 0 || self.path_mut(path).is_none() {
             return;
         }
         let p = &mut self.paths[path];
@@ -576,7 +618,7 @@ impl CongestionController for MetaRoceCc {
     }
 
     fn on_rto(&mut self, path: PathSlot, now_ns: u64) {
-        if path >= self.paths.len() {
+        if self.path_mut(path).is_none() {
             return;
         }
         let p = &mut self.paths[path];
@@ -645,7 +687,7 @@ impl CongestionController for MetaRoceCc {
     }
 
     fn on_path_replaced(&mut self, path: PathSlot, _now_ns: u64) {
-        if path >= self.paths.len() {
+        if self.path_mut(path).is_none() {
             return;
         }
         let start = self.mss.saturating_mul(self.params.probation_window_mss);
@@ -661,11 +703,11 @@ impl CongestionController for MetaRoceCc {
     }
 
     fn path_window(&self, path: PathSlot) -> u64 {
-        self.paths.get(path).map_or(self.mss, |p| p.window)
+        self.path(path).map_or(self.mss, |p| p.window)
     }
 
     fn on_spurious_rto(&mut self, path: PathSlot, _now_ns: u64) {
-        if path >= self.paths.len() {
+        if self.path_mut(path).is_none() {
             return;
         }
         let (window, given_up) = (
@@ -775,7 +817,7 @@ mod tests {
 
     /// One RTT of clean, window-limited ACKs on every path, starting at `now`.
     fn clean_rtt(cc: &mut MetaRoceCc, now: u64) {
-        for p in 0..cc.paths.len() {
+        for p in 0..cc.path_count {
             let w = cc.path_window(p);
             let pkts = w.div_ceil(MSS).max(1);
             for k in 0..pkts {
@@ -786,11 +828,14 @@ mod tests {
     }
 
     fn check_invariants(cc: &MetaRoceCc) {
-        for p in 0..cc.paths.len() {
+        assert!(cc.paths.len() <= cc.path_count);
+        for p in 0..cc.path_count {
             let w = cc.path_window(p);
             assert!(w >= cc.mss && w <= cc.max_path, "path {p} window {w}");
         }
-        let sum: u128 = cc.paths.iter().map(|p| u128::from(p.window)).sum();
+        let sum: u128 = (0..cc.path_count)
+            .map(|p| u128::from(cc.path_window(p)))
+            .sum();
         assert_eq!(sum, cc.sum_path_windows);
         let c = cc.connection_window();
         assert!(c >= cc.mss && c <= cc.max_conn, "conn window {c}");
@@ -1203,7 +1248,7 @@ mod tests {
 
     fn random_events(cc: &mut MetaRoceCc, seed: u64, steps: usize) {
         let mut rng = Lcg(seed);
-        let n = cc.paths.len() as u64 + 2; // include out-of-range slots
+        let n = cc.path_count as u64 + 2; // include out-of-range slots
         let mut now = 0u64;
         let big = [0, 1, 7, 4096, 1 << 20, 1 << 40, u64::MAX / 2, u64::MAX];
         for _ in 0..steps {

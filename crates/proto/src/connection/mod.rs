@@ -172,6 +172,11 @@ pub struct ConnectionStats {
 pub(crate) struct Connection {
     index: u32,
     peer: SocketAddr,
+    /// Paths the connection sprays over (`paths_per_connection` once it
+    /// has sent; 0 while it only receives).
+    path_count: usize,
+    /// The paths used so far: always the first slots (see
+    /// `create_paths_through`).
     paths: Vec<TxPath>,
     /// Each path's next deadline (RTO or tail probe; `u64::MAX` for none),
     /// refreshed whenever that path changes, so `next_timeout`, which runs
@@ -260,7 +265,7 @@ impl Connection {
 
     /// Build the send side if this is the connection's first message.
     fn ensure_send_side(&mut self, dev: &DeviceState) {
-        if !self.paths.is_empty() {
+        if self.path_count != 0 {
             return;
         }
         let fresh = Self::with_paths(
@@ -270,12 +275,42 @@ impl Connection {
             None,
             dev.config.paths_per_connection,
         );
-        self.paths = fresh.paths;
-        self.path_deadlines = fresh.path_deadlines;
+        self.path_count = fresh.path_count;
         self.cc = fresh.cc;
-        for p in 0..self.paths.len() {
-            self.open_path_trace(p);
+    }
+
+    /// Build paths up to slot `p` (of `path_count`) if they do not exist.
+    ///
+    /// A path is a few hundred bytes here and in the controller, and most
+    /// connections of a large collective carry a few packets: a 4 KB
+    /// all-to-all over 1024 hosts opens a million connections and uses one
+    /// path of each. So paths are built on first use, and `paths` always
+    /// holds the first slots: the round robin reaches slot `paths.len()`
+    /// before any later one, and a path built late is exactly what it would
+    /// have been if built with the connection (generation 0 on its default
+    /// port, nothing in flight, the base RTT), since nothing touches a path
+    /// before its first packet. Code reading all paths reads only these;
+    /// the rest hold nothing to read.
+    fn create_paths_through(&mut self, p: usize, dev: &DeviceState) {
+        debug_assert!(p < self.path_count, "slot {p} of {}", self.path_count);
+        while self.paths.len() <= p.min(self.path_count.saturating_sub(1)) {
+            let slot = self.paths.len();
+            self.paths.push(Self::default_path(slot, dev));
+            self.path_deadlines.push(u64::MAX);
+            self.open_path_trace(slot);
         }
+    }
+
+    /// Path `slot` as built before its first packet.
+    fn default_path(slot: usize, dev: &DeviceState) -> TxPath {
+        let cfg = &dev.config;
+        TxPath::new(
+            slot as u8,
+            0,
+            cfg.device_port + 1 + slot as u16,
+            cfg.psn_base,
+            cfg.base_rtt_ns,
+        )
     }
 
     /// Path `p` starts a generation: its span, and an event in it.
@@ -315,17 +350,6 @@ impl Connection {
         n: usize,
     ) -> Self {
         let cfg = &dev.config;
-        let paths = (0..n)
-            .map(|slot| {
-                TxPath::new(
-                    slot as u8,
-                    0,
-                    cfg.device_port + 1 + slot as u16,
-                    cfg.psn_base,
-                    cfg.base_rtt_ns,
-                )
-            })
-            .collect();
         let mss = u64::from(cfg.mtu_payload_bytes + PACKET_OVERHEAD_BYTES);
         let cc = new_controller(
             cfg.cc,
@@ -341,8 +365,9 @@ impl Connection {
         Self {
             index,
             peer,
-            path_deadlines: vec![u64::MAX; n],
-            paths,
+            path_count: n,
+            path_deadlines: Vec::new(),
+            paths: Vec::new(),
             rx_paths: Vec::new(),
             ack_pending: Vec::new(),
             cc,
@@ -424,10 +449,15 @@ impl Connection {
             + self.trace.memory_bytes()
     }
 
-    /// Per-path counters with each path's current state.
-    pub(crate) fn path_stats(&self) -> Vec<PathStats> {
+    /// Per-path counters with each path's current state (every slot, also
+    /// those not used yet).
+    pub(crate) fn path_stats(&self, dev: &DeviceState) -> Vec<PathStats> {
+        let unused: Vec<TxPath> = (self.paths.len()..self.path_count)
+            .map(|slot| Self::default_path(slot, dev))
+            .collect();
         self.paths
             .iter()
+            .chain(&unused)
             .enumerate()
             .map(|(slot, p)| PathStats {
                 src_port: p.src_port,
@@ -547,7 +577,7 @@ impl Connection {
             rtt_min_ns: if min == u64::MAX { 0 } else { min },
             srtt_ns: self.conn_rtt.srtt_ns(),
             rtt_p99_ns: self.rtt_histogram.quantile_ns(990),
-            window_bytes: if self.paths.is_empty() {
+            window_bytes: if self.path_count == 0 {
                 0
             } else {
                 self.cc.connection_window()

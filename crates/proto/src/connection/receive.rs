@@ -139,6 +139,11 @@ impl Connection {
             requester::on_op_ack(self, dev, now_ns, op_ack);
         }
         let p = ack.base.path_slot as usize;
+        if p < self.path_count && p >= self.paths.len() {
+            // An ACK for a slot we never sent on: as the unused path, which
+            // is what it meets (its generation 0, nothing in flight).
+            self.create_paths_through(p, dev);
+        }
         if p >= self.paths.len() || self.paths[p].generation != ack.base.path_gen {
             dev.stats.rx_stale_path += 1;
             return;

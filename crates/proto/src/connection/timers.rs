@@ -166,7 +166,7 @@ impl Connection {
                         .filter(|s| s.state() == SentState::Outstanding)
                         .count();
                     let mut lost = 0;
-                    if self.paths.len() > 1 && outstanding <= 2 {
+                    if self.path_count > 1 && outstanding <= 2 {
                         lost = self.mark_path_lost(p);
                         self.inflight_bytes -= lost;
                     }
@@ -390,7 +390,13 @@ impl Connection {
         let retired_port = self.paths[p].src_port;
         self.bad_ports[self.bad_port_next % self.bad_ports.len()] = retired_port;
         self.bad_port_next += 1;
-        let in_use: Vec<u16> = self.paths.iter().map(|x| x.src_port).collect();
+        // Slots not used yet will take their default ports.
+        let in_use: Vec<u16> = self
+            .paths
+            .iter()
+            .map(|x| x.src_port)
+            .chain((self.paths.len()..self.path_count).map(|s| self.path_port(s, dev)))
+            .collect();
         let span = cfg.path_port_span;
         let candidates = |avoid_bad: bool| -> Vec<u16> {
             (1..=span)

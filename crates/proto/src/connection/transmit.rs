@@ -96,7 +96,7 @@ impl Connection {
                 continue;
             }
             let bytes = self.wire_bytes(resend.seg);
-            let path = self.choose_path(now_ns, bytes, resend.lost_on)?;
+            let path = self.choose_path(now_ns, dev, bytes, resend.lost_on)?;
             self.retransmit_queue.pop_front();
             let mut flags = Flags::RETRANSMIT;
             if resend.probe {
@@ -121,7 +121,7 @@ impl Connection {
             };
             let last = seg.seg + 1 == msg.segs;
             let bytes = self.wire_bytes(seg);
-            let path = self.choose_path(now_ns, bytes, None)?;
+            let path = self.choose_path(now_ns, dev, bytes, None)?;
             let msg = self.msgs.get_mut(r).expect("checked above");
             msg.next_unsent += 1;
             if !msg.has_unsent() {
@@ -161,7 +161,7 @@ impl Connection {
     /// is then a duplicate.
     fn queue_tail_copies(&mut self, dev: &DeviceState) {
         let limit = dev.config.tail_copy_packets as usize;
-        if limit == 0 || self.paths.len() < 2 || self.cc.pacing_rate_bps().is_some() {
+        if limit == 0 || self.path_count < 2 || self.cc.pacing_rate_bps().is_some() {
             self.tail_copy_armed = false;
             return;
         }
@@ -219,7 +219,13 @@ impl Connection {
 
     /// Pick a path whose window has room for `bytes`, round robin, avoiding
     /// `avoid` when another path can take the packet.
-    fn choose_path(&mut self, now_ns: u64, bytes: u64, avoid: Option<u8>) -> Option<usize> {
+    fn choose_path(
+        &mut self,
+        now_ns: u64,
+        dev: &DeviceState,
+        bytes: u64,
+        avoid: Option<u8>,
+    ) -> Option<usize> {
         if self.inflight_bytes > 0 && self.inflight_bytes + bytes > self.cc.connection_window() {
             // An ACK will wake us, not the pacing clock.
             self.pace_blocked = false;
@@ -228,12 +234,16 @@ impl Connection {
         if self.paced_out(now_ns) {
             return None;
         }
-        let n = self.paths.len();
+        let n = self.path_count;
         for pass in 0..2 {
             for k in 0..n {
                 let p = (self.rr_path + k) % n;
                 if pass == 0 && n > 1 && avoid == Some(p as u8) {
                     continue;
+                }
+                if p >= self.paths.len() {
+                    // Never used: empty, so it has room.
+                    self.create_paths_through(p, dev);
                 }
                 let path = &self.paths[p];
                 if pass == 0
@@ -464,7 +474,7 @@ impl Connection {
         );
         if self.rx_loss_seen_ns != 0
             && now_ns.saturating_sub(self.rx_loss_seen_ns) < dev.config.ack_copy_horizon_ns
-            && self.ack_copies.len() < usize::from(self.paths.len().max(1) as u8)
+            && self.ack_copies.len() < usize::from(self.path_count.max(1) as u8)
         {
             // This connection's packets are being lost on the way to us
             // (holes in a path's PSNs, or resends we already had): ACKs are
