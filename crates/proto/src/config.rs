@@ -67,6 +67,12 @@ pub struct EndpointConfig {
     /// otherwise waits a probe timeout. `0`: never. Default 4: at most four
     /// packets per message end (0.8 % of a 2 MB transfer).
     pub tail_copy_packets: u32,
+    /// Share of the line rate, per mille, the device may spend on
+    /// speculative packets (tail-loss probes, and a silent connection's
+    /// lone packet sent again elsewhere): see `probe_budget.rs`. `0`: no
+    /// limit. Default 62 (1/16): far above what probes cost under random
+    /// loss, far below the flood of probes a many-peer start can set off.
+    pub probe_share_permille: u32,
     /// Window over which the receiver counts active senders for its rate hint.
     pub rate_hint_epoch_ns: u64,
     /// Share of its line a receiver grants its senders in all when there
@@ -146,6 +152,7 @@ impl Default for EndpointConfig {
             ack_delay_ns: 4_000,
             ack_copy_horizon_ns: 0,
             tail_copy_packets: 4,
+            probe_share_permille: 62,
             rate_hint_epoch_ns: 50_000,
             grant_utilisation: 0.95,
             idle_restart_rtts: 16,
@@ -199,6 +206,7 @@ impl EndpointConfig {
         int_knob!(Self, ack_delay_ns: u64, 1, 1_000_000_000, "...or this long after the first unacknowledged packet"),
         int_knob!(Self, ack_copy_horizon_ns: u64, 0, 1_000_000_000, "every ACK goes twice for this long after a hole or a duplicate (0: never), ns"),
         int_knob!(Self, tail_copy_packets: u32, 0, 64, "a drained, uncapped connection copies its last this many outstanding packets onto other paths (0: never)"),
+        int_knob!(Self, probe_share_permille: u32, 0, 1000, "share of the line rate, per mille, a device may spend on tail-loss probes and other speculative resends (0: no limit)"),
         int_knob!(Self, rate_hint_epoch_ns: u64, 1, 1_000_000_000, "window over which a receiver counts active senders for its rate hint"),
         int_knob!(Self, max_peer_paths: usize, 1, 256, "path slots a peer may use toward this endpoint"),
         crate::real_knob!(

@@ -10,6 +10,7 @@
 use crate::admission::Admission;
 use crate::config::EndpointConfig;
 use crate::memory::RegionTable;
+use crate::probe_budget::ProbeBudget;
 use crate::qp::{Qp, QpTable};
 use crate::seeded_rng::SeededRng;
 use crate::stats::EndpointStats;
@@ -29,6 +30,8 @@ pub(crate) struct DeviceState {
     pub(crate) rng: SeededRng,
     /// How this device shares its link among the peers sending to it.
     pub(crate) admission: Admission,
+    /// What this device may spend on speculative packets.
+    pub(crate) probe_budget: ProbeBudget,
 }
 
 impl DeviceState {
@@ -47,6 +50,12 @@ impl DeviceState {
                 config.grant_utilisation,
                 config.base_rtt_ns,
                 u64::from(config.mtu_payload_bytes) + 64,
+            ),
+            probe_budget: ProbeBudget::new(
+                config.probe_share_permille,
+                config.line_rate_bps,
+                u64::from(config.mtu_payload_bytes) + 64,
+                config.base_rtt_ns,
             ),
             config,
         }

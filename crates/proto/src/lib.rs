@@ -52,6 +52,7 @@ pub mod memory;
 mod message;
 mod packet_repr;
 pub mod path;
+mod probe_budget;
 pub mod qp;
 pub mod range_set;
 pub mod rtt;

@@ -144,6 +144,28 @@ pub(crate) fn initial_psn(base: u32, slot: u8, generation: u16) -> u32 {
         .wrapping_add(u32::from(generation).wrapping_mul(0x9E37_79B9))
 }
 
+/// A tail-loss probe put off by the device's budget for speculative
+/// packets (`probe_budget.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ProbeHold {
+    /// Nothing put off.
+    None,
+    /// The probe's share is reserved from this time: it goes then.
+    Reserved(u64),
+    /// The budget had no room: ask again at this time.
+    Refused(u64),
+}
+
+impl ProbeHold {
+    /// Not before when the probe may go (0: any time).
+    pub(crate) fn until_ns(self) -> u64 {
+        match self {
+            Self::None => 0,
+            Self::Reserved(t) | Self::Refused(t) => t,
+        }
+    }
+}
+
 /// One sending path.
 #[derive(Debug)]
 pub(crate) struct TxPath {
@@ -166,6 +188,8 @@ pub(crate) struct TxPath {
     /// A tail-loss probe went out since the last ACK on this path.
     /// When the tail-loss probe went out, if one is unanswered.
     pub(crate) probe_sent_ns: crate::maybe_ns::MaybeNs,
+    /// A tail-loss probe the device's budget put off.
+    pub(crate) probe_hold: ProbeHold,
     /// PSNs `[first, end)` an RTO declared lost: an ACK for one of them later
     /// proves the RTO spurious.
     pub(crate) rto_psns: Option<(u32, u32)>,
@@ -212,6 +236,7 @@ impl TxPath {
             consecutive_rtos: 0,
             last_sent_ns: 0,
             probe_sent_ns: crate::maybe_ns::MaybeNs::NONE,
+            probe_hold: ProbeHold::None,
             rto_psns: None,
             consecutive_losses: 0,
             last_acked_ns: 0,
@@ -290,7 +315,10 @@ impl TxPath {
         // Re-armed by every ACK of the path (RACK-TLP): a path that answers
         // is alive, and probing it again at once (its oldest packet is old
         // only because it waits behind a queue) would only feed the queue.
-        Some(oldest_ns.max(self.last_acked_ns) + self.pto_ns(ack_delay_ns))
+        Some(
+            (oldest_ns.max(self.last_acked_ns) + self.pto_ns(ack_delay_ns))
+                .max(self.probe_hold.until_ns()),
+        )
     }
 
     /// When the oldest packet still outstanding on this path was sent.

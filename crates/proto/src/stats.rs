@@ -47,6 +47,9 @@ pub struct EndpointStats {
     pub ack_packets_sent: u64,
     /// Tail-loss probes sent (counted in retransmissions too).
     pub tail_probes: u64,
+    /// Tail-loss probes the device's budget for speculative packets
+    /// refused (asked again a probe timeout later).
+    pub probes_deferred: u64,
     /// Path RTOs.
     pub rtos: u64,
     /// Connection retry timeouts.
@@ -118,6 +121,7 @@ named_counters!(EndpointStats {
     data_packets_lost,
     ack_packets_sent,
     tail_probes,
+    probes_deferred,
     rtos,
     retry_timeouts,
     paths_replaced,
@@ -144,6 +148,7 @@ named_counters!(ConnectionStats {
     wire_bytes_sent,
     wire_bytes_retransmitted,
     tail_probes,
+    probes_deferred,
     data_packets_received,
     payload_bytes_received,
     duplicates_received,

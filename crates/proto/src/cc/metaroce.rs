@@ -426,7 +426,7 @@ impl MetaRoceCc {
         }
         while self.paths.len() <= path {
             let fresh = self.initial_path();
-            self.paths.push(fresh);
+            crate::grow::push(&mut self.paths, fresh);
         }
         Some(&mut self.paths[path])
     }

@@ -144,6 +144,9 @@ pub struct ConnectionStats {
     pub wire_bytes_retransmitted: u64,
     /// Tail-loss probes sent (counted in retransmissions too).
     pub tail_probes: u64,
+    /// Tail-loss probes the device's budget for speculative packets
+    /// refused (asked again a probe timeout later).
+    pub probes_deferred: u64,
     /// Data packets received (new on their path; duplicates apart).
     pub data_packets_received: u64,
     /// Payload bytes of those packets.
@@ -295,8 +298,10 @@ impl Connection {
         debug_assert!(p < self.path_count, "slot {p} of {}", self.path_count);
         while self.paths.len() <= p.min(self.path_count.saturating_sub(1)) {
             let slot = self.paths.len();
-            self.paths.push(Self::default_path(slot, dev));
-            self.path_deadlines.push(u64::MAX);
+            // Grown from one: most connections of a large collective use
+            // one or two paths.
+            crate::grow::push(&mut self.paths, Self::default_path(slot, dev));
+            crate::grow::push(&mut self.path_deadlines, u64::MAX);
             self.open_path_trace(slot);
         }
     }

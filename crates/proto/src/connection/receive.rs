@@ -14,7 +14,7 @@ use crate::device_state::DeviceState;
 use crate::ecn::Ecn;
 use crate::maybe_ns::MaybeNs;
 use crate::message::{MsgKind, SegRef};
-use crate::path::SentState;
+use crate::path::{ProbeHold, SentState};
 use crate::sack::{RxOutcome, sack_contains, sack_highest};
 use crate::trace::trace_event;
 use metaroce_wire::{AckRepr, DataRepr, Flags, OpHeader, seq};
@@ -269,6 +269,8 @@ impl Connection {
             self.stats.ce_marks_echoed += u64::from(ce_delta);
         }
         path.probe_sent_ns = MaybeNs::NONE;
+        // An answer: the probe put off is moot (a new one is timed from it).
+        path.probe_hold = ProbeHold::None;
         if acked_bytes > 0 {
             path.probe_backoff = 0;
             path.silent_rounds = 0;

@@ -3,11 +3,12 @@
 //! A path that keeps timing out while the others deliver is retired and
 //! its slot reopened on a fresh source port (a new ECMP route).
 
-use super::{Connection, Resend, requester};
+use super::{Connection, PACKET_OVERHEAD_BYTES, Resend, requester};
 use crate::device_state::DeviceState;
 use crate::maybe_ns::MaybeNs;
 use crate::message::{MsgKind, SegRef};
-use crate::path::{SentState, TxPath};
+use crate::path::{ProbeHold, SentState, TxPath};
+use crate::probe_budget::ProbeGrant;
 use crate::trace::trace_event;
 use crate::work::WcStatus;
 use rand_core::Rng;
@@ -107,6 +108,7 @@ impl Connection {
         // paths whose deadline has passed need a look: a connection with a
         // hundred paths wakes for one path's timer at a time.
         let (rto_min, rto_max) = (dev.config.rto_min_ns, dev.config.rto_max_ns);
+        let packet_bytes = u64::from(dev.config.mtu_payload_bytes + PACKET_OVERHEAD_BYTES);
         for p in 0..self.paths.len() {
             if self.path_deadlines[p] > now_ns {
                 continue;
@@ -166,7 +168,11 @@ impl Connection {
                         .filter(|s| s.state() == SentState::Outstanding)
                         .count();
                     let mut lost = 0;
-                    if self.path_count > 1 && outstanding <= 2 {
+                    let bytes = outstanding as u64 * packet_bytes;
+                    if self.path_count > 1
+                        && outstanding <= 2
+                        && dev.probe_budget.take_now(now_ns, bytes)
+                    {
                         lost = self.mark_path_lost(p);
                         self.inflight_bytes -= lost;
                     }
@@ -214,8 +220,31 @@ impl Connection {
                         "path suspect: silent while other paths delivered later packets; probing it"
                     );
                 } else {
-                    self.paths[p].probe_sent_ns = MaybeNs::some(now_ns);
-                    self.path_probes.push_back((p, None));
+                    // No evidence of loss: a guess, paid from the device's
+                    // budget for them (see `probe_budget.rs`).
+                    let path = &mut self.paths[p];
+                    let go = match path.probe_hold {
+                        ProbeHold::Reserved(t) if t <= now_ns => true,
+                        _ => match dev.probe_budget.reserve(now_ns, packet_bytes) {
+                            ProbeGrant::Now => true,
+                            ProbeGrant::At(t) => {
+                                path.probe_hold = ProbeHold::Reserved(t);
+                                false
+                            }
+                            ProbeGrant::Refused => {
+                                path.probe_hold =
+                                    ProbeHold::Refused(now_ns + path.pto_ns(ack_delay));
+                                self.stats.probes_deferred += 1;
+                                dev.stats.probes_deferred += 1;
+                                false
+                            }
+                        },
+                    };
+                    if go {
+                        path.probe_hold = ProbeHold::None;
+                        path.probe_sent_ns = MaybeNs::some(now_ns);
+                        self.path_probes.push_back((p, None));
+                    }
                 }
             }
             self.refresh_path_deadline(p, dev);

@@ -15,8 +15,14 @@ use crate::transmit::{Layout, Out, PacketKind, PayloadRef, Transmit};
 use metaroce_wire::{self as wire, AckRepr, BaseRepr, DataRepr, Flags, ICRC_LEN};
 
 impl Connection {
-    /// Emit the next packet of this connection into `buf`, if any may go now.
-    pub(crate) fn poll_transmit(
+    /// Whether an ACK waits to be sent.
+    pub(crate) fn has_pending_ack(&self) -> bool {
+        !self.ack_copies.is_empty() || !self.ack_now.is_empty()
+    }
+
+    /// Emit the connection's next ACK, if one waits (ACKs are never held
+    /// back: no window, no pacing).
+    pub(crate) fn poll_ack(
         &mut self,
         now_ns: u64,
         dev: &mut DeviceState,
@@ -27,8 +33,19 @@ impl Connection {
         if let Some((ack, src_port)) = self.ack_copies.pop_front() {
             return Some(self.put_ack(dev, ack, src_port, out));
         }
-        if let Some(slot) = self.ack_now.pop_front() {
-            return Some(self.emit_ack(now_ns, dev, slot, out));
+        let slot = self.ack_now.pop_front()?;
+        Some(self.emit_ack(now_ns, dev, slot, out))
+    }
+
+    /// Emit the next packet of this connection into `buf`, if any may go now.
+    pub(crate) fn poll_transmit(
+        &mut self,
+        now_ns: u64,
+        dev: &mut DeviceState,
+        out: &mut Out<'_>,
+    ) -> Option<Transmit> {
+        if let Some(t) = self.poll_ack(now_ns, dev, out) {
+            return Some(t);
         }
         // A probe is a data packet like any other for the receiver's link:
         // a capped sender's probes keep to its grant too (256 senders
