@@ -14,7 +14,6 @@
 //! ```
 
 use crate::error::SimError;
-use crate::report::line_chart;
 use crate::scenario::Scenario;
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -203,6 +202,33 @@ impl Plan {
         out
     }
 
+    /// `scenario name · seeds 1, 2 · transport`: what the sweep runs, for
+    /// its figure (`transport from the grid` when the grid sets it).
+    pub fn describe(&self) -> String {
+        let name = self
+            .scenario(0)
+            .map_or_else(|_| self.base_path.display().to_string(), |s| s.name);
+        let transport = if self.grid.iter().any(|(k, _)| k == "transport.kind") {
+            "transport from the grid".to_string()
+        } else {
+            self.scenario(0)
+                .map_or_else(|_| "metaroce".into(), |s| s.transport.kind)
+        };
+        let seeds = match self.seeds.as_slice() {
+            [one] => format!("seed {one}"),
+            [first, .., last]
+                if self.seeds.len() > 3 && self.seeds.windows(2).all(|w| w[1] == w[0] + 1) =>
+            {
+                format!("seeds {first}–{last}")
+            }
+            all => format!(
+                "seeds {}",
+                all.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
+            ),
+        };
+        format!("{name} · {seeds} · {transport}")
+    }
+
     /// The scenario of point `p`.
     pub fn scenario(&self, p: usize) -> Result<Scenario, SimError> {
         let origin = self.base_path.display().to_string();
@@ -386,8 +412,11 @@ impl SweepResult {
         s
     }
 
-    /// Write `sweep[-i-of-n].json`, `.csv` and a makespan plot into `dir`.
-    pub fn write_to(&self, dir: &Path, shard: Shard) -> std::io::Result<()> {
+    /// Write `sweep[-i-of-n].json`, `.csv` and `.svg` (makespan and FCT
+    /// against the swept parameter, see [`crate::plot::sweep_svg`]) into
+    /// `dir`; `about` is the figure's line on what was swept
+    /// ([`Plan::describe`]).
+    pub fn write_to(&self, dir: &Path, shard: Shard, about: &str) -> std::io::Result<()> {
         std::fs::create_dir_all(dir)?;
         let stem = if shard.count == 1 {
             "sweep".to_string()
@@ -399,20 +428,9 @@ impl SweepResult {
             serde_json::to_string_pretty(self).expect("rows") + "\n",
         )?;
         std::fs::write(dir.join(format!("{stem}.csv")), self.csv())?;
-        let pts: Vec<(f64, f64)> = self
-            .rows
-            .iter()
-            .enumerate()
-            .map(|(i, r)| (i as f64, r.makespan_us))
-            .collect();
         std::fs::write(
             dir.join(format!("{stem}.svg")),
-            line_chart(
-                "Makespan per sweep run",
-                "run (point-major, then seed)",
-                "makespan (us)",
-                &[("makespan".into(), pts)],
-            ),
+            crate::plot::sweep_svg(&self.rows, about)?,
         )?;
         Ok(())
     }

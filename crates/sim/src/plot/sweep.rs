@@ -1,0 +1,263 @@
+//! A sweep: the x axis is the swept parameter (the first grid key with
+//! numeric values, in plan order; else the first with several values, as
+//! categories), and every combination of the other keys' values is its
+//! own line. A line joins only points that differ in x alone: the mean
+//! over seeds, with each seed's value as a dot.
+
+use super::PlotError;
+use super::axis::Axis;
+use super::figure::{Figure, LegendEntry, Line, Panel};
+use super::palette;
+use crate::sweep::Row;
+
+/// Panels per row (one per metric).
+const COLUMNS: usize = 3;
+
+/// A swept log axis when its values span at least this ratio.
+const LOG_X_RATIO: f64 = 10.0;
+
+/// A metric axis goes log when its values span this many decades.
+const LOG_Y_DECADES: f64 = 2.0;
+
+/// The metrics drawn, one panel each: caption, axis title, value.
+const METRICS: [(&str, &str, fn(&Row) -> f64); 3] = [
+    ("makespan", "makespan (µs)", |r| r.makespan_us),
+    ("median FCT", "FCT p50 (µs)", |r| r.fct_p50_us),
+    ("99th percentile FCT", "FCT p99 (µs)", |r| r.fct_p99_us),
+];
+
+/// A grid value as shown: TOML strings without their quotes.
+fn shown(v: &str) -> &str {
+    v.strip_prefix('"')
+        .and_then(|s| s.strip_suffix('"'))
+        .unwrap_or(v)
+}
+
+/// The swept parameter: its index among a row's params, and for each of
+/// its values (in first-seen order) where it sits on the x axis.
+struct XKey {
+    index: Option<usize>,
+    values: Vec<String>,
+    numeric: bool,
+}
+
+impl XKey {
+    fn choose(rows: &[Row]) -> Self {
+        let keys = rows.first().map_or(0, |r| r.params.len());
+        let distinct = |k: usize| {
+            let mut vals: Vec<String> = Vec::new();
+            for r in rows {
+                if let Some((_, v)) = r.params.get(k)
+                    && !vals.contains(v)
+                {
+                    vals.push(v.clone());
+                }
+            }
+            vals
+        };
+        let is_num = |vals: &[String]| vals.iter().all(|v| v.parse::<f64>().is_ok());
+        let numeric = (0..keys).find(|&k| {
+            let v = distinct(k);
+            v.len() >= 2 && is_num(&v)
+        });
+        let index = numeric.or_else(|| (0..keys).find(|&k| distinct(k).len() >= 2));
+        Self {
+            index,
+            values: index.map(distinct).unwrap_or_default(),
+            numeric: numeric.is_some(),
+        }
+    }
+
+    /// Where row `r` sits on the x axis.
+    fn position(&self, r: &Row) -> f64 {
+        let Some(k) = self.index else { return 0.0 };
+        let v = r.params.get(k).map_or("", |(_, v)| v.as_str());
+        if self.numeric {
+            v.parse().unwrap_or(f64::NAN)
+        } else {
+            self.values.iter().position(|x| x == v).unwrap_or(0) as f64
+        }
+    }
+
+    fn axis(&self, rows: &[Row]) -> Axis {
+        let label = self
+            .index
+            .and_then(|k| rows.first()?.params.get(k))
+            .map_or("grid point".to_string(), |(name, _)| name.clone());
+        if self.numeric {
+            let xs: Vec<f64> = self.values.iter().filter_map(|v| v.parse().ok()).collect();
+            let (lo, hi) = xs
+                .iter()
+                .fold((f64::MAX, f64::MIN), |(a, b), &x| (a.min(x), b.max(x)));
+            Axis::at_values(label, &xs, lo > 0.0 && hi / lo >= LOG_X_RATIO)
+        } else if self.values.is_empty() {
+            Axis::categories(label, vec!["base scenario".into()])
+        } else {
+            let names = self.values.iter().map(|v| shown(v).to_string()).collect();
+            Axis::categories(label, names)
+        }
+    }
+}
+
+/// The sweep figure of `rows` (a whole sweep or one shard); `about` says
+/// what was swept (scenario, seeds, transport).
+pub fn sweep_svg(rows: &[Row], about: &str) -> Result<String, PlotError> {
+    let ok: Vec<&Row> = rows.iter().filter(|r| r.error.is_none()).collect();
+    let x = XKey::choose(rows);
+    // Lines: every combination of the other keys' values, first seen first.
+    let others = |r: &Row| -> Vec<String> {
+        r.params
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| Some(*k) != x.index)
+            .map(|(_, (_, v))| shown(v).to_string())
+            .collect()
+    };
+    let mut lines: Vec<Vec<String>> = Vec::new();
+    for r in &ok {
+        let key = others(r);
+        if !lines.contains(&key) {
+            lines.push(key);
+        }
+    }
+    let legend_title = rows.first().map_or(String::new(), |r| {
+        r.params
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| Some(*k) != x.index)
+            .map(|(_, (name, _))| name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    });
+    let mut panels = Vec::new();
+    for (caption, ylabel, metric) in METRICS {
+        let values: Vec<f64> = ok.iter().map(|r| metric(r)).collect();
+        let mut drawn = Vec::new();
+        for (li, key) in lines.iter().enumerate() {
+            let mine: Vec<&&Row> = ok.iter().filter(|r| &others(r) == key).collect();
+            let mut xs: Vec<f64> = mine.iter().map(|r| x.position(r)).collect();
+            xs.sort_by(f64::total_cmp);
+            xs.dedup();
+            let points = xs
+                .iter()
+                .map(|&px| {
+                    let at: Vec<f64> = mine
+                        .iter()
+                        .filter(|r| x.position(r) == px)
+                        .map(|r| metric(r))
+                        .collect();
+                    (px, at.iter().sum::<f64>() / at.len() as f64)
+                })
+                .collect();
+            drawn.push(Line {
+                style: palette::series(li),
+                points,
+                markers: mine.iter().map(|r| (x.position(r), metric(r))).collect(),
+            });
+        }
+        panels.push(Panel {
+            caption: caption.into(),
+            x: x.axis(rows),
+            y: Axis::log_if_spans(ylabel, &values, LOG_Y_DECADES),
+            lines: drawn,
+            empty_note: "no finished points".into(),
+        });
+    }
+    let legend = lines
+        .iter()
+        .enumerate()
+        .map(|(li, key)| LegendEntry {
+            label: if key.is_empty() {
+                "mean over seeds".into()
+            } else {
+                key.join(", ")
+            },
+            style: palette::series(li),
+            marker: true,
+        })
+        .collect();
+    let swept = x
+        .index
+        .and_then(|k| rows.first()?.params.get(k))
+        .map_or("the base scenario".to_string(), |(name, _)| name.clone());
+    Figure {
+        title: format!("Sweep over {swept}"),
+        subtitle: format!("{about} · line: mean over seeds, dots: each seed"),
+        panels,
+        columns: COLUMNS,
+        legend_title,
+        legend,
+    }
+    .render()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plot::assert_texts;
+
+    fn row(point: usize, paths: u32, loss: &str, seed: u64, makespan_us: f64) -> Row {
+        Row {
+            point,
+            params: vec![
+                ("transport.paths".into(), paths.to_string()),
+                ("switch.loss".into(), loss.into()),
+            ],
+            seed,
+            finished: true,
+            makespan_us,
+            fct_p50_us: makespan_us / 4.0,
+            fct_p99_us: makespan_us / 2.0,
+            goodput_gbps: 1.0,
+            busbw_gbs: 0.0,
+            drops: 0,
+            retransmissions: 0,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn one_line_per_other_value_with_x_the_swept_key() {
+        let mut rows = Vec::new();
+        for (p, paths) in [1, 4, 16].into_iter().enumerate() {
+            for (l, loss) in ["0.0", "0.01"].into_iter().enumerate() {
+                for seed in [1, 2] {
+                    let t = 100.0 * f64::from(paths) + 10.0 * l as f64 + seed as f64;
+                    rows.push(row(p * 2 + l, paths, loss, seed, t));
+                }
+            }
+        }
+        let svg = sweep_svg(&rows, "small mix · seeds 1, 2 · metaroce").unwrap();
+        assert_texts(
+            &svg,
+            &[
+                "Sweep over transport.paths",
+                "small mix · seeds 1, 2 · metaroce · line: mean over seeds, dots: each seed",
+                "switch.loss",
+                "0.0",
+                "0.01",
+                "transport.paths",
+                "1",
+                "4",
+                "16",
+                "makespan (µs)",
+                "FCT p99 (µs)",
+            ],
+        );
+        let x = XKey::choose(&rows);
+        assert_eq!(x.index, Some(0));
+        assert!(x.numeric);
+    }
+
+    #[test]
+    fn text_values_are_categories() {
+        let mut rows = vec![row(0, 4, "0.0", 1, 10.0), row(1, 4, "0.0", 1, 20.0)];
+        rows[0].params = vec![("transport.kind".into(), "\"metaroce\"".into())];
+        rows[1].params = vec![("transport.kind".into(), "\"rocev2\"".into())];
+        let svg = sweep_svg(&rows, "x").unwrap();
+        assert_texts(
+            &svg,
+            &["Sweep over transport.kind", "metaroce", "rocev2", "mean over seeds"],
+        );
+    }
+}
