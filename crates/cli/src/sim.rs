@@ -420,7 +420,7 @@ fn sweep(args: &SweepArgs) -> Result<ExitCode, String> {
     }
     print!("{}", result.table());
     result
-        .write_to(&args.out, shard, &plan.describe())
+        .write_to(&plan, &args.out, shard)
         .map_err(|e| format!("{}: {e}", args.out.display()))?;
     println!(
         "{} points in {:.1} s on {threads} threads; wrote {}",

@@ -30,8 +30,12 @@ pub struct Plan {
     pub base_path: PathBuf,
     /// Seeds per point.
     pub seeds: Vec<u64>,
-    /// (dotted key, values) in file order.
+    /// (dotted key, values) in the order the plan's table gives them
+    /// (sorted by key).
     pub grid: Vec<(String, Vec<toml::Value>)>,
+    /// The grid key on the x axis of the sweep's figure (`x_axis`; by
+    /// default the numeric key with the most values).
+    pub x_axis: Option<String>,
 }
 
 /// One slice of a sweep.
@@ -115,8 +119,8 @@ impl Plan {
             SimError::Scenario(format!("{origin}:{line}: {key}: {why}"))
         };
         for k in table.keys() {
-            if !["scenario", "seeds", "grid"].contains(&k.as_str()) {
-                return Err(err(k, "unknown key (expected scenario, seeds, grid)"));
+            if !["scenario", "seeds", "grid", "x_axis"].contains(&k.as_str()) {
+                return Err(err(k, "unknown key (expected scenario, seeds, grid, x_axis)"));
             }
         }
         let scn = table
@@ -173,11 +177,17 @@ impl Plan {
                 grid.push((k.clone(), vals));
             }
         }
+        let x_axis = match table.get("x_axis") {
+            None => None,
+            Some(toml::Value::String(k)) if grid.iter().any(|(g, _)| g == k) => Some(k.clone()),
+            Some(_) => return Err(err("x_axis", "must name one of the [grid] keys")),
+        };
         let plan = Self {
             base,
             base_path,
             seeds,
             grid,
+            x_axis,
         };
         // Check every point builds before running any.
         for p in 0..plan.points() {
@@ -413,10 +423,9 @@ impl SweepResult {
     }
 
     /// Write `sweep[-i-of-n].json`, `.csv` and `.svg` (makespan and FCT
-    /// against the swept parameter, see [`crate::plot::sweep_svg`]) into
-    /// `dir`; `about` is the figure's line on what was swept
-    /// ([`Plan::describe`]).
-    pub fn write_to(&self, dir: &Path, shard: Shard, about: &str) -> std::io::Result<()> {
+    /// against the plan's swept parameter, see [`crate::plot::sweep_svg`])
+    /// into `dir`.
+    pub fn write_to(&self, plan: &Plan, dir: &Path, shard: Shard) -> std::io::Result<()> {
         std::fs::create_dir_all(dir)?;
         let stem = if shard.count == 1 {
             "sweep".to_string()
@@ -430,7 +439,7 @@ impl SweepResult {
         std::fs::write(dir.join(format!("{stem}.csv")), self.csv())?;
         std::fs::write(
             dir.join(format!("{stem}.svg")),
-            crate::plot::sweep_svg(&self.rows, about)?,
+            crate::plot::sweep_svg(&self.rows, plan.x_axis.as_deref(), &plan.describe())?,
         )?;
         Ok(())
     }

@@ -21,6 +21,12 @@ const MIN_TICK_GAP: f64 = 1.0 / 14.0;
 /// the first and last markers are not cut by the frame.
 const VALUE_AXIS_PAD: f64 = 0.06;
 
+/// Ticks from this value up to below [`PLAIN_BELOW`] are written plainly
+/// (`0.005`, `20`, `10000`); an axis with any tick outside writes every
+/// tick as a power of ten.
+const PLAIN_FROM: f64 = 1e-3;
+const PLAIN_BELOW: f64 = 1e5;
+
 /// Mantissa sets for log ticks, coarsest first: decades, then 1-2-5, then
 /// every integer mantissa.
 const LOG_MANTISSAS: [&[f64]; 3] = [
@@ -83,9 +89,10 @@ impl Axis {
         Self::linear(label, 0.0, max)
     }
 
-    /// A log axis over `min..=max` (both > 0), widened to round ticks: whole
-    /// decades when two fall inside the data, else 1-2-5, else every
-    /// mantissa; minor grid lines at 2..9 x 10^k between decades.
+    /// A log axis over `min..=max` (both > 0): ticks at whole decades
+    /// when two fall inside the data, else at 1-2-5 x 10^k, else at every
+    /// mantissa, with light grid lines at the other mantissas; the axis
+    /// ends at the whole mantissas around the data.
     pub(crate) fn log(label: impl Into<String>, min: f64, max: f64) -> Self {
         let (mut min, mut max) = (min, max);
         if !(min.is_finite() && min > 0.0) {
@@ -98,20 +105,23 @@ impl Axis {
         if !(max.is_finite() && max > min) {
             max = min;
         }
-        // The coarsest set with two ticks inside the data (so the axis is
-        // not mostly empty), widened to that set's values around it.
+        // Ticks: the coarsest set with two values inside the data. The
+        // axis ends at the nearest whole mantissas around the data, so
+        // a decade the data does not reach is not drawn.
         let last = LOG_MANTISSAS.len() - 1;
         let pick = (0..last)
             .find(|&i| mantissa_values(min, max, LOG_MANTISSAS[i]).len() >= 2)
             .unwrap_or(last);
-        let set = LOG_MANTISSAS[pick];
-        let (mut lo, mut hi) = (floor_to(min, set), ceil_to(max, set));
-        let major = mantissa_values(lo, hi, set);
-        if major.len() < 2 {
-            // One value on a tick: a decade around it.
-            (lo, hi) = (lo / 10f64.sqrt(), hi * 10f64.sqrt());
+        let (mut lo, mut hi) = (
+            floor_to(min, LOG_MANTISSAS[last]),
+            ceil_to(max, LOG_MANTISSAS[last]),
+        );
+        if hi <= lo * (1.0 + 1e-9) {
+            // One value on a whole mantissa: the mantissas either side.
+            (lo, hi) = (floor_to(lo * 0.99, LOG_MANTISSAS[last]), ceil_to(hi * 1.01, LOG_MANTISSAS[last]));
         }
-        let minor: Vec<f64> = if pick == 0 && (hi / lo).log10() <= 8.0 {
+        let major = mantissa_values(lo, hi, LOG_MANTISSAS[pick]);
+        let minor: Vec<f64> = if pick < last && (hi / lo).log10() <= 8.0 {
             mantissa_values(lo, hi, LOG_MANTISSAS[last])
                 .into_iter()
                 .filter(|v| !major.contains(v))
@@ -212,6 +222,23 @@ impl Axis {
                 String::new()
             };
         }
+        // One notation per axis: powers of ten for every tick if one
+        // needs them (no `10000` beside `10⁵`).
+        let value = |p: f64| match self.scale {
+            Scale::Linear => p,
+            Scale::Log10 => 10f64.powf(p),
+        };
+        let powers = self.major.iter().any(|&m| {
+            let v = value(m).abs();
+            v != 0.0 && !(PLAIN_FROM..PLAIN_BELOW).contains(&(v * (1.0 + 1e-9)))
+        });
+        let v = value(p);
+        if v == 0.0 {
+            return "0".into();
+        }
+        if powers {
+            return format_power(v);
+        }
         match self.scale {
             Scale::Linear => {
                 let step = self
@@ -219,9 +246,9 @@ impl Axis {
                     .windows(2)
                     .map(|w| (w[1] - w[0]).abs())
                     .fold(f64::MAX, f64::min);
-                format_linear(p, if step == f64::MAX { p.abs() } else { step })
+                format_linear(v, if step == f64::MAX { v.abs() } else { step })
             }
-            Scale::Log10 => format_log(10f64.powf(p)),
+            Scale::Log10 => format_log(v),
         }
     }
 }
@@ -315,15 +342,9 @@ fn decimals(step: f64) -> usize {
     }
 }
 
-/// A linear tick: to the precision of its step, trailing zeros dropped
-/// (`0`, `0.5`, `1`); very large or small values as `m×10ⁿ`.
+/// A linear tick in plain notation: to the precision of its step,
+/// trailing zeros dropped (`0.5`, `1`, `1500`).
 fn format_linear(v: f64, step: f64) -> String {
-    if v == 0.0 {
-        return "0".into();
-    }
-    if v.abs() >= 1e6 || v.abs() < 1e-3 {
-        return format_power(v);
-    }
     let s = format!("{:.*}", decimals(step), v);
     if s.contains('.') {
         s.trim_end_matches('0').trim_end_matches('.').to_string()
@@ -332,15 +353,11 @@ fn format_linear(v: f64, step: f64) -> String {
     }
 }
 
-/// A log tick (a round mantissa times a power of ten): plainly between
-/// 0.001 and 99,999, else as `10ⁿ` or `m×10ⁿ`.
+/// A log tick (a round mantissa times a power of ten) in plain notation.
 fn format_log(v: f64) -> String {
     let (m, exp) = mantissa_exp(v);
-    if (-3..5).contains(&exp) {
-        let places = if exp < 0 { (-exp) as usize } else { 0 };
-        return format!("{:.places$}", m * 10f64.powi(exp));
-    }
-    format_power(v)
+    let places = if exp < 0 { (-exp) as usize } else { 0 };
+    format!("{:.places$}", m * 10f64.powi(exp))
 }
 
 /// `v` as `10ⁿ` (mantissa 1) or `m×10ⁿ`.
@@ -442,15 +459,18 @@ mod tests {
     fn log_ticks_are_decades_or_one_two_five() {
         let a = Axis::log("fct", 3.2, 4100.0);
         assert_eq!(a.scale(), Scale::Log10);
-        assert_eq!(labels(&a), ["1", "10", "100", "1000", "10000"]);
+        assert_eq!(labels(&a), ["10", "100", "1000"]);
+        assert_eq!(a.range, 3f64.log10()..5000f64.log10());
         let a = Axis::log("fct", 2.0, 3e6);
-        assert_eq!(labels(&a)[5..], ["10⁵", "10⁶", "10⁷"]);
+        assert_eq!(labels(&a), ["10¹", "10²", "10³", "10⁴", "10⁵", "10⁶"]);
         let a = Axis::log("fct", 31.0, 180.0);
-        assert_eq!(labels(&a), ["20", "50", "100", "200"]);
+        assert_eq!(labels(&a), ["50", "100", "200"]);
         let a = Axis::log("fct", 0.004, 0.03);
-        assert_eq!(labels(&a), ["0.002", "0.005", "0.01", "0.02", "0.05"]);
+        assert_eq!(labels(&a), ["0.005", "0.01", "0.02"]);
         let a = Axis::log("one", 42.0, 42.0);
-        assert!(labels(&a).len() >= 2);
+        assert_eq!(labels(&a), ["40", "50"]);
+        let a = Axis::log("one", 40.0, 40.0);
+        assert_eq!(labels(&a), ["30", "40", "50"]);
     }
 
     #[test]
@@ -459,6 +479,12 @@ mod tests {
         assert_eq!(labels(&a), ["1", "4", "16"]);
         let a = Axis::at_values("loss", &[0.0, 0.001, 0.01, 0.05], false);
         assert_eq!(labels(&a), ["0", "0.01", "0.02", "0.03", "0.04", "0.05"]);
+    }
+
+    #[test]
+    fn an_axis_writes_every_tick_in_one_notation() {
+        let a = Axis::from_zero("bytes", 1.6e6);
+        assert_eq!(labels(&a), ["0", "5×10⁵", "10⁶", "1.5×10⁶", "2×10⁶"]);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! colours, so a reader compares them within a panel on the same axes.
 
 use super::fct_cdf;
-use super::figure::{Figure, LegendEntry, Line, Panel};
+use super::figure::{GRID_PANEL_PX, Figure, LegendEntry, Line, Panel};
 use super::palette;
 use super::timeseries::{self, ByteUnit, TimeUnit};
 use super::{PlotError, RunView};
@@ -114,17 +114,28 @@ pub fn comparison_svg<'a>(runs: &[RunView<'a>]) -> Result<String, PlotError> {
         subtitle,
         panels,
         columns: COLUMNS,
+        panel_px: GRID_PANEL_PX,
         legend_title: "transport".into(),
         legend: runs
             .iter()
-            .map(|r| LegendEntry {
-                label: r.transport.to_string(),
+            .enumerate()
+            .map(|(i, r)| LegendEntry {
+                label: match runs[..i].iter().find(|e| same_run(e, r)) {
+                    Some(e) => format!("{} (same as {})", r.transport, e.transport),
+                    None => r.transport.to_string(),
+                },
                 style: palette::transport(r.transport),
                 marker: false,
             })
             .collect(),
     }
     .render()
+}
+
+/// Whether two runs drew the same figures (IRN is RoCEv2 when nothing is
+/// lost): one's lines lie exactly under the other's, so the legend says so.
+fn same_run(a: &RunView<'_>, b: &RunView<'_>) -> bool {
+    a.fcts == b.fcts && a.series == b.series
 }
 
 #[cfg(test)]
@@ -145,6 +156,8 @@ mod tests {
             queue_max_bytes: vec![("tor_down".into(), vec![0, 30_000, 120_000, 0])],
             links: Vec::new(),
         };
+        let mut other = ts.clone();
+        other.goodput_gbps[1] = 80.0;
         let runs: Vec<RunView<'_>> = ["metaroce", "rocev2", "ib"]
             .into_iter()
             .map(|t| RunView {
@@ -152,7 +165,7 @@ mod tests {
                 seed: 1,
                 transport: t,
                 fcts: &fcts,
-                series: &ts,
+                series: if t == "rocev2" { &other } else { &ts },
             })
             .collect();
         let svg = comparison_svg(&runs).unwrap();
@@ -167,7 +180,7 @@ mod tests {
                 "transport",
                 "metaroce",
                 "rocev2",
-                "ib",
+                "ib (same as metaroce)",
             ],
         );
     }

@@ -10,9 +10,10 @@ use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-/// One panel's size, pixels.
-const PANEL_WIDTH_PX: u32 = 440;
-const PANEL_HEIGHT_PX: u32 = 310;
+/// A figure's only panel (width, height), pixels.
+pub(crate) const ALONE_PANEL_PX: (u32, u32) = (600, 360);
+/// One panel of a grid of them.
+pub(crate) const GRID_PANEL_PX: (u32, u32) = (440, 310);
 /// Height of the title and subtitle above the panels.
 const HEADER_HEIGHT_PX: u32 = 60;
 /// Space right of the legend.
@@ -46,6 +47,8 @@ pub(crate) struct Figure {
     pub(crate) panels: Vec<Panel>,
     /// Panels per row (at most; fewer panels make a narrower figure).
     pub(crate) columns: usize,
+    /// One panel's (width, height), pixels.
+    pub(crate) panel_px: (u32, u32),
     /// Heading of the legend (`workload`, `transport`, `switch.loss`).
     pub(crate) legend_title: String,
     /// Legend entries, top to bottom.
@@ -61,7 +64,8 @@ pub(crate) struct Panel {
     pub(crate) x: Axis,
     /// Vertical axis.
     pub(crate) y: Axis,
-    /// Data, drawn in order.
+    /// Data, drawn last to first so the first (the first legend entry)
+    /// lies on top.
     pub(crate) lines: Vec<Line>,
     /// Shown instead when no line has a point (`no completed flows`).
     pub(crate) empty_note: String,
@@ -129,8 +133,9 @@ impl Figure {
         let legend_w =
             (longest as f64 * LEGEND_CHAR_PX).ceil() as u32 + LEGEND_SWATCH_PX as u32 + 36;
         let legend_h = (self.legend.len() as u32 + 2) * LEGEND_ROW_PX as u32;
-        let plots_w = cols as u32 * PANEL_WIDTH_PX;
-        let body_h = (rows as u32 * PANEL_HEIGHT_PX).max(legend_h);
+        let (panel_w, panel_h) = self.panel_px;
+        let plots_w = cols as u32 * panel_w;
+        let body_h = (rows as u32 * panel_h).max(legend_h);
         let size = (
             plots_w + legend_w + RIGHT_MARGIN_PX,
             HEADER_HEIGHT_PX + body_h,
@@ -157,7 +162,7 @@ impl Figure {
                 ))
                 .map_err(plot_err)?;
             let (plots, legend) = body.split_horizontally(plots_w);
-            let (plots, _) = plots.split_vertically(rows as u32 * PANEL_HEIGHT_PX);
+            let (plots, _) = plots.split_vertically(rows as u32 * panel_h);
             for (panel, area) in self.panels.iter().zip(plots.split_evenly((rows, cols))) {
                 panel.draw(&area)?;
             }
@@ -217,9 +222,9 @@ impl Panel {
             .margin_top(8)
             .margin_right(20)
             .margin_left(4)
-            .margin_bottom(4)
+            .margin_bottom(10)
             .x_label_area_size(46)
-            .y_label_area_size(70);
+            .y_label_area_size(62);
         if !self.caption.is_empty() {
             builder.caption(&self.caption, font(CAPTION_PX));
         }
@@ -251,7 +256,7 @@ impl Panel {
             .map_err(plot_err)?;
         let place = |&(vx, vy): &(f64, f64)| Some((x.position(vx)?, y.position(vy)?));
         let mut drawn = false;
-        for line in &self.lines {
+        for line in self.lines.iter().rev() {
             for run in runs(&line.points, place) {
                 drawn = true;
                 if line.style.dashed {

@@ -1,12 +1,12 @@
-//! A sweep: the x axis is the swept parameter (the first grid key with
-//! numeric values, in plan order; else the first with several values, as
-//! categories), and every combination of the other keys' values is its
-//! own line. A line joins only points that differ in x alone: the mean
-//! over seeds, with each seed's value as a dot.
+//! A sweep: the x axis is the swept parameter (the plan's `x_axis`, else
+//! the grid key with the most numeric values, else the first with
+//! several values, as categories), and every combination of the other
+//! keys' values is its own line. A line joins only points that differ in
+//! x alone: the mean over seeds, with each seed's value as a dot.
 
 use super::PlotError;
 use super::axis::Axis;
-use super::figure::{Figure, LegendEntry, Line, Panel};
+use super::figure::{GRID_PANEL_PX, Figure, LegendEntry, Line, Panel};
 use super::palette;
 use crate::sweep::Row;
 
@@ -42,7 +42,10 @@ struct XKey {
 }
 
 impl XKey {
-    fn choose(rows: &[Row]) -> Self {
+    /// The key named `wanted`, else the numeric key with the most
+    /// distinct values (the first of equals), else the first key with
+    /// several values.
+    fn choose(rows: &[Row], wanted: Option<&str>) -> Self {
         let keys = rows.first().map_or(0, |r| r.params.len());
         let distinct = |k: usize| {
             let mut vals: Vec<String> = Vec::new();
@@ -56,15 +59,28 @@ impl XKey {
             vals
         };
         let is_num = |vals: &[String]| vals.iter().all(|v| v.parse::<f64>().is_ok());
-        let numeric = (0..keys).find(|&k| {
-            let v = distinct(k);
-            v.len() >= 2 && is_num(&v)
+        let named = wanted.and_then(|w| {
+            rows.first()?
+                .params
+                .iter()
+                .position(|(name, _)| name == w)
         });
-        let index = numeric.or_else(|| (0..keys).find(|&k| distinct(k).len() >= 2));
+        let most_numeric = (0..keys)
+            .map(|k| (k, distinct(k)))
+            .filter(|(_, v)| v.len() >= 2 && is_num(v))
+            .fold(None, |best: Option<(usize, usize)>, (k, v)| match best {
+                Some((_, n)) if n >= v.len() => best,
+                _ => Some((k, v.len())),
+            })
+            .map(|(k, _)| k);
+        let index = named
+            .or(most_numeric)
+            .or_else(|| (0..keys).find(|&k| distinct(k).len() >= 2));
+        let values = index.map(distinct).unwrap_or_default();
         Self {
             index,
-            values: index.map(distinct).unwrap_or_default(),
-            numeric: numeric.is_some(),
+            numeric: !values.is_empty() && is_num(&values),
+            values,
         }
     }
 
@@ -99,11 +115,12 @@ impl XKey {
     }
 }
 
-/// The sweep figure of `rows` (a whole sweep or one shard); `about` says
-/// what was swept (scenario, seeds, transport).
-pub fn sweep_svg(rows: &[Row], about: &str) -> Result<String, PlotError> {
+/// The sweep figure of `rows` (a whole sweep or one shard), with grid key
+/// `x_axis` on the x axis (`None`: the numeric key with the most values);
+/// `about` says what was swept (scenario, seeds, transport).
+pub fn sweep_svg(rows: &[Row], x_axis: Option<&str>, about: &str) -> Result<String, PlotError> {
     let ok: Vec<&Row> = rows.iter().filter(|r| r.error.is_none()).collect();
-    let x = XKey::choose(rows);
+    let x = XKey::choose(rows, x_axis);
     // Lines: every combination of the other keys' values, first seen first.
     let others = |r: &Row| -> Vec<String> {
         r.params
@@ -185,6 +202,7 @@ pub fn sweep_svg(rows: &[Row], about: &str) -> Result<String, PlotError> {
         subtitle: format!("{about} · line: mean over seeds, dots: each seed"),
         panels,
         columns: COLUMNS,
+        panel_px: GRID_PANEL_PX,
         legend_title,
         legend,
     }
@@ -227,7 +245,7 @@ mod tests {
                 }
             }
         }
-        let svg = sweep_svg(&rows, "small mix · seeds 1, 2 · metaroce").unwrap();
+        let svg = sweep_svg(&rows, None, "small mix · seeds 1, 2 · metaroce").unwrap();
         assert_texts(
             &svg,
             &[
@@ -244,9 +262,15 @@ mod tests {
                 "FCT p99 (µs)",
             ],
         );
-        let x = XKey::choose(&rows);
+        // Paths has three values, loss two: paths is the x axis...
+        let x = XKey::choose(&rows, None);
         assert_eq!(x.index, Some(0));
         assert!(x.numeric);
+        // ... unless the plan names loss.
+        let x = XKey::choose(&rows, Some("switch.loss"));
+        assert_eq!((x.index, x.values.len()), (Some(1), 2));
+        let svg = sweep_svg(&rows, Some("switch.loss"), "s").unwrap();
+        assert_texts(&svg, &["Sweep over switch.loss", "transport.paths"]);
     }
 
     #[test]
@@ -254,7 +278,7 @@ mod tests {
         let mut rows = vec![row(0, 4, "0.0", 1, 10.0), row(1, 4, "0.0", 1, 20.0)];
         rows[0].params = vec![("transport.kind".into(), "\"metaroce\"".into())];
         rows[1].params = vec![("transport.kind".into(), "\"rocev2\"".into())];
-        let svg = sweep_svg(&rows, "x").unwrap();
+        let svg = sweep_svg(&rows, None, "x").unwrap();
         assert_texts(
             &svg,
             &["Sweep over transport.kind", "metaroce", "rocev2", "mean over seeds"],

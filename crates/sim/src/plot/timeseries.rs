@@ -7,7 +7,7 @@
 //! must not vanish by thinning).
 
 use super::axis::Axis;
-use super::figure::{Figure, LegendEntry, Line, Panel};
+use super::figure::{ALONE_PANEL_PX, Figure, LegendEntry, Line, Panel};
 use super::palette;
 use super::{PlotError, RunView};
 use crate::report::TimeSeries;
@@ -188,6 +188,7 @@ pub fn throughput_svg(run: &RunView<'_>) -> Result<String, PlotError> {
             empty_note: "no samples".into(),
         }],
         columns: 1,
+        panel_px: ALONE_PANEL_PX,
         legend_title: "transport".into(),
         legend: vec![LegendEntry {
             label: run.transport.to_string(),
@@ -243,6 +244,7 @@ pub fn queues_svg(run: &RunView<'_>) -> Result<String, PlotError> {
             empty_note: "no samples".into(),
         }],
         columns: 1,
+        panel_px: ALONE_PANEL_PX,
         legend_title: "link tier".into(),
         legend,
     }
