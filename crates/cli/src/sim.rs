@@ -232,6 +232,12 @@ fn compare(scn: &Scenario, args: &RunArgs) -> Result<ExitCode, String> {
     {
         let runs: Vec<&Outcome> = rows.iter().map(|(_, _, o)| o).collect();
         Outcome::write_comparison(dir, &runs).map_err(|e| format!("{}: {e}", dir.display()))?;
+        println!(
+            "wrote      {}/{{{}}}/ (one run each) and {}/compare.svg",
+            dir.display(),
+            args.transports.join(","),
+            dir.display()
+        );
     }
     println!("scenario   {}", scn.name);
     println!(

@@ -7,6 +7,7 @@
 //! ```toml
 //! scenario = "../scenarios/perm-16.toml"  # relative to the plan
 //! seeds = [1, 2]
+//! x_axis = "transport.paths"  # sweep.svg's x axis (optional)
 //! [grid]
 //! "transport.paths" = [1, 4, 16]
 //! "switch.loss" = [0.0, 0.01]
@@ -120,7 +121,10 @@ impl Plan {
         };
         for k in table.keys() {
             if !["scenario", "seeds", "grid", "x_axis"].contains(&k.as_str()) {
-                return Err(err(k, "unknown key (expected scenario, seeds, grid, x_axis)"));
+                return Err(err(
+                    k,
+                    "unknown key (expected scenario, seeds, grid, x_axis)",
+                ));
             }
         }
         let scn = table
@@ -233,7 +237,10 @@ impl Plan {
             }
             all => format!(
                 "seeds {}",
-                all.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
+                all.iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         };
         format!("{name} · {seeds} · {transport}")

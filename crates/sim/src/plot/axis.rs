@@ -22,10 +22,10 @@ const MIN_TICK_GAP: f64 = 1.0 / 14.0;
 const VALUE_AXIS_PAD: f64 = 0.06;
 
 /// Ticks from this value up to below [`PLAIN_BELOW`] are written plainly
-/// (`0.005`, `20`, `10000`); an axis with any tick outside writes every
+/// (`0.005`, `20`, `500000`); an axis with any tick outside writes every
 /// tick as a power of ten.
 const PLAIN_FROM: f64 = 1e-3;
-const PLAIN_BELOW: f64 = 1e5;
+const PLAIN_BELOW: f64 = 1e6;
 
 /// Mantissa sets for log ticks, coarsest first: decades, then 1-2-5, then
 /// every integer mantissa.
@@ -118,7 +118,10 @@ impl Axis {
         );
         if hi <= lo * (1.0 + 1e-9) {
             // One value on a whole mantissa: the mantissas either side.
-            (lo, hi) = (floor_to(lo * 0.99, LOG_MANTISSAS[last]), ceil_to(hi * 1.01, LOG_MANTISSAS[last]));
+            (lo, hi) = (
+                floor_to(lo * 0.99, LOG_MANTISSAS[last]),
+                ceil_to(hi * 1.01, LOG_MANTISSAS[last]),
+            );
         }
         let major = mantissa_values(lo, hi, LOG_MANTISSAS[pick]);
         let minor: Vec<f64> = if pick < last && (hi / lo).log10() <= 8.0 {
@@ -167,7 +170,10 @@ impl Axis {
             (Some(&lo), Some(&hi)) if hi > lo => (lo, hi),
             _ => return axis,
         };
-        let gap = ticks.windows(2).map(|w| w[1] - w[0]).fold(f64::MAX, f64::min);
+        let gap = ticks
+            .windows(2)
+            .map(|w| w[1] - w[0])
+            .fold(f64::MAX, f64::min);
         if gap >= (hi - lo) * MIN_TICK_GAP {
             let pad = (hi - lo) * VALUE_AXIS_PAD;
             axis.range = lo - pad..hi + pad;
@@ -463,6 +469,8 @@ mod tests {
         assert_eq!(a.range, 3f64.log10()..5000f64.log10());
         let a = Axis::log("fct", 2.0, 3e6);
         assert_eq!(labels(&a), ["10¹", "10²", "10³", "10⁴", "10⁵", "10⁶"]);
+        let a = Axis::log("fct", 2.0, 3e5);
+        assert_eq!(labels(&a), ["10", "100", "1000", "10000", "100000"]);
         let a = Axis::log("fct", 31.0, 180.0);
         assert_eq!(labels(&a), ["50", "100", "200"]);
         let a = Axis::log("fct", 0.004, 0.03);

@@ -4,7 +4,7 @@
 //! colours, so a reader compares them within a panel on the same axes.
 
 use super::fct_cdf;
-use super::figure::{GRID_PANEL_PX, Figure, LegendEntry, Line, Panel};
+use super::figure::{Figure, GRID_PANEL_PX, LegendEntry, Line, Panel};
 use super::palette;
 use super::timeseries::{self, ByteUnit, TimeUnit};
 use super::{PlotError, RunView};

@@ -3,11 +3,11 @@
 //! all-to-all beside a 1 MB all-reduce), and within a group the tail is
 //! what a linear axis squeezes into its last pixels.
 
+use super::PlotError;
 use super::RunView;
 use super::axis::Axis;
 use super::figure::{ALONE_PANEL_PX, Figure, LegendEntry, Line, Panel};
 use super::palette::{self, LineStyle};
-use super::PlotError;
 
 /// Most steps drawn per curve; larger groups keep every flow of their
 /// slowest [`TAIL_POINTS`] and an even sample of the rest.

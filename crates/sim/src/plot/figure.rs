@@ -158,7 +158,9 @@ impl Figure {
                 .draw(&Text::new(
                     self.subtitle.clone(),
                     (centre, 34),
-                    font(SUBTITLE_PX).color(&RGBColor(0x44, 0x44, 0x44)).pos(top),
+                    font(SUBTITLE_PX)
+                        .color(&RGBColor(0x44, 0x44, 0x44))
+                        .pos(top),
                 ))
                 .map_err(plot_err)?;
             let (plots, legend) = body.split_horizontally(plots_w);
@@ -279,10 +281,7 @@ impl Panel {
                 .map_err(plot_err)?;
         }
         if !drawn && !self.empty_note.is_empty() {
-            let mid = (
-                (xr.start + xr.end) / 2.0,
-                (yr.start + yr.end) / 2.0,
-            );
+            let mid = ((xr.start + xr.end) / 2.0, (yr.start + yr.end) / 2.0);
             chart
                 .draw_series(std::iter::once(Text::new(
                     self.empty_note.clone(),

@@ -6,7 +6,7 @@
 
 use super::PlotError;
 use super::axis::Axis;
-use super::figure::{GRID_PANEL_PX, Figure, LegendEntry, Line, Panel};
+use super::figure::{Figure, GRID_PANEL_PX, LegendEntry, Line, Panel};
 use super::palette;
 use crate::sweep::Row;
 
@@ -19,11 +19,30 @@ const LOG_X_RATIO: f64 = 10.0;
 /// A metric axis goes log when its values span this many decades.
 const LOG_Y_DECADES: f64 = 2.0;
 
-/// The metrics drawn, one panel each: caption, axis title, value.
-const METRICS: [(&str, &str, fn(&Row) -> f64); 3] = [
-    ("makespan", "makespan (µs)", |r| r.makespan_us),
-    ("median FCT", "FCT p50 (µs)", |r| r.fct_p50_us),
-    ("99th percentile FCT", "FCT p99 (µs)", |r| r.fct_p99_us),
+/// One metric of a sweep's rows, drawn as one panel.
+struct Metric {
+    caption: &'static str,
+    axis: &'static str,
+    value: fn(&Row) -> f64,
+}
+
+/// The metrics drawn, one panel each.
+const METRICS: [Metric; 3] = [
+    Metric {
+        caption: "makespan",
+        axis: "makespan (µs)",
+        value: |r| r.makespan_us,
+    },
+    Metric {
+        caption: "median FCT",
+        axis: "FCT p50 (µs)",
+        value: |r| r.fct_p50_us,
+    },
+    Metric {
+        caption: "99th percentile FCT",
+        axis: "FCT p99 (µs)",
+        value: |r| r.fct_p99_us,
+    },
 ];
 
 /// A grid value as shown: TOML strings without their quotes.
@@ -59,12 +78,8 @@ impl XKey {
             vals
         };
         let is_num = |vals: &[String]| vals.iter().all(|v| v.parse::<f64>().is_ok());
-        let named = wanted.and_then(|w| {
-            rows.first()?
-                .params
-                .iter()
-                .position(|(name, _)| name == w)
-        });
+        let named =
+            wanted.and_then(|w| rows.first()?.params.iter().position(|(name, _)| name == w));
         let most_numeric = (0..keys)
             .map(|k| (k, distinct(k)))
             .filter(|(_, v)| v.len() >= 2 && is_num(v))
@@ -146,8 +161,18 @@ pub fn sweep_svg(rows: &[Row], x_axis: Option<&str>, about: &str) -> Result<Stri
             .collect::<Vec<_>>()
             .join(", ")
     });
+    // Lines that are transports wear their transport's colour.
+    let style = |li: usize| match (legend_title.as_str(), lines[li].as_slice()) {
+        ("transport.kind", [kind]) => palette::transport(kind),
+        _ => palette::series(li),
+    };
     let mut panels = Vec::new();
-    for (caption, ylabel, metric) in METRICS {
+    for Metric {
+        caption,
+        axis: ylabel,
+        value: metric,
+    } in METRICS
+    {
         let values: Vec<f64> = ok.iter().map(|r| metric(r)).collect();
         let mut drawn = Vec::new();
         for (li, key) in lines.iter().enumerate() {
@@ -167,7 +192,7 @@ pub fn sweep_svg(rows: &[Row], x_axis: Option<&str>, about: &str) -> Result<Stri
                 })
                 .collect();
             drawn.push(Line {
-                style: palette::series(li),
+                style: style(li),
                 points,
                 markers: mine.iter().map(|r| (x.position(r), metric(r))).collect(),
             });
@@ -189,7 +214,7 @@ pub fn sweep_svg(rows: &[Row], x_axis: Option<&str>, about: &str) -> Result<Stri
             } else {
                 key.join(", ")
             },
-            style: palette::series(li),
+            style: style(li),
             marker: true,
         })
         .collect();
@@ -281,7 +306,12 @@ mod tests {
         let svg = sweep_svg(&rows, None, "x").unwrap();
         assert_texts(
             &svg,
-            &["Sweep over transport.kind", "metaroce", "rocev2", "mean over seeds"],
+            &[
+                "Sweep over transport.kind",
+                "metaroce",
+                "rocev2",
+                "mean over seeds",
+            ],
         );
     }
 }

@@ -206,26 +206,25 @@ pub fn queues_svg(run: &RunView<'_>) -> Result<String, PlotError> {
     let time = TimeUnit::for_span_us(span);
     let max = max_queue_bytes(ts);
     let bytes = ByteUnit::for_max_bytes(max);
-    let tiers: Vec<(&str, palette::LineStyle, Vec<(f64, f64)>)> = ts
+    let (lines, legend): (Vec<Line>, Vec<LegendEntry>) = ts
         .queue_max_bytes
         .iter()
         .enumerate()
         .map(|(i, (tier, bins))| {
-            (
-                tier.as_str(),
-                palette::series(i),
-                queue_points(bins, ts.bin_us, time, bytes),
-            )
+            let style = palette::series(i);
+            let line = Line {
+                style,
+                points: queue_points(bins, ts.bin_us, time, bytes),
+                markers: Vec::new(),
+            };
+            let entry = LegendEntry {
+                label: tier.clone(),
+                style,
+                marker: false,
+            };
+            (line, entry)
         })
-        .collect();
-    let legend = tiers
-        .iter()
-        .map(|(tier, style, _)| LegendEntry {
-            label: tier.to_string(),
-            style: *style,
-            marker: false,
-        })
-        .collect();
+        .unzip();
     Figure {
         title: "Largest queue per link tier".into(),
         subtitle: format!("{} · {}", run.about(), bins_note(ts)),
@@ -233,14 +232,7 @@ pub fn queues_svg(run: &RunView<'_>) -> Result<String, PlotError> {
             caption: String::new(),
             x: time.axis(span),
             y: queue_axis(max, bytes),
-            lines: tiers
-                .into_iter()
-                .map(|(_, style, points)| Line {
-                    style,
-                    points,
-                    markers: Vec::new(),
-                })
-                .collect(),
+            lines,
             empty_note: "no samples".into(),
         }],
         columns: 1,
