@@ -45,7 +45,11 @@ pub fn fct_cdf_svg(run: &RunView<'_>) -> Result<String, PlotError> {
 /// A CDF panel with one curve per `(name, style, ascending FCTs in µs)`.
 pub(super) fn panel(caption: String, curves: &[(&str, LineStyle, &[f64])]) -> Panel {
     let all = curves.iter().flat_map(|(_, _, f)| f.iter().copied());
-    let (min, max) = all.fold((f64::MAX, 0.0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    let (min, max) = match all.fold((f64::MAX, 0.0f64), |(lo, hi), v| (lo.min(v), hi.max(v))) {
+        // No completed flow: an empty 1 µs to 1 ms axis under the note.
+        (lo, hi) if lo > hi => (1.0, 1000.0),
+        span => span,
+    };
     Panel {
         caption,
         x: Axis::log("flow completion time (µs)", min, max),
@@ -134,6 +138,33 @@ mod tests {
         // Each curve in its own colour.
         assert!(svg.contains("stroke=\"#1F77B4\""));
         assert!(svg.contains("stroke=\"#FF7F0E\""));
+    }
+
+    #[test]
+    fn a_run_without_completed_flows_still_renders() {
+        let fcts = vec![GroupFcts {
+            name: "incast 4:1".into(),
+            fcts_us: Vec::new(),
+        }];
+        let series = TimeSeries {
+            bin_us: 1.0,
+            goodput_gbps: Vec::new(),
+            queue_max_bytes: Vec::new(),
+            links: Vec::new(),
+        };
+        let run = RunView {
+            scenario: "stuck",
+            seed: 1,
+            transport: "ib",
+            fcts: &fcts,
+            series: &series,
+        };
+        let svg = fct_cdf_svg(&run).unwrap();
+        assert_texts(&svg, &["no completed flows", "incast 4:1 (0 flows)"]);
+        let svg = crate::plot::throughput_svg(&run).unwrap();
+        assert_texts(&svg, &["no samples"]);
+        let svg = crate::plot::queues_svg(&run).unwrap();
+        assert_texts(&svg, &["no samples"]);
     }
 
     #[test]
