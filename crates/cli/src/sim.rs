@@ -70,15 +70,17 @@ struct RunArgs {
     /// Seed [default: the scenario's `seed`].
     #[arg(long)]
     seed: Option<u64>,
-    /// Write results.json, perf.json, timeseries.json, flows.csv and SVG
-    /// plots here (created if missing; checked before the run starts).
+    /// Write results.json, perf.json, timeseries.json, flows.csv and the
+    /// figures fct_cdf.svg, throughput.svg, queues.svg here (created if
+    /// missing; checked before the run starts).
     #[arg(long)]
     out: Option<PathBuf>,
     /// No progress bar.
     #[arg(long, short = 'q')]
     quiet: bool,
     /// Run the scenario once per transport (e.g. `rocev2,irn,ib,metaroce`)
-    /// and print the results side by side.
+    /// and print the results side by side; with --out, each run's files go
+    /// to DIR/TRANSPORT/ and DIR/compare.svg overlays the transports.
     #[arg(long, value_delimiter = ',')]
     transports: Vec<String>,
     /// Exit 0 even if flows are unfinished at the scenario's end time
@@ -224,6 +226,18 @@ fn compare(scn: &Scenario, args: &RunArgs) -> Result<ExitCode, String> {
                 .map_err(|e| format!("{}: {e}", d.display()))?;
         }
         rows.push((t.clone(), baseline_notes(&s), out));
+    }
+    if let Some(dir) = &args.out
+        && rows.len() > 1
+    {
+        let runs: Vec<&Outcome> = rows.iter().map(|(_, _, o)| o).collect();
+        Outcome::write_comparison(dir, &runs).map_err(|e| format!("{}: {e}", dir.display()))?;
+        println!(
+            "wrote      {}/{{{}}}/ (one run each) and {}/compare.svg",
+            dir.display(),
+            args.transports.join(","),
+            dir.display()
+        );
     }
     println!("scenario   {}", scn.name);
     println!(
@@ -412,7 +426,7 @@ fn sweep(args: &SweepArgs) -> Result<ExitCode, String> {
     }
     print!("{}", result.table());
     result
-        .write_to(&args.out, shard)
+        .write_to(&plan, &args.out, shard)
         .map_err(|e| format!("{}: {e}", args.out.display()))?;
     println!(
         "{} points in {:.1} s on {threads} threads; wrote {}",

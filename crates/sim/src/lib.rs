@@ -34,8 +34,10 @@
 //!   | `sim/flow.rs` | driving the workload: channels, starts, completions, triggers |
 //!
 //! - [`event`]: the event list; [`paged`]: the paged vector packets live in;
-//! - [`report`]: results JSON, the summary table, per-flow CSV, SVG plots;
-//!   [`stats`]: histograms and time series;
+//! - [`report`]: results JSON, the summary table, per-flow CSV, the time
+//!   series; [`plot`]: the SVG figures (FCT CDF, goodput, queues, the
+//!   comparison of transports, sweeps); [`stats`]: histograms and time
+//!   series;
 //! - [`time`]: picoseconds ([`Ps`]) and unit conversions;
 //!   [`address`]: the host address plan; [`error`]: [`SimError`].
 //!
@@ -63,6 +65,7 @@ pub mod event;
 pub mod fabric;
 pub mod hostset;
 pub mod paged;
+pub mod plot;
 pub mod report;
 pub mod run;
 pub mod scenario;

@@ -1,5 +1,6 @@
-//! Results: the deterministic summary (JSON, table), per-flow CSV, and
-//! SVG plots (FCT CDF, throughput and queue depth over time).
+//! Results: the deterministic summary (JSON, table), per-flow CSV, the
+//! time series, and the per-group completion times the figures draw
+//! (`plot` draws them).
 
 use crate::sim::{Measurements, Port, base_rtt};
 use crate::stats::sorted_quantile;
@@ -801,201 +802,47 @@ pub fn flows_csv(work: &FlowSet, m: &Measurements) -> String {
     String::from_utf8(w.into_inner().unwrap_or_default()).unwrap_or_default()
 }
 
-// ---------------------------------------------------------------- SVG
-
-const COLORS: [&str; 6] = [
-    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
-];
-
-/// A line chart as a standalone SVG document.
-pub fn line_chart(
-    title: &str,
-    xlabel: &str,
-    ylabel: &str,
-    series: &[(String, Vec<(f64, f64)>)],
-) -> String {
-    let (w, h, l, r, t, b) = (720.0, 420.0, 70.0, 20.0, 40.0, 50.0);
-    let pts = series.iter().flat_map(|(_, p)| p.iter());
-    let (mut x0, mut x1, mut y1) = (f64::MAX, f64::MIN, 0.0f64);
-    for &(x, y) in pts {
-        x0 = x0.min(x);
-        x1 = x1.max(x);
-        y1 = y1.max(y);
-    }
-    if x0 > x1 {
-        (x0, x1) = (0.0, 1.0);
-    }
-    if x1 <= x0 {
-        x1 = x0 + 1.0;
-    }
-    if y1 <= 0.0 {
-        y1 = 1.0;
-    }
-    let sx = |x: f64| l + (x - x0) / (x1 - x0) * (w - l - r);
-    let sy = |y: f64| h - b - y / y1 * (h - t - b);
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
-    let _ = writeln!(
-        s,
-        r#"<text x="{}" y="22" text-anchor="middle" font-size="15">{}</text>"#,
-        w / 2.0,
-        esc(title)
-    );
-    let _ = writeln!(
-        s,
-        r#"<line x1="{l}" y1="{}" x2="{}" y2="{}" stroke="black"/>"#,
-        h - b,
-        w - r,
-        h - b
-    );
-    let _ = writeln!(
-        s,
-        r#"<line x1="{l}" y1="{t}" x2="{l}" y2="{}" stroke="black"/>"#,
-        h - b
-    );
-    for i in 0..=5 {
-        let fx = x0 + (x1 - x0) * f64::from(i) / 5.0;
-        let fy = y1 * f64::from(i) / 5.0;
-        let _ = writeln!(
-            s,
-            r#"<text x="{:.1}" y="{}" text-anchor="middle">{}</text>"#,
-            sx(fx),
-            h - b + 16.0,
-            num(fx)
-        );
-        let _ = writeln!(
-            s,
-            r#"<text x="{}" y="{:.1}" text-anchor="end">{}</text>"#,
-            l - 5.0,
-            sy(fy) + 4.0,
-            num(fy)
-        );
-        let _ = writeln!(
-            s,
-            r##"<line x1="{l}" y1="{:.1}" x2="{}" y2="{:.1}" stroke="#ddd"/>"##,
-            sy(fy),
-            w - r,
-            sy(fy)
-        );
-    }
-    let _ = writeln!(
-        s,
-        r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
-        (l + w - r) / 2.0,
-        h - 12.0,
-        esc(xlabel)
-    );
-    let _ = writeln!(
-        s,
-        r#"<text x="16" y="{}" text-anchor="middle" transform="rotate(-90 16 {})">{}</text>"#,
-        h / 2.0,
-        h / 2.0,
-        esc(ylabel)
-    );
-    for (i, (name, p)) in series.iter().enumerate() {
-        let c = COLORS[i % COLORS.len()];
-        let mut d = String::new();
-        for (j, &(x, y)) in p.iter().enumerate() {
-            let _ = write!(
-                d,
-                "{}{:.1},{:.1} ",
-                if j == 0 { "M" } else { "L" },
-                sx(x),
-                sy(y)
-            );
-        }
-        let _ = writeln!(
-            s,
-            r#"<path d="{d}" fill="none" stroke="{c}" stroke-width="1.5"/>"#
-        );
-        let _ = writeln!(
-            s,
-            r#"<text x="{}" y="{}" fill="{c}">{}</text>"#,
-            l + 10.0,
-            t + 14.0 + 14.0 * i as f64,
-            esc(name)
-        );
-    }
-    s.push_str("</svg>\n");
-    s
+/// Completion times of one workload group, for the FCT figures.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupFcts {
+    /// The group's name (`permutation 16`, `incast 64:1`).
+    pub name: String,
+    /// Completed flows' FCTs (post to data received), µs, ascending.
+    pub fcts_us: Vec<f64>,
 }
 
-fn num(x: f64) -> String {
-    if x.abs() >= 1e6 {
-        format!("{:.1e}", x)
-    } else if x.abs() >= 100.0 || x == 0.0 {
-        format!("{x:.0}")
-    } else {
-        format!("{x:.2}")
-    }
-}
-
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
-
-/// FCT CDF plot.
-pub fn fct_cdf_svg(work: &FlowSet, m: &Measurements) -> String {
-    let mut f: Vec<f64> = work
-        .flows
+/// Every workload group's completion times, in workload order; awaited
+/// flows in no group (none of the built-in workloads leaves any) come
+/// last as `other flows`. Background flows are not awaited and left out.
+pub fn group_fcts(work: &FlowSet, m: &Measurements) -> Vec<GroupFcts> {
+    let mut groups: Vec<GroupFcts> = work
+        .groups
         .iter()
-        .zip(&m.flows)
-        .filter(|(w, _)| !w.background)
-        .filter_map(|(_, r)| Some(ps_to_us(r.received? - r.started?)))
-        .collect();
-    f.sort_by(f64::total_cmp);
-    let n = f.len().max(1) as f64;
-    let step = (f.len() / 2000).max(1);
-    let pts: Vec<(f64, f64)> = f
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| i % step == 0 || *i + 1 == f.len())
-        .map(|(i, &x)| (x, (i + 1) as f64 / n))
-        .collect();
-    line_chart(
-        "Flow completion time CDF",
-        "FCT (us)",
-        "fraction of flows",
-        &[("FCT".into(), pts)],
-    )
-}
-
-/// Goodput over time.
-pub fn throughput_svg(ts: &TimeSeries) -> String {
-    let pts = ts
-        .goodput_gbps
-        .iter()
-        .enumerate()
-        .map(|(i, &g)| (i as f64 * ts.bin_us, g))
-        .collect();
-    line_chart(
-        "Goodput delivered to hosts",
-        "time (us)",
-        "Gb/s",
-        &[("goodput".into(), pts)],
-    )
-}
-
-/// Largest queue per tier over time.
-pub fn queue_svg(ts: &TimeSeries) -> String {
-    let series: Vec<(String, Vec<(f64, f64)>)> = ts
-        .queue_max_bytes
-        .iter()
-        .map(|(l, v)| {
-            (
-                l.clone(),
-                v.iter()
-                    .enumerate()
-                    .map(|(i, &q)| (i as f64 * ts.bin_us, q as f64 / 1e3))
-                    .collect(),
-            )
+        .map(|g| GroupFcts {
+            name: g.name.clone(),
+            fcts_us: Vec::new(),
         })
+        .chain([GroupFcts {
+            name: "other flows".into(),
+            fcts_us: Vec::new(),
+        }])
         .collect();
-    line_chart("Largest queue per tier", "time (us)", "KB", &series)
+    let other = groups.len() - 1;
+    for (f, r) in work.flows.iter().zip(&m.flows) {
+        if f.background {
+            continue;
+        }
+        let (Some(s), Some(rx)) = (r.started, r.received) else {
+            continue;
+        };
+        let g = f.group.map_or(other, |g| (g as usize).min(other));
+        groups[g].fcts_us.push(ps_to_us(rx - s));
+    }
+    if groups[other].fcts_us.is_empty() {
+        groups.pop();
+    }
+    for g in &mut groups {
+        g.fcts_us.sort_by(f64::total_cmp);
+    }
+    groups
 }

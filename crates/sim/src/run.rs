@@ -3,6 +3,7 @@
 use crate::capture::SimCapture;
 use crate::error::SimError;
 use crate::hostset::HostSetConf;
+use crate::plot;
 use crate::report::{self, Results, TimeSeries};
 use crate::scenario::{FailureTarget, Scenario};
 use crate::sim::Sim;
@@ -48,8 +49,8 @@ pub struct Outcome {
     pub series: TimeSeries,
     /// Per-flow CSV.
     pub flows_csv: String,
-    /// FCT CDF plot.
-    pub fct_svg: String,
+    /// Completion times per workload group (for the figures).
+    pub fcts: Vec<report::GroupFcts>,
     /// One row of counters per host (`counters.csv`).
     pub counters_csv: String,
     /// Wall-clock figures.
@@ -275,7 +276,7 @@ fn run_with<F: TransportFactory>(
     results.transport.clone_from(&scn.transport.kind);
     let series = report::time_series(sim.topology(), sim.measurements(), bin_ps);
     let flows_csv = report::flows_csv(sim.workload(), sim.measurements());
-    let fct_svg = report::fct_cdf_svg(sim.workload(), sim.measurements());
+    let fcts = report::group_fcts(sim.workload(), sim.measurements());
     let counters_csv = counters_csv(&sim);
     let rs = run.as_secs_f64();
     let perf = Perf {
@@ -298,7 +299,7 @@ fn run_with<F: TransportFactory>(
         results,
         series,
         flows_csv,
-        fct_svg,
+        fcts,
         counters_csv,
         perf,
     })
@@ -335,8 +336,20 @@ impl Outcome {
         serde_json::to_string_pretty(&self.results).expect("results serialize") + "\n"
     }
 
+    /// What the figures draw from this run.
+    pub fn view(&self) -> plot::RunView<'_> {
+        plot::RunView {
+            scenario: &self.results.scenario,
+            seed: self.results.seed,
+            transport: &self.results.transport,
+            fcts: &self.fcts,
+            series: &self.series,
+        }
+    }
+
     /// Write results.json, perf.json, timeseries.json, flows.csv,
-    /// counters.csv and the three SVG plots into `dir`.
+    /// counters.csv and the three figures (fct_cdf.svg, throughput.svg,
+    /// queues.svg) into `dir`.
     pub fn write_to(&self, dir: &std::path::Path) -> std::io::Result<()> {
         std::fs::create_dir_all(dir)?;
         std::fs::write(dir.join("results.json"), self.results_json())?;
@@ -350,12 +363,19 @@ impl Outcome {
         )?;
         std::fs::write(dir.join("flows.csv"), &self.flows_csv)?;
         std::fs::write(dir.join("counters.csv"), &self.counters_csv)?;
-        std::fs::write(dir.join("fct_cdf.svg"), &self.fct_svg)?;
-        std::fs::write(
-            dir.join("throughput.svg"),
-            report::throughput_svg(&self.series),
-        )?;
-        std::fs::write(dir.join("queues.svg"), report::queue_svg(&self.series))?;
+        let view = self.view();
+        std::fs::write(dir.join("fct_cdf.svg"), plot::fct_cdf_svg(&view)?)?;
+        std::fs::write(dir.join("throughput.svg"), plot::throughput_svg(&view)?)?;
+        std::fs::write(dir.join("queues.svg"), plot::queues_svg(&view)?)?;
+        Ok(())
+    }
+
+    /// Write `compare.svg`, the figure of one scenario under several
+    /// transports (`runs`, one each), into `dir`.
+    pub fn write_comparison(dir: &std::path::Path, runs: &[&Self]) -> std::io::Result<()> {
+        let views: Vec<plot::RunView<'_>> = runs.iter().map(|o| o.view()).collect();
+        std::fs::create_dir_all(dir)?;
+        std::fs::write(dir.join("compare.svg"), plot::comparison_svg(&views)?)?;
         Ok(())
     }
 

@@ -7,6 +7,7 @@
 //! ```toml
 //! scenario = "../scenarios/perm-16.toml"  # relative to the plan
 //! seeds = [1, 2]
+//! x_axis = "transport.paths"  # sweep.svg's x axis (optional)
 //! [grid]
 //! "transport.paths" = [1, 4, 16]
 //! "switch.loss" = [0.0, 0.01]
@@ -14,7 +15,6 @@
 //! ```
 
 use crate::error::SimError;
-use crate::report::line_chart;
 use crate::scenario::Scenario;
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -31,8 +31,12 @@ pub struct Plan {
     pub base_path: PathBuf,
     /// Seeds per point.
     pub seeds: Vec<u64>,
-    /// (dotted key, values) in file order.
+    /// (dotted key, values) in the order the plan's table gives them
+    /// (sorted by key).
     pub grid: Vec<(String, Vec<toml::Value>)>,
+    /// The grid key on the x axis of the sweep's figure (`x_axis`; by
+    /// default the numeric key with the most values).
+    pub x_axis: Option<String>,
 }
 
 /// One slice of a sweep.
@@ -116,8 +120,11 @@ impl Plan {
             SimError::Scenario(format!("{origin}:{line}: {key}: {why}"))
         };
         for k in table.keys() {
-            if !["scenario", "seeds", "grid"].contains(&k.as_str()) {
-                return Err(err(k, "unknown key (expected scenario, seeds, grid)"));
+            if !["scenario", "seeds", "grid", "x_axis"].contains(&k.as_str()) {
+                return Err(err(
+                    k,
+                    "unknown key (expected scenario, seeds, grid, x_axis)",
+                ));
             }
         }
         let scn = table
@@ -174,11 +181,17 @@ impl Plan {
                 grid.push((k.clone(), vals));
             }
         }
+        let x_axis = match table.get("x_axis") {
+            None => None,
+            Some(toml::Value::String(k)) if grid.iter().any(|(g, _)| g == k) => Some(k.clone()),
+            Some(_) => return Err(err("x_axis", "must name one of the [grid] keys")),
+        };
         let plan = Self {
             base,
             base_path,
             seeds,
             grid,
+            x_axis,
         };
         // Check every point builds before running any.
         for p in 0..plan.points() {
@@ -201,6 +214,36 @@ impl Plan {
         }
         out.reverse();
         out
+    }
+
+    /// `scenario name · seeds 1, 2 · transport`: what the sweep runs, for
+    /// its figure (`transport from the grid` when the grid sets it).
+    pub fn describe(&self) -> String {
+        let name = self
+            .scenario(0)
+            .map_or_else(|_| self.base_path.display().to_string(), |s| s.name);
+        let transport = if self.grid.iter().any(|(k, _)| k == "transport.kind") {
+            "transport from the grid".to_string()
+        } else {
+            self.scenario(0)
+                .map_or_else(|_| "metaroce".into(), |s| s.transport.kind)
+        };
+        let seeds = match self.seeds.as_slice() {
+            [one] => format!("seed {one}"),
+            [first, .., last]
+                if self.seeds.len() > 3 && self.seeds.windows(2).all(|w| w[1] == w[0] + 1) =>
+            {
+                format!("seeds {first}–{last}")
+            }
+            all => format!(
+                "seeds {}",
+                all.iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+        format!("{name} · {seeds} · {transport}")
     }
 
     /// The scenario of point `p`.
@@ -386,8 +429,10 @@ impl SweepResult {
         s
     }
 
-    /// Write `sweep[-i-of-n].json`, `.csv` and a makespan plot into `dir`.
-    pub fn write_to(&self, dir: &Path, shard: Shard) -> std::io::Result<()> {
+    /// Write `sweep[-i-of-n].json`, `.csv` and `.svg` (makespan and FCT
+    /// against the plan's swept parameter, see [`crate::plot::sweep_svg`])
+    /// into `dir`.
+    pub fn write_to(&self, plan: &Plan, dir: &Path, shard: Shard) -> std::io::Result<()> {
         std::fs::create_dir_all(dir)?;
         let stem = if shard.count == 1 {
             "sweep".to_string()
@@ -399,20 +444,9 @@ impl SweepResult {
             serde_json::to_string_pretty(self).expect("rows") + "\n",
         )?;
         std::fs::write(dir.join(format!("{stem}.csv")), self.csv())?;
-        let pts: Vec<(f64, f64)> = self
-            .rows
-            .iter()
-            .enumerate()
-            .map(|(i, r)| (i as f64, r.makespan_us))
-            .collect();
         std::fs::write(
             dir.join(format!("{stem}.svg")),
-            line_chart(
-                "Makespan per sweep run",
-                "run (point-major, then seed)",
-                "makespan (us)",
-                &[("makespan".into(), pts)],
-            ),
+            crate::plot::sweep_svg(&self.rows, plan.x_axis.as_deref(), &plan.describe())?,
         )?;
         Ok(())
     }
