@@ -220,3 +220,80 @@ fn incasts_settle_at_once_and_drain_at_line_rate() {
         );
     }
 }
+
+#[test]
+fn a_link_tap_records_what_its_ports_send_lost_or_not_and_changes_nothing() {
+    use metaroce_sim::sim::Sim;
+    use metaroce_sim::transport::metaroce::MetaRoceFactory;
+    use std::cell::Cell;
+    use std::rc::Rc;
+
+    let text = format!(
+        "{FT16}[switch]\nloss = 0.02\n[[workload]]\nkind = \"permutation\"\nbytes = 200000\n"
+    );
+    let scn = Scenario::parse(&text, "t.toml").expect("valid scenario");
+    // One run tapped, one not, from the same scenario and seed.
+    let run_once = |tap: bool| {
+        let built = scn.build(scn.seed).expect("builds");
+        let (tor0, agg0) = (
+            built.topo.find_node("tor0").expect("tor0"),
+            built.topo.find_node("agg0").expect("agg0"),
+        );
+        let factory = MetaRoceFactory::default();
+        let mut sim = Sim::new(
+            built.topo,
+            built.fabric,
+            &factory,
+            built.flows,
+            scn.seed,
+            built.end_ps,
+        )
+        .expect("sim");
+        let seen = Rc::new(Cell::new(0u64));
+        let ce_or_ect = Rc::new(Cell::new(0u64));
+        if tap {
+            let (seen, ce_or_ect) = (Rc::clone(&seen), Rc::clone(&ce_or_ect));
+            sim.tap_links(
+                &[(agg0, tor0)],
+                Box::new(move |p, body| {
+                    seen.set(seen.get() + 1);
+                    ce_or_ect.set(ce_or_ect.get() + u64::from(p.wire.ect));
+                    // Every body turns into a packet the wire crate can emit.
+                    assert!(body.to_repr().wire_len() > 0);
+                }),
+            )
+            .expect("tor0 and agg0 are linked");
+        }
+        sim.run(|_| {}).expect("runs");
+        let link: Vec<_> = sim
+            .ports()
+            .iter()
+            .filter(|p| (p.owner, p.peer) == (tor0, agg0) || (p.owner, p.peer) == (agg0, tor0))
+            .map(|p| p.c)
+            .collect();
+        assert_eq!(link.len(), 2, "both directions");
+        let sent: u64 = link.iter().map(|c| c.tx_packets).sum();
+        let lost: u64 = link.iter().map(|c| c.wire_losses).sum();
+        (
+            seen.get(),
+            ce_or_ect.get(),
+            sent,
+            lost,
+            sim.transport_stats(),
+            sim.now(),
+        )
+    };
+    let (seen, ect, sent, lost, stats, end) = run_once(true);
+    // The tap sits before the wire's loss: it saw every packet the link's
+    // two ports sent, those the wire then lost among them.
+    assert!(lost > 0, "the lossy link lost nothing ({sent} sent)");
+    assert_eq!(seen, sent);
+    assert!(ect > 0, "data packets are ECN-capable");
+    // Tapping draws no random number: the untapped run is the same run.
+    let (none, _, sent_untapped, lost_untapped, stats_untapped, end_untapped) = run_once(false);
+    assert_eq!(none, 0);
+    assert_eq!(
+        (sent_untapped, lost_untapped, stats_untapped, end_untapped),
+        (sent, lost, stats, end)
+    );
+}

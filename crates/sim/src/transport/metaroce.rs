@@ -180,6 +180,21 @@ pub enum MetaRocePacket {
     Ack(CompactAck),
 }
 
+impl MetaRocePacket {
+    /// The core's parsed form of this packet, as its sender emitted it (for
+    /// capture: [`crate::capture::SimCapture::record`]).
+    pub fn to_repr(&self) -> PacketRepr {
+        match self {
+            Self::Data(d) => PacketRepr::Data(d.repr()),
+            Self::Ack(a) => {
+                let mut ack = Box::new(AckRepr::new(a.base));
+                a.fill(&mut ack);
+                PacketRepr::Ack(ack)
+            }
+        }
+    }
+}
+
 /// A data packet's fields, with the op header (rkey, address, immediate:
 /// 40 bytes, the same on every packet of a message) shared by reference:
 /// 48 bytes where the core's `DataRepr` takes 80.
