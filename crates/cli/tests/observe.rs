@@ -248,6 +248,19 @@ fn lossy_perf_transfer_captured_counted_and_decoded() {
             "path {slot}: {out}"
         );
     }
+    // Resends are counted per path, in packets and bytes.
+    let per_path = |suffix: &str| -> u64 {
+        counters
+            .iter()
+            .filter(|(n, _)| n.starts_with("path.") && n.ends_with(suffix))
+            .map(|c| c.1)
+            .sum()
+    };
+    assert!(per_path(".packets_retransmitted") > 0, "{out}");
+    assert!(
+        per_path(".bytes_retransmitted") >= 4096 * per_path(".packets_retransmitted"),
+        "{out}"
+    );
     // The JSON carries the same counters.
     let doc: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
@@ -410,6 +423,61 @@ fn a_failed_perf_run_prints_its_counters() {
             .any(|l| l.starts_with("path.") && l.contains(".rtos ")),
         "{out}"
     );
+}
+
+#[test]
+fn receive_paths_are_counted_where_data_arrives() {
+    // READ: the client's device receives the data, on the server's paths.
+    let (out, err, code) = metaroce(&[
+        "perf",
+        "read-bw",
+        "--loopback",
+        "-p",
+        "0",
+        "-n",
+        "50",
+        "--paths",
+        "4",
+        "--stats",
+    ]);
+    assert_eq!(
+        code,
+        Some(0),
+        "{out}
+{err}"
+    );
+    let sum = |suffix: &str| -> u64 {
+        out.lines()
+            .filter_map(|l| {
+                let mut w = l.split_whitespace();
+                let (n, v) = (w.next()?, w.next()?);
+                (n.starts_with("rxpath.") && n.ends_with(suffix))
+                    .then(|| v.parse::<u64>().ok())
+                    .flatten()
+            })
+            .sum()
+    };
+    let packets = sum(".packets_received");
+    assert!(packets >= 50, "{out}");
+    assert!(sum(".payload_bytes_received") >= 50 * 65_536, "{out}");
+    let value = |name: &str| {
+        out.lines().find_map(|l| {
+            let mut w = l.split_whitespace();
+            (w.next() == Some(name))
+                .then(|| w.next()?.parse::<u64>().ok())
+                .flatten()
+        })
+    };
+    // The receive paths' packets are the connection's (all of them unless
+    // a path was retired: each counts its current generation).
+    let conn = out
+        .lines()
+        .find_map(|l| {
+            let name = l.split_whitespace().next()?;
+            (name.starts_with("conn.") && name.ends_with(".data_packets_received")).then_some(name)
+        })
+        .expect("a connection");
+    assert!(value(conn).is_some_and(|n| n >= packets), "{out}");
 }
 
 /// Packets written, from the `pcap N packets written to FILE` line.

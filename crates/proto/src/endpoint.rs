@@ -1029,6 +1029,7 @@ impl Endpoint {
                     connection: conn.stats(),
                     cc: conn.cc_metrics(),
                     paths: conn.path_stats(),
+                    rx_paths: conn.rx_path_stats(),
                 }
             })
             .collect();
