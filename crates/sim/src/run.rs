@@ -175,6 +175,9 @@ pub fn run_scenario_with(
                 capture: capture.as_ref().map(|(file, _)| file.clone()),
                 ..MetaRoceFactory::default()
             };
+            if let Some(port) = scn.transport.device_port {
+                factory.base.device_port = port;
+            }
             if scn.transport.rto_min_us > 0.0 {
                 factory.base.rto_min_ns = (scn.transport.rto_min_us * 1e3) as u64;
             }

@@ -297,3 +297,53 @@ fn a_link_tap_records_what_its_ports_send_lost_or_not_and_changes_nothing() {
         (sent, lost, stats, end)
     );
 }
+
+#[test]
+fn the_device_port_is_the_scenarios_to_choose() {
+    use metaroce_sim::capture::{CaptureSpec, SimCapture};
+    use metaroce_sim::hostset::HostSetConf;
+    use metaroce_sim::{RunOptions, run_scenario_with};
+
+    let text = format!(
+        "{FT16}[transport]\ndevice_port = 5000\n[[workload]]\nkind = \"permutation\"\nbytes = 20000\n"
+    );
+    let scn = Scenario::parse(&text, "t.toml").expect("valid scenario");
+    let pcap = std::env::temp_dir().join(format!("metaroce-port-{}.pcap", std::process::id()));
+    let file = SimCapture::create(&pcap, 64).expect("capture file");
+    let opts = RunOptions {
+        capture: Some(CaptureSpec {
+            file: file.clone(),
+            hosts: Some(HostSetConf::Spec("0".into())),
+            links: Vec::new(),
+        }),
+    };
+    let o = run_scenario_with(&scn, None, &opts, &mut |_, _, _, _| {}).expect("runs");
+    assert!(o.results.finished);
+    let frames = file.finish().expect("written");
+    let bytes = std::fs::read(&pcap).unwrap();
+    let _ = std::fs::remove_file(&pcap);
+    // Each record: 16 bytes of header, then the frame (snapped to 64 B);
+    // UDP ports at 34..38 (Ethernet 14, IPv4 20). Host 0 talks with its
+    // peers' devices: one end of every datagram is port 5000, the other
+    // one of the path ports just above it.
+    let (mut at, mut seen) = (24, 0);
+    while at < bytes.len() {
+        let caplen = u32::from_le_bytes(bytes[at + 8..at + 12].try_into().unwrap()) as usize;
+        let frame = &bytes[at + 16..at + 16 + caplen];
+        let src = u16::from_be_bytes([frame[34], frame[35]]);
+        let dst = u16::from_be_bytes([frame[36], frame[37]]);
+        assert!(src == 5000 || dst == 5000, "ports {src} -> {dst}");
+        let other = if src == 5000 { dst } else { src };
+        assert!((5001..5000 + 64).contains(&other), "path port {other}");
+        at += 16 + caplen;
+        seen += 1;
+    }
+    assert_eq!(seen, frames);
+    assert!(seen > 0);
+
+    let e = parse_err(&text.replace("device_port = 5000", "device_port = 65500"));
+    assert_eq!(
+        e,
+        "t.toml:9: transport.device_port: must be 1..=65471: the 64 path ports above it must fit in a UDP port"
+    );
+}
