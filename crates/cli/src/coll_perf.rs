@@ -36,7 +36,7 @@ pub(crate) struct CollPerfArgs {
     /// nccl-tests options (-b -e -f -i -n -w -m -c -o -d -r -z -a) and
     /// --ranks N, --hostfile F, --rank R, --impair SPEC, --json FILE,
     /// --mtu N, --paths N, --slots N, --slot-bytes N, --bootstrap-timeout S,
-    /// --poll-us N, --dev-port P, --stats.
+    /// --poll-us N, --dev-port P, --stats, --pcap FILE, --pcap-snaplen N.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
     rest: Vec<String>,
 }
@@ -57,6 +57,10 @@ const METAROCE_USAGE: &str = "\
                               a port given here is used as given: one rank per host)
   --stats                     print every rank's device, connection and path counters (name value lines) on
                               stderr at the end, failed or not (also METAROCE_STATS=1)
+  --pcap <file>               record every datagram each rank's device sends and receives (pcap, nanosecond
+                              timestamps; open with tools/wireshark/metaroce.lua); rank R of a job of several
+                              writes <file> with .rankR before its extension (a.pcap: a.rank0.pcap, ...)
+  --pcap-snaplen <bytes>      bytes kept of each captured frame (default 262144: whole frames)
 ";
 
 /// metaroce's own options of the run.
@@ -75,6 +79,8 @@ struct Extra {
     poll_us: Option<u64>,
     dev_port: Option<u16>,
     stats: bool,
+    pcap: Option<PathBuf>,
+    pcap_snaplen: Option<u32>,
 }
 
 fn split_args(rest: &[String]) -> Result<(Vec<String>, Extra), String> {
@@ -99,6 +105,8 @@ fn split_args(rest: &[String]) -> Result<(Vec<String>, Extra), String> {
             "--bootstrap-timeout",
             "--poll-us",
             "--dev-port",
+            "--pcap",
+            "--pcap-snaplen",
         ];
         if name == "--stats" && inline.is_none() {
             x.stats = true;
@@ -145,11 +153,16 @@ fn split_args(rest: &[String]) -> Result<(Vec<String>, Extra), String> {
                         .map_err(|_| format!("--dev-port {v:?} is not a UDP port (0..=65535)"))?,
                 )
             }
+            "--pcap" => x.pcap = Some(PathBuf::from(&v)),
+            "--pcap-snaplen" => x.pcap_snaplen = Some(small("--pcap-snaplen")?),
             _ => x.bootstrap_timeout_s = Some(num("--bootstrap-timeout")?),
         }
     }
     if x.ranks.is_some_and(|n| n > 1024) {
         return Err("--ranks must be 1..=1024".into());
+    }
+    if x.pcap_snaplen.is_some() && x.pcap.is_none() {
+        return Err("--pcap-snaplen needs --pcap FILE".into());
     }
     if x.mtu.is_some_and(|m| !(256..=65_000).contains(&m)) {
         return Err("--mtu must be 256..=65000".into());
@@ -236,6 +249,18 @@ pub(crate) fn run(args: CollPerfArgs) -> Result<ExitCode, String> {
         cfg.device_port = port;
         cfg.device_port_fallback = false;
     }
+    let pcap = match &extra.pcap {
+        Some(path) => {
+            let path = rank_capture_path(path, job.rank, job.world);
+            let snaplen = extra.pcap_snaplen.unwrap_or(metaroce_udp::DEFAULT_SNAPLEN);
+            let pcap = metaroce_udp::PcapCapture::create(&path, snaplen)
+                .map_err(|e| format!("--pcap {}: {e}", path.display()))?;
+            let pcap = std::sync::Arc::new(pcap);
+            cfg.capture = Some(std::sync::Arc::clone(&pcap) as _);
+            Some((path, pcap))
+        }
+        None => None,
+    };
     let mut comm = connect(&job, &cfg).map_err(|e| e.to_string())?;
     let result = run_rank(&mut comm, collective, &options, &extra);
     let stats =
@@ -258,9 +283,35 @@ pub(crate) fn run(args: CollPerfArgs) -> Result<ExitCode, String> {
         );
     }
     let finished = comm.finish().map_err(|e| e.to_string());
+    if let Some((path, pcap)) = pcap {
+        // `finish` closed the device: every datagram it saw is in the file.
+        let n = pcap
+            .finish()
+            .map_err(|e| format!("--pcap {}: {e}", path.display()))?;
+        eprintln!(
+            "pcap: rank {} wrote {n} packets to {}",
+            job.rank,
+            path.display()
+        );
+    }
     let code = result?;
     finished?;
     Ok(code)
+}
+
+/// Where rank `rank` of a job of `world` ranks writes `--pcap path`: the
+/// path itself for one rank, else with `.rank<R>` before its extension,
+/// so ranks sharing a directory do not overwrite each other.
+fn rank_capture_path(path: &std::path::Path, rank: u32, world: u32) -> PathBuf {
+    if world <= 1 {
+        return path.to_path_buf();
+    }
+    let stem = path.file_stem().unwrap_or_default().to_string_lossy();
+    let name = match path.extension() {
+        Some(ext) => format!("{stem}.rank{rank}.{}", ext.to_string_lossy()),
+        None => format!("{stem}.rank{rank}"),
+    };
+    path.with_file_name(name)
 }
 
 /// Spawns `n` ranks of this very command on 127.0.0.1.

@@ -11,7 +11,7 @@
 //! first event is simulated. A run that reaches its end time with flows
 //! unfinished exits with [`EXIT_UNFINISHED`] unless `--allow-unfinished`.
 
-use metaroce_sim::capture::SimCapture;
+use metaroce_sim::capture::{CaptureSpec, SimCapture, parse_links};
 use metaroce_sim::hostset::HostSetConf;
 use metaroce_sim::sweep::{Plan, Shard, run_plan};
 use metaroce_sim::transport::baseline_notes;
@@ -87,16 +87,23 @@ struct RunArgs {
     /// (otherwise exit 3).
     #[arg(long)]
     allow_unfinished: bool,
-    /// Record the packets the hosts of --pcap-hosts send and receive to
-    /// FILE (pcap: Ethernet/IPv4/UDP frames around MetaRoCE headers, the
-    /// payload zero-filled, simulated nanoseconds as timestamps; open with
+    /// Record the packets the hosts of --pcap-hosts send and receive, and
+    /// those the links of --pcap-links carry, to FILE (pcap:
+    /// Ethernet/IPv4/UDP frames around MetaRoCE headers, the payload
+    /// zero-filled, simulated nanoseconds as timestamps; open with
     /// tools/wireshark/metaroce.lua). MetaRoCE runs only.
     #[arg(long, value_name = "FILE")]
     pcap: Option<PathBuf>,
     /// The captured hosts, as a workload's `hosts` (e.g. `0,5`, `0-7`)
-    /// [default: 0].
+    /// [default: 0, unless --pcap-links is given].
     #[arg(long = "pcap-hosts", value_name = "SET")]
     pcap_hosts: Option<String>,
+    /// The captured links, both directions each, by their ends' node names
+    /// joined by `-` (e.g. `tor0-agg1,h0-tor0`; names as in `[[failure]]`
+    /// and `[[monitor]]`): what each link's ports put on the wire, before
+    /// the wire's loss.
+    #[arg(long = "pcap-links", value_name = "LINKS")]
+    pcap_links: Option<String>,
     /// Bytes kept of each captured frame [default: 262144, whole frames].
     #[arg(long = "pcap-snaplen", value_name = "N")]
     pcap_snaplen: Option<u32>,
@@ -148,8 +155,10 @@ pub(crate) fn run(args: SimArgs) -> Result<ExitCode, String> {
     if let Some(dir) = &args.out {
         prepare_out_dir(dir)?;
     }
-    if args.pcap.is_none() && (args.pcap_hosts.is_some() || args.pcap_snaplen.is_some()) {
-        return Err("--pcap-hosts and --pcap-snaplen need --pcap FILE".into());
+    if args.pcap.is_none()
+        && (args.pcap_hosts.is_some() || args.pcap_links.is_some() || args.pcap_snaplen.is_some())
+    {
+        return Err("--pcap-hosts, --pcap-links and --pcap-snaplen need --pcap FILE".into());
     }
     if args.pcap.is_some() && !args.transports.is_empty() {
         return Err("--pcap records one MetaRoCE run: leave out --transports".into());
@@ -159,7 +168,7 @@ pub(crate) fn run(args: SimArgs) -> Result<ExitCode, String> {
     }
     let opts = run_options(&args)?;
     let out = run_one(&scn, args.seed, args.quiet, &opts);
-    let captured = opts.capture.as_ref().map(|(c, _)| c.finish());
+    let captured = opts.capture.as_ref().map(|c| c.file.finish());
     let out = out?;
     if let (Some(done), Some(path)) = (captured, &args.pcap) {
         let n = done.map_err(|e| format!("--pcap {}: {e}", path.display()))?;
@@ -299,11 +308,20 @@ fn run_options(args: &RunArgs) -> Result<RunOptions, String> {
     if snaplen == 0 {
         return Err("--pcap-snaplen 0: keep at least 1 byte of each frame".into());
     }
-    let hosts = HostSetConf::Spec(args.pcap_hosts.clone().unwrap_or_else(|| "0".into()));
-    let cap =
+    let links = match &args.pcap_links {
+        Some(spec) => parse_links(spec).map_err(|e| format!("--pcap-links: {e}"))?,
+        None => Vec::new(),
+    };
+    // Host 0 when nothing is named, so `--pcap FILE` alone records something.
+    let hosts = match (&args.pcap_hosts, links.is_empty()) {
+        (Some(set), _) => Some(HostSetConf::Spec(set.clone())),
+        (None, true) => Some(HostSetConf::Spec("0".into())),
+        (None, false) => None,
+    };
+    let file =
         SimCapture::create(path, snaplen).map_err(|e| format!("--pcap {}: {e}", path.display()))?;
     Ok(RunOptions {
-        capture: Some((cap, hosts)),
+        capture: Some(CaptureSpec { file, hosts, links }),
     })
 }
 

@@ -97,3 +97,54 @@ fn one_rank_alone_and_lossy_broadcast() {
         "{out}"
     );
 }
+
+#[test]
+fn every_rank_captures_its_own_device() {
+    let dir = std::env::temp_dir().join(format!("coll-perf-pcap-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pcap = dir.join("ring.pcap");
+    let (out, err, code) = coll_perf(&[
+        "all_reduce",
+        "--ranks",
+        "2",
+        "-b",
+        "64K",
+        "-e",
+        "64K",
+        "-n",
+        "2",
+        "--pcap",
+        pcap.to_str().unwrap(),
+        "--pcap-snaplen",
+        "128",
+    ]);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    for rank in 0..2 {
+        let file = dir.join(format!("ring.rank{rank}.pcap"));
+        let line = format!("pcap: rank {rank} wrote ");
+        let written: u64 = err
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(&line)?
+                    .split_whitespace()
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or_else(|| panic!("no capture line for rank {rank}: {err}"));
+        assert!(written > 16, "rank {rank}: {written} packets");
+        let bytes = std::fs::read(&file).unwrap();
+        // pcap (nanosecond magic), snap length 128, Ethernet.
+        assert_eq!(&bytes[..4], &0xa1b2_3c4d_u32.to_le_bytes(), "{file:?}");
+        assert_eq!(u32::from_le_bytes(bytes[16..20].try_into().unwrap()), 128);
+        assert_eq!(u32::from_le_bytes(bytes[20..24].try_into().unwrap()), 1);
+    }
+    assert!(
+        !pcap.exists(),
+        "a job of two ranks writes per-rank files only"
+    );
+    let (_, err, code) = coll_perf(&["all_reduce", "--pcap-snaplen", "64"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--pcap-snaplen needs --pcap FILE"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

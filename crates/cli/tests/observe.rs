@@ -1,10 +1,10 @@
 //! Seeing packets and paths end to end: a lossy `metaroce perf` transfer
 //! captured with `--pcap` and opened by tshark with the Wireshark
 //! dissector (every field named, nothing malformed, resends visible), its
-//! counters as `--stats` lines and in the JSON; the simulator's capture of
-//! chosen hosts and its `counters.csv`; the core's `tracing` spans and
-//! events on stderr with `--log` / `METAROCE_LOG` / `RUST_LOG`, and none
-//! without.
+//! counters as `--stats` lines and in the JSON, and printed when a run
+//! fails too; the simulator's capture of chosen hosts and of chosen links,
+//! and its `counters.csv`; the core's `tracing` spans and events on stderr
+//! with `--log` / `METAROCE_LOG` / `RUST_LOG`, and none without.
 //!
 //! The tshark parts need Debian's `tshark`: without it they print SKIPPED
 //! and pass, unless `METAROCE_REQUIRE_TSHARK=1` (as CI sets), which makes a
@@ -248,6 +248,19 @@ fn lossy_perf_transfer_captured_counted_and_decoded() {
             "path {slot}: {out}"
         );
     }
+    // Resends are counted per path, in packets and bytes.
+    let per_path = |suffix: &str| -> u64 {
+        counters
+            .iter()
+            .filter(|(n, _)| n.starts_with("path.") && n.ends_with(suffix))
+            .map(|c| c.1)
+            .sum()
+    };
+    assert!(per_path(".packets_retransmitted") > 0, "{out}");
+    assert!(
+        per_path(".bytes_retransmitted") >= 4096 * per_path(".packets_retransmitted"),
+        "{out}"
+    );
     // The JSON carries the same counters.
     let doc: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
@@ -368,6 +381,219 @@ fn simulator_captures_chosen_hosts_and_writes_counters_per_host() {
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_file(&pcap);
     let _ = std::fs::remove_file(&scenario);
+}
+
+#[test]
+fn a_failed_perf_run_prints_its_counters() {
+    // Nearly every datagram dropped on receive: the client's WRITE runs out
+    // of retries (short RTOs keep it brief) and the run fails.
+    let (out, err, code) = metaroce(&[
+        "perf",
+        "write-bw",
+        "--loopback",
+        "-p",
+        "0",
+        "-n",
+        "10",
+        "--impair",
+        "loss=0.999,seed=1",
+        "--rto-min-us",
+        "100",
+        "--stats",
+    ]);
+    assert_ne!(code, Some(0), "{out}\n{err}");
+    assert!(err.contains("RetryExcErr"), "{err}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("# counters of the failed device ")),
+        "{out}"
+    );
+    let value = |name: &str| {
+        out.lines().find_map(|l| {
+            let mut w = l.split_whitespace();
+            (w.next() == Some(name))
+                .then(|| w.next()?.parse::<u64>().ok())
+                .flatten()
+        })
+    };
+    assert!(value("rtos").is_some_and(|n| n > 0), "{out}");
+    assert!(value("tx_datagrams").is_some_and(|n| n > 0), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("path.") && l.contains(".rtos ")),
+        "{out}"
+    );
+}
+
+#[test]
+fn receive_paths_are_counted_where_data_arrives() {
+    // READ: the client's device receives the data, on the server's paths.
+    let (out, err, code) = metaroce(&[
+        "perf",
+        "read-bw",
+        "--loopback",
+        "-p",
+        "0",
+        "-n",
+        "50",
+        "--paths",
+        "4",
+        "--stats",
+    ]);
+    assert_eq!(
+        code,
+        Some(0),
+        "{out}
+{err}"
+    );
+    let sum = |suffix: &str| -> u64 {
+        out.lines()
+            .filter_map(|l| {
+                let mut w = l.split_whitespace();
+                let (n, v) = (w.next()?, w.next()?);
+                (n.starts_with("rxpath.") && n.ends_with(suffix))
+                    .then(|| v.parse::<u64>().ok())
+                    .flatten()
+            })
+            .sum()
+    };
+    let packets = sum(".packets_received");
+    assert!(packets >= 50, "{out}");
+    assert!(sum(".payload_bytes_received") >= 50 * 65_536, "{out}");
+    let value = |name: &str| {
+        out.lines().find_map(|l| {
+            let mut w = l.split_whitespace();
+            (w.next() == Some(name))
+                .then(|| w.next()?.parse::<u64>().ok())
+                .flatten()
+        })
+    };
+    // The receive paths' packets are the connection's (all of them unless
+    // a path was retired: each counts its current generation).
+    let conn = out
+        .lines()
+        .find_map(|l| {
+            let name = l.split_whitespace().next()?;
+            (name.starts_with("conn.") && name.ends_with(".data_packets_received")).then_some(name)
+        })
+        .expect("a connection");
+    assert!(value(conn).is_some_and(|n| n >= packets), "{out}");
+}
+
+/// Packets written, from the `pcap N packets written to FILE` line.
+fn packets_written(out: &str) -> usize {
+    out.lines()
+        .find_map(|l| {
+            l.strip_prefix("pcap ")?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no pcap line: {out}"))
+}
+
+#[test]
+fn simulator_captures_chosen_links() {
+    let scenario = temp("links.toml");
+    std::fs::write(
+        &scenario,
+        "name = \"incast 3:1\"\nseed = 3\nend_us = 10000\n\
+         [topology]\nkind = \"star\"\nhosts = 4\nlink_gbps = 100\nlatency_ns = 1000\n\
+         [[workload]]\nkind = \"incast\"\nbytes = 65536\nreceiver = 0\n",
+    )
+    .unwrap();
+    let capture = |pcap: &Path, points: &[&str]| {
+        let args = [
+            &["sim", scenario.to_str().unwrap(), "-q", "--pcap"][..],
+            &[pcap.to_str().unwrap()][..],
+            points,
+        ]
+        .concat();
+        let (out, err, code) = metaroce(&args);
+        assert_eq!(code, Some(0), "{out}\n{err}");
+        packets_written(&out)
+    };
+    // Host 1's own link carries exactly what host 1 sends and receives (no
+    // loss, no trimming here): the link's capture and the host's have the
+    // same packets, and both together twice as many.
+    let on_link = temp("link.pcap");
+    let at_host = temp("host.pcap");
+    let both = temp("both.pcap");
+    let link = capture(&on_link, &["--pcap-links", "h1-switch0"]);
+    let host = capture(&at_host, &["--pcap-hosts", "1"]);
+    let together = capture(&both, &["--pcap-hosts", "1", "--pcap-links", "switch0-h1"]);
+    assert!(link > 16, "{link} packets");
+    assert_eq!(link, host);
+    assert_eq!(together, 2 * link);
+    // Two links: what each carries, in one file.
+    let two = temp("two.pcap");
+    let n = capture(&two, &["--pcap-links", "h1-switch0,h2-switch0"]);
+    let other = capture(&two, &["--pcap-links", "h2-switch0"]);
+    assert_eq!(n, link + other);
+    let n = capture(&two, &["--pcap-links", "h1-switch0,h2-switch0"]);
+
+    if tshark_available() {
+        let text = tshark(
+            &two,
+            &[
+                "-T",
+                "fields",
+                "-e",
+                "ip.src",
+                "-e",
+                "ip.dst",
+                "-e",
+                "metaroce.packet_type",
+                "-e",
+                "_ws.malformed",
+                "-e",
+                "metaroce.icrc.status",
+            ],
+        );
+        let mut frames = 0;
+        for line in text.lines() {
+            let v: Vec<&str> = line.split('\t').collect();
+            // Host i is 10.0.0.(i+1): host 1 or 2 at one end, host 0 (the
+            // incast's receiver) at the other.
+            let ends = [v[0], v[1]];
+            assert!(ends.contains(&"10.0.0.1"), "{line}");
+            assert!(
+                ends.contains(&"10.0.0.2") || ends.contains(&"10.0.0.3"),
+                "{line}"
+            );
+            assert!(v[2] == "1" || v[2] == "2", "{line}");
+            assert!(v[3].is_empty(), "malformed: {line}");
+            assert_eq!(v.get(4).copied(), Some("1"), "ICRC not good: {line}");
+            frames += 1;
+        }
+        assert_eq!(frames, n);
+    }
+
+    // Bad links are bad input: exit 2 and one line saying which.
+    for (links, says) in [
+        ("h1-h2", "--pcap-links: no link h1 - h2"),
+        ("h1-tor9", "--pcap-links: no node named 'tor9'"),
+        ("h1", "--pcap-links: 'h1' is not a link"),
+    ] {
+        let (out, err, code) = metaroce(&[
+            "sim",
+            scenario.to_str().unwrap(),
+            "-q",
+            "--pcap",
+            two.to_str().unwrap(),
+            "--pcap-links",
+            links,
+        ]);
+        assert_eq!(code, Some(2), "{links}: {out}\n{err}");
+        assert!(err.contains(says), "{links}: {err}");
+    }
+    let (_, err, code) = metaroce(&["sim", "--pcap-links", "h1-switch0"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("need --pcap FILE"), "{err}");
+    for f in [&on_link, &at_host, &both, &two, &scenario] {
+        let _ = std::fs::remove_file(f);
+    }
 }
 
 #[test]

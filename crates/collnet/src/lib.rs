@@ -94,6 +94,9 @@ pub struct NetConfig {
     /// never spin. A rank with a core of its own gains latency from a few
     /// tens of microseconds; ranks sharing cores lose by it.
     pub poll_before_sleep: Duration,
+    /// Sees every datagram the rank's device sends and receives (a packet
+    /// capture: `metaroce_udp::PcapCapture`); `None`, the default: none.
+    pub capture: Option<std::sync::Arc<dyn metaroce_udp::CaptureHook>>,
 }
 
 impl Default for NetConfig {
@@ -112,6 +115,7 @@ impl Default for NetConfig {
             bootstrap_timeout: Duration::from_secs(30),
             stall_timeout: Duration::from_secs(60),
             poll_before_sleep: Duration::ZERO,
+            capture: None,
         }
     }
 }

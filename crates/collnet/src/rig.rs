@@ -69,6 +69,7 @@ pub(crate) fn rig(
     dc.gso = cfg.offload;
     dc.gro = cfg.offload;
     dc.busy_poll_ns = cfg.busy_poll_ns;
+    dc.capture.clone_from(&cfg.capture);
     let dev = Device::start(dc)?;
     let depth = queue_depth(cfg.comm.slots);
     let peers = world.saturating_sub(1) as usize;

@@ -93,7 +93,10 @@ fn text(o: &Output) -> String {
 fn fi(cmd: &str) -> Command {
     let mut c = Command::new(cmd);
     c.env("FI_PROVIDER_PATH", provider_dir())
-        .env("FI_LOG_LEVEL", "warn");
+        .env("FI_LOG_LEVEL", "warn")
+        .env_remove("METAROCE_LOG")
+        .env_remove("RUST_LOG")
+        .env_remove("FI_METAROCE_STATS");
     c
 }
 
@@ -158,8 +161,15 @@ fn fi_info_lists_the_provider_its_caps_and_tunables() {
     );
 }
 
-fn pingpong(mode: &str) {
+/// `fi_pingpong` in `mode` between two processes; each side gets its own
+/// extra environment.
+fn pingpong(
+    mode: &str,
+    server_env: &[(&str, &str)],
+    client_env: &[(&str, &str)],
+) -> (String, String) {
     let server = fi("fi_pingpong")
+        .envs(server_env.iter().copied())
         .args([
             "-p", "metaroce", "-e", "rdm", "-m", mode, "-S", "all", "-I", "10", "-c", "-B", "47611",
         ])
@@ -169,7 +179,7 @@ fn pingpong(mode: &str) {
         .expect("start fi_pingpong server");
     std::thread::sleep(Duration::from_millis(500));
     let client = run(
-        fi("fi_pingpong").args([
+        fi("fi_pingpong").envs(client_env.iter().copied()).args([
             "-p",
             "metaroce",
             "-e",
@@ -201,6 +211,7 @@ fn pingpong(mode: &str) {
             .unwrap_or_else(|| panic!("no result for size {size:?}:\n{c}"));
         assert!(line.contains("=10"), "size {size}: {line}");
     }
+    (c, s)
 }
 
 #[test]
@@ -209,7 +220,25 @@ fn fi_pingpong_msg_every_size_with_data_check() {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     if tools(&["fi_pingpong"]) {
-        pingpong("msg");
+        // The core's tracing under libfabric: METAROCE_LOG on the client
+        // shows its connection's events; FI_METAROCE_STATS=1 on the server
+        // its endpoint's counters at close, and nothing of the core's.
+        let (client, server) = pingpong(
+            "msg",
+            &[("FI_METAROCE_STATS", "1")],
+            &[("METAROCE_LOG", "info")],
+        );
+        assert!(
+            client.contains(" INFO ") && client.contains(" metaroce_proto: connection set up"),
+            "client:\n{client}"
+        );
+        assert!(
+            server
+                .lines()
+                .any(|l| l.contains(" metaroce_fi: endpoint ") && l.contains("data packets sent")),
+            "server:\n{server}"
+        );
+        assert!(!server.contains(" metaroce_proto: "), "server:\n{server}");
     }
 }
 
@@ -219,7 +248,7 @@ fn fi_pingpong_tagged_every_size_with_data_check() {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     if tools(&["fi_pingpong"]) {
-        pingpong("tagged");
+        pingpong("tagged", &[], &[]);
     }
 }
 
@@ -306,7 +335,7 @@ fn open_mpi_with_five_percent_receive_loss() {
     );
     let resent: Vec<u64> = t
         .lines()
-        .filter(|l| l.contains("metaroce: endpoint"))
+        .filter(|l| l.contains(" metaroce_fi: endpoint "))
         .filter_map(|l| {
             let (_, rest) = l.split_once(", resent ")?;
             rest.split(',').next()?.trim().parse().ok()

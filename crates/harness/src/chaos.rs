@@ -25,10 +25,12 @@
 //! - state returns to zero: no message is left on any connection, and once
 //!   every QP is destroyed no endpoint holds any connection.
 //!
-//! To study a failing seed: `METAROCE_SEED=<seed> METAROCE_CHAOS_DEBUG=1
-//! cargo test -p metaroce-harness --test chaos chaos_one_seed_from_env`
-//! prints each stream's plan, its completions, the network config and every
-//! device's counters.
+//! To study a failing seed: `metaroce chaos --start <seed> --seeds 1 --log
+//! metaroce_harness=debug` logs each stream's plan, its completions, the
+//! network config and every device's counters as `tracing` events (target
+//! `metaroce_harness`; add `metaroce_proto=debug` for the core's own), to
+//! stderr; any program running [`run_seed`] sees them through its own
+//! subscriber.
 
 use crate::rdma::{QpEnd, RdmaNode, connect_qps, devices, node_ip, poll_all};
 use crate::{Action, FaultConfig, LinkConfig, NetConfig, Network, RunOutcome};
@@ -495,34 +497,31 @@ pub fn run_seed(seed: u64) -> Result<ChaosReport, ChaosFailure> {
         }
         all
     });
-    if std::env::var_os("METAROCE_CHAOS_DEBUG").is_some() {
-        for (k, s) in streams.iter().enumerate() {
-            eprintln!(
-                "stream {k}: {}->{} plan {:?}",
-                s.req.node, s.resp.node, s.plan
-            );
-            eprintln!(
-                "  sends {:?}",
-                s.done_send
-                    .iter()
-                    .map(|w| (w.wr_id, w.status))
-                    .collect::<Vec<_>>()
-            );
-            eprintln!(
-                "  recvs {:?}",
-                s.done_recv
-                    .iter()
-                    .map(|w| (w.wr_id, w.status, w.opcode))
-                    .collect::<Vec<_>>()
-            );
-        }
-        eprintln!(
-            "config: {nodes} nodes, {paths} paths, mtu {mtu}, net {:?}",
-            net.config()
+    // What a failing seed did, for `--log metaroce_harness=debug`: each
+    // stream's plan and completions, the network, every device's counters.
+    // Nothing is formatted unless a subscriber wants it.
+    for (k, s) in streams.iter().enumerate() {
+        tracing::debug!(
+            target: "metaroce_harness",
+            stream = k,
+            from = s.req.node,
+            to = s.resp.node,
+            plan = ?s.plan,
+            sends = ?s.done_send.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+            recvs = ?s.done_recv.iter().map(|w| (w.wr_id, w.status, w.opcode)).collect::<Vec<_>>(),
+            "chaos stream",
         );
-        for (i, n) in net.nodes.iter().enumerate() {
-            eprintln!("node {i}: {:?}", n.ctx.stats());
-        }
+    }
+    tracing::debug!(
+        target: "metaroce_harness",
+        nodes,
+        paths,
+        mtu,
+        net = ?net.config(),
+        "chaos network",
+    );
+    for (i, n) in net.nodes.iter().enumerate() {
+        tracing::debug!(target: "metaroce_harness", node = i, stats = ?n.ctx.stats(), "chaos node counters");
     }
     if !matches!(outcome, RunOutcome::Done { .. }) {
         let got: Vec<_> = streams

@@ -61,6 +61,9 @@ impl SeedGuard {
 impl Drop for SeedGuard {
     fn drop(&mut self) {
         if std::thread::panicking() {
+            // Test support, not library logging: the test harness captures
+            // this line and shows it with the failing test's output. A
+            // `tracing` event would need a subscriber no test installs.
             eprintln!(
                 "{SEED_ENV}={} (set this environment variable to reproduce the failure)",
                 self.seed

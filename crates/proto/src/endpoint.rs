@@ -1059,6 +1059,7 @@ impl Endpoint {
                     connection: conn.stats(),
                     cc: conn.cc_metrics(),
                     paths: conn.path_stats(&self.dev),
+                    rx_paths: conn.rx_path_stats(),
                 }
             })
             .collect();

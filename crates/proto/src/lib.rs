@@ -74,7 +74,7 @@ pub use ecn::Ecn;
 pub use endpoint::{Endpoint, PostError, QpError};
 pub use memory::{AccessFlags, MemoryError, MrHandle, MrInfo};
 pub use packet_repr::{PacketRepr, PacketSlot};
-pub use path::PathStats;
+pub use path::{PathStats, RxPathStats};
 pub use qp::{QpCaps, QpHandle, QpRunState};
 pub use stats::{Counters, EndpointStats, PeerCounters, format_counter_lines};
 pub use transmit::{Layout, PacketKind, PayloadRef, Transmit};

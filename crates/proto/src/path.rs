@@ -109,6 +109,8 @@ pub struct PathStats {
     pub bytes_sent: u64,
     /// Of `packets_sent`, retransmissions (loss, timeout, probes).
     pub packets_retransmitted: u64,
+    /// Of `bytes_sent`, the retransmissions' bytes.
+    pub bytes_retransmitted: u64,
     /// Of `packets_retransmitted`, tail-loss probes.
     pub tail_probes: u64,
     /// Data packets acknowledged.
@@ -133,6 +135,25 @@ pub struct PathStats {
     pub window_bytes: u64,
     /// Snapshot: bytes in flight on it.
     pub inflight_bytes: u64,
+}
+
+/// Counters of one receive path: the peer's path of one slot, as this
+/// side receives it. They count its current generation (a new generation
+/// of the slot starts them again, as its sequence space starts again).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RxPathStats {
+    /// Snapshot: the generation received.
+    pub generation: u16,
+    /// Data packets received (new on the path; duplicates apart), wrapping
+    /// as the ACK's `rx_packets` does.
+    pub packets_received: u32,
+    /// Their payload bytes.
+    pub payload_bytes_received: u64,
+    /// Of them, those that arrived CE marked (the ACK's `ce_packets`).
+    pub ce_marked: u32,
+    /// Data packets that had arrived before on this path (resent when they
+    /// did not need to be).
+    pub duplicates: u64,
 }
 
 /// Initial PSN of a path generation. Both ends compute it, so the receiver

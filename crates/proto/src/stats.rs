@@ -5,7 +5,7 @@
 
 use crate::cc::CcMetrics;
 use crate::connection::ConnectionStats;
-use crate::path::PathStats;
+use crate::path::{PathStats, RxPathStats};
 use std::net::SocketAddr;
 
 /// Counters of an endpoint. Every dropped input is counted under its cause.
@@ -173,6 +173,7 @@ named_counters!(PathStats {
     packets_sent,
     bytes_sent,
     packets_retransmitted,
+    bytes_retransmitted,
     tail_probes,
     packets_acked,
     packets_lost,
@@ -185,6 +186,14 @@ named_counters!(PathStats {
     srtt_ns,
     window_bytes,
     inflight_bytes,
+});
+
+named_counters!(RxPathStats {
+    generation,
+    packets_received,
+    payload_bytes_received,
+    ce_marked,
+    duplicates,
 });
 
 named_counters!(CcMetrics {
@@ -208,6 +217,9 @@ pub struct PeerCounters {
     /// Each path's counters and current state, by slot (empty until the
     /// connection first sends).
     pub paths: Vec<PathStats>,
+    /// Each receive path's counters (the peer's paths toward this side),
+    /// by the peer's slot; `None` for a slot the peer has not sent on.
+    pub rx_paths: Vec<Option<RxPathStats>>,
 }
 
 /// Every counter of an endpoint at one moment: the device's and each open
@@ -224,8 +236,9 @@ pub struct Counters {
 impl Counters {
     /// Labelled lines, the way `ethtool -S` reads: the device's counters
     /// under their own names, then per connection `conn.<peer>.<name>`
-    /// (the controller's as `conn.<peer>.cc_<name>`), then per path
-    /// `path.<peer>.<slot>.<name>`.
+    /// (the controller's as `conn.<peer>.cc_<name>`), then per sending
+    /// path `path.<peer>.<slot>.<name>`, then per receive path (the peer's
+    /// slot) `rxpath.<peer>.<slot>.<name>`.
     pub fn lines(&self) -> Vec<(String, u64)> {
         let mut out: Vec<(String, u64)> = self
             .device
@@ -254,6 +267,17 @@ impl Counters {
                     p.fields()
                         .into_iter()
                         .map(|(n, v)| (format!("path.{peer}.{slot}.{n}"), v)),
+                );
+            }
+        }
+        for c in &self.connections {
+            let peer = c.peer;
+            for (slot, rx) in c.rx_paths.iter().enumerate() {
+                let Some(rx) = rx else { continue };
+                out.extend(
+                    rx.fields()
+                        .into_iter()
+                        .map(|(n, v)| (format!("rxpath.{peer}.{slot}.{n}"), v)),
                 );
             }
         }
@@ -293,6 +317,8 @@ mod tests {
         all_listed(&format!("{c:?}"), &c.fields());
         let p = PathStats::default();
         all_listed(&format!("{p:?}"), &p.fields());
+        let r = RxPathStats::default();
+        all_listed(&format!("{r:?}"), &r.fields());
         let m = CcMetrics::default();
         // connection_window is the connection's window_bytes already.
         assert_eq!(format!("{m:?}").matches(": ").count(), m.fields().len() + 1);
@@ -320,6 +346,13 @@ mod tests {
                         ..PathStats::default()
                     },
                 ],
+                rx_paths: vec![
+                    None,
+                    Some(RxPathStats {
+                        packets_received: 5,
+                        ..RxPathStats::default()
+                    }),
+                ],
             }],
         };
         let lines = counters.lines();
@@ -328,6 +361,8 @@ mod tests {
         assert_eq!(get("conn.10.0.0.2:4793.rtos"), Some(3));
         assert_eq!(get("path.10.0.0.2:4793.1.rtos"), Some(2));
         assert_eq!(get("conn.10.0.0.2:4793.cc_ecn_reductions"), Some(0));
+        assert_eq!(get("rxpath.10.0.0.2:4793.1.packets_received"), Some(5));
+        assert!(get("rxpath.10.0.0.2:4793.0.packets_received").is_none());
         let text = format_counter_lines(&lines);
         assert!(
             text.lines().all(|l| l.split_whitespace().count() == 2),

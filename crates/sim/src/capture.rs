@@ -1,24 +1,68 @@
-//! Packet capture of chosen simulated hosts (`metaroce sim --pcap FILE
-//! --pcap-hosts 0,5`).
+//! Packet capture of chosen simulated hosts and links (`metaroce sim
+//! --pcap FILE --pcap-hosts 0,5 --pcap-links tor0-agg1`).
 //!
 //! The simulator carries packets as parsed headers, not bytes. A captured
-//! host's packets are emitted with the wire crate into the datagram they
-//! stand for (headers as sent, the payload zero-filled to its length, the
-//! ICRC over that; an authenticated packet's trailer left zero, as the
-//! simulator holds no keys) and written as Ethernet/IPv4/UDP frames with
-//! the simulated time in nanoseconds as timestamp. A host records what its
-//! NIC puts on the wire and what reaches it; a packet between two captured
-//! hosts appears twice, once as each saw it, as in two merged taps.
-//! Packets a switch trimmed (MetaRoCE drops them) are not recorded.
+//! packet is emitted with the wire crate into the datagram it stands for
+//! (headers as sent, the payload zero-filled to its length, the ICRC over
+//! that; an authenticated packet's trailer left zero, as the simulator
+//! holds no keys) and written as an Ethernet/IPv4/UDP frame with the
+//! simulated time in nanoseconds as timestamp.
 //!
-//! Writing costs a frame build per recorded packet; hosts not chosen pay
-//! one `Option` test per packet.
+//! A captured host records what its NIC puts on the wire and what reaches
+//! it; a captured link records, in both directions, what its ports put on
+//! the wire (after the switch's ECN mark, before the wire's loss:
+//! `sim/tap.rs`). A packet seen at several capture points appears once per
+//! point, as in merged taps: between two captured hosts twice, and once
+//! more for every captured link on its route. Packets a switch trimmed
+//! (MetaRoCE drops them) are not recorded.
+//!
+//! Writing costs a frame build per recorded packet; hosts and links not
+//! chosen pay one `Option` test per packet.
 
+use crate::address::host_ip;
+use crate::hostset::HostSetConf;
+use crate::sim::{TapRecorder, TappedPacket};
+use crate::time::ps_to_ns;
+use crate::transport::metaroce::MetaRocePacket;
 use metaroce_capture::{CaptureError, PcapWriter};
 use metaroce_proto::{Ecn, PacketRepr};
 use std::net::{SocketAddr, SocketAddrV4};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
+
+/// What a run captures, and into which file.
+#[derive(Debug, Clone)]
+pub struct CaptureSpec {
+    /// The capture file.
+    pub file: SimCapture,
+    /// The captured hosts (a host-set spec as in a workload's `hosts`,
+    /// resolved against the built topology); `None`: no host.
+    pub hosts: Option<HostSetConf>,
+    /// The captured links, each by the names of its two ends (`tor0`,
+    /// `agg1`, `h3`; see `Topology::node_name`), both directions each.
+    pub links: Vec<(String, String)>,
+}
+
+/// Parse `--pcap-links`: comma-separated links, each its two ends' node
+/// names joined by `-` (`tor0-agg1,h0-tor0`; node names hold no `-`).
+/// Names are checked against the topology when the run is built.
+pub fn parse_links(spec: &str) -> Result<Vec<(String, String)>, String> {
+    let mut links = Vec::new();
+    for part in spec.split(',') {
+        let part = part.trim();
+        let ends = part
+            .split_once('-')
+            .map(|(a, b)| (a.trim(), b.trim()))
+            .filter(|(a, b)| !a.is_empty() && !b.is_empty() && !b.contains('-'));
+        let Some((a, b)) = ends else {
+            return Err(format!(
+                "'{part}' is not a link: give its two ends' names joined by '-', e.g. tor0-agg1 or h0-tor0"
+            ));
+        };
+        links.push((a.to_owned(), b.to_owned()));
+    }
+    Ok(links)
+}
 
 /// A capture file shared by the captured hosts of one run.
 #[derive(Clone)]
@@ -120,6 +164,24 @@ impl SimCapture {
         }
     }
 
+    /// A recorder for [`Sim::tap_links`](crate::sim::Sim::tap_links) that
+    /// writes every tapped MetaRoCE packet into this capture.
+    pub fn link_recorder(&self) -> TapRecorder<MetaRocePacket> {
+        let file = self.clone();
+        Box::new(move |t: TappedPacket<'_>, body: &MetaRocePacket| {
+            let src = SocketAddr::new(host_ip(t.src_host), t.wire.src_port);
+            let dst = SocketAddr::new(host_ip(t.wire.dst), t.wire.dst_port);
+            let ecn = if t.wire.ce {
+                Ecn::Ce
+            } else if t.wire.ect {
+                Ecn::Ect0
+            } else {
+                Ecn::NotEct
+            };
+            file.record(ps_to_ns(t.at), src, dst, ecn, &body.to_repr());
+        })
+    }
+
     /// Flush and close the file; returns the packets written or the first
     /// error.
     pub fn finish(&self) -> Result<u64, CaptureError> {
@@ -135,6 +197,24 @@ impl SimCapture {
                 Ok(n)
             }
             None => Ok(0),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_links;
+
+    #[test]
+    fn links_are_two_names_joined_by_a_dash() {
+        let own = |a: &str, b: &str| (a.to_owned(), b.to_owned());
+        assert_eq!(
+            parse_links("tor0-agg1, h3-p1.tor0").unwrap(),
+            vec![own("tor0", "agg1"), own("h3", "p1.tor0")]
+        );
+        for bad in ["tor0", "tor0-", "-agg1", "a-b-c", "tor0-agg1,"] {
+            let e = parse_links(bad).unwrap_err();
+            assert!(e.contains("is not a link"), "{bad}: {e}");
         }
     }
 }

@@ -32,6 +32,7 @@
 //!   | `sim/routing.rs` | up-down routes, ECMP / adaptive choice, re-convergence |
 //!   | `sim/failure.rs` | link and switch failures and recoveries |
 //!   | `sim/flow.rs` | driving the workload: channels, starts, completions, triggers |
+//!   | `sim/tap.rs` | packet capture on chosen links |
 //!
 //! - [`event`]: the event list; [`paged`]: the paged vector packets live in;
 //! - [`report`]: results JSON, the summary table, per-flow CSV, the time

@@ -1,16 +1,17 @@
 //! Running a scenario end to end: build, simulate, report.
 
-use crate::capture::SimCapture;
+use crate::capture::CaptureSpec;
 use crate::error::SimError;
-use crate::hostset::HostSetConf;
 use crate::plot;
 use crate::report::{self, Results, TimeSeries};
 use crate::scenario::{FailureTarget, Scenario};
 use crate::sim::Sim;
+use crate::sim::TapRecorder;
 use crate::time::{Ps, ps_to_us};
-use crate::transport::TransportFactory;
+use crate::topology::NodeRef;
 use crate::transport::knobs;
 use crate::transport::metaroce::MetaRoceFactory;
+use crate::transport::{Transport, TransportFactory};
 use metaroce_proto::EndpointConfig;
 use metaroce_proto::cc::MetaRoceParams;
 use std::time::{Duration, Instant};
@@ -75,10 +76,9 @@ pub type ProgressFn<'a> = &'a mut dyn FnMut(f64, usize, usize, u64);
 /// What a run does besides simulating its scenario.
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {
-    /// Record the packets of the hosts of this set (a host-set spec as in a
-    /// workload's `hosts`, resolved against the built topology) into this
-    /// capture. MetaRoCE hosts only.
-    pub capture: Option<(SimCapture, HostSetConf)>,
+    /// Record the packets of these hosts and links into a capture file.
+    /// MetaRoCE runs only.
+    pub capture: Option<CaptureSpec>,
 }
 
 /// Run `scn` with `seed` (the scenario's own if `None`).
@@ -108,12 +108,25 @@ pub fn run_scenario_with(
                 scn.transport.kind
             )));
         }
-        Some((cap, hosts)) => {
-            let set = hosts
-                .resolve(built.topo.hosts, seed)
-                .map_err(|e| SimError::Scenario(format!("--pcap-hosts: {e}")))?;
-            cap.set_hosts(&set);
-            Some(cap.clone())
+        Some(spec) => {
+            let set = match &spec.hosts {
+                Some(hosts) => hosts
+                    .resolve(built.topo.hosts, seed)
+                    .map_err(|e| SimError::Scenario(format!("--pcap-hosts: {e}")))?,
+                None => Vec::new(),
+            };
+            spec.file.set_hosts(&set);
+            let find = |name: &str| {
+                built.topo.find_node(name).ok_or_else(|| {
+                    SimError::Scenario(format!("--pcap-links: no node named '{name}'"))
+                })
+            };
+            let links = spec
+                .links
+                .iter()
+                .map(|(a, b)| Ok((find(a)?, find(b)?)))
+                .collect::<Result<Vec<_>, SimError>>()?;
+            Some((spec.file.clone(), links))
         }
     };
     let tc = &scn.transport;
@@ -128,14 +141,14 @@ pub fn run_scenario_with(
         "rocev2" => {
             let mut f = crate::transport::rocev2::factory(tc.mtu_bytes, tc.qps, tc.dcqcn);
             rc_knobs(&mut f);
-            run_with(scn, built, &f, None, seed, t0, progress)
+            run_with(scn, built, &f, None, None, seed, t0, progress)
         }
         "irn" => {
             // IRN runs without PFC (its point): the fabric drops on overflow.
             built.fabric.pfc = None;
             let mut f = crate::transport::irn::factory(tc.mtu_bytes, tc.qps, tc.dcqcn);
             rc_knobs(&mut f);
-            run_with(scn, built, &f, None, seed, t0, progress)
+            run_with(scn, built, &f, None, None, seed, t0, progress)
         }
         "ib" => {
             // InfiniBand's own link layer: credits instead of PFC, per-packet
@@ -154,15 +167,18 @@ pub fn run_scenario_with(
             knobs::apply_all(knobs::IB_KNOBS, &mut credit, &knobs);
             let mut f = crate::transport::ib::factory(tc.mtu_bytes, tc.qps);
             rc_knobs(&mut f);
-            run_with(scn, built, &f, Some(credit), seed, t0, progress)
+            run_with(scn, built, &f, Some(credit), None, seed, t0, progress)
         }
         _ => {
             let mut factory = MetaRoceFactory {
                 paths: scn.transport.paths,
                 mtu_payload_bytes: scn.transport.mtu_bytes,
-                capture,
+                capture: capture.as_ref().map(|(file, _)| file.clone()),
                 ..MetaRoceFactory::default()
             };
+            if let Some(port) = scn.transport.device_port {
+                factory.base.device_port = port;
+            }
             if scn.transport.rto_min_us > 0.0 {
                 factory.base.rto_min_ns = (scn.transport.rto_min_us * 1e3) as u64;
             }
@@ -178,7 +194,10 @@ pub fn run_scenario_with(
                     _ => {}
                 }
             }
-            run_with(scn, built, &factory, None, seed, t0, progress)
+            let tap = capture
+                .filter(|(_, links)| !links.is_empty())
+                .map(|(file, links)| (links, file.link_recorder()));
+            run_with(scn, built, &factory, None, tap, seed, t0, progress)
         }
     }
 }
@@ -188,7 +207,7 @@ pub fn run_scenario_with(
 /// (duplicates). A host pair carrying several groups' flows is counted
 /// under the first of them.
 fn extras<F: TransportFactory>(sim: &Sim<F>) -> report::RunExtras {
-    use crate::transport::{PairStats, Transport};
+    use crate::transport::PairStats;
     let work = sim.workload();
     let mut seen = std::collections::HashSet::new();
     let mut group_pairs = vec![PairStats::default(); work.groups.len()];
@@ -207,11 +226,19 @@ fn extras<F: TransportFactory>(sim: &Sim<F>) -> report::RunExtras {
     report::RunExtras { group_pairs }
 }
 
+/// The links a run taps and what their packets are handed to.
+type LinkTapConf<F> = (
+    Vec<(NodeRef, NodeRef)>,
+    TapRecorder<<<F as TransportFactory>::Host as Transport>::Packet>,
+);
+
+#[allow(clippy::too_many_arguments)]
 fn run_with<F: TransportFactory>(
     scn: &Scenario,
     built: crate::scenario::Built,
     factory: &F,
     credit: Option<crate::sim::CreditConfig>,
+    tap: Option<LinkTapConf<F>>,
     seed: u64,
     t0: Instant,
     progress: ProgressFn<'_>,
@@ -238,6 +265,10 @@ fn run_with<F: TransportFactory>(
     }
     for &(a, b) in &built.monitors {
         sim.monitor_link(a, b)?;
+    }
+    if let Some((links, record)) = tap {
+        sim.tap_links(&links, record)
+            .map_err(|e| SimError::Scenario(format!("--pcap-links: {e}")))?;
     }
     // Every incast's bottleneck: the link(s) into its receiver.
     let receivers: Vec<(usize, u32)> = sim
@@ -308,7 +339,6 @@ fn run_with<F: TransportFactory>(
 /// `counters.csv`: a header `host,<counter names>` and one row per host.
 /// Built once at the end, a few hundred bytes a host.
 fn counters_csv<F: TransportFactory>(sim: &Sim<F>) -> String {
-    use crate::transport::Transport;
     use std::fmt::Write as _;
     let mut out = String::new();
     for h in 0..sim.topology().hosts {

@@ -286,6 +286,11 @@ pub struct TransportConf {
     /// Minimum RTO, µs.
     #[serde(default)]
     pub rto_min_us: f64,
+    /// MetaRoCE hosts' UDP device port (paths send from the ports above
+    /// it); absent: MetaRoCE's default, 4793. It enters every ECMP hash,
+    /// and captures show it (the dissector's port preference follows it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_port: Option<u16>,
     /// Every other key: a tunable of one of the transports, by name
     /// (`transport::knobs`; e.g. `ack_delay_ns`, `ecn_gain`,
     /// `dcqcn_timer_us`, `ib_credit_bytes`). Checked when the file is read.
@@ -761,6 +766,24 @@ impl Scenario {
             ep.path_port_span = ep.path_port_span.max(ep.paths_per_connection as u16);
             if let Err(e) = ep.validate() {
                 return bad(&format!("transport.{}", e.field), e.reason);
+            }
+            if let Some(port) = self.transport.device_port {
+                // The hosts draw paths from the span above the port (at
+                // least two ports per path: see MetaRoceFactory::host).
+                let paths = values
+                    .iter()
+                    .find(|(k, _)| k == "paths_per_connection")
+                    .map_or(self.transport.paths, |(_, v)| *v as usize);
+                let span = u32::from(ep.path_port_span).max(2 * paths as u32);
+                if port == 0 || u32::from(port) + span > u32::from(u16::MAX) {
+                    return bad(
+                        "transport.device_port",
+                        &format!(
+                            "must be 1..={}: the {span} path ports above it must fit in a UDP port",
+                            u32::from(u16::MAX) - span
+                        ),
+                    );
+                }
             }
         }
         let positive = |t: f64| t > 0.0 && t.is_finite();

@@ -7,7 +7,7 @@
 //! `sim/` of `impl Sim` blocks over this arena (the crate docs map which
 //! file holds which): `host.rs`, `packet.rs`, `port.rs`, `pipe.rs`,
 //! `switch.rs`, `pfc.rs`, `credit.rs`, `routing.rs`, `failure.rs`,
-//! `flow.rs`. The event loop ([`Sim::run`]) hands each event to its
+//! `flow.rs`, `tap.rs`. The event loop ([`Sim::run`]) hands each event to its
 //! element; a packet goes `host_pull` → `tx_start` / `tx_done` →
 //! `pipe_enter` / `pipe_arrive` → `switch_receive` → (port and pipe again,
 //! hop by hop) → `host_receive`.
@@ -26,11 +26,13 @@ mod pipe;
 mod port;
 mod routing;
 mod switch;
+mod tap;
 
 pub use credit::{CreditConfig, credit_loop_bytes};
 pub use loss::{FailedPart, FailureRecord, LossCause, LossCounts};
 pub use port::{Port, PortCounters};
 pub use switch::TRIM_BYTES;
+pub use tap::{TapRecorder, TappedPacket};
 
 use crate::error::SimError;
 use crate::event::{EventKind, EventQueue};
@@ -172,6 +174,8 @@ pub struct Sim<F: TransportFactory> {
     leaves: usize,
     /// A re-convergence already scheduled at this time.
     reconverge_at: Option<Ps>,
+    /// Packet capture on chosen links ([`Sim::tap_links`]); `None`: none.
+    tap: Option<tap::LinkTap<<F::Host as Transport>::Packet>>,
 }
 
 impl<F: TransportFactory> Sim<F> {
@@ -229,6 +233,7 @@ impl<F: TransportFactory> Sim<F> {
             reach: Vec::new(),
             leaves: 0,
             reconverge_at: None,
+            tap: None,
             topo,
         };
         sim.port_failure = vec![u32::MAX; sim.ports.len()];

@@ -220,3 +220,130 @@ fn incasts_settle_at_once_and_drain_at_line_rate() {
         );
     }
 }
+
+#[test]
+fn a_link_tap_records_what_its_ports_send_lost_or_not_and_changes_nothing() {
+    use metaroce_sim::sim::Sim;
+    use metaroce_sim::transport::metaroce::MetaRoceFactory;
+    use std::cell::Cell;
+    use std::rc::Rc;
+
+    let text = format!(
+        "{FT16}[switch]\nloss = 0.02\n[[workload]]\nkind = \"permutation\"\nbytes = 200000\n"
+    );
+    let scn = Scenario::parse(&text, "t.toml").expect("valid scenario");
+    // One run tapped, one not, from the same scenario and seed.
+    let run_once = |tap: bool| {
+        let built = scn.build(scn.seed).expect("builds");
+        let (tor0, agg0) = (
+            built.topo.find_node("tor0").expect("tor0"),
+            built.topo.find_node("agg0").expect("agg0"),
+        );
+        let factory = MetaRoceFactory::default();
+        let mut sim = Sim::new(
+            built.topo,
+            built.fabric,
+            &factory,
+            built.flows,
+            scn.seed,
+            built.end_ps,
+        )
+        .expect("sim");
+        let seen = Rc::new(Cell::new(0u64));
+        let ce_or_ect = Rc::new(Cell::new(0u64));
+        if tap {
+            let (seen, ce_or_ect) = (Rc::clone(&seen), Rc::clone(&ce_or_ect));
+            sim.tap_links(
+                &[(agg0, tor0)],
+                Box::new(move |p, body| {
+                    seen.set(seen.get() + 1);
+                    ce_or_ect.set(ce_or_ect.get() + u64::from(p.wire.ect));
+                    // Every body turns into a packet the wire crate can emit.
+                    assert!(body.to_repr().wire_len() > 0);
+                }),
+            )
+            .expect("tor0 and agg0 are linked");
+        }
+        sim.run(|_| {}).expect("runs");
+        let link: Vec<_> = sim
+            .ports()
+            .iter()
+            .filter(|p| (p.owner, p.peer) == (tor0, agg0) || (p.owner, p.peer) == (agg0, tor0))
+            .map(|p| p.c)
+            .collect();
+        assert_eq!(link.len(), 2, "both directions");
+        let sent: u64 = link.iter().map(|c| c.tx_packets).sum();
+        let lost: u64 = link.iter().map(|c| c.wire_losses).sum();
+        (
+            seen.get(),
+            ce_or_ect.get(),
+            sent,
+            lost,
+            sim.transport_stats(),
+            sim.now(),
+        )
+    };
+    let (seen, ect, sent, lost, stats, end) = run_once(true);
+    // The tap sits before the wire's loss: it saw every packet the link's
+    // two ports sent, those the wire then lost among them.
+    assert!(lost > 0, "the lossy link lost nothing ({sent} sent)");
+    assert_eq!(seen, sent);
+    assert!(ect > 0, "data packets are ECN-capable");
+    // Tapping draws no random number: the untapped run is the same run.
+    let (none, _, sent_untapped, lost_untapped, stats_untapped, end_untapped) = run_once(false);
+    assert_eq!(none, 0);
+    assert_eq!(
+        (sent_untapped, lost_untapped, stats_untapped, end_untapped),
+        (sent, lost, stats, end)
+    );
+}
+
+#[test]
+fn the_device_port_is_the_scenarios_to_choose() {
+    use metaroce_sim::capture::{CaptureSpec, SimCapture};
+    use metaroce_sim::hostset::HostSetConf;
+    use metaroce_sim::{RunOptions, run_scenario_with};
+
+    let text = format!(
+        "{FT16}[transport]\ndevice_port = 5000\n[[workload]]\nkind = \"permutation\"\nbytes = 20000\n"
+    );
+    let scn = Scenario::parse(&text, "t.toml").expect("valid scenario");
+    let pcap = std::env::temp_dir().join(format!("metaroce-port-{}.pcap", std::process::id()));
+    let file = SimCapture::create(&pcap, 64).expect("capture file");
+    let opts = RunOptions {
+        capture: Some(CaptureSpec {
+            file: file.clone(),
+            hosts: Some(HostSetConf::Spec("0".into())),
+            links: Vec::new(),
+        }),
+    };
+    let o = run_scenario_with(&scn, None, &opts, &mut |_, _, _, _| {}).expect("runs");
+    assert!(o.results.finished);
+    let frames = file.finish().expect("written");
+    let bytes = std::fs::read(&pcap).unwrap();
+    let _ = std::fs::remove_file(&pcap);
+    // Each record: 16 bytes of header, then the frame (snapped to 64 B);
+    // UDP ports at 34..38 (Ethernet 14, IPv4 20). Host 0 talks with its
+    // peers' devices: one end of every datagram is port 5000, the other
+    // one of the path ports just above it.
+    let (mut at, mut seen) = (24, 0);
+    while at < bytes.len() {
+        let caplen = u32::from_le_bytes(bytes[at + 8..at + 12].try_into().unwrap()) as usize;
+        let frame = &bytes[at + 16..at + 16 + caplen];
+        let src = u16::from_be_bytes([frame[34], frame[35]]);
+        let dst = u16::from_be_bytes([frame[36], frame[37]]);
+        assert!(src == 5000 || dst == 5000, "ports {src} -> {dst}");
+        let other = if src == 5000 { dst } else { src };
+        assert!((5001..5000 + 64).contains(&other), "path port {other}");
+        at += 16 + caplen;
+        seen += 1;
+    }
+    assert_eq!(seen, frames);
+    assert!(seen > 0);
+
+    let e = parse_err(&text.replace("device_port = 5000", "device_port = 65500"));
+    assert_eq!(
+        e,
+        "t.toml:9: transport.device_port: must be 1..=65471: the 64 path ports above it must fit in a UDP port"
+    );
+}

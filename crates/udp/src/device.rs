@@ -257,8 +257,9 @@ pub struct DeviceCounters {
 
 impl DeviceCounters {
     /// Labelled `name value` lines: the core's device counters, the
-    /// driver's as `io.<name>`, then per connection `conn.<peer>.<name>`
-    /// and per path `path.<peer>.<slot>.<name>` ([`Counters::lines`]).
+    /// driver's as `io.<name>`, then per connection `conn.<peer>.<name>`,
+    /// per sending path `path.<peer>.<slot>.<name>` and per receive path
+    /// `rxpath.<peer>.<slot>.<name>` ([`Counters::lines`]).
     pub fn lines(&self) -> Vec<(String, u64)> {
         let mut lines = self.core.lines();
         let device = self.core.device.fields().len();

@@ -136,8 +136,8 @@ use std::net::SocketAddr;
 pub use metaroce_proto::{
     AccessFlags, AuthConfig, CcMetrics, ConfigError, ConnectionStats, Counters,
     DEFAULT_DEVICE_PORT, Ecn, EndpointConfig, EndpointStats, Layout, MemoryError, PacketKind,
-    PathStats, PayloadRef, PeerCounters, PostError, QpCaps, QpError, RecvWr, SendWr, Sge, Transmit,
-    WcOpcode, WcStatus, WorkCompletion, WrOp, format_counter_lines,
+    PathStats, PayloadRef, PeerCounters, PostError, QpCaps, QpError, RecvWr, RxPathStats, SendWr,
+    Sge, Transmit, WcOpcode, WcStatus, WorkCompletion, WrOp, format_counter_lines,
 };
 
 /// A verbs call failed.

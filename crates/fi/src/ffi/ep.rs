@@ -340,9 +340,9 @@ unsafe extern "C" fn ep_close(f: *mut sys::fid) -> c_int {
         drop(e.listener.take());
         let summary = e.summary();
         super::log::info(&summary);
-        if e.cfg.stats {
-            eprintln!("metaroce: {summary}");
-        }
+        // Shown on stderr with FI_METAROCE_STATS=1 (or a log filter
+        // naming it): see `trace`.
+        tracing::info!(target: super::trace::TARGET, "{summary}");
     }
     0
 }

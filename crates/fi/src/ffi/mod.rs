@@ -10,6 +10,7 @@
 
 pub(crate) mod log;
 pub(crate) mod mem;
+pub(crate) mod trace;
 
 mod ep;
 mod info;
@@ -138,6 +139,7 @@ pub unsafe extern "C" fn fi_prov_ini() -> *mut sys::fi_provider {
             log::info(line);
         }
     }
+    trace::init(cfg.stats);
     let _ = CONFIG.set(Arc::new(cfg));
     p.0
 }

@@ -1439,8 +1439,8 @@ mod tests {
         for (line, n, k, min_util, min_w) in cases {
             let st = fluid_sim(line, n, k, 400);
             let bdp = line as f64 / 8e9 * RTT as f64;
+            // Every assertion carries the case and its figures.
             let ctx = format!("line={line} n={n} k={k} {st:?}");
-            eprintln!("{ctx}");
             assert!(st.utilization > min_util, "{ctx}");
             assert!(st.max_queue < 3.0 * k, "{ctx}");
             assert!(st.mean_queue < 1.5 * k, "{ctx}");

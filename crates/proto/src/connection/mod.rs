@@ -40,7 +40,7 @@ use crate::cc::{CcConfig, CcMetrics, CongestionController, new_controller};
 use crate::device_state::DeviceState;
 use crate::maybe_ns::MaybeNs;
 use crate::message::{MessageSlab, MsgRef, SegRef, TxMessage};
-use crate::path::{PathStats, SentPacket, TxPath, initial_psn};
+use crate::path::{PathStats, RxPathStats, SentPacket, TxPath, initial_psn};
 use crate::qp::Qp;
 use crate::rtt::RttEstimator;
 use crate::rtt_histogram::RttHistogram;
@@ -62,6 +62,10 @@ struct RxPath {
     window: SackBitmap,
     rx_packets: u32,
     ce_packets: u32,
+    /// Payload bytes of the `rx_packets` (counters only).
+    payload_bytes: u64,
+    /// Duplicates received (counters only).
+    duplicates: u64,
     last_ts: u32,
     last_rx_ns: u64,
     unacked: u32,
@@ -80,6 +84,8 @@ impl RxPath {
             window: SackBitmap::new(initial_psn(psn_base, slot, generation)),
             rx_packets: 0,
             ce_packets: 0,
+            payload_bytes: 0,
+            duplicates: 0,
             last_ts: 0,
             last_rx_ns: 0,
             unacked: 0,
@@ -474,6 +480,23 @@ impl Connection {
                 window_bytes: self.cc.path_window(slot),
                 inflight_bytes: p.inflight_bytes,
                 ..p.stats
+            })
+            .collect()
+    }
+
+    /// Each receive path's counters, by the peer's slot (`None`: a slot
+    /// the peer has not sent on).
+    pub(crate) fn rx_path_stats(&self) -> Vec<Option<RxPathStats>> {
+        self.rx_paths
+            .iter()
+            .map(|rx| {
+                rx.as_ref().map(|rx| RxPathStats {
+                    generation: rx.generation,
+                    packets_received: rx.rx_packets,
+                    payload_bytes_received: rx.payload_bytes,
+                    ce_marked: rx.ce_packets,
+                    duplicates: rx.duplicates,
+                })
             })
             .collect()
     }

@@ -82,8 +82,10 @@ impl Connection {
         if outcome == RxOutcome::Duplicate {
             dev.stats.rx_duplicates += 1;
             self.stats.duplicates_received += 1;
+            rx.duplicates += 1;
         } else {
             rx.rx_packets = rx.rx_packets.wrapping_add(1);
+            rx.payload_bytes += u64::from(repr.payload_len);
             self.stats.data_packets_received += 1;
             self.stats.payload_bytes_received += u64::from(repr.payload_len);
             if ecn == Ecn::Ce {

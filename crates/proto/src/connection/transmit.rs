@@ -406,6 +406,7 @@ impl Connection {
         self.stats.wire_bytes_sent += u64::from(wire_bytes);
         if flags.contains(Flags::RETRANSMIT) {
             path.stats.packets_retransmitted += 1;
+            path.stats.bytes_retransmitted += u64::from(wire_bytes);
             self.stats.wire_bytes_retransmitted += u64::from(wire_bytes);
         }
         self.inflight_bytes += u64::from(wire_bytes);

@@ -93,6 +93,12 @@ impl<B> Packets<B> {
         &mut self.heads[k as usize]
     }
 
+    /// Packet `k`'s transport body, left in place (for a tap).
+    #[inline]
+    pub(super) fn body(&self, k: u32) -> Option<&B> {
+        self.bodies[k as usize].as_ref()
+    }
+
     /// Packet `k`'s transport body, for the receiving host.
     #[inline]
     pub(super) fn take_body(&mut self, k: u32) -> Option<B> {

@@ -31,6 +31,7 @@ impl<F: TransportFactory> Sim<F> {
     /// Packet `k`'s last bit left port `p`: it crosses the wire unless lost.
     #[inline]
     pub(super) fn pipe_enter(&mut self, now: Ps, p: u32, k: u32) {
+        self.tap_departure(now, p, k);
         // Drawn for every packet, even on a dead link, so one failure does
         // not shift every later random choice.
         let lost = self.cfg.loss > 0.0 && unit(&mut self.rng) < self.cfg.loss;

@@ -23,10 +23,6 @@ use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::rc::Rc;
 
-/// UDP port every simulated MetaRoCE device listens on: MetaRoCE's default
-/// (4793, not RoCEv2's 4791, which the RoCE baselines keep). Path source
-/// ports follow it, so it enters every ECMP hash.
-pub const DEVICE_PORT: u16 = metaroce_proto::DEFAULT_DEVICE_PORT;
 /// Most receives kept posted per channel (replenished as they complete):
 /// a channel pre-posts one per message the workload will send over it, up
 /// to this many. 40 B each, so posting the maximum on each of 8192 hosts'
@@ -97,9 +93,14 @@ pub struct MetaRoceHost {
 }
 
 impl MetaRoceHost {
+    /// Host `peer`'s device address: every host listens on the same port.
+    fn device_addr(&self, peer: u32) -> SocketAddr {
+        SocketAddr::new(host_ip(peer), self.ep.config().device_port)
+    }
+
     /// The core's counters of the live connection to host `peer`.
     fn live_pair_stats(&self, peer: u32) -> PairStats {
-        let addr = SocketAddr::new(host_ip(peer), DEVICE_PORT);
+        let addr = self.device_addr(peer);
         self.ep
             .connection_stats(addr)
             .map_or_else(PairStats::default, |c| PairStats {
@@ -114,7 +115,7 @@ impl MetaRoceHost {
     fn destroy_keeping_counters(&mut self, qp: QpHandle, peer: u32) {
         let before = self.live_pair_stats(peer);
         let _ = self.ep.destroy_qp(qp);
-        let addr = SocketAddr::new(host_ip(peer), DEVICE_PORT);
+        let addr = self.device_addr(peer);
         if self.ep.connection_stats(addr).is_none() {
             self.closed_pairs.entry(peer).or_default().add(&before);
         }
@@ -178,6 +179,21 @@ pub enum MetaRocePacket {
     Data(CompactData),
     /// An ACK.
     Ack(CompactAck),
+}
+
+impl MetaRocePacket {
+    /// The core's parsed form of this packet, as its sender emitted it (for
+    /// capture: [`crate::capture::SimCapture::record`]).
+    pub fn to_repr(&self) -> PacketRepr {
+        match self {
+            Self::Data(d) => PacketRepr::Data(d.repr()),
+            Self::Ack(a) => {
+                let mut ack = Box::new(AckRepr::new(a.base));
+                a.fill(&mut ack);
+                PacketRepr::Ack(ack)
+            }
+        }
+    }
 }
 
 /// A data packet's fields, with the op header (rkey, address, immediate:
@@ -509,8 +525,11 @@ impl TransportFactory for MetaRoceFactory {
     type Host = MetaRoceHost;
 
     fn host(&self, info: &HostInfo) -> Result<MetaRoceHost, TransportError> {
+        // Every host on the base's device port (MetaRoCE's default, 4793,
+        // not RoCEv2's 4791, which the RoCE baselines keep, unless the
+        // scenario's `device_port` says otherwise). Path source ports
+        // follow it, so it enters every ECMP hash.
         let cfg = EndpointConfig {
-            device_port: DEVICE_PORT,
             paths_per_connection: self.paths,
             path_port_span: self.base.path_port_span.max(self.paths as u16 * 2),
             mtu_payload_bytes: self.mtu_payload_bytes,
@@ -565,8 +584,9 @@ impl TransportFactory for MetaRoceFactory {
         let access = AccessFlags(0xf);
         let qa = a.ep.create_qp(a.pd, caps, access)?;
         let qb = b.ep.create_qp(b.pd, caps, access)?;
-        a.ep.connect_qp(qa, SocketAddr::new(host_ip(b_index), DEVICE_PORT), qb.qpn())?;
-        b.ep.connect_qp(qb, SocketAddr::new(host_ip(a_index), DEVICE_PORT), qa.qpn())?;
+        let port = self.base.device_port;
+        a.ep.connect_qp(qa, SocketAddr::new(host_ip(b_index), port), qb.qpn())?;
+        b.ep.connect_qp(qb, SocketAddr::new(host_ip(a_index), port), qa.qpn())?;
         for _ in 0..recvs {
             b.ep.post_recv(
                 qb,
