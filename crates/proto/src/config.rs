@@ -70,8 +70,8 @@ pub struct EndpointConfig {
     /// Share of the line rate, per mille, the device may spend on
     /// speculative packets (tail-loss probes, and a silent connection's
     /// lone packet sent again elsewhere): see `probe_budget.rs`. `0`: no
-    /// limit. Default 62 (1/16): far above what probes cost under random
-    /// loss, far below the flood of probes a many-peer start can set off.
+    /// limit. Default 250 (a quarter): above what probes cost under random
+    /// loss, far below the flood a many-peer start can set off.
     pub probe_share_permille: u32,
     /// Window over which the receiver counts active senders for its rate hint.
     pub rate_hint_epoch_ns: u64,
@@ -152,7 +152,7 @@ impl Default for EndpointConfig {
             ack_delay_ns: 4_000,
             ack_copy_horizon_ns: 0,
             tail_copy_packets: 4,
-            probe_share_permille: 62,
+            probe_share_permille: 250,
             rate_hint_epoch_ns: 50_000,
             grant_utilisation: 0.95,
             idle_restart_rtts: 16,

@@ -500,11 +500,23 @@ impl Connection {
         // (a lost op-ack or response), resend its last segment asking for an
         // immediate ACK; the responder repeats its op-ack for duplicates.
         self.last_progress_ns = now_ns;
-        // Everything still in flight goes again now: a path whose own RTO has
-        // backed off past this round must not sit out the retry budget.
+        // What has been in flight for an RTO goes again now: a path whose
+        // own RTO has backed off past this round must not sit out the retry
+        // budget. Younger packets stay: a connection paced at a small grant
+        // (one of a thousand incast senders) makes progress once per paced
+        // packet, and its retry timer fired between them; resending the
+        // packet just sent made 8,000 of an incast's 14,810 resends.
+        let rto = self
+            .conn_rtt
+            .rto_ns(dev.config.rto_min_ns, dev.config.rto_max_ns);
         for p in 0..self.paths.len() {
-            let lost = self.mark_path_lost(p);
-            self.inflight_bytes -= lost;
+            let overdue = self.paths[p]
+                .oldest_outstanding_sent_ns()
+                .is_some_and(|t| t.saturating_add(rto) <= now_ns);
+            if overdue {
+                let lost = self.mark_path_lost(p);
+                self.inflight_bytes -= lost;
+            }
         }
         for r in self
             .msgs
