@@ -243,6 +243,9 @@ impl Connection {
             self.path_failed(now_ns, dev, p);
         }
         dev.stats.data_packets_lost += lost_packets;
+        if lost_packets > 0 {
+            dev.probe_budget.loss_seen(now_ns);
+        }
         for seg in newly_acked_segs.drain(..) {
             self.on_segment_acked(seg);
         }
