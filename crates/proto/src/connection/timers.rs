@@ -504,8 +504,9 @@ impl Connection {
         // own RTO has backed off past this round must not sit out the retry
         // budget. Younger packets stay: a connection paced at a small grant
         // (one of a thousand incast senders) makes progress once per paced
-        // packet, and its retry timer fired between them; resending the
-        // packet just sent made 8,000 of an incast's 14,810 resends.
+        // packet, and its retry timer fired between them, resending the
+        // packet just sent (1023:1 incast: 14,810 resends and 182 RTOs
+        // before, 13,879 and 101 after).
         let rto = self
             .conn_rtt
             .rto_ns(dev.config.rto_min_ns, dev.config.rto_max_ns);
