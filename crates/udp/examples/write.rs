@@ -11,13 +11,10 @@
 //! writes 4 MiB into the server's buffer and tells the server it is done;
 //! the server checks the bytes and answers whether they are intact.
 
+mod common;
+use common::{Side, wait};
 use metaroce_cm::{self as cm, Endpoint, Hello, MsgType, RemoteBuf};
-use metaroce_udp::{Device, DeviceConfig};
-use metaroce_verbs::{
-    AccessFlags, CompletionQueue, MemoryRegion, QpAttr, QpInitAttr, QpState, QpType, QueuePair,
-    SendWr, WcOpcode, WcStatus, WorkCompletion, WrOp,
-};
-use metaroce_verbs::{EndpointConfig, QpCaps};
+use metaroce_verbs::{AccessFlags, SendWr, WcStatus, WrOp};
 use serde::{Deserialize, Serialize};
 use std::error::Error;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
@@ -43,51 +40,10 @@ struct Verdict {
     intact: bool,
 }
 
-/// One side: its device, CQ, QP and registered buffer.
-struct Side {
-    dev: Device,
-    cq: CompletionQueue,
-    qp: QueuePair,
-    mr: MemoryRegion,
-}
-
 /// A device on `ip` (the address the peer reaches this host at) with one
 /// QP in INIT and a `LEN`-byte buffer.
 fn open(ip: IpAddr) -> Result<Side, Box<dyn Error>> {
-    let config = EndpointConfig {
-        device_port: 0,
-        seed: metaroce_udp::os_seed(),
-        ..EndpointConfig::default()
-    };
-    let dev = Device::start(DeviceConfig::new(config, ip))?;
-    let (cq, qp, mr) = dev.with(|ctx, _now| -> Result<_, Box<dyn Error>> {
-        let pd = ctx.alloc_pd();
-        let mr = ctx.reg_mr(pd, LEN, ACCESS)?;
-        let cq = ctx.create_cq(64)?;
-        let caps = QpCaps {
-            max_send_wr: 16,
-            max_recv_wr: 16,
-        };
-        let init = QpInitAttr {
-            send_cq: cq,
-            recv_cq: cq,
-            cap: caps,
-            qp_type: QpType::Rc,
-            sq_sig_all: false,
-        };
-        let qp = ctx.create_qp(pd, &init)?;
-        ctx.modify_qp(
-            qp,
-            &QpAttr {
-                qp_state: Some(QpState::Init),
-                qp_access_flags: Some(ACCESS),
-                port_num: Some(1),
-                ..QpAttr::default()
-            },
-        )?;
-        Ok((cq, qp, mr))
-    })?;
-    Ok(Side { dev, cq, qp, mr })
+    common::open_on(ip, metaroce_udp::os_seed(), LEN, ACCESS)
 }
 
 /// This side as the connection manager describes it to the peer.
@@ -114,50 +70,9 @@ fn describe(side: &Side) -> Endpoint {
 /// other end of the TCP connection), then to RTS.
 fn connect(side: &Side, peer_ip: IpAddr, peer: &Endpoint) -> Result<(), Box<dyn Error>> {
     let dest = SocketAddr::new(peer_ip, peer.device_port);
-    side.dev.with(|ctx, _now| -> Result<(), Box<dyn Error>> {
-        ctx.set_peer_session(dest, peer.session_id)?;
-        ctx.modify_qp(
-            side.qp,
-            &QpAttr {
-                qp_state: Some(QpState::Rtr),
-                dest_addr: Some(dest),
-                dest_qp_num: Some(peer.qpns[0]),
-                path_mtu: Some(peer.mtu.min(4096)),
-                ..QpAttr::default()
-            },
-        )?;
-        ctx.modify_qp(
-            side.qp,
-            &QpAttr {
-                qp_state: Some(QpState::Rts),
-                timeout: Some(14),
-                retry_cnt: Some(7),
-                rnr_retry: Some(7),
-                ..QpAttr::default()
-            },
-        )?;
-        Ok(())
-    })
-}
-
-/// Busy-poll `side`'s CQ for one completion.
-fn wait(side: &Side) -> Result<WorkCompletion, Box<dyn Error>> {
-    let mut wc = [WorkCompletion {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        imm_data: None,
-        qp_num: 0,
-        src_qp: 0,
-    }];
-    let start = std::time::Instant::now();
-    while side.dev.poll_cq(side.cq, &mut wc)? == 0 {
-        if start.elapsed().as_secs() > 10 {
-            return Err("no completion in 10 s".into());
-        }
-    }
-    Ok(wc[0])
+    side.dev
+        .with(|ctx, _now| ctx.set_peer_session(dest, peer.session_id))?;
+    common::connect_to(side, dest, peer.qpns[0], peer.mtu.min(4096))
 }
 
 fn pattern(i: usize) -> u8 {

@@ -1,7 +1,13 @@
-//! What the single-process examples share: two devices on 127.0.0.1, each
-//! with one RC QP and one registered buffer, connected to each other, and a
-//! busy-poll for completions. Each example brings its own buffer size and
-//! access rights.
+//! What the examples share: a device with one RC QP and one registered
+//! buffer, the QP's move to RTR and RTS toward a peer, and a busy-poll for
+//! completions. The single-process examples open two devices on 127.0.0.1
+//! and connect them to each other; the two-process one (`write.rs`) opens
+//! on its host's address and learns the peer through the connection
+//! manager. Each example brings its own buffer size and access rights.
+//!
+//! Every example compiles this module on its own, so a function one of
+//! them does not call would be dead code there: the loopback-only ones say
+//! so.
 
 use metaroce_udp::{Device, DeviceConfig};
 use metaroce_verbs::{
@@ -9,6 +15,7 @@ use metaroce_verbs::{
     QpState, QpType, QueuePair, WcOpcode, WcStatus, WorkCompletion,
 };
 use std::error::Error;
+use std::net::{IpAddr, SocketAddr};
 
 /// One side: its device, CQ, QP and registered buffer.
 pub(crate) struct Side {
@@ -21,13 +28,24 @@ pub(crate) struct Side {
 /// Start a device on 127.0.0.1 (port 0: the device picks a free range)
 /// with one QP in INIT and a `len`-byte buffer registered with `access`
 /// (the QP gets the same remote rights).
+#[allow(dead_code)] // write.rs opens on its host's address
 pub(crate) fn open(seed: u64, len: u64, access: AccessFlags) -> Result<Side, Box<dyn Error>> {
+    open_on("127.0.0.1".parse()?, seed, len, access)
+}
+
+/// [`open`] on `ip`, the address the peer reaches this host at.
+pub(crate) fn open_on(
+    ip: IpAddr,
+    seed: u64,
+    len: u64,
+    access: AccessFlags,
+) -> Result<Side, Box<dyn Error>> {
     let config = EndpointConfig {
         device_port: 0,
         seed,
         ..EndpointConfig::default()
     };
-    let dev = Device::start(DeviceConfig::new(config, "127.0.0.1".parse()?))?;
+    let dev = Device::start(DeviceConfig::new(config, ip))?;
     let (cq, qp, mr) = dev.with(|ctx, _now| -> Result<_, Box<dyn Error>> {
         let pd = ctx.alloc_pd();
         let mr = ctx.reg_mr(pd, len, access)?;
@@ -58,15 +76,27 @@ pub(crate) fn open(seed: u64, len: u64, access: AccessFlags) -> Result<Side, Box
 }
 
 /// Move `side`'s QP to RTR toward `peer`'s QP, then to RTS.
+#[allow(dead_code)] // write.rs learns its peer through the connection manager
 pub(crate) fn connect(side: &Side, peer: &Side) -> Result<(), Box<dyn Error>> {
+    connect_to(side, peer.dev.addr(), peer.qp.qp_num(), 4096)
+}
+
+/// Move `side`'s QP to RTR toward QP `dest_qpn` of the device at `dest`
+/// with path MTU `mtu`, then to RTS.
+pub(crate) fn connect_to(
+    side: &Side,
+    dest: SocketAddr,
+    dest_qpn: u32,
+    mtu: u32,
+) -> Result<(), Box<dyn Error>> {
     side.dev.with(|ctx, _now| -> Result<(), Box<dyn Error>> {
         ctx.modify_qp(
             side.qp,
             &QpAttr {
                 qp_state: Some(QpState::Rtr),
-                dest_addr: Some(peer.dev.addr()),
-                dest_qp_num: Some(peer.qp.qp_num()),
-                path_mtu: Some(4096),
+                dest_addr: Some(dest),
+                dest_qp_num: Some(dest_qpn),
+                path_mtu: Some(mtu),
                 ..QpAttr::default()
             },
         )?;
