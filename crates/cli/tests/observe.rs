@@ -39,6 +39,19 @@ fn temp(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("metaroce-observe-{}-{name}", std::process::id()))
 }
 
+/// A 3:1 incast of 64 KB on a 4-host star, written to a temporary `name`.
+fn incast_scenario(name: &str) -> PathBuf {
+    let path = temp(name);
+    std::fs::write(
+        &path,
+        "name = \"incast 3:1\"\nseed = 3\nend_us = 10000\n\
+         [topology]\nkind = \"star\"\nhosts = 4\nlink_gbps = 100\nlatency_ns = 1000\n\
+         [[workload]]\nkind = \"incast\"\nbytes = 65536\nreceiver = 0\n",
+    )
+    .unwrap();
+    path
+}
+
 fn dissector() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/wireshark/metaroce.lua")
 }
@@ -220,17 +233,8 @@ fn lossy_perf_transfer_captured_counted_and_decoded() {
     assert_eq!(code, Some(0), "{out}\n{err}");
     assert!(err.contains("packets written to"), "{err}");
     // --stats: name value lines, device then connection then paths.
-    let counters: Vec<(&str, u64)> = out
-        .lines()
-        .filter_map(|l| {
-            let mut w = l.split_whitespace();
-            let (n, v) = (w.next()?, w.next()?);
-            (w.next().is_none() && !n.starts_with('#'))
-                .then(|| v.parse().ok().map(|v| (n, v)))
-                .flatten()
-        })
-        .collect();
-    let get = |name: &str| counters.iter().find(|(n, _)| *n == name).map(|c| c.1);
+    let counters = counter_lines(&out);
+    let get = |name: &str| counter(&counters, name);
     assert!(get("tx_datagrams").is_some_and(|n| n > 300), "{out}");
     assert!(get("io.impair_dropped").is_some_and(|n| n > 0), "{out}");
     assert!(
@@ -302,14 +306,7 @@ fn lossy_perf_transfer_captured_counted_and_decoded() {
 fn simulator_captures_chosen_hosts_and_writes_counters_per_host() {
     let dir = temp("sim");
     let pcap = temp("sim.pcap");
-    let scenario = temp("incast.toml");
-    std::fs::write(
-        &scenario,
-        "name = \"incast 3:1\"\nseed = 3\nend_us = 10000\n\
-         [topology]\nkind = \"star\"\nhosts = 4\nlink_gbps = 100\nlatency_ns = 1000\n\
-         [[workload]]\nkind = \"incast\"\nbytes = 65536\nreceiver = 0\n",
-    )
-    .unwrap();
+    let scenario = incast_scenario("incast.toml");
     let (out, err, code) = metaroce(&[
         "sim",
         scenario.to_str().unwrap(),
@@ -408,14 +405,8 @@ fn a_failed_perf_run_prints_its_counters() {
             .any(|l| l.starts_with("# counters of the failed device ")),
         "{out}"
     );
-    let value = |name: &str| {
-        out.lines().find_map(|l| {
-            let mut w = l.split_whitespace();
-            (w.next() == Some(name))
-                .then(|| w.next()?.parse::<u64>().ok())
-                .flatten()
-        })
-    };
+    let counters = counter_lines(&out);
+    let value = |name: &str| counter(&counters, name);
     assert!(value("rtos").is_some_and(|n| n > 0), "{out}");
     assert!(value("tx_datagrams").is_some_and(|n| n > 0), "{out}");
     assert!(
@@ -440,34 +431,19 @@ fn receive_paths_are_counted_where_data_arrives() {
         "4",
         "--stats",
     ]);
-    assert_eq!(
-        code,
-        Some(0),
-        "{out}
-{err}"
-    );
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let counters = counter_lines(&out);
+    let value = |name: &str| counter(&counters, name);
     let sum = |suffix: &str| -> u64 {
-        out.lines()
-            .filter_map(|l| {
-                let mut w = l.split_whitespace();
-                let (n, v) = (w.next()?, w.next()?);
-                (n.starts_with("rxpath.") && n.ends_with(suffix))
-                    .then(|| v.parse::<u64>().ok())
-                    .flatten()
-            })
+        counters
+            .iter()
+            .filter(|(n, _)| n.starts_with("rxpath.") && n.ends_with(suffix))
+            .map(|c| c.1)
             .sum()
     };
     let packets = sum(".packets_received");
     assert!(packets >= 50, "{out}");
     assert!(sum(".payload_bytes_received") >= 50 * 65_536, "{out}");
-    let value = |name: &str| {
-        out.lines().find_map(|l| {
-            let mut w = l.split_whitespace();
-            (w.next() == Some(name))
-                .then(|| w.next()?.parse::<u64>().ok())
-                .flatten()
-        })
-    };
     // The receive paths' packets are the connection's (all of them unless
     // a path was retired: each counts its current generation).
     let conn = out
@@ -478,6 +454,24 @@ fn receive_paths_are_counted_where_data_arrives() {
         })
         .expect("a connection");
     assert!(value(conn).is_some_and(|n| n >= packets), "{out}");
+}
+
+/// The `name value` counter lines of a `--stats` output.
+fn counter_lines(out: &str) -> Vec<(&str, u64)> {
+    out.lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            let (n, v) = (w.next()?, w.next()?);
+            (w.next().is_none() && !n.starts_with('#'))
+                .then(|| v.parse().ok().map(|v| (n, v)))
+                .flatten()
+        })
+        .collect()
+}
+
+/// Counter `name` of [`counter_lines`].
+fn counter(counters: &[(&str, u64)], name: &str) -> Option<u64> {
+    counters.iter().find(|(n, _)| *n == name).map(|c| c.1)
 }
 
 /// Packets written, from the `pcap N packets written to FILE` line.
@@ -495,14 +489,7 @@ fn packets_written(out: &str) -> usize {
 
 #[test]
 fn simulator_captures_chosen_links() {
-    let scenario = temp("links.toml");
-    std::fs::write(
-        &scenario,
-        "name = \"incast 3:1\"\nseed = 3\nend_us = 10000\n\
-         [topology]\nkind = \"star\"\nhosts = 4\nlink_gbps = 100\nlatency_ns = 1000\n\
-         [[workload]]\nkind = \"incast\"\nbytes = 65536\nreceiver = 0\n",
-    )
-    .unwrap();
+    let scenario = incast_scenario("links.toml");
     let capture = |pcap: &Path, points: &[&str]| {
         let args = [
             &["sim", scenario.to_str().unwrap(), "-q", "--pcap"][..],
