@@ -342,14 +342,7 @@ impl<F: TransportFactory> Sim<F> {
 impl<F: TransportFactory> Sim<F> {
     /// Watch both directions of the link between `a` and `b` bin by bin.
     pub fn monitor_link(&mut self, a: NodeRef, b: NodeRef) -> Result<(), SimError> {
-        let p = self
-            .ports
-            .iter()
-            .position(|p| p.owner == a && p.peer == b)
-            .ok_or_else(|| SimError::NoLink {
-                a: self.topo.node_name(a),
-                b: self.topo.node_name(b),
-            })? as u32;
+        let p = self.link_port(a, b)?;
         let r = self.ports[p as usize].reverse;
         for (port, from, to) in [(p, a, b), (r, b, a)] {
             let name = format!("{}->{}", self.topo.node_name(from), self.topo.node_name(to));

@@ -24,16 +24,8 @@ impl<F: TransportFactory> Sim<F> {
         at: Ps,
         up: bool,
     ) -> Result<(), SimError> {
-        let p = self
-            .ports
-            .iter()
-            .position(|p| p.owner == a && p.peer == b)
-            .ok_or_else(|| SimError::NoLink {
-                a: self.topo.node_name(a),
-                b: self.topo.node_name(b),
-            })?;
-        self.events
-            .schedule(at, EventKind::LinkState { port: p as u32, up });
+        let port = self.link_port(a, b)?;
+        self.events.schedule(at, EventKind::LinkState { port, up });
         Ok(())
     }
 
@@ -50,11 +42,7 @@ impl<F: TransportFactory> Sim<F> {
         if let Some(u) = up_at {
             self.schedule_link(a, b, u, true)?;
         }
-        let p = self
-            .ports
-            .iter()
-            .position(|p| p.owner == a && p.peer == b)
-            .expect("found above") as u32;
+        let p = self.link_port(a, b)?;
         let part = FailedPart::Link(self.topo.node_name(a), self.topo.node_name(b));
         let ports = vec![p, self.ports[p as usize].reverse];
         self.record_failure(part, ports, at, up_at);

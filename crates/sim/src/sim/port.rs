@@ -172,6 +172,19 @@ pub(super) fn build_ports(topo: &Topology) -> (Vec<Port>, Vec<Vec<u32>>, Vec<Vec
 }
 
 impl<F: TransportFactory> Sim<F> {
+    /// The port that sends from node `a` to node `b`; an error naming both
+    /// when no link joins them.
+    pub(super) fn link_port(&self, a: NodeRef, b: NodeRef) -> Result<u32, crate::error::SimError> {
+        self.ports
+            .iter()
+            .position(|p| p.owner == a && p.peer == b)
+            .map(|p| p as u32)
+            .ok_or_else(|| crate::error::SimError::NoLink {
+                a: self.topo.node_name(a),
+                b: self.topo.node_name(b),
+            })
+    }
+
     /// Start serializing at port `p` if it is up and idle and has a packet
     /// it may send: control first; data unless paused or short of credit.
     #[inline]

@@ -54,14 +54,7 @@ impl<F: TransportFactory> Sim<F> {
     ) -> Result<(), SimError> {
         let mut tapped = vec![false; self.ports.len()];
         for &(a, b) in links {
-            let p = self
-                .ports
-                .iter()
-                .position(|p| p.owner == a && p.peer == b)
-                .ok_or_else(|| SimError::NoLink {
-                    a: self.topo.node_name(a),
-                    b: self.topo.node_name(b),
-                })?;
+            let p = self.link_port(a, b)? as usize;
             tapped[p] = true;
             tapped[self.ports[p].reverse as usize] = true;
         }
