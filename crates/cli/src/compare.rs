@@ -51,17 +51,7 @@ pub(crate) fn run(args: &CompareArgs) -> Result<ExitCode, String> {
     );
     let show = std::io::stderr().is_terminal();
     let wall = Instant::now();
-    let results = suite.run(&args.only, threads, &mut |done, total, what| {
-        if show {
-            eprint!(
-                "\r\x1b[K{done}/{total} runs  {:.0} s  {what}",
-                wall.elapsed().as_secs_f64()
-            );
-        }
-    });
-    if show {
-        eprint!("\r\x1b[K");
-    }
+    let results = crate::sim::run_suite(&suite, &args.only, threads, show);
     let width = 12;
     print!("\n{:<12} {:<26}", "experiment", "figure");
     for t in &suite.transports {

@@ -390,17 +390,7 @@ fn suite(args: &SuiteArgs) -> Result<ExitCode, String> {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let show = !args.quiet && std::io::stderr().is_terminal();
     let wall = Instant::now();
-    let results = suite.run(&args.only, threads, &mut |done, total, what| {
-        if show {
-            eprint!(
-                "\r\x1b[K{done}/{total} runs  {:.0} s  {what}",
-                wall.elapsed().as_secs_f64()
-            );
-        }
-    });
-    if show {
-        eprintln!();
-    }
+    let results = run_suite(&suite, &args.only, threads, show);
     let md = metaroce_sim::suite::markdown(&suite.transports, &results);
     print!("{md}");
     if let Some(out) = &args.out {
@@ -469,4 +459,27 @@ fn sweep(args: &SweepArgs) -> Result<ExitCode, String> {
         args.allow_unfinished,
         &format!("{} (points {})", args.plan.display(), unfinished.join(", ")),
     ))
+}
+
+/// Run `suite`'s experiments matching `only`, with a progress line on
+/// stderr when `show` (cleared at the end).
+pub(crate) fn run_suite(
+    suite: &metaroce_sim::suite::Suite,
+    only: &str,
+    threads: usize,
+    show: bool,
+) -> Vec<metaroce_sim::suite::ExperimentResult> {
+    let wall = Instant::now();
+    let results = suite.run(only, threads, &mut |done, total, what| {
+        if show {
+            eprint!(
+                "\r\x1b[K{done}/{total} runs  {:.0} s  {what}",
+                wall.elapsed().as_secs_f64()
+            );
+        }
+    });
+    if show {
+        eprint!("\r\x1b[K");
+    }
+    results
 }
