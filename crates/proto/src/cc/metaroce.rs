@@ -703,7 +703,12 @@ impl CongestionController for MetaRoceCc {
     }
 
     fn path_window(&self, path: PathSlot) -> u64 {
-        self.path(path).map_or(self.mss, |p| p.window)
+        // On every packet sent: read the window, do not build a path.
+        match self.paths.get(path) {
+            Some(p) => p.window,
+            None if path < self.path_count => self.initial_path_window,
+            None => self.mss,
+        }
     }
 
     fn on_spurious_rto(&mut self, path: PathSlot, _now_ns: u64) {

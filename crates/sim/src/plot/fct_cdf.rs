@@ -95,6 +95,16 @@ mod tests {
     use crate::plot::assert_texts;
     use crate::report::{GroupFcts, TimeSeries};
 
+    /// The FCT figure draws no time series.
+    fn no_series() -> TimeSeries {
+        TimeSeries {
+            bin_us: 1.0,
+            goodput_gbps: Vec::new(),
+            queue_max_bytes: Vec::new(),
+            links: Vec::new(),
+        }
+    }
+
     #[test]
     fn renders_titled_svg_with_a_curve_per_group() {
         let fcts = vec![
@@ -107,12 +117,7 @@ mod tests {
                 fcts_us: vec![3.0, 5.0, 900.0],
             },
         ];
-        let series = TimeSeries {
-            bin_us: 1.0,
-            goodput_gbps: Vec::new(),
-            queue_max_bytes: Vec::new(),
-            links: Vec::new(),
-        };
+        let series = no_series();
         let run = RunView {
             scenario: "tiny mix",
             seed: 7,
@@ -146,12 +151,7 @@ mod tests {
             name: "incast 4:1".into(),
             fcts_us: Vec::new(),
         }];
-        let series = TimeSeries {
-            bin_us: 1.0,
-            goodput_gbps: Vec::new(),
-            queue_max_bytes: Vec::new(),
-            links: Vec::new(),
-        };
+        let series = no_series();
         let run = RunView {
             scenario: "stuck",
             seed: 1,
