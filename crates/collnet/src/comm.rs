@@ -128,18 +128,6 @@ impl std::fmt::Debug for NetComm {
     }
 }
 
-fn empty_wc() -> WorkCompletion {
-    WorkCompletion {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        imm_data: None,
-        qp_num: 0,
-        src_qp: 0,
-    }
-}
-
 /// The send, receive and staging regions' bytes at once (absent ones
 /// empty), for a computation.
 fn local_buffers<'a>(
@@ -222,7 +210,7 @@ impl NetComm {
             ops: HashMap::new(),
             done: HashSet::new(),
             writes_outstanding: 0,
-            wcs: vec![empty_wc(); 256],
+            wcs: vec![WorkCompletion::default(); 256],
             actions: Vec::new(),
             computed: Vec::new(),
             copied: Vec::new(),

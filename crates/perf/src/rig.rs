@@ -11,7 +11,7 @@ use metaroce_proto::{AuthConfig, EndpointConfig, QpCaps};
 use metaroce_udp::{Device, DeviceConfig, PathMtu, pmtu};
 use metaroce_verbs::{
     AccessFlags, CompletionQueue, MemoryRegion, QpAttr, QpInitAttr, QpState, QpType, QueuePair,
-    RecvWr, Sge, VerbsError, WcOpcode, WcStatus, WorkCompletion,
+    RecvWr, Sge, VerbsError, WcStatus, WorkCompletion,
 };
 use std::net::{IpAddr, SocketAddr};
 
@@ -286,18 +286,7 @@ pub(crate) fn wc_error(wc: &WorkCompletion) -> PerfError {
 
 /// A completion array to poll into.
 pub(crate) fn empty_wcs() -> Vec<WorkCompletion> {
-    vec![
-        WorkCompletion {
-            wr_id: 0,
-            status: WcStatus::Success,
-            opcode: WcOpcode::Send,
-            byte_len: 0,
-            imm_data: None,
-            qp_num: 0,
-            src_qp: 0,
-        };
-        64
-    ]
+    vec![WorkCompletion::default(); 64]
 }
 
 /// Without any completion for this long, a run gives up (the core's retry

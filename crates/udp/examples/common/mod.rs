@@ -12,7 +12,7 @@
 use metaroce_udp::{Device, DeviceConfig};
 use metaroce_verbs::{
     AccessFlags, CompletionQueue, EndpointConfig, MemoryRegion, QpAttr, QpCaps, QpInitAttr,
-    QpState, QpType, QueuePair, WcOpcode, WcStatus, WorkCompletion,
+    QpState, QpType, QueuePair, WorkCompletion,
 };
 use std::error::Error;
 use std::net::{IpAddr, SocketAddr};
@@ -116,15 +116,7 @@ pub(crate) fn connect_to(
 
 /// Busy-poll `side`'s CQ for one completion.
 pub(crate) fn wait(side: &Side) -> Result<WorkCompletion, Box<dyn Error>> {
-    let mut wc = [WorkCompletion {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        imm_data: None,
-        qp_num: 0,
-        src_qp: 0,
-    }];
+    let mut wc = [WorkCompletion::default()];
     let start = std::time::Instant::now();
     while side.dev.poll_cq(side.cq, &mut wc)? == 0 {
         if start.elapsed().as_secs() > 10 {
