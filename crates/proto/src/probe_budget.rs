@@ -25,7 +25,7 @@
 //! [`LOSS_MEMORY_BASE_RTTS`] base RTTs. Where SACK gaps prove packets are
 //! being lost, a silence is likely a lost tail and the probe pays for
 //! itself: a 128-host all-to-all of 64 KB per pair at 5 %/link reached 2.38
-//! GB/s bus bandwidth with the budget always on and 3.91 GB/s with it open
+//! GB/s bus bandwidth with the budget always on and 3.48 GB/s with it open
 //! on loss (3.66 before the budget); at 1 %/link a share of 1/16 always on
 //! had turned 27 RTOs into 2,639. Where nothing is lost, silences are
 //! queues.
