@@ -275,12 +275,12 @@ pub(crate) fn run(args: CollPerfArgs) -> Result<ExitCode, String> {
                 .into_iter()
                 .map(|(n, v)| (format!("coll.{n}"), v)),
         );
-        eprint!(
+        stderr_in_one_write(&format!(
             "# counters of rank {} device {}\n{}",
             comm.rank(),
             c.addr,
             metaroce_udp::format_counter_lines(&lines)
-        );
+        ));
     }
     let finished = comm.finish().map_err(|e| e.to_string());
     if let Some((path, pcap)) = pcap {
@@ -288,11 +288,11 @@ pub(crate) fn run(args: CollPerfArgs) -> Result<ExitCode, String> {
         let n = pcap
             .finish()
             .map_err(|e| format!("--pcap {}: {e}", path.display()))?;
-        eprintln!(
-            "pcap: rank {} wrote {n} packets to {}",
+        stderr_in_one_write(&format!(
+            "pcap: rank {} wrote {n} packets to {}\n",
             job.rank,
             path.display()
-        );
+        ));
     }
     let code = result?;
     finished?;
@@ -464,4 +464,13 @@ fn write_json(
     let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
     std::fs::write(path, text + "\n")
         .map_err(|e| format!("cannot write --json {}: {e}", path.display()))
+}
+
+/// Ranks of one job share the launcher's stderr. `eprint!` hands the pipe
+/// each formatted piece as its own write, so two ranks' lines could
+/// interleave mid-line; one `write_all` of the finished text is one write
+/// (atomic on a pipe up to `PIPE_BUF`, 4 KiB on Linux).
+fn stderr_in_one_write(text: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
 }
