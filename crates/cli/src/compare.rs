@@ -21,7 +21,7 @@ pub(crate) struct CompareArgs {
     #[arg(long)]
     threads: Option<usize>,
     /// Run only the experiments whose id contains this (collisions, loss,
-    /// incast, failure).
+    /// incast, failure; a comma-separated list: any of them).
     #[arg(long, default_value = "")]
     only: String,
 }
@@ -40,9 +40,7 @@ pub(crate) fn run(args: &CompareArgs) -> Result<ExitCode, String> {
         &[("ai-fabric.toml", FABRIC)],
     )
     .map_err(|e| e.to_string())?;
-    if !args.only.is_empty() && !suite.experiments.iter().any(|e| e.id.contains(&args.only)) {
-        return Err(format!("--only {}: no such experiment", args.only));
-    }
+    crate::sim::check_only(&suite, &args.only)?;
     let scenario = suite.scenario(0, &[]).map_err(|e| e.to_string())?;
     println!("MetaRoCE beside RoCEv2 (PFC, DCQCN), IRN (no PFC) and IB-style credits");
     println!(

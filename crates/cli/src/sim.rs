@@ -48,7 +48,8 @@ enum SimCommand {
 struct SuiteArgs {
     /// The suite's directory (holding suite.toml), e.g. scenarios/claims.
     dir: PathBuf,
-    /// Run only the experiments whose id contains this.
+    /// Run only the experiments whose id contains this (a comma-separated
+    /// list: any of them).
     #[arg(long, default_value = "")]
     only: String,
     /// Also write the tables to this Markdown file (and FILE.json).
@@ -385,6 +386,7 @@ fn suite(args: &SuiteArgs) -> Result<ExitCode, String> {
         ));
     }
     let suite = metaroce_sim::suite::Suite::load(&args.dir).map_err(|e| e.to_string())?;
+    check_only(&suite, &args.only)?;
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -482,4 +484,19 @@ pub(crate) fn run_suite(
         eprint!("\r\x1b[K");
     }
     results
+}
+
+/// `--only A,B`: every fragment must select an experiment of the suite.
+pub(crate) fn check_only(suite: &metaroce_sim::suite::Suite, only: &str) -> Result<(), String> {
+    let unmatched = suite.unmatched(only);
+    if unmatched.is_empty() {
+        Ok(())
+    } else {
+        let ids: Vec<&str> = suite.experiments.iter().map(|e| e.id.as_str()).collect();
+        Err(format!(
+            "--only {only}: no experiment id contains {} (ids: {})",
+            unmatched.join(", "),
+            ids.join(", ")
+        ))
+    }
 }

@@ -591,3 +591,18 @@ fn compare_prints_figures_and_verdicts() {
     );
     assert!(text.contains("targets met in"), "{text}");
 }
+
+#[test]
+fn suite_only_that_selects_nothing_is_exit_2() {
+    let claims = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scenarios/claims");
+    // A comma-separated list selects any of its fragments; one that
+    // matches no id is named before anything runs.
+    assert_one_line_error(
+        &["sim", "suite", claims, "--only", "plane-scaling,no-such-id"],
+        "no experiment id contains no-such-id",
+    );
+    assert_one_line_error(
+        &["compare", "--only", "nothing"],
+        "no experiment id contains nothing",
+    );
+}

@@ -26,6 +26,11 @@ pub struct EndpointConfig {
     /// How many source ports the device may use for paths (the pool that
     /// retired paths draw fresh ports from). Must be at least `paths_per_connection`.
     pub path_port_span: u16,
+    /// Planes of a multi-plane NIC that picks a packet's plane as its source
+    /// port modulo this (1: one plane). A retired path's fresh port keeps
+    /// the old port's residue, so paths stay spread evenly over the planes;
+    /// a dead plane's packets are the NIC's to move, and come back with it.
+    pub port_planes: u16,
     /// Payload bytes per data packet (the segment size). Headers come on top.
     pub mtu_payload_bytes: u32,
     /// Paths (UDP source ports, hence ECMP routes) per connection.
@@ -138,6 +143,7 @@ impl Default for EndpointConfig {
         Self {
             device_port: DEFAULT_DEVICE_PORT,
             path_port_span: 64,
+            port_planes: 1,
             mtu_payload_bytes: 4096,
             paths_per_connection: 16,
             line_rate_bps: 100_000_000_000,
@@ -194,6 +200,7 @@ impl EndpointConfig {
     pub const KNOBS: &'static [Knob<Self>] = &[
         int_knob!(Self, paths_per_connection: usize, 1, 256, "paths (UDP source ports, hence ECMP routes) per connection"),
         int_knob!(Self, path_port_span: u16, 1, 4096, "source ports a device may draw paths from (at least paths_per_connection)"),
+        int_knob!(Self, port_planes: u16, 1, 64, "NIC planes picked by source port modulo this; a retired path keeps its plane"),
         int_knob!(Self, mtu_payload_bytes: u32, 64, 65_000, "payload bytes per data packet"),
         int_knob!(Self, base_rtt_ns: u64, 1, u32::MAX, "unloaded round trip: the initial window and the first RTO"),
         int_knob!(Self, rto_min_ns: u64, 1, 60_000_000_000u64, "lower bound of every retransmission timeout"),
@@ -224,6 +231,9 @@ impl EndpointConfig {
         let bad = |field, reason| Err(ConfigError { field, reason });
         if self.paths_per_connection == 0 || self.paths_per_connection > 256 {
             return bad("paths_per_connection", "must be 1..=256");
+        }
+        if self.port_planes == 0 || self.port_planes > 64 {
+            return bad("port_planes", "must be 1..=64");
         }
         if (self.path_port_span as usize) < self.paths_per_connection {
             return bad("path_port_span", "must be at least paths_per_connection");

@@ -171,7 +171,7 @@ pub fn run_scenario_with(
         }
         _ => {
             let mut factory = MetaRoceFactory {
-                paths: scn.transport.paths,
+                paths: scn.paths_per_connection(),
                 mtu_payload_bytes: scn.transport.mtu_bytes,
                 capture: capture.as_ref().map(|(file, _)| file.clone()),
                 ..MetaRoceFactory::default()
@@ -179,6 +179,8 @@ pub fn run_scenario_with(
             if let Some(port) = scn.transport.device_port {
                 factory.base.device_port = port;
             }
+            // The NIC picks a packet's plane from its source port.
+            factory.base.port_planes = scn.topology.planes.max(1) as u16;
             if scn.transport.rto_min_us > 0.0 {
                 factory.base.rto_min_ns = (scn.transport.rto_min_us * 1e3) as u64;
             }

@@ -277,9 +277,10 @@ pub struct TransportConf {
     /// Baselines `rocev2` and `irn`: DCQCN rate control on.
     #[serde(default = "yes")]
     pub dcqcn: bool,
-    /// Paths per connection.
-    #[serde(default = "sixteen")]
-    pub paths: usize,
+    /// Paths per connection; absent: [`PATHS_PER_PLANE`] on each plane of
+    /// the topology (see [`Scenario::paths_per_connection`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paths: Option<usize>,
     /// Payload bytes per packet.
     #[serde(default = "default_mtu")]
     pub mtu_bytes: u32,
@@ -335,9 +336,11 @@ fn default_step_trigger() -> String {
 fn default_transport() -> String {
     "metaroce".into()
 }
-fn sixteen() -> usize {
-    16
-}
+/// MetaRoCE's default paths per connection on each plane: enough that a
+/// spraying connection fills the parallel uplinks of a plane. Planes
+/// multiply the routes, so a multi-plane NIC gets this many per plane
+/// (a NIC picks a packet's plane from its source port, `host.rs`).
+pub const PATHS_PER_PLANE: usize = 16;
 fn default_mtu() -> u32 {
     4096
 }
@@ -583,6 +586,14 @@ fn place(w: &WorkloadConf, hosts: u32, seed: u64) -> Result<Placement, (&'static
 }
 
 impl Scenario {
+    /// MetaRoCE's paths per connection: `transport.paths`, or
+    /// [`PATHS_PER_PLANE`] times the planes (at most 256).
+    pub fn paths_per_connection(&self) -> usize {
+        self.transport
+            .paths
+            .unwrap_or_else(|| (PATHS_PER_PLANE * self.topology.planes.max(1) as usize).min(256))
+    }
+
     /// Hosts the topology will have (without building it).
     pub fn host_count(&self) -> u32 {
         let t = &self.topology;
@@ -742,7 +753,11 @@ impl Scenario {
         if !(1..=256).contains(&self.transport.qps) {
             return bad("transport.qps", "must be 1..=256");
         }
-        if !(1..=256).contains(&self.transport.paths) {
+        if self
+            .transport
+            .paths
+            .is_some_and(|p| !(1..=256).contains(&p))
+        {
             return bad("transport.paths", "must be 1..=256");
         }
         for (name, value) in &self.transport.knobs {
@@ -773,7 +788,7 @@ impl Scenario {
                 let paths = values
                     .iter()
                     .find(|(k, _)| k == "paths_per_connection")
-                    .map_or(self.transport.paths, |(_, v)| *v as usize);
+                    .map_or(self.paths_per_connection(), |(_, v)| *v as usize);
                 let span = u32::from(ep.path_port_span).max(2 * paths as u32);
                 if port == 0 || u32::from(port) + span > u32::from(u16::MAX) {
                     return bad(

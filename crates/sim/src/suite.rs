@@ -315,7 +315,27 @@ impl Suite {
             .map_err(|err| SimError::Scenario(format!("experiment {}: {err}", e.id)))
     }
 
-    /// Run the experiments whose id contains `only` (all if empty) on
+    /// Whether `only` (a comma-separated list of id fragments; empty:
+    /// everything) selects the experiment `id`.
+    pub fn selects(only: &str, id: &str) -> bool {
+        only.is_empty()
+            || only
+                .split(',')
+                .map(str::trim)
+                .any(|part| !part.is_empty() && id.contains(part))
+    }
+
+    /// The fragments of `only` that select no experiment (a typo the user
+    /// should hear about before anything runs).
+    pub fn unmatched<'a>(&self, only: &'a str) -> Vec<&'a str> {
+        only.split(',')
+            .map(str::trim)
+            .filter(|part| !part.is_empty())
+            .filter(|part| !self.experiments.iter().any(|e| e.id.contains(part)))
+            .collect()
+    }
+
+    /// Run the experiments `only` selects ([`Suite::selects`]) on
     /// `threads` threads; `progress(done, total, what)`.
     pub fn run(
         &self,
@@ -324,7 +344,7 @@ impl Suite {
         progress: &mut (dyn FnMut(usize, usize, &str) + Send),
     ) -> Vec<ExperimentResult> {
         let chosen: Vec<usize> = (0..self.experiments.len())
-            .filter(|&i| only.is_empty() || self.experiments[i].id.contains(only))
+            .filter(|&i| Self::selects(only, &self.experiments[i].id))
             .collect();
         let mut keys: Vec<(RunKey, Vec<(String, toml::Value)>)> = Vec::new();
         for &i in &chosen {
@@ -648,4 +668,19 @@ pub fn markdown(transports: &[String], results: &[ExperimentResult]) -> String {
     }
     let _ = writeln!(s, "**{met} of {total} targets met.**");
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Suite;
+
+    #[test]
+    fn only_selects_any_fragment_of_a_comma_list() {
+        assert!(Suite::selects("", "plane-scaling"));
+        assert!(Suite::selects("plane", "fail-plane-4"));
+        assert!(Suite::selects("loss, plane", "fail-plane-4"));
+        assert!(Suite::selects("loss,plane", "loss-link-perm"));
+        assert!(!Suite::selects("incast", "fail-plane-4"));
+        assert!(!Suite::selects(",", "fail-plane-4"));
+    }
 }

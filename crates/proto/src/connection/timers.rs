@@ -427,9 +427,12 @@ impl Connection {
             .chain((self.paths.len()..self.path_count).map(|s| self.path_port(s, dev)))
             .collect();
         let span = cfg.path_port_span;
+        let planes = cfg.port_planes.max(1);
+        let plane = retired_port % planes;
         let candidates = |avoid_bad: bool| -> Vec<u16> {
             (1..=span)
                 .map(|k| cfg.device_port + k)
+                .filter(|port| port % planes == plane)
                 .filter(|port| !in_use.contains(port))
                 .filter(|port| !avoid_bad || !self.bad_ports.contains(port))
                 .collect()
