@@ -55,6 +55,7 @@ pub mod path;
 mod probe_budget;
 pub mod qp;
 pub mod range_set;
+mod route_memory;
 pub mod rtt;
 mod rtt_histogram;
 pub mod sack;

@@ -47,8 +47,16 @@ impl Connection {
                 dev.stats.rx_stale_path += 1;
                 return;
             }
+            // The peer renewed the path: its route or our ACKs' way back
+            // proved dead (it cannot tell which). The new generation moves
+            // the ACKs; keep them off the old port a while.
+            let old_ack_port = rx.ack_port;
             *rx = RxPath::new(psn_base, slot, generation);
+            self.note_bad_ack_port(old_ack_port);
         }
+        let rx = self.rx_paths[slot as usize]
+            .as_mut()
+            .expect("created above");
         rx.window
             .advance_to(repr.psn.wrapping_sub(u32::from(repr.psn_floor_delta)));
         let outcome = rx.window.record(repr.psn);
@@ -78,7 +86,12 @@ impl Connection {
             // route is as good).
             rx.ack_route = rx.ack_route.wrapping_add(1);
             rx.ack_route_moved_ns = now_ns;
+            let dead = std::mem::take(&mut rx.ack_port);
+            self.note_bad_ack_port(dead);
         }
+        let rx = self.rx_paths[slot as usize]
+            .as_mut()
+            .expect("created above");
         if outcome == RxOutcome::Duplicate {
             dev.stats.rx_duplicates += 1;
             self.stats.duplicates_received += 1;

@@ -705,4 +705,50 @@ mod tests {
         let now_ports = l.pair.a.path_ports(peer).unwrap();
         assert_eq!(now_ports[1..], ports[1..], "the healthy paths stayed");
     }
+
+    #[test]
+    fn acks_leave_dead_reverse_routes_and_do_not_move_onto_them() {
+        // B's ACKs die when they leave from the ports of its slots 0 and 3
+        // (a failed link on the way back that the data does not cross).
+        // Moving slot 0's ACKs by one route step lands them on slot 3's
+        // port; the route must skip ports other paths' ACKs use and ports
+        // already seen dead, so each dead port costs about one probe.
+        let cfg = |seed| EndpointConfig {
+            line_rate_bps: 10_000_000_000,
+            ..fixture::config(seed)
+        };
+        let mut l = lab(cfg(1), cfg(2));
+        let base = l.pair.b.config().device_port;
+        let dead = [base + 1, base + 4];
+        let lost = std::rc::Rc::new(std::cell::Cell::new(0u32));
+        let counter = lost.clone();
+        l.pair.set_filter(Some(Box::new(move |hop| {
+            if hop.from == Side::B && dead.contains(&hop.transmit.src_port) {
+                counter.set(counter.get() + 1);
+                Fate::Drop
+            } else {
+                Fate::Deliver
+            }
+        })));
+        for round in 0..6u64 {
+            for k in 0..4 {
+                write(&mut l, round * 4 + k + 1, 16 << 10);
+            }
+            assert!(l.pair.settle(10_000, 1_000));
+            let wcs = completions(&mut l.pair, Side::A);
+            assert!(
+                wcs.iter().all(|c| c.wc.status == WcStatus::Success),
+                "{wcs:?}"
+            );
+        }
+        let s = *l.pair.a.stats();
+        assert_eq!(s.rtos, 0, "{s:?}");
+        // Deterministic (seeded): one ACK per dead port and one more; a
+        // route moved onto the other dead port (the plain step) loses 4.
+        assert!(
+            lost.get() <= 3,
+            "{} ACKs lost on dead ports; {s:?}",
+            lost.get()
+        );
+    }
 }

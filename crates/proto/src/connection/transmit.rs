@@ -448,8 +448,18 @@ impl Connection {
         let rx = self.rx_paths[slot as usize]
             .as_mut()
             .expect("ACKs are queued for known paths");
-        let rx_generation = rx.generation;
-        let ack_route = rx.ack_route;
+        if rx.ack_port == 0 {
+            let (route, port) = self.pick_ack_port(dev, slot);
+            let rx = self.rx_paths[slot as usize]
+                .as_mut()
+                .expect("ACKs are queued for known paths");
+            rx.ack_route = route;
+            rx.ack_port = port;
+        }
+        let rx = self.rx_paths[slot as usize]
+            .as_mut()
+            .expect("ACKs are queued for known paths");
+        let src_port = rx.ack_port;
         rx.ack_queued = false;
         rx.ack_deadline = MaybeNs::NONE;
         rx.unacked = 0;
@@ -485,11 +495,6 @@ impl Connection {
         // sees its path go silent, retires it, and the new generation moves
         // the ACKs to a new reverse route too. (Spraying ACKs over every
         // route instead would keep feeding a dead one for ever.)
-        let src_port = ack_port(
-            dev,
-            slot,
-            rx_generation.wrapping_add(ack_route.wrapping_mul(7)),
-        );
         if self.rx_loss_seen_ns != 0
             && now_ns.saturating_sub(self.rx_loss_seen_ns) < dev.config.ack_copy_horizon_ns
             && self.ack_copies.len() < usize::from(self.path_count.max(1) as u8)
@@ -504,6 +509,31 @@ impl Connection {
             self.ack_copies.push_back((ack.clone(), src_port));
         }
         self.put_ack(dev, ack, src_port, out)
+    }
+
+    /// The route for the ACKs of the peer's path `slot`: from its current
+    /// route on, the first port whose ACKs were not lost lately and that no
+    /// other path's ACKs use (a moved route that lands on another path's
+    /// port would share its fate). Returns the route and its port.
+    fn pick_ack_port(&self, dev: &DeviceState, slot: u8) -> (u16, u16) {
+        let rx = self.rx_paths[slot as usize]
+            .as_ref()
+            .expect("ACKs are queued for known paths");
+        let (generation, mut route) = (rx.generation, rx.ack_route);
+        let taken = |port: u16| {
+            self.rx_paths.iter().enumerate().any(|(s, x)| {
+                s != usize::from(slot) && x.as_ref().is_some_and(|x| x.ack_port == port)
+            })
+        };
+        let mut port = 0;
+        for _ in 0..dev.config.path_port_span.max(1) {
+            port = ack_port(dev, slot, generation.wrapping_add(route.wrapping_mul(7)));
+            if !self.bad_ack_ports.contains(&port) && !taken(port) {
+                break;
+            }
+            route = route.wrapping_add(1);
+        }
+        (route, port)
     }
 
     /// Emit a built ACK into `out`.
