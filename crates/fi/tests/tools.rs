@@ -1,11 +1,12 @@
 //! The provider under libfabric's own tools and Open MPI, as a user runs
 //! them: `fi_info`, `fi_pingpong` (two processes, message and tagged, every
-//! size, data check on), and an MPI test program on 2, 3 and 4 ranks, also
-//! with 5 % receive loss.
+//! size, data check on), an atomics program against libfabric's API (one
+//! target, two initiators at once), and MPI test programs on 2, 3 and 4
+//! ranks, also with 5 % receive loss, and MPI one-sided atomics.
 //!
-//! Needs Debian's `libfabric-bin`, `openmpi-bin` and `libopenmpi-dev`; each
-//! test skips with a message when its tool is missing, unless
-//! `METAROCE_REQUIRE_FI=1` (as in CI) makes that a failure.
+//! Needs Debian's `libfabric-bin`, `openmpi-bin` and `libopenmpi-dev` (and
+//! a C compiler); each test skips with a message when its tool is missing,
+//! unless `METAROCE_REQUIRE_FI=1` (as in CI) makes that a failure.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -128,6 +129,7 @@ fn fi_info_lists_the_provider_its_caps_and_tunables() {
         "FI_MSG",
         "FI_TAGGED",
         "FI_RMA",
+        "FI_ATOMIC",
         "FI_REMOTE_READ",
         "FI_REMOTE_WRITE",
         "FI_REMOTE_CQ_DATA",
@@ -151,13 +153,23 @@ fn fi_info_lists_the_provider_its_caps_and_tunables() {
     }
     // Hints it cannot meet: a warning that says why.
     let o = run(
+        fi("fi_info").args(["-p", "metaroce", "-c", "FI_MULTI_RECV"]),
+        Duration::from_secs(30),
+    );
+    let t = text(&o);
+    assert!(
+        t.contains("metaroce cannot satisfy the hints") && t.contains("FI_MULTI_RECV"),
+        "no reason logged for refused hints:\n{t}"
+    );
+    // Atomics are offered when asked for.
+    let o = run(
         fi("fi_info").args(["-p", "metaroce", "-c", "FI_ATOMIC"]),
         Duration::from_secs(30),
     );
     let t = text(&o);
     assert!(
-        t.contains("metaroce cannot satisfy the hints") && t.contains("FI_ATOMIC"),
-        "no reason logged for refused hints:\n{t}"
+        o.status.success() && t.contains("provider: metaroce"),
+        "FI_ATOMIC hints refused:\n{t}"
     );
 }
 
@@ -250,6 +262,77 @@ fn fi_pingpong_tagged_every_size_with_data_check() {
     if tools(&["fi_pingpong"]) {
         pingpong("tagged", &[], &[]);
     }
+}
+
+/// Compile the atomics program against the system's libfabric.
+fn atomic_program() -> PathBuf {
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fi_atomic_check");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/atomic/fi_atomic_check.c");
+    let o = run(
+        Command::new("cc")
+            .args(["-O2", "-Wall", "-o"])
+            .arg(&out)
+            .arg(&src)
+            .arg("-lfabric"),
+        Duration::from_secs(120),
+    );
+    assert!(o.status.success(), "cc failed:\n{}", text(&o));
+    out
+}
+
+#[test]
+fn atomics_between_processes_one_target_two_initiators() {
+    let _g = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    // libfabric-bin stands in for the runtime; the headers are there, or
+    // this crate would not have built.
+    if !tools(&["cc", "fi_info"]) {
+        return;
+    }
+    let prog = atomic_program();
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fi_atomic_check.run");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("run directory");
+    // `fi_atomic_check ROLE DIR N`: the target waits for N clients; a
+    // client is number N.
+    let spawn = |role: &str, n: &str| {
+        fi(prog.to_str().expect("UTF-8 path"))
+            .arg(role)
+            .arg(&dir)
+            .arg(n)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start fi_atomic_check")
+    };
+    let target = spawn("target", "2");
+    let clients = [spawn("client", "0"), spawn("client", "1")];
+    let deadline = std::time::Instant::now() + Duration::from_secs(240);
+    let mut outs = Vec::new();
+    for mut child in clients.into_iter().chain([target]) {
+        while child.try_wait().expect("wait").is_none() {
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        outs.push(child.wait_with_output().expect("output"));
+    }
+    let all: String = outs.iter().map(text).collect::<Vec<_>>().join("\n----\n");
+    for o in &outs {
+        assert!(o.status.success(), "fi_atomic_check failed:\n{all}");
+    }
+    for want in ["client 0: ok", "client 1: ok", "target: ok (2 clients"] {
+        assert!(all.contains(want), "no {want:?}:\n{all}");
+    }
+    // The refused access names the peer and the reason.
+    assert!(
+        all.contains("bad key refused: peer 127.0.0.1:")
+            && all.contains("refused by the target: no memory region has key"),
+        "{all}"
+    );
 }
 
 fn mpi_program() -> PathBuf {
