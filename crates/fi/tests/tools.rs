@@ -335,9 +335,10 @@ fn atomics_between_processes_one_target_two_initiators() {
     );
 }
 
-fn mpi_program() -> PathBuf {
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mpi_check");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mpi/mpi_check.c");
+/// Compile one of the MPI test programs in `tests/mpi`.
+fn mpi_program(name: &str) -> PathBuf {
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/mpi/{name}.c"));
     let o = run(
         Command::new("mpicc")
             .args(["-O2", "-o"])
@@ -349,7 +350,19 @@ fn mpi_program() -> PathBuf {
     out
 }
 
-fn mpirun(ranks: u32, prog: &Path, extra_env: &[(&str, &str)]) -> String {
+/// The byte-transfer layers for Open MPI besides the MTL: shared memory
+/// and TCP, kept away from libfabric.
+const BTL_NO_OFI: &[&str] = &["--mca", "btl", "self,vader,tcp"];
+
+/// Run `prog` (named `name`, which prints "NAME (N ranks): ... passed, 0
+/// failed") on `ranks` ranks over the ofi MTL on metaroce, with `btl`.
+fn mpirun_with(
+    ranks: u32,
+    prog: &Path,
+    name: &str,
+    btl: &[&str],
+    extra_env: &[(&str, &str)],
+) -> String {
     let mut c = fi("mpirun");
     c.args([
         "--allow-run-as-root",
@@ -359,23 +372,17 @@ fn mpirun(ranks: u32, prog: &Path, extra_env: &[(&str, &str)]) -> String {
     ])
     .args(["--mca", "pml", "cm", "--mca", "mtl", "ofi"])
     .args(["--mca", "mtl_ofi_provider_include", "metaroce"])
-    .args([
-        "--mca",
-        "btl",
-        "self,vader,tcp",
-        "--mca",
-        "mtl_base_verbose",
-        "100",
-    ])
+    .args(btl)
+    .args(["--mca", "mtl_base_verbose", "100"])
     .args(["-x", "FI_PROVIDER_PATH", "-x", "FI_LOG_LEVEL"]);
     for (k, v) in extra_env {
         c.env(k, v).args(["-x", k]);
     }
     let o = run(c.arg(prog), Duration::from_secs(300));
     let t = text(&o);
-    assert!(o.status.success(), "mpirun -np {ranks} failed:\n{t}");
+    assert!(o.status.success(), "mpirun -np {ranks} {name} failed:\n{t}");
     assert!(
-        t.contains(&format!("mpi_check ({ranks} ranks):")) && t.contains(" passed, 0 failed"),
+        t.contains(&format!("{name} ({ranks} ranks):")) && t.contains(" passed, 0 failed"),
         "no pass line:\n{t}"
     );
     assert!(
@@ -383,6 +390,10 @@ fn mpirun(ranks: u32, prog: &Path, extra_env: &[(&str, &str)]) -> String {
         "the MTL did not pick metaroce:\n{t}"
     );
     t
+}
+
+fn mpirun(ranks: u32, prog: &Path, extra_env: &[(&str, &str)]) -> String {
+    mpirun_with(ranks, prog, "mpi_check", BTL_NO_OFI, extra_env)
 }
 
 #[test]
@@ -393,7 +404,7 @@ fn open_mpi_on_2_3_4_ranks() {
     if !tools(&["mpicc", "mpirun"]) {
         return;
     }
-    let prog = mpi_program();
+    let prog = mpi_program("mpi_check");
     for ranks in [2, 3, 4] {
         mpirun(ranks, &prog, &[]);
     }
@@ -407,7 +418,7 @@ fn open_mpi_with_five_percent_receive_loss() {
     if !tools(&["mpicc", "mpirun"]) {
         return;
     }
-    let prog = mpi_program();
+    let prog = mpi_program("mpi_check");
     let t = mpirun(
         2,
         &prog,
@@ -440,4 +451,50 @@ fn open_mpi_with_five_percent_receive_loss() {
         "no resends under 5 % loss: {resent:?}"
     );
     assert!(t.contains("impairment drops"), "{t}");
+}
+
+/// MPI one-sided atomics. Over Open MPI's ofi BTL on metaroce, osc rdma
+/// turns MPI_Fetch_and_op, MPI_Compare_and_swap, MPI_Accumulate and
+/// friends into the provider's atomics and RMA (each rank's counters show
+/// the atomics its provider applied); over shared memory the same program
+/// must pass too.
+#[test]
+fn open_mpi_one_sided_atomics() {
+    let _g = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !tools(&["mpicc", "mpirun"]) {
+        return;
+    }
+    let prog = mpi_program("mpi_osc");
+    let over_ofi = [
+        "--mca",
+        "btl",
+        "self,ofi",
+        "--mca",
+        "btl_ofi_provider_include",
+        "metaroce",
+    ];
+    for ranks in [2, 3] {
+        let t = mpirun_with(
+            ranks,
+            &prog,
+            "mpi_osc",
+            &over_ofi,
+            &[("FI_METAROCE_STATS", "1")],
+        );
+        let applied: u64 = t
+            .lines()
+            .filter_map(|l| {
+                let (_, rest) = l.split_once("atomics applied ")?;
+                rest.split(' ').next()?.trim().parse::<u64>().ok()
+            })
+            .sum();
+        // Each rank's window takes ITER (100) fetch-and-ops and compare-and-swaps from every other rank.
+        assert!(
+            applied >= 200 * u64::from(ranks - 1),
+            "{applied} atomics applied by the providers:\n{t}"
+        );
+    }
+    mpirun_with(2, &prog, "mpi_osc", BTL_NO_OFI, &[]);
 }
