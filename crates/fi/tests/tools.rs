@@ -280,16 +280,9 @@ fn atomic_program() -> PathBuf {
     out
 }
 
-#[test]
-fn atomics_between_processes_one_target_two_initiators() {
-    let _g = SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    // libfabric-bin stands in for the runtime; the headers are there, or
-    // this crate would not have built.
-    if !tools(&["cc", "fi_info"]) {
-        return;
-    }
+/// Run the atomics program: one target, two initiators at once, each with
+/// `env`; their output, after checking every one passed.
+fn atomics_run(env: &[(&str, &str)]) -> String {
     let prog = atomic_program();
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fi_atomic_check.run");
     let _ = std::fs::remove_dir_all(&dir);
@@ -298,6 +291,7 @@ fn atomics_between_processes_one_target_two_initiators() {
     // client is number N.
     let spawn = |role: &str, n: &str| {
         fi(prog.to_str().expect("UTF-8 path"))
+            .envs(env.iter().copied())
             .arg(role)
             .arg(&dir)
             .arg(n)
@@ -333,6 +327,43 @@ fn atomics_between_processes_one_target_two_initiators() {
             && all.contains("refused by the target: no memory region has key"),
         "{all}"
     );
+    all
+}
+
+#[test]
+fn atomics_between_processes_one_target_two_initiators() {
+    let _g = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    // libfabric-bin stands in for the runtime; the headers are there, or
+    // this crate would not have built.
+    if tools(&["cc", "fi_info"]) {
+        atomics_run(&[]);
+    }
+}
+
+#[test]
+fn atomics_with_five_percent_receive_loss() {
+    let _g = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !tools(&["cc", "fi_info"]) {
+        return;
+    }
+    let all = atomics_run(&[
+        ("FI_METAROCE_IMPAIR", "loss=0.05,seed=7"),
+        ("FI_METAROCE_STATS", "1"),
+    ]);
+    // Requests and replies were lost and resent, and every check held.
+    let resent: u64 = all
+        .lines()
+        .filter(|l| l.contains(" metaroce_fi: endpoint "))
+        .filter_map(|l| {
+            let (_, rest) = l.split_once(", resent ")?;
+            rest.split(',').next()?.trim().parse::<u64>().ok()
+        })
+        .sum();
+    assert!(resent > 0, "no resends under 5 % loss:\n{all}");
 }
 
 /// Compile one of the MPI test programs in `tests/mpi`.
