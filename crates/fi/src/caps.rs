@@ -262,12 +262,13 @@ pub fn check(h: Option<&Hints>, version: u32, eager_limit: usize) -> Result<Offe
             | flags::REMOTE_COMM
             | flags::REMOTE_CQ_DATA;
         o.caps = h.caps | (flags::PROVIDER_CAPS & secondary & h.caps);
-        // Asking for FI_RMA / FI_MSG / FI_TAGGED without a direction means both.
+        // Asking for FI_RMA / FI_ATOMIC / FI_MSG / FI_TAGGED without a
+        // direction means both.
         let mut c = o.caps;
         if c & (flags::MSG | flags::TAGGED) != 0 && c & (flags::SEND | flags::RECV) == 0 {
             c |= flags::SEND | flags::RECV;
         }
-        if c & flags::RMA != 0
+        if c & (flags::RMA | flags::ATOMIC) != 0
             && c & (flags::READ | flags::WRITE | flags::REMOTE_READ | flags::REMOTE_WRITE) == 0
         {
             c |= flags::READ | flags::WRITE | flags::REMOTE_READ | flags::REMOTE_WRITE;
@@ -384,11 +385,11 @@ mod tests {
     #[test]
     fn refusals_say_why() {
         let h = Hints {
-            caps: flags::TAGGED | flags::ATOMIC,
+            caps: flags::TAGGED | flags::MULTI_RECV,
             ..Hints::default()
         };
         let e = check(Some(&h), V, 16384).unwrap_err();
-        assert!(e.contains("FI_ATOMIC"), "{e}");
+        assert!(e.contains("FI_MULTI_RECV"), "{e}");
         let h = Hints {
             prov_name: Some("tcp".into()),
             ..Hints::default()
@@ -408,6 +409,26 @@ mod tests {
                 .unwrap_err()
                 .contains("FI_PROGRESS_AUTO")
         );
+    }
+
+    #[test]
+    fn atomic_hints_pass_with_both_directions() {
+        let h = Hints {
+            caps: flags::ATOMIC | flags::RMA,
+            ep_type: EP_RDM,
+            ..Hints::default()
+        };
+        let o = check(Some(&h), V, 16384).unwrap();
+        assert!(o.caps & flags::ATOMIC != 0);
+        assert_eq!(
+            o.tx_caps & (flags::ATOMIC | flags::READ | flags::WRITE),
+            flags::ATOMIC | flags::READ | flags::WRITE
+        );
+        assert_eq!(
+            o.rx_caps & (flags::ATOMIC | flags::REMOTE_READ | flags::REMOTE_WRITE),
+            flags::ATOMIC | flags::REMOTE_READ | flags::REMOTE_WRITE
+        );
+        assert!(check(None, V, 16384).unwrap().caps & flags::ATOMIC != 0);
     }
 
     #[test]

@@ -224,11 +224,15 @@ impl MrTable {
         need: u64,
     ) -> Result<(UserRegion, u64), AccessError> {
         let e = self.by_key.get(&key).ok_or(AccessError::NoKey(key))?;
-        if e.access & need != need {
-            let what = if need == flags::REMOTE_WRITE {
-                "write"
-            } else {
-                "read"
+        let missing = need & !e.access;
+        if missing != 0 {
+            let what = match (
+                missing & flags::REMOTE_READ != 0,
+                missing & flags::REMOTE_WRITE != 0,
+            ) {
+                (true, true) => "read and write",
+                (true, false) => "read",
+                _ => "write",
             };
             return Err(AccessError::Denied { key, what });
         }
@@ -439,6 +443,13 @@ mod tests {
             t.resolve(7, 100, 1, flags::REMOTE_READ),
             Err(AccessError::Denied { .. })
         ));
+        // An atomic that fetches needs both rights and names the missing one.
+        assert_eq!(
+            t.resolve(7, 100, 8, flags::REMOTE_READ | flags::REMOTE_WRITE)
+                .unwrap_err()
+                .to_string(),
+            "memory region 0x7 does not allow remote read"
+        );
         assert_eq!(
             t.resolve(8, 0, 1, flags::REMOTE_READ).unwrap_err(),
             AccessError::NoKey(8)

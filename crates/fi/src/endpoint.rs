@@ -29,8 +29,16 @@
 //! `fi_read` on application memory are requests that the target's provider
 //! carries out on the region the key names, after checking the key, the
 //! access rights and the bounds; data travels in `eager_limit` chunks.
+//!
+//! Atomics. For the same reason an atomic (`fi_atomic`, `fi_fetch_atomic`,
+//! `fi_compare_atomic`) is one request that the target's provider applies
+//! to the region under the key after the same checks, under the
+//! process-wide atomic lock, answering with the original values or the
+//! reason it refused (`atomic`). A request and its reply each fit one
+//! eager message, which bounds the element count (`atomic::max_count`).
 
 use crate::addr::EpAddr;
+use crate::atomic::{self, Call, Datatype};
 use crate::config::Tunables;
 use crate::domain::{CqEntry, CqError, Sinks};
 use crate::ffi::log;
@@ -108,6 +116,27 @@ pub(crate) struct RmaReq {
     pub(crate) flags: u64,
 }
 
+/// An atomic, as the C layer hands it over: the operand, compare and
+/// result lists hold `count` elements each where the call has them (the
+/// operand list is empty for FI_ATOMIC_READ, whose operand is ignored).
+#[derive(Debug)]
+pub(crate) struct AtomicReq {
+    pub(crate) call: Call,
+    pub(crate) op: atomic::Op,
+    pub(crate) datatype: Datatype,
+    /// Elements at the target.
+    pub(crate) count: usize,
+    pub(crate) operand: UserIov,
+    pub(crate) compare: UserIov,
+    pub(crate) result: UserIov,
+    pub(crate) peer: u64,
+    pub(crate) addr: u64,
+    pub(crate) key: u64,
+    pub(crate) data: Option<u64>,
+    pub(crate) context: usize,
+    pub(crate) flags: u64,
+}
+
 #[derive(Debug)]
 struct PostedRecv {
     iov: UserIov,
@@ -162,6 +191,19 @@ enum Op {
         wanted: bool,
         qpn: u32,
     },
+    /// An atomic waiting for the target's reply (and, if it fetches, the
+    /// original values for `result`).
+    Atomic {
+        context: usize,
+        flags: u64,
+        request: atomic::Request,
+        result: UserIov,
+        /// Target address and key, for the error text.
+        addr: u64,
+        key: u64,
+        wanted: bool,
+        qpn: u32,
+    },
 }
 
 impl Op {
@@ -171,7 +213,8 @@ impl Op {
             | Self::Control { qpn }
             | Self::RndvRecv { qpn, .. }
             | Self::RmaWrite { qpn, .. }
-            | Self::RmaRead { qpn, .. } => *qpn,
+            | Self::RmaRead { qpn, .. }
+            | Self::Atomic { qpn, .. } => *qpn,
         }
     }
 }
@@ -252,6 +295,8 @@ pub(crate) struct EpCounters {
     pub(crate) unexpected: u64,
     pub(crate) malformed: u64,
     pub(crate) rma_denied: u64,
+    pub(crate) atomics_applied: u64,
+    pub(crate) atomics_refused: u64,
     pub(crate) connections_out: u64,
     pub(crate) connections_in: u64,
 }
@@ -602,6 +647,35 @@ impl EpState {
                     s,
                     self.tx_cq,
                     self.cntrs.read,
+                    wanted,
+                    entry,
+                    err.map(|(c, t)| (c, 0, t)),
+                );
+            }
+            Op::Atomic {
+                context,
+                flags: f,
+                request,
+                wanted,
+                ..
+            } => {
+                let entry = CqEntry {
+                    op_context: context,
+                    flags: f,
+                    src: flags::ADDR_NOTAVAIL,
+                    ..CqEntry::default()
+                };
+                // fi_endpoint(3): fetch and compare atomics count as reads,
+                // base atomics as writes.
+                let cntr = if request.call.fetches() {
+                    self.cntrs.read
+                } else {
+                    self.cntrs.write
+                };
+                Self::report(
+                    s,
+                    self.tx_cq,
+                    cntr,
                     wanted,
                     entry,
                     err.map(|(c, t)| (c, 0, t)),
@@ -1082,9 +1156,12 @@ impl EpState {
         };
         #[allow(clippy::single_match)]
         match self.ops.get_mut(&id) {
-            Some(Op::Send { qpn, .. } | Op::RmaWrite { qpn, .. } | Op::RmaRead { qpn, .. }) => {
-                *qpn = q
-            }
+            Some(
+                Op::Send { qpn, .. }
+                | Op::RmaWrite { qpn, .. }
+                | Op::RmaRead { qpn, .. }
+                | Op::Atomic { qpn, .. },
+            ) => *qpn = q,
             _ => {}
         }
     }
@@ -1443,6 +1520,100 @@ impl EpState {
         Ok(job)
     }
 
+    /// `fi_atomic`, `fi_fetch_atomic`, `fi_compare_atomic` and their
+    /// vector, message and inject forms.
+    pub(crate) fn atomic(
+        &mut self,
+        s: &mut Sinks<'_>,
+        r: AtomicReq,
+    ) -> Result<Option<ConnectJob>, i32> {
+        let request = atomic::Request::new(r.call, r.op, r.datatype, r.count, self.cfg.eager_limit)
+            .map_err(|e| {
+                log::warn(&format!("{}: {e}", r.call.function()));
+                e.fi_errno()
+            })?;
+        let n = request.target_bytes();
+        let lists_fit = (request.op == atomic::Op::Read || r.operand.len() == n)
+            && (request.call != Call::Compare || r.compare.len() == n)
+            && (!request.call.fetches() || r.result.len() == n);
+        if !lists_fit {
+            log::warn(&format!(
+                "{}: the local buffers ({} operand, {} compare, {} result bytes) \
+                 do not hold the {} elements of {} the target gets",
+                r.call.function(),
+                r.operand.len(),
+                r.compare.len(),
+                r.result.len(),
+                r.count,
+                r.datatype.name()
+            ));
+            return Err(flags::EINVAL);
+        }
+        let peer = self.resolve_dest(s, r.peer)?;
+        let id = self.op_id();
+        let mut h = Header::new(Kind::AtomicReq);
+        h.tag = request.to_wire();
+        h.addr = r.addr;
+        h.key = r.key;
+        h.id = id;
+        if let Some(d) = r.data {
+            h.flags |= FLAG_CQ_DATA;
+            h.data = d;
+        }
+        // Operands are copied now, so inject and the caller's buffer reuse
+        // after return both hold; results land at the reply.
+        let mut payload = Vec::with_capacity(request.payload_bytes());
+        if request.op != atomic::Op::Read {
+            r.operand.gather_into(&mut payload);
+        }
+        if request.call == Call::Compare {
+            r.compare.gather_into(&mut payload);
+        }
+        h.len = payload.len() as u64;
+        // A fetch's completion says its results are in: FI_INJECT (about
+        // the operand buffer) does not suppress it.
+        let wanted = if request.call.fetches() {
+            self.tx_wanted(r.flags & !flags::INJECT)
+        } else {
+            self.tx_wanted(r.flags)
+        };
+        let cq_flags = flags::ATOMIC
+            | if request.call.fetches() {
+                flags::READ
+            } else {
+                flags::WRITE
+            };
+        self.ops.insert(
+            id,
+            Op::Atomic {
+                context: r.context,
+                flags: cq_flags,
+                request,
+                result: r.result,
+                addr: r.addr,
+                key: r.key,
+                wanted,
+                qpn: 0,
+            },
+        );
+        let dev = self.dev.clone();
+        let job = dev.with(|ctx, _| {
+            // The request's SEND completion is a control completion: the op
+            // completes at the target's reply.
+            let cid = self.op_id();
+            self.ops.insert(cid, Op::Control { qpn: 0 });
+            let job = self.request(
+                ctx,
+                s,
+                peer,
+                SendWr::inline(cid, WrOp::Send, h.with_payload(&payload)),
+            );
+            self.fix_op_qpn(peer, id);
+            job
+        });
+        Ok(job)
+    }
+
     // ------------------------------------------------------------ progress
 
     /// Take the device's completions and act on them.
@@ -1638,6 +1809,8 @@ impl EpState {
             }
             Kind::RmaReadReq => self.on_rma_read_req(ctx, s, qpn, h),
             Kind::RmaReadResp => self.on_rma_read_resp(ctx, s, qpn, h, payload),
+            Kind::AtomicReq => self.on_atomic_req(ctx, s, qpn, h, payload),
+            Kind::AtomicResp => self.on_atomic_resp(ctx, s, qpn, h, payload),
         }
     }
 
@@ -1849,6 +2022,176 @@ impl EpState {
         }
     }
 
+    /// A peer's atomic: apply it and answer with the original values, or
+    /// with the reason it was refused.
+    fn on_atomic_req(
+        &mut self,
+        ctx: &mut Context,
+        s: &mut Sinks<'_>,
+        qpn: u32,
+        h: Header,
+        payload: &[u8],
+    ) {
+        let mut reply = Header::new(Kind::AtomicResp);
+        reply.id = h.id;
+        match self.apply_atomic(s, &h, payload) {
+            Ok((request, original)) => {
+                self.counters.atomics_applied += 1;
+                reply.len = original.len() as u64;
+                self.control(ctx, s, qpn, reply, &original);
+                // fi_endpoint(3): fetch and compare atomics count as remote
+                // reads, base atomics as remote writes.
+                let (cntr, remote) = if request.call.fetches() {
+                    (self.cntrs.remote_read, flags::REMOTE_READ)
+                } else {
+                    (self.cntrs.remote_write, flags::REMOTE_WRITE)
+                };
+                if let Some(c) = cntr.and_then(|c| s.cntrs.get_mut(c)) {
+                    c.value += 1;
+                }
+                if h.has(FLAG_CQ_DATA) {
+                    let peer = self.links[&qpn].peer;
+                    let entry = CqEntry {
+                        op_context: 0,
+                        flags: flags::ATOMIC | remote | flags::REMOTE_CQ_DATA,
+                        data: h.data,
+                        src: self.source_of(s, peer),
+                        ..CqEntry::default()
+                    };
+                    if let Some(q) = self.rx_cq.and_then(|b| s.cqs.get_mut(b.cq)) {
+                        q.push(entry);
+                    }
+                }
+            }
+            Err((code, why)) => {
+                self.counters.atomics_refused += 1;
+                log::warn(&format!("{}: atomic refused: {why}", self.peer_desc(qpn)));
+                reply.status = u16::try_from(code).unwrap_or(flags::EIO as u16);
+                // The reason travels back for the initiator's error entry.
+                let mut text = why.into_bytes();
+                text.truncate(self.cfg.eager_limit.min(512));
+                reply.len = text.len() as u64;
+                self.control(ctx, s, qpn, reply, &text);
+            }
+        }
+    }
+
+    /// Check a peer's atomic against the region its key names and apply
+    /// it; the request and the original values it fetches.
+    fn apply_atomic(
+        &self,
+        s: &Sinks<'_>,
+        h: &Header,
+        payload: &[u8],
+    ) -> Result<(atomic::Request, Vec<u8>), (i32, String)> {
+        let request = atomic::Request::from_wire(h.tag, self.cfg.eager_limit)
+            .map_err(|e| (e.fi_errno(), e.to_string()))?;
+        if payload.len() != request.payload_bytes() {
+            return Err((
+                flags::EINVAL,
+                format!(
+                    "{} payload bytes for {} elements of {} ({} expected)",
+                    payload.len(),
+                    request.count,
+                    request.datatype.name(),
+                    request.payload_bytes()
+                ),
+            ));
+        }
+        let n = request.target_bytes();
+        let (region, off) = s
+            .mrs
+            .resolve(h.key, h.addr, n as u64, request.access_needed())
+            .map_err(|e| (flags::EACCES, e.to_string()))?;
+        let oob = || {
+            (
+                flags::EACCES,
+                crate::domain::AccessError::OutOfBounds {
+                    key: h.key,
+                    addr: h.addr,
+                    len: n as u64,
+                }
+                .to_string(),
+            )
+        };
+        // Read, compute and write back before any other atomic of this
+        // process runs (`atomic`'s atomicity).
+        let _serial = atomic::TARGET_LOCK
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut elements = Vec::with_capacity(n);
+        region.read_at(off, n, &mut elements).ok_or_else(oob)?;
+        let original = if request.call.fetches() {
+            elements.clone()
+        } else {
+            Vec::new()
+        };
+        if request.op.modifies() {
+            request
+                .apply(&mut elements, payload)
+                .map_err(|e| (e.fi_errno(), e.to_string()))?;
+            region.write_at(off, &elements).ok_or_else(oob)?;
+        }
+        Ok((request, original))
+    }
+
+    /// The target's reply to an atomic: the original values land in the
+    /// result buffers before the completion is written.
+    fn on_atomic_resp(
+        &mut self,
+        ctx: &mut Context,
+        s: &mut Sinks<'_>,
+        qpn: u32,
+        h: Header,
+        payload: &[u8],
+    ) {
+        if !matches!(self.ops.get(&h.id), Some(Op::Atomic { .. })) {
+            return;
+        }
+        let op = self.ops.remove(&h.id).expect("looked up above");
+        let Op::Atomic {
+            request,
+            ref result,
+            addr,
+            key,
+            ..
+        } = op
+        else {
+            return;
+        };
+        let what = format!(
+            "{}: atomic {} on {} (count {} at {addr:#x}, key {key:#x})",
+            self.peer_desc(qpn),
+            request.op.name(),
+            request.datatype.name(),
+            request.count
+        );
+        let err = if h.status != 0 {
+            Some((
+                i32::from(h.status),
+                format!(
+                    "{what} refused by the target: {}",
+                    String::from_utf8_lossy(payload)
+                ),
+            ))
+        } else if request.call.fetches() && payload.len() != request.target_bytes() {
+            Some((
+                flags::EIO,
+                format!(
+                    "{what}: the target answered with {} bytes of original values, not {}",
+                    payload.len(),
+                    request.target_bytes()
+                ),
+            ))
+        } else {
+            if request.call.fetches() {
+                result.scatter_from(0, payload);
+            }
+            None
+        };
+        self.finish_op(ctx, s, op, err);
+    }
+
     /// Counters for the close-time report.
     pub(crate) fn summary(&self) -> String {
         let st = self.dev.stats();
@@ -1858,7 +2201,8 @@ impl EpState {
             "endpoint {}: MetaRoCE data packets sent {}, resent {}, lost {}, RTOs {}, tail probes {}, paths retired {}, \
              ACKs sent {}, received datagrams {} (duplicates {}, unknown QP {}, stale path {}, out of window {}), progress gaps over 200 us {}, \
              ECN-marked {}, impairment drops {}; provider: eager {}, rendezvous {}, unexpected {}, malformed {}, \
-             RMA refused {}, connections out {} / in {}; unmatched at close: {} receives, {} unexpected",
+             RMA refused {}, atomics applied {} / refused {}, connections out {} / in {}; \
+             unmatched at close: {} receives, {} unexpected",
             self.name,
             e.data_packets_sent,
             e.data_packets_retransmitted,
@@ -1880,6 +2224,8 @@ impl EpState {
             c.unexpected,
             c.malformed,
             c.rma_denied,
+            c.atomics_applied,
+            c.atomics_refused,
             c.connections_out,
             c.connections_in,
             self.msg.posted_len() + self.tagged.posted_len(),

@@ -146,6 +146,12 @@ macro_rules! paste_flag {
     (PEER) => {
         sys::FI_PEER
     };
+    (FETCH_ATOMIC) => {
+        sys::FI_FETCH_ATOMIC
+    };
+    (COMPARE_ATOMIC) => {
+        sys::FI_COMPARE_ATOMIC
+    };
     (ORDER_SAS) => {
         sys::FI_ORDER_SAS
     };
@@ -313,6 +319,8 @@ flags!(
     VARIABLE_MSG,
     AV_USER_ID,
     PEER,
+    FETCH_ATOMIC,
+    COMPARE_ATOMIC,
     ORDER_SAS,
     MR_LOCAL,
     MR_VIRT_ADDR,
@@ -373,6 +381,7 @@ pub(crate) const TAG_GENERIC: u64 = 0xAAAA_AAAA_AAAA_AAAA;
 pub(crate) const PROVIDER_CAPS: u64 = MSG
     | TAGGED
     | RMA
+    | ATOMIC
     | READ
     | WRITE
     | SEND
@@ -386,7 +395,15 @@ pub(crate) const PROVIDER_CAPS: u64 = MSG
     | LOCAL_COMM
     | REMOTE_COMM;
 /// Capabilities that belong on the transmit side.
-pub(crate) const TX_CAPS: u64 = MSG | TAGGED | RMA | READ | WRITE | SEND;
+pub(crate) const TX_CAPS: u64 = MSG | TAGGED | RMA | ATOMIC | READ | WRITE | SEND;
 /// Capabilities that belong on the receive side.
-pub(crate) const RX_CAPS: u64 =
-    MSG | TAGGED | RMA | RECV | REMOTE_READ | REMOTE_WRITE | DIRECTED_RECV | SOURCE | RMA_EVENT;
+pub(crate) const RX_CAPS: u64 = MSG
+    | TAGGED
+    | RMA
+    | ATOMIC
+    | RECV
+    | REMOTE_READ
+    | REMOTE_WRITE
+    | DIRECTED_RECV
+    | SOURCE
+    | RMA_EVENT;

@@ -3,8 +3,8 @@
 //!
 //! MetaRoCE gives the provider reliable, in-order SENDs on an RC queue
 //! pair per direction and RDMA READ; everything libfabric adds on top
-//! (tags, remote CQ data, the rendezvous, RMA on application memory) is
-//! said in this header. It is remote input: [`Header::parse`] checks the
+//! (tags, remote CQ data, the rendezvous, RMA and atomics on application
+//! memory) is said in this header. It is remote input: [`Header::parse`] checks the
 //! length and the kind and nothing else is trusted (lengths are re-checked
 //! against the payload and against local buffers where they are used).
 //!
@@ -16,11 +16,11 @@
 //! | 1 | 1 | flags ([`FLAG_TAGGED`], [`FLAG_CQ_DATA`], [`FLAG_LAST`]) |
 //! | 2 | 2 | status (0 = success, else a positive `FI_E*` code) |
 //! | 4 | 4 | seq: per-direction message sequence (eager and RTS) |
-//! | 8 | 8 | tag |
+//! | 8 | 8 | tag (atomic requests: the operation, `atomic::Request::to_wire`) |
 //! | 16 | 8 | remote CQ data |
 //! | 24 | 8 | len: message length (eager: payload length) |
 //! | 32 | 8 | addr: remote address (RTS: the sender's staging region) |
-//! | 40 | 8 | key: remote key (RTS: the staging region's rkey; RMA: MR key) |
+//! | 40 | 8 | key: remote key (RTS: the staging region's rkey; RMA, atomics: MR key) |
 //! | 48 | 8 | id: the initiator's operation id, echoed in replies |
 
 /// Size of the header in bytes.
@@ -51,6 +51,14 @@ pub enum Kind {
     RmaReadReq = 6,
     /// Target → initiator: a chunk of read `id` at offset `addr`.
     RmaReadResp = 7,
+    /// Atomic on the elements at `addr` under `key`: `tag` says which
+    /// (`atomic::Request`), the payload carries the operands and then the
+    /// compare values.
+    AtomicReq = 8,
+    /// Target → initiator: atomic `id` applied; the payload is the original
+    /// values (fetch and compare atomics), or the reason text when status
+    /// is an error.
+    AtomicResp = 9,
 }
 
 impl Kind {
@@ -63,6 +71,8 @@ impl Kind {
             5 => Self::RmaWriteAck,
             6 => Self::RmaReadReq,
             7 => Self::RmaReadResp,
+            8 => Self::AtomicReq,
+            9 => Self::AtomicResp,
             _ => return None,
         })
     }
@@ -153,8 +163,8 @@ impl Header {
         out
     }
 
-    /// Parse a received message into its header and payload. An eager or
-    /// RMA data message must carry exactly `len` payload bytes.
+    /// Parse a received message into its header and payload. An eager,
+    /// RMA data or atomic message must carry exactly `len` payload bytes.
     pub fn parse(msg: &[u8]) -> Result<(Self, &[u8]), WireError> {
         if msg.len() < HEADER_BYTES {
             return Err(WireError::Short(msg.len()));
@@ -178,7 +188,10 @@ impl Header {
             id: u64_at(48),
         };
         let payload = &msg[HEADER_BYTES..];
-        let carries_payload = matches!(kind, Kind::Eager | Kind::RmaWrite | Kind::RmaReadResp);
+        let carries_payload = matches!(
+            kind,
+            Kind::Eager | Kind::RmaWrite | Kind::RmaReadResp | Kind::AtomicReq | Kind::AtomicResp
+        );
         if carries_payload && h.len != payload.len() as u64 {
             return Err(WireError::LengthMismatch {
                 claimed: h.len,
@@ -219,6 +232,19 @@ mod tests {
         h.len = 100;
         assert!(matches!(
             Header::parse(&h.with_payload(b"x")),
+            Err(WireError::LengthMismatch { .. })
+        ));
+        // Atomic requests and replies carry exactly their length.
+        let mut a = Header::new(Kind::AtomicReq);
+        a.len = 16;
+        assert!(Header::parse(&a.with_payload(&[0; 16])).is_ok());
+        assert!(matches!(
+            Header::parse(&a.with_payload(&[0; 8])),
+            Err(WireError::LengthMismatch { .. })
+        ));
+        let r = Header::new(Kind::AtomicResp);
+        assert!(matches!(
+            Header::parse(&r.with_payload(&[0; 8])),
             Err(WireError::LengthMismatch { .. })
         ));
         // Every prefix of a valid message is refused or parsed, never a panic.

@@ -1,11 +1,12 @@
 //! The provider under libfabric's own tools and Open MPI, as a user runs
 //! them: `fi_info`, `fi_pingpong` (two processes, message and tagged, every
-//! size, data check on), and an MPI test program on 2, 3 and 4 ranks, also
-//! with 5 % receive loss.
+//! size, data check on), an atomics program against libfabric's API (one
+//! target, two initiators at once), and MPI test programs on 2, 3 and 4
+//! ranks, also with 5 % receive loss, and MPI one-sided atomics.
 //!
-//! Needs Debian's `libfabric-bin`, `openmpi-bin` and `libopenmpi-dev`; each
-//! test skips with a message when its tool is missing, unless
-//! `METAROCE_REQUIRE_FI=1` (as in CI) makes that a failure.
+//! Needs Debian's `libfabric-bin`, `openmpi-bin` and `libopenmpi-dev` (and
+//! a C compiler); each test skips with a message when its tool is missing,
+//! unless `METAROCE_REQUIRE_FI=1` (as in CI) makes that a failure.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -128,6 +129,7 @@ fn fi_info_lists_the_provider_its_caps_and_tunables() {
         "FI_MSG",
         "FI_TAGGED",
         "FI_RMA",
+        "FI_ATOMIC",
         "FI_REMOTE_READ",
         "FI_REMOTE_WRITE",
         "FI_REMOTE_CQ_DATA",
@@ -151,13 +153,23 @@ fn fi_info_lists_the_provider_its_caps_and_tunables() {
     }
     // Hints it cannot meet: a warning that says why.
     let o = run(
+        fi("fi_info").args(["-p", "metaroce", "-c", "FI_MULTI_RECV"]),
+        Duration::from_secs(30),
+    );
+    let t = text(&o);
+    assert!(
+        t.contains("metaroce cannot satisfy the hints") && t.contains("FI_MULTI_RECV"),
+        "no reason logged for refused hints:\n{t}"
+    );
+    // Atomics are offered when asked for.
+    let o = run(
         fi("fi_info").args(["-p", "metaroce", "-c", "FI_ATOMIC"]),
         Duration::from_secs(30),
     );
     let t = text(&o);
     assert!(
-        t.contains("metaroce cannot satisfy the hints") && t.contains("FI_ATOMIC"),
-        "no reason logged for refused hints:\n{t}"
+        o.status.success() && t.contains("provider: metaroce"),
+        "FI_ATOMIC hints refused:\n{t}"
     );
 }
 
@@ -252,9 +264,112 @@ fn fi_pingpong_tagged_every_size_with_data_check() {
     }
 }
 
-fn mpi_program() -> PathBuf {
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mpi_check");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mpi/mpi_check.c");
+/// Compile the atomics program against the system's libfabric.
+fn atomic_program() -> PathBuf {
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fi_atomic_check");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/atomic/fi_atomic_check.c");
+    let o = run(
+        Command::new("cc")
+            .args(["-O2", "-Wall", "-o"])
+            .arg(&out)
+            .arg(&src)
+            .arg("-lfabric"),
+        Duration::from_secs(120),
+    );
+    assert!(o.status.success(), "cc failed:\n{}", text(&o));
+    out
+}
+
+/// Run the atomics program: one target, two initiators at once, each with
+/// `env`; their output, after checking every one passed.
+fn atomics_run(env: &[(&str, &str)]) -> String {
+    let prog = atomic_program();
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fi_atomic_check.run");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("run directory");
+    // `fi_atomic_check ROLE DIR N`: the target waits for N clients; a
+    // client is number N.
+    let spawn = |role: &str, n: &str| {
+        fi(prog.to_str().expect("UTF-8 path"))
+            .envs(env.iter().copied())
+            .arg(role)
+            .arg(&dir)
+            .arg(n)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start fi_atomic_check")
+    };
+    let target = spawn("target", "2");
+    let clients = [spawn("client", "0"), spawn("client", "1")];
+    let deadline = std::time::Instant::now() + Duration::from_secs(240);
+    let mut outs = Vec::new();
+    for mut child in clients.into_iter().chain([target]) {
+        while child.try_wait().expect("wait").is_none() {
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        outs.push(child.wait_with_output().expect("output"));
+    }
+    let all: String = outs.iter().map(text).collect::<Vec<_>>().join("\n----\n");
+    for o in &outs {
+        assert!(o.status.success(), "fi_atomic_check failed:\n{all}");
+    }
+    for want in ["client 0: ok", "client 1: ok", "target: ok (2 clients"] {
+        assert!(all.contains(want), "no {want:?}:\n{all}");
+    }
+    // The refused access names the peer and the reason.
+    assert!(
+        all.contains("bad key refused: peer 127.0.0.1:")
+            && all.contains("refused by the target: no memory region has key"),
+        "{all}"
+    );
+    all
+}
+
+#[test]
+fn atomics_between_processes_one_target_two_initiators() {
+    let _g = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    // libfabric-bin stands in for the runtime; the headers are there, or
+    // this crate would not have built.
+    if tools(&["cc", "fi_info"]) {
+        atomics_run(&[]);
+    }
+}
+
+#[test]
+fn atomics_with_five_percent_receive_loss() {
+    let _g = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !tools(&["cc", "fi_info"]) {
+        return;
+    }
+    let all = atomics_run(&[
+        ("FI_METAROCE_IMPAIR", "loss=0.05,seed=7"),
+        ("FI_METAROCE_STATS", "1"),
+    ]);
+    // Requests and replies were lost and resent, and every check held.
+    let resent: u64 = all
+        .lines()
+        .filter(|l| l.contains(" metaroce_fi: endpoint "))
+        .filter_map(|l| {
+            let (_, rest) = l.split_once(", resent ")?;
+            rest.split(',').next()?.trim().parse::<u64>().ok()
+        })
+        .sum();
+    assert!(resent > 0, "no resends under 5 % loss:\n{all}");
+}
+
+/// Compile one of the MPI test programs in `tests/mpi`.
+fn mpi_program(name: &str) -> PathBuf {
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/mpi/{name}.c"));
     let o = run(
         Command::new("mpicc")
             .args(["-O2", "-o"])
@@ -266,7 +381,19 @@ fn mpi_program() -> PathBuf {
     out
 }
 
-fn mpirun(ranks: u32, prog: &Path, extra_env: &[(&str, &str)]) -> String {
+/// The byte-transfer layers for Open MPI besides the MTL: shared memory
+/// and TCP, kept away from libfabric.
+const BTL_NO_OFI: &[&str] = &["--mca", "btl", "self,vader,tcp"];
+
+/// Run `prog` (named `name`, which prints "NAME (N ranks): ... passed, 0
+/// failed") on `ranks` ranks over the ofi MTL on metaroce, with `btl`.
+fn mpirun_with(
+    ranks: u32,
+    prog: &Path,
+    name: &str,
+    btl: &[&str],
+    extra_env: &[(&str, &str)],
+) -> String {
     let mut c = fi("mpirun");
     c.args([
         "--allow-run-as-root",
@@ -276,23 +403,17 @@ fn mpirun(ranks: u32, prog: &Path, extra_env: &[(&str, &str)]) -> String {
     ])
     .args(["--mca", "pml", "cm", "--mca", "mtl", "ofi"])
     .args(["--mca", "mtl_ofi_provider_include", "metaroce"])
-    .args([
-        "--mca",
-        "btl",
-        "self,vader,tcp",
-        "--mca",
-        "mtl_base_verbose",
-        "100",
-    ])
+    .args(btl)
+    .args(["--mca", "mtl_base_verbose", "100"])
     .args(["-x", "FI_PROVIDER_PATH", "-x", "FI_LOG_LEVEL"]);
     for (k, v) in extra_env {
         c.env(k, v).args(["-x", k]);
     }
     let o = run(c.arg(prog), Duration::from_secs(300));
     let t = text(&o);
-    assert!(o.status.success(), "mpirun -np {ranks} failed:\n{t}");
+    assert!(o.status.success(), "mpirun -np {ranks} {name} failed:\n{t}");
     assert!(
-        t.contains(&format!("mpi_check ({ranks} ranks):")) && t.contains(" passed, 0 failed"),
+        t.contains(&format!("{name} ({ranks} ranks):")) && t.contains(" passed, 0 failed"),
         "no pass line:\n{t}"
     );
     assert!(
@@ -300,6 +421,10 @@ fn mpirun(ranks: u32, prog: &Path, extra_env: &[(&str, &str)]) -> String {
         "the MTL did not pick metaroce:\n{t}"
     );
     t
+}
+
+fn mpirun(ranks: u32, prog: &Path, extra_env: &[(&str, &str)]) -> String {
+    mpirun_with(ranks, prog, "mpi_check", BTL_NO_OFI, extra_env)
 }
 
 #[test]
@@ -310,7 +435,7 @@ fn open_mpi_on_2_3_4_ranks() {
     if !tools(&["mpicc", "mpirun"]) {
         return;
     }
-    let prog = mpi_program();
+    let prog = mpi_program("mpi_check");
     for ranks in [2, 3, 4] {
         mpirun(ranks, &prog, &[]);
     }
@@ -324,7 +449,7 @@ fn open_mpi_with_five_percent_receive_loss() {
     if !tools(&["mpicc", "mpirun"]) {
         return;
     }
-    let prog = mpi_program();
+    let prog = mpi_program("mpi_check");
     let t = mpirun(
         2,
         &prog,
@@ -357,4 +482,50 @@ fn open_mpi_with_five_percent_receive_loss() {
         "no resends under 5 % loss: {resent:?}"
     );
     assert!(t.contains("impairment drops"), "{t}");
+}
+
+/// MPI one-sided atomics. Over Open MPI's ofi BTL on metaroce, osc rdma
+/// turns MPI_Fetch_and_op, MPI_Compare_and_swap, MPI_Accumulate and
+/// friends into the provider's atomics and RMA (each rank's counters show
+/// the atomics its provider applied); over shared memory the same program
+/// must pass too.
+#[test]
+fn open_mpi_one_sided_atomics() {
+    let _g = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !tools(&["mpicc", "mpirun"]) {
+        return;
+    }
+    let prog = mpi_program("mpi_osc");
+    let over_ofi = [
+        "--mca",
+        "btl",
+        "self,ofi",
+        "--mca",
+        "btl_ofi_provider_include",
+        "metaroce",
+    ];
+    for ranks in [2, 3] {
+        let t = mpirun_with(
+            ranks,
+            &prog,
+            "mpi_osc",
+            &over_ofi,
+            &[("FI_METAROCE_STATS", "1")],
+        );
+        let applied: u64 = t
+            .lines()
+            .filter_map(|l| {
+                let (_, rest) = l.split_once("atomics applied ")?;
+                rest.split(' ').next()?.trim().parse::<u64>().ok()
+            })
+            .sum();
+        // Each rank's window takes ITER (100) fetch-and-ops and compare-and-swaps from every other rank.
+        assert!(
+            applied >= 200 * u64::from(ranks - 1),
+            "{applied} atomics applied by the providers:\n{t}"
+        );
+    }
+    mpirun_with(2, &prog, "mpi_osc", BTL_NO_OFI, &[]);
 }

@@ -1,14 +1,15 @@
 //! The endpoint object and its op tables (`fi_ops_ep`, `fi_ops_cm`,
-//! `fi_ops_msg`, `fi_ops_tagged`, `fi_ops_rma`, and `-FI_ENOSYS` tables
-//! for atomics and collectives).
+//! `fi_ops_msg`, `fi_ops_tagged`, `fi_ops_rma`, `fi_ops_atomic`, and a
+//! `-FI_ENOSYS` table for collectives).
 
 use super::mem::UserIov;
 use super::objects::{AvObj, CntrObj, CqObj, domain_of, enosys, fid, fid_ops, publish, reclaim};
 use super::{class_of, neg, sys};
 use crate::addr::{ADDR_BYTES, EpAddr};
+use crate::atomic::{self, Call, Datatype};
 use crate::conn::{Listener, spawn_connect};
 use crate::domain::DomainShared;
-use crate::endpoint::{ConnectJob, CqBinding, EpState, RecvReq, RmaReq, SendReq};
+use crate::endpoint::{AtomicReq, ConnectJob, CqBinding, EpState, RecvReq, RmaReq, SendReq};
 use crate::flags;
 use crate::matching::RecvFilter;
 use std::ffi::{c_int, c_void};
@@ -128,9 +129,9 @@ static ATOMIC_OPS: sys::fi_ops_atomic = sys::fi_ops_atomic {
     compwrite: Some(at_compwrite),
     compwritev: Some(at_compwritev),
     compwritemsg: Some(at_compwritemsg),
-    writevalid: Some(at_valid),
-    readwritevalid: Some(at_valid),
-    compwritevalid: Some(at_valid),
+    writevalid: Some(at_writevalid),
+    readwritevalid: Some(at_readwritevalid),
+    compwritevalid: Some(at_compwritevalid),
 };
 type Dt = sys::fi_datatype;
 type Aop = sys::fi_op;
@@ -140,50 +141,6 @@ type CV = *const c_void;
 type Ioc = *const sys::fi_ioc;
 type IocM = *mut sys::fi_ioc;
 type Addr = sys::fi_addr_t;
-enosys!(at_write(Ep, CV, usize, V, Addr, u64, u64, Dt, Aop, V) -> isize);
-enosys!(at_writev(Ep, Ioc, *mut V, usize, Addr, u64, u64, Dt, Aop, V) -> isize);
-enosys!(at_writemsg(Ep, *const sys::fi_msg_atomic, u64) -> isize);
-enosys!(at_inject(Ep, CV, usize, Addr, u64, u64, Dt, Aop) -> isize);
-enosys!(at_readwrite(Ep, CV, usize, V, V, V, Addr, u64, u64, Dt, Aop, V) -> isize);
-enosys!(
-    at_readwritev(Ep, Ioc, *mut V, usize, IocM, *mut V, usize, Addr, u64, u64, Dt, Aop, V) -> isize
-);
-enosys!(at_readwritemsg(Ep, *const sys::fi_msg_atomic, IocM, *mut V, usize, u64) -> isize);
-enosys!(at_compwrite(Ep, CV, usize, V, CV, V, V, V, Addr, u64, u64, Dt, Aop, V) -> isize);
-enosys!(
-    at_compwritev(
-        Ep,
-        Ioc,
-        *mut V,
-        usize,
-        Ioc,
-        *mut V,
-        usize,
-        IocM,
-        *mut V,
-        usize,
-        Addr,
-        u64,
-        u64,
-        Dt,
-        Aop,
-        V,
-    ) -> isize
-);
-enosys!(
-    at_compwritemsg(
-        Ep,
-        *const sys::fi_msg_atomic,
-        Ioc,
-        *mut V,
-        usize,
-        IocM,
-        *mut V,
-        usize,
-        u64,
-    ) -> isize
-);
-enosys!(at_valid(Ep, Dt, Aop, *mut usize) -> c_int);
 
 static COLL_OPS: sys::fi_ops_collective = sys::fi_ops_collective {
     size: size_of::<sys::fi_ops_collective>(),
@@ -1404,4 +1361,566 @@ unsafe extern "C" fn rma_injectdata(
         },
         true,
     )
+}
+
+// ------------------------------------------------------------ atomics
+
+/// The operation and datatype of an atomic call, or `-FI_EOPNOTSUPP`.
+fn atomic_kind(op: Aop, dt: Dt) -> Result<(atomic::Op, Datatype), c_int> {
+    let parsed = atomic::Op::from_fi(op).and_then(|op| Ok((op, Datatype::from_fi(dt)?)));
+    parsed.map_err(|e| {
+        super::log::warn(&format!("atomic: {e}"));
+        neg(e.fi_errno())
+    })
+}
+
+/// `count` elements of `dt` at `buf` as a list; empty when the call
+/// ignores the buffer (`ignored`: FI_ATOMIC_READ's operand).
+///
+/// # Safety
+/// Unless ignored, `buf` is valid for `count` elements for the life of
+/// the operation.
+unsafe fn elements(
+    buf: *const c_void,
+    count: usize,
+    dt: Datatype,
+    ignored: bool,
+) -> Result<UserIov, c_int> {
+    if ignored {
+        return Ok(UserIov::default());
+    }
+    let len = count
+        .checked_mul(dt.size_bytes())
+        .ok_or(neg(flags::EINVAL))?;
+    if buf.is_null() && len > 0 {
+        return Err(neg(flags::EINVAL));
+    }
+    // SAFETY: the caller's contract; non-null when it has bytes.
+    Ok(unsafe { one(buf, len) })
+}
+
+/// An `fi_ioc` array as a list and its element count (the list empty when
+/// the call ignores the buffers).
+///
+/// # Safety
+/// `ioc` holds `n` entries, each (unless ignored) valid for its count of
+/// elements for the life of the operation.
+unsafe fn iocs(
+    ioc: *const sys::fi_ioc,
+    n: usize,
+    dt: Datatype,
+    ignored: bool,
+) -> Result<(UserIov, usize), c_int> {
+    if n > crate::caps::IOV_LIMIT || (n > 0 && ioc.is_null()) {
+        return Err(neg(flags::EINVAL));
+    }
+    if n == 0 {
+        return Ok((UserIov::default(), 0));
+    }
+    // SAFETY: the caller's contract; `ioc` is non-null (checked above).
+    let v = unsafe { std::slice::from_raw_parts(ioc, n) };
+    let mut segs = Vec::with_capacity(n);
+    let mut count = 0usize;
+    for x in v {
+        count = count.checked_add(x.count).ok_or(neg(flags::EINVAL))?;
+        let len = x
+            .count
+            .checked_mul(dt.size_bytes())
+            .ok_or(neg(flags::EINVAL))?;
+        if !ignored && x.addr.is_null() && len > 0 {
+            return Err(neg(flags::EINVAL));
+        }
+        segs.push((x.addr as usize, len));
+    }
+    if ignored {
+        return Ok((UserIov::default(), count));
+    }
+    // SAFETY: the caller's contract on every entry.
+    Ok((unsafe { UserIov::new(segs) }, count))
+}
+
+/// An atomic message's target (one remote segment: address, elements,
+/// key), its operation and datatype, refusing what it cannot carry.
+///
+/// # Safety
+/// `m` is a valid `fi_msg_atomic`.
+unsafe fn atomic_target(
+    m: &sys::fi_msg_atomic,
+    fl: u64,
+) -> Result<(u64, usize, u64, atomic::Op, Datatype), c_int> {
+    if fl & flags::TAGGED != 0 {
+        super::log::warn("atomic: FI_TAGGED (atomics on tagged receive buffers) is not offered");
+        return Err(neg(flags::EOPNOTSUPP));
+    }
+    if m.rma_iov_count != 1 || m.rma_iov.is_null() {
+        return Err(neg(flags::EINVAL));
+    }
+    let (op, dt) = atomic_kind(m.op, m.datatype)?;
+    // SAFETY: the caller's contract: one valid remote segment.
+    let r = unsafe { &*m.rma_iov };
+    Ok((r.addr, r.count, r.key, op, dt))
+}
+
+fn do_atomic(obj: &EpObj, r: AtomicReq) -> isize {
+    let mut st = obj.shared.lock();
+    let Some((e, mut s)) = st.ep_and_sinks(obj.id) else {
+        return neg(flags::EINVAL) as isize;
+    };
+    if !e.enabled {
+        return neg(flags::EOPBADSTATE) as isize;
+    }
+    let r = e.atomic(&mut s, r);
+    drop(st);
+    match r {
+        Ok(job) => {
+            run_job(obj, job);
+            0
+        }
+        Err(e) => neg(e) as isize,
+    }
+}
+
+unsafe extern "C" fn at_write(
+    ep: Ep,
+    buf: CV,
+    count: usize,
+    _d: V,
+    dest: Addr,
+    addr: u64,
+    key: u64,
+    dt: Dt,
+    op: Aop,
+    ctx: V,
+) -> isize {
+    let o = ep!(ep);
+    let (op, dt) = iov_or_ret!(atomic_kind(op, dt));
+    // SAFETY: the API: the operand is readable until the call returns
+    // (it is copied at post time).
+    let operand = iov_or_ret!(unsafe { elements(buf, count, dt, false) });
+    do_atomic(
+        o,
+        AtomicReq {
+            call: Call::Base,
+            op,
+            datatype: dt,
+            count,
+            operand,
+            compare: UserIov::default(),
+            result: UserIov::default(),
+            peer: dest,
+            addr,
+            key,
+            data: None,
+            context: ctx as usize,
+            flags: tx_flags(o),
+        },
+    )
+}
+
+unsafe extern "C" fn at_writev(
+    ep: Ep,
+    iov: Ioc,
+    _d: *mut V,
+    n: usize,
+    dest: Addr,
+    addr: u64,
+    key: u64,
+    dt: Dt,
+    op: Aop,
+    ctx: V,
+) -> isize {
+    let o = ep!(ep);
+    let (op, dt) = iov_or_ret!(atomic_kind(op, dt));
+    // SAFETY: the API: `n` valid entries.
+    let (operand, count) = iov_or_ret!(unsafe { iocs(iov, n, dt, false) });
+    do_atomic(
+        o,
+        AtomicReq {
+            call: Call::Base,
+            op,
+            datatype: dt,
+            count,
+            operand,
+            compare: UserIov::default(),
+            result: UserIov::default(),
+            peer: dest,
+            addr,
+            key,
+            data: None,
+            context: ctx as usize,
+            flags: tx_flags(o),
+        },
+    )
+}
+
+unsafe extern "C" fn at_writemsg(ep: Ep, msg: *const sys::fi_msg_atomic, fl: u64) -> isize {
+    let o = ep!(ep);
+    // SAFETY: the API: a valid message descriptor.
+    let Some(m) = (unsafe { msg.as_ref() }) else {
+        return neg(flags::EINVAL) as isize;
+    };
+    // SAFETY: the API.
+    let (addr, count, key, op, dt) = iov_or_ret!(unsafe { atomic_target(m, fl) });
+    // SAFETY: the API: `iov_count` valid entries.
+    let (operand, _) = iov_or_ret!(unsafe { iocs(m.msg_iov, m.iov_count, dt, false) });
+    let data = (fl & flags::REMOTE_CQ_DATA != 0).then_some(m.data);
+    do_atomic(
+        o,
+        AtomicReq {
+            call: Call::Base,
+            op,
+            datatype: dt,
+            count,
+            operand,
+            compare: UserIov::default(),
+            result: UserIov::default(),
+            peer: m.addr,
+            addr,
+            key,
+            data,
+            context: m.context as usize,
+            flags: fl,
+        },
+    )
+}
+
+unsafe extern "C" fn at_inject(
+    ep: Ep,
+    buf: CV,
+    count: usize,
+    dest: Addr,
+    addr: u64,
+    key: u64,
+    dt: Dt,
+    op: Aop,
+) -> isize {
+    let o = ep!(ep);
+    let (op, dt) = iov_or_ret!(atomic_kind(op, dt));
+    // SAFETY: the API; the operand is copied before this returns.
+    let operand = iov_or_ret!(unsafe { elements(buf, count, dt, false) });
+    do_atomic(
+        o,
+        AtomicReq {
+            call: Call::Base,
+            op,
+            datatype: dt,
+            count,
+            operand,
+            compare: UserIov::default(),
+            result: UserIov::default(),
+            peer: dest,
+            addr,
+            key,
+            data: None,
+            context: 0,
+            flags: flags::INJECT,
+        },
+    )
+}
+
+unsafe extern "C" fn at_readwrite(
+    ep: Ep,
+    buf: CV,
+    count: usize,
+    _d: V,
+    result: V,
+    _rd: V,
+    dest: Addr,
+    addr: u64,
+    key: u64,
+    dt: Dt,
+    op: Aop,
+    ctx: V,
+) -> isize {
+    let o = ep!(ep);
+    let (op, dt) = iov_or_ret!(atomic_kind(op, dt));
+    let read = op == atomic::Op::Read;
+    // SAFETY: the API: the operand is readable (unless FI_ATOMIC_READ
+    // ignores it) and the result writable until the completion.
+    let (operand, result) = iov_or_ret!(unsafe {
+        elements(buf, count, dt, read).and_then(|a| Ok((a, elements(result, count, dt, false)?)))
+    });
+    do_atomic(
+        o,
+        AtomicReq {
+            call: Call::Fetch,
+            op,
+            datatype: dt,
+            count,
+            operand,
+            compare: UserIov::default(),
+            result,
+            peer: dest,
+            addr,
+            key,
+            data: None,
+            context: ctx as usize,
+            flags: tx_flags(o),
+        },
+    )
+}
+
+unsafe extern "C" fn at_readwritev(
+    ep: Ep,
+    iov: Ioc,
+    _d: *mut V,
+    n: usize,
+    resultv: IocM,
+    _rd: *mut V,
+    result_n: usize,
+    dest: Addr,
+    addr: u64,
+    key: u64,
+    dt: Dt,
+    op: Aop,
+    ctx: V,
+) -> isize {
+    let o = ep!(ep);
+    let (op, dt) = iov_or_ret!(atomic_kind(op, dt));
+    let read = op == atomic::Op::Read;
+    // SAFETY: the API: valid entries; results writable until the completion.
+    let ((operand, count), (result, _)) = iov_or_ret!(unsafe {
+        iocs(iov, n, dt, read).and_then(|a| Ok((a, iocs(resultv, result_n, dt, false)?)))
+    });
+    do_atomic(
+        o,
+        AtomicReq {
+            call: Call::Fetch,
+            op,
+            datatype: dt,
+            count,
+            operand,
+            compare: UserIov::default(),
+            result,
+            peer: dest,
+            addr,
+            key,
+            data: None,
+            context: ctx as usize,
+            flags: tx_flags(o),
+        },
+    )
+}
+
+unsafe extern "C" fn at_readwritemsg(
+    ep: Ep,
+    msg: *const sys::fi_msg_atomic,
+    resultv: IocM,
+    _rd: *mut V,
+    result_n: usize,
+    fl: u64,
+) -> isize {
+    let o = ep!(ep);
+    // SAFETY: the API: a valid message descriptor.
+    let Some(m) = (unsafe { msg.as_ref() }) else {
+        return neg(flags::EINVAL) as isize;
+    };
+    // SAFETY: the API.
+    let (addr, count, key, op, dt) = iov_or_ret!(unsafe { atomic_target(m, fl) });
+    let read = op == atomic::Op::Read;
+    // SAFETY: the API: valid entries; results writable until the completion.
+    let ((operand, _), (result, _)) = iov_or_ret!(unsafe {
+        iocs(m.msg_iov, m.iov_count, dt, read)
+            .and_then(|a| Ok((a, iocs(resultv, result_n, dt, false)?)))
+    });
+    let data = (fl & flags::REMOTE_CQ_DATA != 0).then_some(m.data);
+    do_atomic(
+        o,
+        AtomicReq {
+            call: Call::Fetch,
+            op,
+            datatype: dt,
+            count,
+            operand,
+            compare: UserIov::default(),
+            result,
+            peer: m.addr,
+            addr,
+            key,
+            data,
+            context: m.context as usize,
+            flags: fl,
+        },
+    )
+}
+
+unsafe extern "C" fn at_compwrite(
+    ep: Ep,
+    buf: CV,
+    count: usize,
+    _d: V,
+    compare: CV,
+    _cd: V,
+    result: V,
+    _rd: V,
+    dest: Addr,
+    addr: u64,
+    key: u64,
+    dt: Dt,
+    op: Aop,
+    ctx: V,
+) -> isize {
+    let o = ep!(ep);
+    let (op, dt) = iov_or_ret!(atomic_kind(op, dt));
+    // SAFETY: the API: operand and compare readable, result writable
+    // until the completion.
+    let (operand, compare, result) = iov_or_ret!(unsafe {
+        elements(buf, count, dt, false).and_then(|a| {
+            Ok((
+                a,
+                elements(compare, count, dt, false)?,
+                elements(result, count, dt, false)?,
+            ))
+        })
+    });
+    do_atomic(
+        o,
+        AtomicReq {
+            call: Call::Compare,
+            op,
+            datatype: dt,
+            count,
+            operand,
+            compare,
+            result,
+            peer: dest,
+            addr,
+            key,
+            data: None,
+            context: ctx as usize,
+            flags: tx_flags(o),
+        },
+    )
+}
+
+unsafe extern "C" fn at_compwritev(
+    ep: Ep,
+    iov: Ioc,
+    _d: *mut V,
+    n: usize,
+    comparev: Ioc,
+    _cd: *mut V,
+    compare_n: usize,
+    resultv: IocM,
+    _rd: *mut V,
+    result_n: usize,
+    dest: Addr,
+    addr: u64,
+    key: u64,
+    dt: Dt,
+    op: Aop,
+    ctx: V,
+) -> isize {
+    let o = ep!(ep);
+    let (op, dt) = iov_or_ret!(atomic_kind(op, dt));
+    // SAFETY: the API: valid entries for the life of the operation.
+    let ((operand, count), (compare, _), (result, _)) = iov_or_ret!(unsafe {
+        iocs(iov, n, dt, false).and_then(|a| {
+            Ok((
+                a,
+                iocs(comparev, compare_n, dt, false)?,
+                iocs(resultv, result_n, dt, false)?,
+            ))
+        })
+    });
+    do_atomic(
+        o,
+        AtomicReq {
+            call: Call::Compare,
+            op,
+            datatype: dt,
+            count,
+            operand,
+            compare,
+            result,
+            peer: dest,
+            addr,
+            key,
+            data: None,
+            context: ctx as usize,
+            flags: tx_flags(o),
+        },
+    )
+}
+
+unsafe extern "C" fn at_compwritemsg(
+    ep: Ep,
+    msg: *const sys::fi_msg_atomic,
+    comparev: Ioc,
+    _cd: *mut V,
+    compare_n: usize,
+    resultv: IocM,
+    _rd: *mut V,
+    result_n: usize,
+    fl: u64,
+) -> isize {
+    let o = ep!(ep);
+    // SAFETY: the API: a valid message descriptor.
+    let Some(m) = (unsafe { msg.as_ref() }) else {
+        return neg(flags::EINVAL) as isize;
+    };
+    // SAFETY: the API.
+    let (addr, count, key, op, dt) = iov_or_ret!(unsafe { atomic_target(m, fl) });
+    // SAFETY: the API: valid entries for the life of the operation.
+    let ((operand, _), (compare, _), (result, _)) = iov_or_ret!(unsafe {
+        iocs(m.msg_iov, m.iov_count, dt, false).and_then(|a| {
+            Ok((
+                a,
+                iocs(comparev, compare_n, dt, false)?,
+                iocs(resultv, result_n, dt, false)?,
+            ))
+        })
+    });
+    let data = (fl & flags::REMOTE_CQ_DATA != 0).then_some(m.data);
+    do_atomic(
+        o,
+        AtomicReq {
+            call: Call::Compare,
+            op,
+            datatype: dt,
+            count,
+            operand,
+            compare,
+            result,
+            peer: m.addr,
+            addr,
+            key,
+            data,
+            context: m.context as usize,
+            flags: fl,
+        },
+    )
+}
+
+/// `fi_atomicvalid` and friends: 0 and the most elements per call, or
+/// `-FI_EOPNOTSUPP`.
+fn atomic_valid(obj: &EpObj, call: Call, dt: Dt, op: Aop, count: *mut usize) -> c_int {
+    let eager_limit = obj
+        .shared
+        .lock()
+        .eps
+        .get(obj.id)
+        .map_or_else(|| super::config().eager_limit, |e| e.cfg.eager_limit);
+    match atomic::query(call, op, dt, eager_limit) {
+        Ok((max, _size)) => {
+            if !count.is_null() {
+                // SAFETY: the API: `count` is null or points at a size_t.
+                unsafe { *count = max };
+            }
+            0
+        }
+        Err(e) => neg(e.fi_errno()),
+    }
+}
+
+unsafe extern "C" fn at_writevalid(ep: Ep, dt: Dt, op: Aop, count: *mut usize) -> c_int {
+    atomic_valid(ep!(ep), Call::Base, dt, op, count)
+}
+
+unsafe extern "C" fn at_readwritevalid(ep: Ep, dt: Dt, op: Aop, count: *mut usize) -> c_int {
+    atomic_valid(ep!(ep), Call::Fetch, dt, op, count)
+}
+
+unsafe extern "C" fn at_compwritevalid(ep: Ep, dt: Dt, op: Aop, count: *mut usize) -> c_int {
+    atomic_valid(ep!(ep), Call::Compare, dt, op, count)
 }

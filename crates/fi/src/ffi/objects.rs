@@ -3,6 +3,7 @@
 
 use super::{class_of, neg, register, sys, unregister, write_cstr};
 use crate::addr::{ADDR_BYTES, EpAddr};
+use crate::atomic;
 use crate::caps;
 use crate::domain::{
     AvState, CntrState, CqEntry, CqState, DomainShared, EqEvent, EqShared, MrEntry,
@@ -168,7 +169,7 @@ static DOMAIN_OPS: sys::fi_ops_domain = sys::fi_ops_domain {
     poll_open: Some(poll_open_enosys),
     stx_ctx: Some(stx_ctx_enosys),
     srx_ctx: Some(srx_ctx_enosys),
-    query_atomic: Some(query_atomic_enosys),
+    query_atomic: Some(query_atomic),
     query_collective: Some(query_collective_enosys),
     endpoint2: Some(super::ep::endpoint2_open),
 };
@@ -209,15 +210,40 @@ enosys!(
         *mut c_void,
     ) -> c_int
 );
-enosys!(
-    query_atomic_enosys(
-        *mut sys::fid_domain,
-        sys::fi_datatype,
-        sys::fi_op,
-        *mut sys::fi_atomic_attr,
-        u64,
-    ) -> c_int
-);
+/// `fi_query_atomic`: flags 0 asks about base atomics, `FI_FETCH_ATOMIC`
+/// fetch atomics, `FI_COMPARE_ATOMIC` compare atomics (not both);
+/// atomics on tagged buffers (`FI_TAGGED`) are not offered.
+unsafe extern "C" fn query_atomic(
+    _domain: *mut sys::fid_domain,
+    datatype: sys::fi_datatype,
+    op: sys::fi_op,
+    attr: *mut sys::fi_atomic_attr,
+    fl: u64,
+) -> c_int {
+    let fetch = fl & flags::FETCH_ATOMIC != 0;
+    let compare = fl & flags::COMPARE_ATOMIC != 0;
+    let call = match (fetch, compare) {
+        (false, false) => atomic::Call::Base,
+        (true, false) => atomic::Call::Fetch,
+        (false, true) => atomic::Call::Compare,
+        (true, true) => return neg(flags::EINVAL),
+    };
+    if fl & flags::TAGGED != 0 {
+        return neg(flags::EOPNOTSUPP);
+    }
+    match atomic::query(call, op, datatype, super::config().eager_limit) {
+        Ok((count, size)) => {
+            // SAFETY: the API: `attr` is null or points at an fi_atomic_attr.
+            let Some(a) = (unsafe { attr.as_mut() }) else {
+                return neg(flags::EINVAL);
+            };
+            a.count = count;
+            a.size = size;
+            0
+        }
+        Err(e) => neg(e.fi_errno()),
+    }
+}
 enosys!(
     query_collective_enosys(
         *mut sys::fid_domain,
