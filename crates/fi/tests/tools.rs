@@ -46,17 +46,26 @@ fn tools(names: &[&str]) -> bool {
 /// The directory holding `libmetaroce_fi.so` (the cdylib cargo built
 /// next to this test's binary).
 fn provider_dir() -> PathBuf {
+    // `cargo build -p metaroce-fi` puts the provider in the profile dir,
+    // a test build in deps/; take the newer, so a stale copy from an
+    // earlier build is never the one tested.
     let exe = std::env::current_exe().expect("test binary path");
     let deps = exe.parent().expect("deps dir");
-    for dir in [deps.parent().expect("profile dir"), deps] {
-        if dir.join("libmetaroce_fi.so").exists() {
-            return dir.to_path_buf();
-        }
-    }
-    panic!(
-        "libmetaroce_fi.so not found next to {}; build it with cargo build -p metaroce-fi",
-        exe.display()
-    );
+    let built = |dir: &std::path::Path| {
+        let meta = std::fs::metadata(dir.join("libmetaroce_fi.so")).ok()?;
+        Some((meta.modified().ok()?, dir.to_path_buf()))
+    };
+    [deps.parent().expect("profile dir"), deps]
+        .into_iter()
+        .filter_map(built)
+        .max()
+        .map(|(_, dir)| dir)
+        .unwrap_or_else(|| {
+            panic!(
+                "libmetaroce_fi.so not found next to {}; build it with cargo build -p metaroce-fi",
+                exe.display()
+            )
+        })
 }
 
 fn run(cmd: &mut Command, timeout: Duration) -> Output {
