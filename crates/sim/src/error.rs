@@ -40,6 +40,14 @@ pub enum SimError {
         /// The trigger it names.
         trigger: u32,
     },
+    /// A trigger feeds a trigger the workload does not define.
+    #[error("trigger {trigger}: feeds unknown trigger {fed}")]
+    UnknownFedTrigger {
+        /// The feeding trigger.
+        trigger: u32,
+        /// The trigger it names.
+        fed: u32,
+    },
     /// A flow has neither a start time nor a trigger, so it would never start.
     #[error("flow {flow}: neither start time nor trigger")]
     FlowNeverStarts {

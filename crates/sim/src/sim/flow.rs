@@ -18,6 +18,15 @@ impl<F: TransportFactory> Sim<F> {
     /// with their first message and close after their last, so only the
     /// pairs in use hold state (a 1024-rank all-to-all has a million).
     pub(super) fn setup_flows(&mut self) -> Result<(), SimError> {
+        let triggers = self.work.triggers.len();
+        for (t, spec) in self.work.triggers.iter().enumerate() {
+            if let Some(&fed) = spec.feeds.iter().find(|&&f| f as usize >= triggers) {
+                return Err(SimError::UnknownFedTrigger {
+                    trigger: t as u32,
+                    fed,
+                });
+            }
+        }
         for i in 0..self.work.flows.len() {
             let f = &self.work.flows[i];
             let (src, dst) = (f.src, f.dst);
@@ -119,14 +128,26 @@ impl<F: TransportFactory> Sim<F> {
             self.channel_message_done(tag);
         }
         if let Some(t) = trig {
-            let t = t as usize;
-            self.trigger_seen[t] += 1;
-            if self.trigger_seen[t] == self.work.triggers[t].needed {
-                for i in 0..self.trigger_flows[t].len() {
-                    let f = self.trigger_flows[t][i];
-                    self.events.schedule(now, EventKind::FlowStart(f));
-                }
-            }
+            self.activate_trigger(now, t);
+        }
+    }
+
+    /// One activation of trigger `t`: on the one that completes it, start
+    /// its flows and activate the triggers it feeds (in order, depth
+    /// first; a trigger fires once, so even a cycle ends).
+    fn activate_trigger(&mut self, now: Ps, t: u32) {
+        let t = t as usize;
+        self.trigger_seen[t] += 1;
+        if self.trigger_seen[t] != self.work.triggers[t].needed {
+            return;
+        }
+        for i in 0..self.trigger_flows[t].len() {
+            let f = self.trigger_flows[t][i];
+            self.events.schedule(now, EventKind::FlowStart(f));
+        }
+        for i in 0..self.work.triggers[t].feeds.len() {
+            let fed = self.work.triggers[t].feeds[i];
+            self.activate_trigger(now, fed);
         }
     }
 }
