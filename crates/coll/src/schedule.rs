@@ -319,62 +319,91 @@ pub fn schedule(spec: &OpSpec, world: u32, config: &CommConfig) -> Result<Schedu
 /// being free). Each task's "done" condition is a set of network events,
 /// built from its dependencies' sets in plan order (dependencies always
 /// precede their dependents) and pruned of events that a `Sent` in the same
-/// set already implies.
+/// set already implies. Events are coded `task << 1 | sent` while folding
+/// (sets are runs of one pool, no allocation per task) and named by message
+/// at the end.
 fn fold_plan(rank: Rank, plan: &Plan) -> RankSchedule {
+    let tasks = &plan.tasks;
     let mut out = RankSchedule::default();
-    // Per task: the events that mean it is done.
-    let mut done: Vec<Vec<Dependency>> = Vec::with_capacity(plan.tasks.len());
-    // Per task with a send: what the send waited for (for pruning).
-    let mut send_after: std::collections::HashMap<MessageId, Vec<Dependency>> =
-        std::collections::HashMap::new();
-    let mut waits: Vec<Dependency> = Vec::new();
-    for task in &plan.tasks {
-        waits.clear();
-        for &d in &task.deps {
-            debug_assert!((d as usize) < done.len(), "dependencies precede dependents");
-            waits.extend_from_slice(&done[d as usize]);
-        }
-        prune(&mut waits, &send_after);
-        if let Some(r) = task.recv {
-            let id = MessageId {
+    // Per task: its done set, `pool[done[t].0..done[t].1]`.
+    let mut pool: Vec<u32> = Vec::new();
+    let mut done: Vec<(u32, u32)> = Vec::with_capacity(tasks.len());
+    // Per task with a send: what it waited for, `pool[waited[t]..]`.
+    let mut waited: Vec<(u32, u32)> = vec![(0, 0); tasks.len()];
+    let mut waits: Vec<u32> = Vec::new();
+    let received = |t: usize| (t as u32) << 1;
+    let sent = |t: usize| (t as u32) << 1 | 1;
+    let name = |e: u32| {
+        let t = &tasks[(e >> 1) as usize];
+        if e & 1 == 1 {
+            let s = t.send.expect("a sent event belongs to a sending task");
+            Dependency::Sent(MessageId {
+                from: rank,
+                to: s.peer,
+                index: s.index,
+            })
+        } else {
+            let r = t
+                .recv
+                .expect("a received event belongs to a receiving task");
+            Dependency::Received(MessageId {
                 from: r.peer,
                 to: rank,
                 index: r.index,
-            };
+            })
+        }
+    };
+    for (i, task) in tasks.iter().enumerate() {
+        waits.clear();
+        for &d in &task.deps {
+            debug_assert!((d as usize) < i, "dependencies precede dependents");
+            let (a, b) = done[d as usize];
+            waits.extend_from_slice(&pool[a as usize..b as usize]);
+        }
+        prune(&mut waits, &pool, &waited);
+        if let Some(r) = task.recv {
             let start = out.deps.len() as u32;
-            out.deps.extend_from_slice(&waits);
+            out.deps.extend(waits.iter().map(|&e| name(e)));
             out.receipts.push(Receipt {
-                id,
+                id: MessageId {
+                    from: r.peer,
+                    to: rank,
+                    index: r.index,
+                },
                 bytes: r.len,
                 consume: (start, out.deps.len() as u32),
             });
-            waits.push(Dependency::Received(id));
-            prune(&mut waits, &send_after);
+            waits.push(received(i));
         }
+        let first = pool.len() as u32;
         match task.send {
             Some(s) => {
-                let id = MessageId {
-                    from: rank,
-                    to: s.peer,
-                    index: s.index,
-                };
                 let (step, chunk) = match s.purpose {
                     WritePurpose::Data { step, chunk } => (step, chunk),
                     WritePurpose::Credit => (0, 0),
                 };
                 let start = out.deps.len() as u32;
-                out.deps.extend_from_slice(&waits);
+                out.deps.extend(waits.iter().map(|&e| name(e)));
                 out.sends.push(Message {
-                    id,
+                    id: MessageId {
+                        from: rank,
+                        to: s.peer,
+                        index: s.index,
+                    },
                     bytes: s.len,
                     step,
                     chunk,
                     after: (start, out.deps.len() as u32),
                 });
-                send_after.insert(id, waits.clone());
-                done.push(vec![Dependency::Sent(id)]);
+                pool.extend_from_slice(&waits);
+                waited[i] = (first, pool.len() as u32);
+                pool.push(sent(i));
+                done.push((pool.len() as u32 - 1, pool.len() as u32));
             }
-            None => done.push(waits.clone()),
+            None => {
+                pool.extend_from_slice(&waits);
+                done.push((first, pool.len() as u32));
+            }
         }
     }
     (out.send_order, out.send_peers) =
@@ -384,29 +413,23 @@ fn fold_plan(rank: Rank, plan: &Plan) -> RankSchedule {
     out
 }
 
-/// Sorts and dedups `set` and drops what a `Sent` in it implies: a send
-/// that completed had everything it waited for.
-fn prune(
-    set: &mut Vec<Dependency>,
-    send_after: &std::collections::HashMap<MessageId, Vec<Dependency>>,
-) {
+/// Sorts and dedups the events of `set` and drops what a `Sent` in it
+/// implies: a send that completed had everything it waited for
+/// (`pool[waited[task]]`).
+fn prune(set: &mut Vec<u32>, pool: &[u32], waited: &[(u32, u32)]) {
     set.sort_unstable();
     set.dedup();
     if set.len() < 2 {
         return;
     }
-    let implied: Vec<Dependency> = set
-        .iter()
-        .filter_map(|d| match d {
-            Dependency::Sent(id) => send_after.get(id),
-            Dependency::Received(_) => None,
+    let implied = |e: u32| {
+        set.iter().any(|&s| {
+            let (a, b) = waited[(s >> 1) as usize];
+            s & 1 == 1 && pool[a as usize..b as usize].contains(&e)
         })
-        .flatten()
-        .copied()
-        .collect();
-    if !implied.is_empty() {
-        set.retain(|d| !implied.contains(d));
-    }
+    };
+    let keep: Vec<u32> = set.iter().copied().filter(|&e| !implied(e)).collect();
+    *set = keep;
 }
 
 #[cfg(test)]

@@ -259,15 +259,17 @@ impl FlowSet {
                 self.flows.push(f);
             }
         }
+        drop(sched);
         // A flow names one trigger per event: one waiter is named directly,
-        // several through a relay trigger that feeds them all.
+        // several through a relay trigger that feeds them all (relays are
+        // the newest triggers, so the feeds stay sorted).
         waits.sort_unstable();
         for same in waits.chunk_by(|a, b| a.0 == b.0) {
             let t = match same {
                 [(_, t)] => *t,
                 _ => {
                     let relay = self.trigger(1);
-                    self.triggers[relay as usize].feeds = same.iter().map(|&(_, t)| t).collect();
+                    self.feeds.extend(same.iter().map(|&(_, t)| (relay, t)));
                     relay
                 }
             };
@@ -328,9 +330,14 @@ mod tests {
         );
         // Rank 0's step 0 is acknowledged: it feeds rank 1's step 1 and
         // rank 0's own step 4 (the slot), through a relay.
-        let relay = s.flows[0].on_send.unwrap() as usize;
+        let relay = s.flows[0].on_send.unwrap();
         assert!(s.flows[0].on_recv.is_none());
-        let fed = &s.triggers[relay].feeds;
+        let fed: Vec<u32> = s
+            .feeds
+            .iter()
+            .filter(|&&(t, _)| t == relay)
+            .map(|&(_, f)| f)
+            .collect();
         assert_eq!(fed.len(), 2);
         assert!(fed.contains(&s.flows[7].trigger.unwrap()));
         assert!(fed.contains(&s.flows[4].trigger.unwrap()));

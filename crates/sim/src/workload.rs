@@ -56,11 +56,6 @@ impl FlowSpec {
 pub struct TriggerSpec {
     /// Activations needed (1 = oneshot; barrier = the flows feeding it).
     pub needed: u32,
-    /// Triggers it activates when it fires, in order: how one completion
-    /// feeds several waiters (a flow names one trigger per event; a
-    /// collective's received chunk may be forwarded to several children
-    /// and also free a staging slot).
-    pub feeds: Vec<u32>,
 }
 
 /// When a collective's dependency on a received message counts as met.
@@ -121,16 +116,20 @@ pub struct FlowSet {
     pub flows: Vec<FlowSpec>,
     /// Triggers.
     pub triggers: Vec<TriggerSpec>,
+    /// `(trigger, trigger it feeds)`, sorted: when the first fires it
+    /// activates the second, in this order. How one completion releases
+    /// several waiters (a flow names one trigger per event, and a
+    /// collective's received chunk may be forwarded to several children
+    /// and also free a staging slot). Kept apart from [`TriggerSpec`] so
+    /// the many triggers that feed nothing cost nothing.
+    pub feeds: Vec<(u32, u32)>,
     /// Groups.
     pub groups: Vec<GroupSpec>,
 }
 
 impl FlowSet {
     pub(crate) fn trigger(&mut self, needed: u32) -> u32 {
-        self.triggers.push(TriggerSpec {
-            needed,
-            feeds: Vec::new(),
-        });
+        self.triggers.push(TriggerSpec { needed });
         self.triggers.len() as u32 - 1
     }
 

@@ -19,13 +19,16 @@ impl<F: TransportFactory> Sim<F> {
     /// pairs in use hold state (a 1024-rank all-to-all has a million).
     pub(super) fn setup_flows(&mut self) -> Result<(), SimError> {
         let triggers = self.work.triggers.len();
-        for (t, spec) in self.work.triggers.iter().enumerate() {
-            if let Some(&fed) = spec.feeds.iter().find(|&&f| f as usize >= triggers) {
-                return Err(SimError::UnknownFedTrigger {
-                    trigger: t as u32,
-                    fed,
-                });
-            }
+        if let Some(&(trigger, fed)) = self
+            .work
+            .feeds
+            .iter()
+            .find(|&&(t, f)| t as usize >= triggers || f as usize >= triggers)
+        {
+            return Err(SimError::UnknownFedTrigger { trigger, fed });
+        }
+        if !self.work.feeds.is_sorted_by_key(|&(t, _)| t) {
+            return Err(SimError::UnsortedFeeds);
         }
         for i in 0..self.work.flows.len() {
             let f = &self.work.flows[i];
@@ -145,8 +148,13 @@ impl<F: TransportFactory> Sim<F> {
             let f = self.trigger_flows[t][i];
             self.events.schedule(now, EventKind::FlowStart(f));
         }
-        for i in 0..self.work.triggers[t].feeds.len() {
-            let fed = self.work.triggers[t].feeds[i];
+        let feeds = &self.work.feeds;
+        let first = feeds.partition_point(|&(from, _)| (from as usize) < t);
+        for i in first..feeds.len() {
+            let (from, fed) = self.work.feeds[i];
+            if from as usize != t {
+                break;
+            }
             self.activate_trigger(now, fed);
         }
     }
