@@ -95,7 +95,7 @@
 //!   half/bfloat16, the reduction kernels over byte slices;
 //! - [`spec`]: describing an operation and choosing its algorithm;
 //! - `plan`: each algorithm as a task graph for one rank;
-//! - [`schedule`]: those task graphs as messages and their dependencies,
+//! - [`schedule`](mod@schedule): those task graphs as messages and their dependencies,
 //!   for drivers that move data without reducing it (the simulator);
 //! - `comm`: the communicator running plans over slots and credits;
 //! - [`action`], [`imm`], [`staging`]: what crosses the driver boundary;

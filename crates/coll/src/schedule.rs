@@ -11,7 +11,7 @@
 //!
 //! # What a send waits for
 //!
-//! A rank may post a message once its [`Message::after`] dependencies have
+//! A rank may post a message once its dependencies ([`RankSchedule::after`]) have
 //! happened:
 //!
 //! - [`Dependency::Received`]: a message from a peer has arrived here (the
@@ -32,7 +32,7 @@
 //! credited back ([`Schedule::window`] is
 //! [`CommConfig::slots`]). The receiver credits a slot once it consumed the
 //! message: once the message arrived and the receiving task's own
-//! dependencies, [`Receipt::consume_after`], have happened. A driver
+//! dependencies, [`RankSchedule::consume_after`], have happened. A driver
 //! modelling flow control waits for both; the credit's own trip back is a
 //! zero-length write the schedule does not list.
 
@@ -272,7 +272,7 @@ impl Schedule {
 
     /// The message whose slot `id` reuses: `window` messages earlier on
     /// the same connection. `id` may be written only once that one is
-    /// written and consumed ([`Receipt::consume_after`]).
+    /// written and consumed ([`RankSchedule::consume_after`]).
     pub fn slot_predecessor(&self, id: MessageId) -> Option<MessageId> {
         let index = id.index.checked_sub(self.window)?;
         Some(MessageId { index, ..id })

@@ -14,7 +14,7 @@
 //! - the library's staging-slot window holds message `k` to a peer until
 //!   message `k - slots` to it has completed at the sender (the data write
 //!   is acknowledged, which in the simulator comes after the receiver has
-//!   it) and the receiver could consume it ([`Receipt::consume_after`]).
+//!   it) and the receiver could consume it ([`RankSchedule::consume_after`]).
 //!   The credit's own trip back (a zero-length write, about half an RTT)
 //!   is not simulated: the acknowledgement stands in for it.
 //!
@@ -23,7 +23,7 @@
 //! on a received message counts as met when its *sender* sees it
 //! acknowledged, not when the receiver has it.
 //!
-//! [`Receipt::consume_after`]: metaroce_coll::RankSchedule::consume_after
+//! [`RankSchedule::consume_after`]: metaroce_coll::RankSchedule::consume_after
 
 use metaroce_coll::report::PerfCollective;
 use metaroce_coll::{
