@@ -95,6 +95,8 @@
 //!   half/bfloat16, the reduction kernels over byte slices;
 //! - [`spec`]: describing an operation and choosing its algorithm;
 //! - `plan`: each algorithm as a task graph for one rank;
+//! - [`schedule`](mod@schedule): those task graphs as messages and their dependencies,
+//!   for drivers that move data without reducing it (the simulator);
 //! - `comm`: the communicator running plans over slots and credits;
 //! - [`action`], [`imm`], [`staging`]: what crosses the driver boundary;
 //! - [`testing`]: the deterministic in-process network and reference;
@@ -111,6 +113,7 @@ pub mod imm;
 pub mod kernels;
 mod plan;
 pub mod report;
+pub mod schedule;
 pub mod spec;
 pub mod staging;
 pub mod testing;
@@ -121,5 +124,6 @@ pub use action::{
 pub use buffers::{ExecError, LocalBuffers};
 pub use comm::{CollError, CommStats, Communicator};
 pub use datatype::{DataType, ReduceOp};
+pub use schedule::{Dependency, Message, MessageId, RankSchedule, Receipt, Schedule, schedule};
 pub use spec::{Algorithm, BufferSizes, Collective, CommConfig, OpSpec, P2p, P2pGroup, SpecError};
 pub use staging::StagingLayout;

@@ -40,6 +40,17 @@ pub enum SimError {
         /// The trigger it names.
         trigger: u32,
     },
+    /// A trigger feeds a trigger the workload does not define.
+    #[error("trigger {trigger}: feeds unknown trigger {fed}")]
+    UnknownFedTrigger {
+        /// The feeding trigger.
+        trigger: u32,
+        /// The trigger it names.
+        fed: u32,
+    },
+    /// The workload's trigger feeds are not sorted by feeding trigger.
+    #[error("trigger feeds are not sorted by the feeding trigger")]
+    UnsortedFeeds,
     /// A flow has neither a start time nor a trigger, so it would never start.
     #[error("flow {flow}: neither start time nor trigger")]
     FlowNeverStarts {

@@ -10,8 +10,9 @@
 //! - [`scenario`]: TOML scenario files; [`run`]: a scenario end to end;
 //!   [`sweep`]: grids of scenario points run in parallel, shardable;
 //! - [`topology`]: leaf-spine, fat tree, rail-optimized, multi-plane;
-//! - [`workload`]: permutation, incast, all-to-all, ring all-reduce (as
-//!   dependent steps), htsim `.cm` and CSV flows, background load;
+//! - [`workload`]: permutation, incast, all-to-all, htsim `.cm` and CSV
+//!   flows, background load; [`collective`]: the collectives library's
+//!   own schedules (ring all-reduce and the rest) as dependent flows;
 //! - [`transport`]: the host model trait, and MetaRoCE running the real
 //!   protocol core in descriptor mode (no payload bytes move), beside the
 //!   RoCEv2, IRN and InfiniBand baselines;
@@ -61,6 +62,7 @@
 
 pub mod address;
 pub mod capture;
+pub mod collective;
 pub mod error;
 pub mod event;
 pub mod fabric;

@@ -330,8 +330,8 @@ pub fn results(
         let n = f64::from(spec.ranks.max(1));
         let factor = match spec.kind {
             CollKind::AllReduce => 2.0 * (n - 1.0) / n,
-            CollKind::AllToAll => (n - 1.0) / n,
-            CollKind::Flows => 1.0,
+            CollKind::AllToAll | CollKind::ReduceScatter | CollKind::AllGather => (n - 1.0) / n,
+            CollKind::Flows | CollKind::Broadcast | CollKind::Reduce => 1.0,
         };
         let jain = {
             let sum: f64 = rates.iter().sum();

@@ -3,6 +3,7 @@
 //! A bad file gives one line naming the file, the line and the key:
 //! `scenarios/x.toml:12: unknown field `hostz`, expected one of ...`.
 
+use crate::collective::CollectiveWorkload;
 use crate::error::SimError;
 use crate::fabric::{BufferModel, EcnConfig, FabricConfig, PfcConfig, Routing};
 use crate::hostset::{HostSetConf, shuffled};
@@ -333,6 +334,9 @@ fn default_order() -> String {
 fn default_step_trigger() -> String {
     "received".into()
 }
+fn default_algorithm() -> String {
+    "auto".into()
+}
 fn default_transport() -> String {
     "metaroce".into()
 }
@@ -355,7 +359,8 @@ impl Default for TransportConf {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct WorkloadConf {
-    /// `permutation`, `incast`, `all_to_all`, `ring_allreduce`, `cm`, `csv`, `background`.
+    /// `permutation`, `incast`, `all_to_all`, `ring_allreduce`, `collective`,
+    /// `probes`, `cm`, `csv`, `background`.
     pub kind: String,
     /// Bytes per flow (all-reduce: the buffer size).
     #[serde(default)]
@@ -372,15 +377,35 @@ pub struct WorkloadConf {
     /// Hosts taking part: the first N of `hosts` (default all of them).
     #[serde(default)]
     pub ranks: u32,
-    /// Ring all-reduce: walk the ring in `"rank"` order (the order of
-    /// `hosts`) or a seeded `"random"` order (htsim's generator).
+    /// Collectives: ranks in `"rank"` order (the order of `hosts`) or a
+    /// seeded `"random"` order (htsim's all-reduce generator).
     #[serde(default = "default_order")]
     pub order: String,
-    /// Ring all-reduce: a step starts when the previous one was `"received"`
-    /// (the data dependency) or when the rank's own send of it was
-    /// acknowledged, `"sent"` (htsim's generator).
+    /// Collectives: a dependency on a received message is met when the
+    /// message was `"received"` (the library's data dependency) or when its
+    /// sender had it acknowledged, `"sent"` (htsim's generator).
     #[serde(default = "default_step_trigger")]
     pub step_trigger: String,
+    /// `collective`: which one, by nccl-tests' name (`all_reduce`,
+    /// `all_gather`, `reduce_scatter`, `alltoall`, `broadcast`, `reduce`,
+    /// `sendrecv`).
+    #[serde(default)]
+    pub collective: String,
+    /// `collective`: the library's algorithm (`auto`, `ring`, `tree`,
+    /// `rd`, `direct`).
+    #[serde(default = "default_algorithm")]
+    pub algorithm: String,
+    /// `collective` broadcast and reduce: the root, a position in the ranks.
+    #[serde(default)]
+    pub root: u32,
+    /// Collectives: bytes per pipelined chunk (0: the library's default,
+    /// its 256 KiB staging slot).
+    #[serde(default)]
+    pub chunk_bytes: u64,
+    /// Collectives: staging slots per peer, the messages in flight on one
+    /// connection (0: the library's default, 4).
+    #[serde(default)]
+    pub slots: u32,
     /// Incast senders: the first N of `hosts` other than the receiver
     /// (default all of them).
     #[serde(default)]
@@ -520,6 +545,42 @@ fn line_in_table(text: &str, table: &str, index: usize, key: &str) -> usize {
     start.map_or(1, |i| i + 1)
 }
 
+/// The library collective a `ring_allreduce` or `collective` workload
+/// runs (`ring_allreduce` is the all-reduce with the ring algorithm); a bad
+/// key gives `(key, why)`.
+fn collective_workload(w: &WorkloadConf) -> Result<CollectiveWorkload, (&'static str, String)> {
+    let step = if w.step_trigger == "sent" {
+        StepTrigger::Sent
+    } else {
+        StepTrigger::Received
+    };
+    let mut c = CollectiveWorkload::ring_allreduce(w.bytes, step);
+    if w.kind == "collective" {
+        c.collective = w.collective.parse().map_err(|_| {
+            (
+                "collective",
+                format!(
+                    "unknown collective '{}' (all_reduce, all_gather, reduce_scatter, alltoall, broadcast, reduce or sendrecv)",
+                    w.collective
+                ),
+            )
+        })?;
+        c.algorithm = w
+            .algorithm
+            .parse()
+            .map_err(|err: metaroce_coll::SpecError| ("algorithm", err.to_string()))?;
+        c.root = w.root;
+    } else if !w.collective.is_empty() || w.algorithm != "auto" || w.root != 0 {
+        return Err((
+            "kind",
+            "ring_allreduce is the ring all-reduce; collective, algorithm and root need kind = \"collective\"".into(),
+        ));
+    }
+    c.chunk_bytes = (w.chunk_bytes > 0).then_some(w.chunk_bytes);
+    c.slots = (w.slots > 0).then_some(w.slots);
+    Ok(c)
+}
+
 /// The hosts and roles a workload of `w` runs on, out of `hosts`.
 struct Placement {
     /// The hosts, in order (incast: the senders).
@@ -567,7 +628,7 @@ fn place(w: &WorkloadConf, hosts: u32, seed: u64) -> Result<Placement, (&'static
     }
     let needs_two = matches!(
         w.kind.as_str(),
-        "permutation" | "all_to_all" | "ring_allreduce" | "background" | "probes"
+        "permutation" | "all_to_all" | "ring_allreduce" | "collective" | "background" | "probes"
     );
     if needs_two && set.len() < 2 || w.kind == "incast" && set.is_empty() {
         return Err((
@@ -579,7 +640,7 @@ fn place(w: &WorkloadConf, hosts: u32, seed: u64) -> Result<Placement, (&'static
             ),
         ));
     }
-    if w.kind == "ring_allreduce" && w.order == "random" {
+    if matches!(w.kind.as_str(), "ring_allreduce" | "collective") && w.order == "random" {
         set = shuffled(&set, seed);
     }
     Ok(Placement { hosts: set })
@@ -823,6 +884,7 @@ impl Scenario {
                 "incast",
                 "all_to_all",
                 "ring_allreduce",
+                "collective",
                 "cm",
                 "csv",
                 "background",
@@ -864,8 +926,24 @@ impl Scenario {
             if matches!(w.kind.as_str(), "cm" | "csv") {
                 continue;
             }
-            if let Err((key, why)) = place(w, hosts, Self::workload_seed(self.seed, i)) {
-                return at(key, why);
+            let placed = match place(w, hosts, Self::workload_seed(self.seed, i)) {
+                Ok(p) => p,
+                Err((key, why)) => return at(key, why),
+            };
+            if matches!(w.kind.as_str(), "ring_allreduce" | "collective") {
+                let c = match collective_workload(w) {
+                    Ok(c) => c,
+                    Err((key, why)) => return at(key, why),
+                };
+                if let Err(why) = c.check(placed.hosts.len() as u32) {
+                    let key = match why {
+                        metaroce_coll::SpecError::UnsupportedAlgorithm { .. } => "algorithm",
+                        metaroce_coll::SpecError::Config(_) => "slots",
+                        metaroce_coll::SpecError::Invalid(_) if w.root > 0 => "root",
+                        metaroce_coll::SpecError::Invalid(_) => "bytes",
+                    };
+                    return at(key, why.to_string());
+                }
             }
         }
         Ok(())
@@ -967,13 +1045,12 @@ impl Scenario {
                     start,
                     name,
                 ),
-                "ring_allreduce" => {
-                    let step = if w.step_trigger == "sent" {
-                        StepTrigger::Sent
-                    } else {
-                        StepTrigger::Received
-                    };
-                    flows.ring_allreduce(&placed, w.bytes, start, step, name);
+                "ring_allreduce" | "collective" => {
+                    let c = collective_workload(w)
+                        .map_err(|(key, why)| e(format!("workload {i}: {key}: {why}")))?;
+                    flows
+                        .collective(&placed, &c, start, name)
+                        .map_err(|err| e(format!("workload {i}: {err}")))?;
                 }
                 "background" => {
                     let until = if w.until_us > 0.0 {

@@ -1,10 +1,10 @@
-//! Workloads: flows with start times or triggers, and collectives built
-//! from them as dependent steps.
+//! Workloads: flows with start times or triggers.
 //!
 //! Everything becomes a [`FlowSet`]: flows (src, dst, bytes) that start at
 //! a time or when a trigger fires, and triggers that fire once enough flows
 //! have sent or received (htsim's connection-matrix triggers, which is also
-//! how a ring all-reduce step waits for the previous step's data).
+//! how a collective's step waits for the data it forwards: the collectives
+//! themselves are the library's schedules, in [`crate::collective`]).
 
 use crate::error::SimError;
 use crate::time::{Ps, us_to_ps};
@@ -58,15 +58,16 @@ pub struct TriggerSpec {
     pub needed: u32,
 }
 
-/// When a ring all-reduce's next step may start at a rank.
+/// When a collective's dependency on a received message counts as met.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum StepTrigger {
-    /// When the rank has received the previous step's data (a data
-    /// dependency: it must reduce before it forwards).
+    /// When the message has arrived at the rank that waits for it (the
+    /// library's data dependency: it must reduce before it forwards).
     #[default]
     Received,
-    /// When the rank's own send of the previous step is acknowledged
-    /// (htsim's all-reduce generator: `send_done_trigger`).
+    /// When the message's sender has it acknowledged (htsim's all-reduce
+    /// generator chains ring steps on `send_done_trigger`): a simulator
+    /// variant, not something the library does.
     Sent,
 }
 
@@ -78,6 +79,14 @@ pub enum CollKind {
     AllReduce,
     /// alltoall: busbw = algbw * (n-1)/n.
     AllToAll,
+    /// reduce_scatter: busbw = algbw * (n-1)/n.
+    ReduceScatter,
+    /// all_gather: busbw = algbw * (n-1)/n.
+    AllGather,
+    /// broadcast: busbw = algbw.
+    Broadcast,
+    /// reduce: busbw = algbw.
+    Reduce,
     /// sendrecv-like point to point sets: busbw = algbw.
     Flows,
 }
@@ -107,17 +116,24 @@ pub struct FlowSet {
     pub flows: Vec<FlowSpec>,
     /// Triggers.
     pub triggers: Vec<TriggerSpec>,
+    /// `(trigger, trigger it feeds)`, sorted: when the first fires it
+    /// activates the second, in this order. How one completion releases
+    /// several waiters (a flow names one trigger per event, and a
+    /// collective's received chunk may be forwarded to several children
+    /// and also free a staging slot). Kept apart from [`TriggerSpec`] so
+    /// the many triggers that feed nothing cost nothing.
+    pub feeds: Vec<(u32, u32)>,
     /// Groups.
     pub groups: Vec<GroupSpec>,
 }
 
 impl FlowSet {
-    fn trigger(&mut self, needed: u32) -> u32 {
+    pub(crate) fn trigger(&mut self, needed: u32) -> u32 {
         self.triggers.push(TriggerSpec { needed });
         self.triggers.len() as u32 - 1
     }
 
-    fn group(&mut self, name: String, kind: CollKind, ranks: u32, bytes: u64) -> u32 {
+    pub(crate) fn group(&mut self, name: String, kind: CollKind, ranks: u32, bytes: u64) -> u32 {
         self.groups.push(GroupSpec {
             name,
             kind,
@@ -218,54 +234,6 @@ impl FlowSet {
                         f.on_send = Some(t);
                         prev = Some(t);
                     }
-                }
-                self.flows.push(f);
-            }
-        }
-    }
-
-    /// Ring all-reduce of a `bytes` buffer among `ranks`, in that ring order
-    /// (NCCL's ring: reduce-scatter then all-gather, 2(n-1) steps of bytes/n
-    /// each). Step k at rank r starts when `step` says rank r is done with
-    /// step k-1: when it has *received* it from rank r-1 ([`StepTrigger::Received`],
-    /// a data dependency), or when its own send of step k-1 is acknowledged
-    /// ([`StepTrigger::Sent`], how htsim's all-reduce generator chains steps).
-    pub fn ring_allreduce(
-        &mut self,
-        ranks: &[u32],
-        bytes: u64,
-        start: Ps,
-        step: StepTrigger,
-        name: Option<&str>,
-    ) {
-        let n = ranks.len();
-        let chunk = bytes.div_ceil(n as u64).max(1);
-        let g = self.group(
-            name.map_or_else(|| format!("ring all-reduce {n}"), str::to_string),
-            CollKind::AllReduce,
-            n as u32,
-            bytes,
-        );
-        let steps = 2 * (n - 1);
-        // Chain c: the chunk that starts at rank c and walks the ring.
-        for c in 0..n {
-            let mut prev: Option<u32> = None;
-            for k in 0..steps {
-                let src = ranks[(c + k) % n];
-                let dst = ranks[(c + k + 1) % n];
-                let mut f = FlowSpec::at(src, dst, chunk, start);
-                f.group = Some(g);
-                if let Some(t) = prev {
-                    f.start = None;
-                    f.trigger = Some(t);
-                }
-                if k + 1 < steps {
-                    let t = self.trigger(1);
-                    match step {
-                        StepTrigger::Received => f.on_recv = Some(t),
-                        StepTrigger::Sent => f.on_send = Some(t),
-                    }
-                    prev = Some(t);
                 }
                 self.flows.push(f);
             }
@@ -522,18 +490,6 @@ mod tests {
             assert!(!seen[f.dst as usize]);
             seen[f.dst as usize] = true;
         }
-    }
-
-    #[test]
-    fn ring_allreduce_chains_steps() {
-        let mut s = FlowSet::default();
-        s.ring_allreduce(&[0, 1, 2, 3], 4096, 0, StepTrigger::Received, None);
-        assert_eq!(s.flows.len(), 4 * 6);
-        assert_eq!(s.flows[0].bytes, 1024);
-        // Step 1 of chain 0 (rank 1 -> 2) waits for step 0 (rank 0 -> 1).
-        assert_eq!((s.flows[1].src, s.flows[1].dst), (1, 2));
-        assert_eq!(s.flows[1].trigger, s.flows[0].on_recv);
-        assert!(s.flows[1].start.is_none());
     }
 
     #[test]

@@ -66,10 +66,13 @@ fn ring_order_and_step_trigger_follow_the_scenario() {
     };
     let rank = run(&text(""));
     let random = run(&text("order = \"random\"\n"));
+    // Flows go rank by rank, 2(n-1) = 30 each: the first of each rank is
+    // its step 0, to its ring successor.
     let first_pairs = |o: &metaroce_sim::Outcome| -> Vec<String> {
         o.flows_csv
             .lines()
             .skip(1)
+            .step_by(30)
             .take(3)
             .map(|l| l.split(',').skip(1).take(2).collect::<Vec<_>>().join(">"))
             .collect()
@@ -79,6 +82,66 @@ fn ring_order_and_step_trigger_follow_the_scenario() {
     // Chaining on acknowledged sends waits longer per step than on data.
     let sent = run(&text("step_trigger = \"sent\"\n"));
     assert!(sent.results.collectives[0].time_us > rank.results.collectives[0].time_us);
+}
+
+#[test]
+fn library_collectives_run_with_their_algorithms_and_chunks() {
+    let text = |extra: &str| format!("{FT16}[[workload]]\nkind = \"collective\"\n{extra}");
+    // A tree all-reduce of 256 KiB in 64 KiB chunks: 4 rounds, each rank
+    // sending each chunk up once and down once per child.
+    let tree = run(&text(
+        "collective = \"all_reduce\"\nalgorithm = \"tree\"\nbytes = 262144\nchunk_bytes = 65536\n",
+    ));
+    let c = &tree.results.collectives[0];
+    assert_eq!(c.name, "all_reduce tree 16");
+    assert!(c.complete);
+    // 15 edges of the tree, both ways, 4 chunks.
+    assert_eq!(tree.results.fct.flows, 15 * 2 * 4);
+    // All-gather: busbw is algbw × (n-1)/n.
+    let gather = run(&text("collective = \"all_gather\"\nbytes = 1048576\n"));
+    let c = &gather.results.collectives[0];
+    assert!(c.complete);
+    let factor = c.busbw_gbs / c.algbw_gbs;
+    assert!((factor - 15.0 / 16.0).abs() < 0.01, "{factor}");
+    // Broadcast from a root given as a rank.
+    let bcast = run(&text(
+        "collective = \"broadcast\"\nbytes = 1048576\nroot = 5\nhosts = \"8-15\"\n",
+    ));
+    // Rank 5 is host 13: the chain starts there, nothing flows into it.
+    for line in bcast.flows_csv.lines().skip(1) {
+        let cols: Vec<&str> = line.split(',').collect();
+        assert_ne!(cols[2], "13", "{line}");
+        if cols[1] == "13" {
+            assert_eq!(cols[2], "14", "{line}");
+        }
+    }
+    // What the library refuses is refused with the key and its line.
+    assert_eq!(
+        parse_err(&text(
+            "collective = \"all_gather\"\nbytes = 4096\nalgorithm = \"tree\"\n"
+        )),
+        "t.toml:12: workload.algorithm: all_gather has no tree algorithm"
+    );
+    assert_eq!(
+        parse_err(&text("collective = \"gather\"\nbytes = 4096\n")),
+        "t.toml:10: workload.collective: unknown collective 'gather' (all_reduce, all_gather, reduce_scatter, alltoall, broadcast, reduce or sendrecv)"
+    );
+    assert_eq!(
+        parse_err(&text("collective = \"reduce\"\nbytes = 4096\nroot = 16\n")),
+        "t.toml:12: workload.root: invalid operation: root 16 is not among 16 ranks"
+    );
+    assert_eq!(
+        parse_err(&text(
+            "collective = \"all_reduce\"\nbytes = 4096\nslots = 1\n"
+        )),
+        "t.toml:12: workload.slots: invalid communicator configuration: slots per peer must be 2..=256, got 1"
+    );
+    assert!(
+        parse_err(&format!(
+            "{FT16}[[workload]]\nkind = \"ring_allreduce\"\nbytes = 4096\nalgorithm = \"tree\"\n"
+        ))
+        .contains("workload.kind: ring_allreduce is the ring all-reduce")
+    );
 }
 
 #[test]

@@ -18,6 +18,18 @@ impl<F: TransportFactory> Sim<F> {
     /// with their first message and close after their last, so only the
     /// pairs in use hold state (a 1024-rank all-to-all has a million).
     pub(super) fn setup_flows(&mut self) -> Result<(), SimError> {
+        let triggers = self.work.triggers.len();
+        if let Some(&(trigger, fed)) = self
+            .work
+            .feeds
+            .iter()
+            .find(|&&(t, f)| t as usize >= triggers || f as usize >= triggers)
+        {
+            return Err(SimError::UnknownFedTrigger { trigger, fed });
+        }
+        if !self.work.feeds.is_sorted_by_key(|&(t, _)| t) {
+            return Err(SimError::UnsortedFeeds);
+        }
         for i in 0..self.work.flows.len() {
             let f = &self.work.flows[i];
             let (src, dst) = (f.src, f.dst);
@@ -119,14 +131,31 @@ impl<F: TransportFactory> Sim<F> {
             self.channel_message_done(tag);
         }
         if let Some(t) = trig {
-            let t = t as usize;
-            self.trigger_seen[t] += 1;
-            if self.trigger_seen[t] == self.work.triggers[t].needed {
-                for i in 0..self.trigger_flows[t].len() {
-                    let f = self.trigger_flows[t][i];
-                    self.events.schedule(now, EventKind::FlowStart(f));
-                }
+            self.activate_trigger(now, t);
+        }
+    }
+
+    /// One activation of trigger `t`: on the one that completes it, start
+    /// its flows and activate the triggers it feeds (in order, depth
+    /// first; a trigger fires once, so even a cycle ends).
+    fn activate_trigger(&mut self, now: Ps, t: u32) {
+        let t = t as usize;
+        self.trigger_seen[t] += 1;
+        if self.trigger_seen[t] != self.work.triggers[t].needed {
+            return;
+        }
+        for i in 0..self.trigger_flows[t].len() {
+            let f = self.trigger_flows[t][i];
+            self.events.schedule(now, EventKind::FlowStart(f));
+        }
+        let feeds = &self.work.feeds;
+        let first = feeds.partition_point(|&(from, _)| (from as usize) < t);
+        for i in first..feeds.len() {
+            let (from, fed) = self.work.feeds[i];
+            if from as usize != t {
+                break;
             }
+            self.activate_trigger(now, fed);
         }
     }
 }
