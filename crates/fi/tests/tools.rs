@@ -51,7 +51,7 @@ fn provider_dir() -> PathBuf {
     // earlier build is never the one tested.
     let exe = std::env::current_exe().expect("test binary path");
     let deps = exe.parent().expect("deps dir");
-    let built = |dir: &std::path::Path| {
+    let built = |dir: &Path| {
         let meta = std::fs::metadata(dir.join("libmetaroce_fi.so")).ok()?;
         Some((meta.modified().ok()?, dir.to_path_buf()))
     };
