@@ -40,7 +40,9 @@
 //! The only algorithm today is [`CcAlgorithm::MetaRoce`], see [`MetaRoceCc`].
 
 mod metaroce;
+mod receive_only;
 pub use metaroce::{MetaRoceCc, MetaRoceParams};
+pub(crate) use receive_only::ReceiveOnly;
 
 /// Index of a path in the connection's path table.
 pub type PathSlot = usize;

@@ -420,17 +420,22 @@ impl Connection {
     ) -> Self {
         let cfg = &dev.config;
         let mss = u64::from(cfg.mtu_payload_bytes + PACKET_OVERHEAD_BYTES);
-        let cc = new_controller(
-            cfg.cc,
-            &CcConfig {
-                mss_bytes: mss,
-                line_rate_bps: cfg.line_rate_bps,
-                base_rtt_ns: cfg.base_rtt_ns,
-                path_count: n,
-                max_path_window_bytes: u64::from(PATH_PSN_WINDOW) * mss,
-            },
-            &cfg.cc_params,
-        );
+        let cc: Box<dyn CongestionController> = if n == 0 {
+            // No send side yet: nothing to steer (see `cc::ReceiveOnly`).
+            Box::new(crate::cc::ReceiveOnly)
+        } else {
+            new_controller(
+                cfg.cc,
+                &CcConfig {
+                    mss_bytes: mss,
+                    line_rate_bps: cfg.line_rate_bps,
+                    base_rtt_ns: cfg.base_rtt_ns,
+                    path_count: n,
+                    max_path_window_bytes: u64::from(PATH_PSN_WINDOW) * mss,
+                },
+                &cfg.cc_params,
+            )
+        };
         Self {
             index,
             peer,
