@@ -80,12 +80,6 @@ struct RxPath {
     ack_port: u16,
 }
 
-/// Fresh ports failing in a row (net of those that proved live) before
-/// replacements take proven routes instead.
-const FRESH_PORT_MISSES_TO_REUSE: u8 = 2;
-/// Ceiling of the count, so a few live fresh ports bring fresh draws back.
-const FRESH_PORT_MISSES_MAX: u8 = 4;
-
 /// What a connection learned about dead routes to its peer, kept by the
 /// device when it closes ([`crate::route_memory`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -309,11 +303,6 @@ pub(crate) struct Connection {
     /// way back is known dead (see `RxPath::ack_port`).
     bad_ack_ports: [u16; 4],
     bad_ack_port_next: u8,
-    /// Replacements whose fresh port failed before its first ACK, less
-    /// those that proved live (0..=`FRESH_PORT_MISSES_MAX`): at
-    /// `FRESH_PORT_MISSES_TO_REUSE` replacements reuse a delivering path's
-    /// port instead of drawing a fresh one (see `retire_path`).
-    fresh_port_misses: u8,
     /// Keys, packet numbers and the replay window, when the endpoint
     /// authenticates packets. Boxed: 1.6 KiB of keys and replay window
     /// would otherwise sit in every connection of an unauthenticated
@@ -486,7 +475,6 @@ impl Connection {
             bad_port_next: 0,
             bad_ack_ports: [0; 4],
             bad_ack_port_next: 0,
-            fresh_port_misses: 0,
             auth,
             trace: ConnTrace::none(),
         }

@@ -292,10 +292,6 @@ impl Connection {
         if acked_bytes > 0 {
             path.probe_backoff = 0;
             path.silent_rounds = 0;
-            if path.unproven {
-                // A fresh port proved a live route.
-                self.fresh_port_misses = self.fresh_port_misses.saturating_sub(1);
-            }
             path.unproven = false;
         }
         if acked_bytes > 0 {

@@ -3,10 +3,7 @@
 //! A path that keeps timing out while the others deliver is retired and
 //! its slot reopened on a fresh source port (a new ECMP route).
 
-use super::{
-    Connection, FRESH_PORT_MISSES_MAX, FRESH_PORT_MISSES_TO_REUSE, PACKET_OVERHEAD_BYTES, Resend,
-    requester,
-};
+use super::{Connection, PACKET_OVERHEAD_BYTES, Resend, requester};
 use crate::device_state::DeviceState;
 use crate::maybe_ns::MaybeNs;
 use crate::message::{MsgKind, SegRef};
@@ -339,10 +336,6 @@ impl Connection {
             unproven = self.paths[p].unproven,
             "path failed: proved dead, retired without an RTO or a window cut"
         );
-        if self.paths[p].unproven {
-            // A replacement's fresh port failed before its first ACK.
-            self.fresh_port_misses = (self.fresh_port_misses + 1).min(FRESH_PORT_MISSES_MAX);
-        }
         self.retire_path(now_ns, dev, p);
     }
 
@@ -448,31 +441,8 @@ impl Connection {
         if free.is_empty() {
             free = candidates(false);
         }
-        // While fresh ports keep landing on dead routes (most of a small
-        // fabric's routes are down: two links, one dark), a fresh port is
-        // a coin toss: take the route of a path that is delivering instead.
-        // In a large fabric fresh ports rarely fail twice and keep the
-        // spread over many routes.
-        let proven: Vec<u16> = if self.fresh_port_misses >= FRESH_PORT_MISSES_TO_REUSE {
-            self.paths
-                .iter()
-                .enumerate()
-                .filter(|&(q, x)| {
-                    q != p
-                        && !x.unproven
-                        && x.silent_rounds == 0
-                        && x.last_acked_ns > 0
-                        && x.src_port % planes == plane
-                })
-                .map(|(_, x)| x.src_port)
-                .collect()
-        } else {
-            Vec::new()
-        };
         let old = &self.paths[p];
-        let port = if !proven.is_empty() {
-            proven[(dev.rng.next_u64() % proven.len() as u64) as usize]
-        } else if free.is_empty() {
+        let port = if free.is_empty() {
             old.src_port
         } else {
             free[(dev.rng.next_u64() % free.len() as u64) as usize]
@@ -779,56 +749,6 @@ mod tests {
             lost.get() <= 3,
             "{} ACKs lost on dead ports; {s:?}",
             lost.get()
-        );
-    }
-
-    #[test]
-    fn on_two_links_with_one_dark_replacements_stop_drawing_dead_ports() {
-        // ECMP over two links by a hash of the source port; link 1 goes
-        // dark. Half of all fresh ports hash onto it, so replacement by
-        // fresh draws alone never ends while it is dark: after two fresh
-        // ports failed, replacements take a delivering path's port.
-        let cfg = |seed| EndpointConfig {
-            line_rate_bps: 10_000_000_000,
-            paths_per_connection: 8,
-            path_port_span: 64,
-            ..fixture::config(seed)
-        };
-        let mut l = lab(cfg(1), cfg(2));
-        let link = |port: u16| (u32::from(port).wrapping_mul(2_654_435_761) >> 31) & 1;
-        l.pair.set_filter(Some(Box::new(move |hop| {
-            if hop.from == Side::A && link(hop.transmit.src_port) == 1 {
-                Fate::Drop
-            } else {
-                Fate::Deliver
-            }
-        })));
-        let peer = l.pair.addr(Side::B);
-        let dead_at_start = l
-            .pair
-            .a
-            .path_ports(peer)
-            .unwrap()
-            .iter()
-            .filter(|&&p| link(p) == 1)
-            .count();
-        assert!(dead_at_start >= 2, "the seed puts paths on both links");
-        for wr_id in 1..=32 {
-            write(&mut l, wr_id, 64 << 10);
-        }
-        assert!(l.pair.settle(100_000, 1_000));
-        let wcs = completions(&mut l.pair, Side::A);
-        assert!(wcs.len() == 32 && wcs.iter().all(|c| c.wc.status == WcStatus::Success));
-        let s = *l.pair.a.stats();
-        assert_eq!(s.rtos, 0, "{s:?}");
-        // Every path ends on the live link, and the dead link cost about
-        // one replacement per path on it and a couple of fresh tries.
-        let ports = l.pair.a.path_ports(peer).unwrap();
-        assert!(ports.iter().all(|&p| link(p) == 0), "{ports:?}");
-        assert!(
-            s.paths_replaced as usize <= dead_at_start + 4,
-            "{} replacements for {dead_at_start} dead paths; {s:?}",
-            s.paths_replaced
         );
     }
 }
