@@ -281,6 +281,20 @@ impl Fabric {
     /// Drop everything on link `k`, both directions, silently (carrier and
     /// routes stay up).
     pub(crate) fn blackhole(&self, k: usize) -> Result<(), String> {
+        self.blackhole_matching(k, "")
+    }
+
+    /// Blackhole link `k` for UDP only. A perf session's side channel is a
+    /// TCP connection across the same fabric: a gray failure under the
+    /// MetaRoCE transfer must not also be one under the harness's control
+    /// channel, or a session whose data finished would wait for ever on a
+    /// stalled TCP stream (one TCP stream on a dead link stalls: that is
+    /// the contrast this test draws, not what it measures).
+    pub(crate) fn blackhole_udp(&self, k: usize) -> Result<(), String> {
+        self.blackhole_matching(k, "meta l4proto udp ")
+    }
+
+    fn blackhole_matching(&self, k: usize, matching: &str) -> Result<(), String> {
         if !self.nft {
             return Err("nft not installed".into());
         }
@@ -289,7 +303,7 @@ impl Fabric {
                 ns,
                 &[
                     "nft",
-                    &format!("add rule inet mrfab bh oifname \"{dev}\" counter drop"),
+                    &format!("add rule inet mrfab bh oifname \"{dev}\" {matching}counter drop"),
                 ],
             )?;
         }
