@@ -786,6 +786,26 @@ impl EpState {
         }
     }
 
+    /// Send `datagram`, the request of op `id` that the peer answers (an
+    /// RMA read, an atomic), to `peer`. Its SEND's completion is a control
+    /// completion: the op completes when the answer is in.
+    fn request_answered(
+        &mut self,
+        s: &mut Sinks<'_>,
+        peer: usize,
+        id: u64,
+        datagram: Vec<u8>,
+    ) -> Option<ConnectJob> {
+        let dev = self.dev.clone();
+        dev.with(|ctx, _| {
+            let cid = self.op_id();
+            self.ops.insert(cid, Op::Control { qpn: 0 });
+            let job = self.request(ctx, s, peer, SendWr::inline(cid, WrOp::Send, datagram));
+            self.fix_op_qpn(peer, id);
+            job
+        })
+    }
+
     /// Send a request to `peer`: on its connection if up, else queued
     /// behind the connection set-up (which this may start).
     fn request(
@@ -1502,22 +1522,7 @@ impl EpState {
                 qpn: 0,
             },
         );
-        let dev = self.dev.clone();
-        let job = dev.with(|ctx, _| {
-            // The request's own SEND completion is a control completion:
-            // the op completes when the data is in.
-            let cid = self.op_id();
-            self.ops.insert(cid, Op::Control { qpn: 0 });
-            let job = self.request(
-                ctx,
-                s,
-                peer,
-                SendWr::inline(cid, WrOp::Send, h.with_payload(&[])),
-            );
-            self.fix_op_qpn(peer, id);
-            job
-        });
-        Ok(job)
+        Ok(self.request_answered(s, peer, id, h.with_payload(&[])))
     }
 
     /// `fi_atomic`, `fi_fetch_atomic`, `fi_compare_atomic` and their
@@ -1596,22 +1601,7 @@ impl EpState {
                 qpn: 0,
             },
         );
-        let dev = self.dev.clone();
-        let job = dev.with(|ctx, _| {
-            // The request's SEND completion is a control completion: the op
-            // completes at the target's reply.
-            let cid = self.op_id();
-            self.ops.insert(cid, Op::Control { qpn: 0 });
-            let job = self.request(
-                ctx,
-                s,
-                peer,
-                SendWr::inline(cid, WrOp::Send, h.with_payload(&payload)),
-            );
-            self.fix_op_qpn(peer, id);
-            job
-        });
-        Ok(job)
+        Ok(self.request_answered(s, peer, id, h.with_payload(&payload)))
     }
 
     // ------------------------------------------------------------ progress

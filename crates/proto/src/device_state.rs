@@ -32,8 +32,6 @@ pub(crate) struct DeviceState {
     pub(crate) admission: Admission,
     /// What this device may spend on speculative packets.
     pub(crate) probe_budget: ProbeBudget,
-    /// Dead routes learned by connections since closed, by peer.
-    pub(crate) route_memory: crate::route_memory::RouteMemory,
 }
 
 impl DeviceState {
@@ -59,7 +57,6 @@ impl DeviceState {
                 u64::from(config.mtu_payload_bytes) + 64,
                 config.base_rtt_ns,
             ),
-            route_memory: Default::default(),
             config,
         }
     }

@@ -429,9 +429,6 @@ impl Endpoint {
                         c
                     }
                 };
-                if let Some(evidence) = self.dev.route_memory.take(remote, self.now_ns) {
-                    self.conns[c as usize].conn.restore_route_evidence(evidence);
-                }
                 self.conn_by_peer.insert(remote, c);
                 if self.icrc_omitted_peers.contains(&remote) {
                     self.conns[c as usize].conn.set_omit_icrc(true);
@@ -502,8 +499,6 @@ impl Endpoint {
             now_ns = self.now_ns,
             "connection torn down: its last QP is gone"
         );
-        let evidence = self.conns[c as usize].conn.route_evidence();
-        self.dev.route_memory.save(peer, evidence, self.now_ns);
         self.conn_by_peer.remove(&peer);
         self.peer_sessions.remove(&peer);
         self.conns[c as usize] = ConnSlot::new(Connection::closed(c, &self.dev));

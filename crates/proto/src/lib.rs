@@ -55,7 +55,7 @@ pub mod path;
 mod probe_budget;
 pub mod qp;
 pub mod range_set;
-mod route_memory;
+mod recent_ports;
 pub mod rtt;
 mod rtt_histogram;
 pub mod sack;

@@ -318,19 +318,13 @@ impl Suite {
     /// Whether `only` (a comma-separated list of id fragments; empty:
     /// everything) selects the experiment `id`.
     pub fn selects(only: &str, id: &str) -> bool {
-        only.is_empty()
-            || only
-                .split(',')
-                .map(str::trim)
-                .any(|part| !part.is_empty() && id.contains(part))
+        only.is_empty() || fragments(only).any(|part| id.contains(part))
     }
 
     /// The fragments of `only` that select no experiment (a typo the user
     /// should hear about before anything runs).
     pub fn unmatched<'a>(&self, only: &'a str) -> Vec<&'a str> {
-        only.split(',')
-            .map(str::trim)
-            .filter(|part| !part.is_empty())
+        fragments(only)
             .filter(|part| !self.experiments.iter().any(|e| e.id.contains(part)))
             .collect()
     }
@@ -668,6 +662,13 @@ pub fn markdown(transports: &[String], results: &[ExperimentResult]) -> String {
     }
     let _ = writeln!(s, "**{met} of {total} targets met.**");
     s
+}
+
+/// The non-empty, trimmed parts of a comma-separated `--only`.
+fn fragments(only: &str) -> impl Iterator<Item = &str> {
+    only.split(',')
+        .map(str::trim)
+        .filter(|part| !part.is_empty())
 }
 
 #[cfg(test)]

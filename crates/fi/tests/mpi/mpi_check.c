@@ -11,19 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int rank, size;
-static long checks;
-
-#define CHECK(cond, ...)                                                     \
-    do {                                                                     \
-        checks++;                                                            \
-        if (!(cond)) {                                                       \
-            fprintf(stderr, "rank %d: FAILED %s:%d: ", rank, __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                                    \
-            fprintf(stderr, "\n");                                           \
-            MPI_Abort(MPI_COMM_WORLD, 1);                                    \
-        }                                                                    \
-    } while (0)
+#include "check.h"
 
 static unsigned char pattern(int src, int seq, size_t i) {
     return (unsigned char)((src * 131 + seq * 31 + i * 7 + (i >> 8)) & 0xff);

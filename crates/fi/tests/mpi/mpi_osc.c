@@ -25,19 +25,7 @@
 #define ITER 100
 #define ARRAY 16
 
-static int rank, size;
-static long checks;
-
-#define CHECK(cond, ...)                                                     \
-    do {                                                                     \
-        checks++;                                                            \
-        if (!(cond)) {                                                       \
-            fprintf(stderr, "rank %d: FAILED %s:%d: ", rank, __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                                    \
-            fprintf(stderr, "\n");                                           \
-            MPI_Abort(MPI_COMM_WORLD, 1);                                    \
-        }                                                                    \
-    } while (0)
+#include "check.h"
 
 /* Window layout (int64_t words): [0] fetch-add counter, [1] compare-swap
  * counter, [2 .. 2 + ARRAY) accumulate array, then one slot per rank. */

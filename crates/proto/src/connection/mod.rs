@@ -42,6 +42,7 @@ use crate::maybe_ns::MaybeNs;
 use crate::message::{MessageSlab, MsgRef, SegRef, TxMessage};
 use crate::path::{PathStats, RxPathStats, SentPacket, TxPath, initial_psn};
 use crate::qp::Qp;
+use crate::recent_ports::RecentPorts;
 use crate::rtt::RttEstimator;
 use crate::rtt_histogram::RttHistogram;
 use crate::sack::SackBitmap;
@@ -80,48 +81,18 @@ struct RxPath {
     ack_port: u16,
 }
 
-/// What a connection learned about dead routes to its peer, kept by the
-/// device when it closes ([`crate::route_memory`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct RouteEvidence {
-    /// Source ports our ACKs to the peer were lost from (0: empty entry).
-    pub(crate) bad_ack_ports: [u16; 4],
-}
-
-impl RouteEvidence {
-    /// Whether it holds nothing.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.bad_ack_ports.iter().all(|&p| p == 0)
-    }
-}
-
 impl Connection {
-    /// What this connection learned about dead routes to its peer.
-    pub(crate) fn route_evidence(&self) -> RouteEvidence {
-        RouteEvidence {
-            bad_ack_ports: self.bad_ack_ports,
-        }
-    }
-
-    /// Start from what an earlier connection to the peer learned.
-    pub(crate) fn restore_route_evidence(&mut self, evidence: RouteEvidence) {
-        for port in evidence.bad_ack_ports {
-            self.note_bad_ack_port(port);
-        }
-    }
-
     /// Remember that our ACKs to the peer from `port` were lost (0: none
     /// chosen yet, nothing to remember).
     fn note_bad_ack_port(&mut self, port: u16) {
-        if port != 0 && !self.bad_ack_ports.contains(&port) {
-            let n = self.bad_ack_ports.len();
-            self.bad_ack_ports[usize::from(self.bad_ack_port_next) % n] = port;
-            self.bad_ack_port_next = self.bad_ack_port_next.wrapping_add(1);
+        if port == 0 {
+            return;
         }
+        self.bad_ack_ports.note(port);
         // Other paths' ACKs leaving from that port take the same dead way
         // back: move them too, before their senders have to probe.
         for rx in self.rx_paths.iter_mut().flatten() {
-            if port != 0 && rx.ack_port == port {
+            if rx.ack_port == port {
                 rx.ack_port = 0;
             }
         }
@@ -295,14 +266,12 @@ pub(crate) struct Connection {
     stats: ConnectionStats,
     scratch_segs: Vec<SegRef>,
     /// Source ports of recently retired paths, avoided by replacements.
-    bad_ports: [u16; 8],
-    bad_port_next: usize,
+    bad_ports: RecentPorts<8>,
     /// Source ports our ACKs to this peer recently left from and were lost
     /// on (a probe asked again, or the peer renewed the path): skipped when
     /// an ACK route moves, so a moved route does not land on a port whose
     /// way back is known dead (see `RxPath::ack_port`).
-    bad_ack_ports: [u16; 4],
-    bad_ack_port_next: u8,
+    bad_ack_ports: RecentPorts<4>,
     /// Keys, packet numbers and the replay window, when the endpoint
     /// authenticates packets. Boxed: 1.6 KiB of keys and replay window
     /// would otherwise sit in every connection of an unauthenticated
@@ -471,10 +440,8 @@ impl Connection {
             admission: SenderState::default(),
             stats: ConnectionStats::default(),
             scratch_segs: Vec::new(),
-            bad_ports: [0; 8],
-            bad_port_next: 0,
-            bad_ack_ports: [0; 4],
-            bad_ack_port_next: 0,
+            bad_ports: RecentPorts::new(),
+            bad_ack_ports: RecentPorts::new(),
             auth,
             trace: ConnTrace::none(),
         }

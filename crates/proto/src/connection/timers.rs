@@ -417,8 +417,7 @@ impl Connection {
         // A retired route is remembered for a while: a fresh port that
         // hashes back onto the same dead link would only fail again.
         let retired_port = self.paths[p].src_port;
-        self.bad_ports[self.bad_port_next % self.bad_ports.len()] = retired_port;
-        self.bad_port_next += 1;
+        self.bad_ports.note(retired_port);
         // Slots not used yet will take their default ports.
         let in_use: Vec<u16> = self
             .paths
@@ -434,7 +433,7 @@ impl Connection {
                 .map(|k| cfg.device_port + k)
                 .filter(|port| port % planes == plane)
                 .filter(|port| !in_use.contains(port))
-                .filter(|port| !avoid_bad || !self.bad_ports.contains(port))
+                .filter(|&port| !avoid_bad || !self.bad_ports.contains(port))
                 .collect()
         };
         let mut free = candidates(true);

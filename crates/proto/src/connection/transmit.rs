@@ -445,14 +445,14 @@ impl Connection {
     ) -> Transmit {
         let rate_hint_mbps = dev.admission.grant_mbps(&mut self.admission, now_ns);
         let flags = self.base_flags(Flags::default());
-        let rx = self.rx_paths[slot as usize]
-            .as_mut()
-            .expect("ACKs are queued for known paths");
-        if rx.ack_port == 0 {
+        if self.rx_paths[slot as usize]
+            .as_ref()
+            .is_some_and(|rx| rx.ack_port == 0)
+        {
             let (route, port) = self.pick_ack_port(dev, slot);
             let rx = self.rx_paths[slot as usize]
                 .as_mut()
-                .expect("ACKs are queued for known paths");
+                .expect("checked above");
             rx.ack_route = route;
             rx.ack_port = port;
         }
@@ -528,7 +528,7 @@ impl Connection {
         let mut port = 0;
         for _ in 0..dev.config.path_port_span.max(1) {
             port = ack_port(dev, slot, generation.wrapping_add(route.wrapping_mul(7)));
-            if !self.bad_ack_ports.contains(&port) && !taken(port) {
+            if !self.bad_ack_ports.contains(port) && !taken(port) {
                 break;
             }
             route = route.wrapping_add(1);
