@@ -250,6 +250,12 @@ pub(crate) struct Connection {
     /// Local QPs (by slot) bound to this peer.
     qps: Vec<u32>,
     conn_rtt: RttEstimator,
+    /// Cross-path RACK: the send time of the latest-sent packet acknowledged
+    /// on any path, and how long it took (send to ACK). A path whose newest
+    /// packet went out before it and is still unanswered that much later
+    /// (plus a reordering window) is suspect: see `rack_deadline`.
+    rack_sent_ns: u64,
+    rack_rtt_ns: u64,
     /// Every RTT sample of the connection, for its percentiles.
     rtt_histogram: RttHistogram,
     /// When the connection last made progress (the retry timer's origin).
@@ -432,6 +438,8 @@ impl Connection {
             dirty_qps: VecDeque::new(),
             qps: Vec::new(),
             conn_rtt: RttEstimator::new(cfg.base_rtt_ns),
+            rack_sent_ns: 0,
+            rack_rtt_ns: 0,
             rtt_histogram: RttHistogram::default(),
             last_progress_ns: 0,
             timeouts: 0,

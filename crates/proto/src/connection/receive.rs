@@ -171,6 +171,7 @@ impl Connection {
         let mut lost_packets = 0u64;
         // Reused across ACKs: no allocation per packet.
         let mut newly_acked_segs = std::mem::take(&mut self.scratch_segs);
+        let mut latest_acked_sent_ns = 0u64;
         {
             let path = &mut self.paths[p];
             let first_psn = path.first_inflight_psn();
@@ -189,6 +190,7 @@ impl Connection {
                     newly_acked_segs.push(sent.seg());
                     path.consecutive_losses = 0;
                     path.last_acked_sent_ns = path.last_acked_sent_ns.max(sent.sent_ns);
+                    latest_acked_sent_ns = latest_acked_sent_ns.max(sent.sent_ns);
                 } else {
                     path.consecutive_losses += 1;
                     // Below the highest PSN received on an in-order route:
@@ -323,6 +325,7 @@ impl Connection {
             now_ns,
         );
         self.refresh_path_deadline(p, dev);
+        self.rack_advance(latest_acked_sent_ns, now_ns, dev);
     }
 
     /// Whether some path other than `p` had packets acknowledged within the

@@ -45,7 +45,66 @@ impl Connection {
             .unwrap_or(u64::MAX);
         let probe = path.probe_deadline(cfg.ack_delay_ns).unwrap_or(u64::MAX);
         let dead = path.probe_timeout(cfg.ack_delay_ns).unwrap_or(u64::MAX);
-        self.path_deadlines[p] = rto.min(probe).min(dead);
+        let rack = self.rack_deadline(p, dev).unwrap_or(u64::MAX);
+        self.path_deadlines[p] = rto.min(probe).min(dead).min(rack);
+    }
+
+    /// Cross-path RACK (RFC 8985's rule, across paths): once a packet sent
+    /// after path `p`'s newest outstanding one has been acknowledged on
+    /// another path, `p`'s newest is due by its send time plus that
+    /// packet's round trip (or `p`'s own smoothed RTT, if longer: a path
+    /// with a deeper queue is not suspect for it) plus a reordering window
+    /// (`rack_reorder_permille` of the minimum RTT, or twice the RTT
+    /// deviation if more), plus the receiver's ACK delay if the packet did
+    /// not ask for an immediate ACK. Past that the path is suspect and
+    /// probed (see `on_timeout`), long before its probe timeout: the probe
+    /// carries the newest segment, which on a path holding one packet of a
+    /// message is the lost one itself. `None` when nothing later was
+    /// acknowledged, a probe is already out, or the rule is off.
+    pub(super) fn rack_deadline(&self, p: usize, dev: &DeviceState) -> Option<u64> {
+        let cfg = &dev.config;
+        let path = &self.paths[p];
+        if cfg.rack_reorder_permille == 0 || path.probe_sent_ns.is_some() {
+            return None;
+        }
+        let newest_ns = path
+            .inflight
+            .iter()
+            .rev()
+            .find(|s| s.state() == SentState::Outstanding)?
+            .sent_ns;
+        if self.rack_sent_ns <= newest_ns {
+            return None;
+        }
+        let reorder_ns = (self.conn_rtt.rtt_ns_min() * u64::from(cfg.rack_reorder_permille) / 1000)
+            .max(2 * self.conn_rtt.rttvar_ns());
+        let delay_ns = if path.last_sent_ack_request {
+            0
+        } else {
+            cfg.ack_delay_ns
+        };
+        Some(newest_ns + self.rack_rtt_ns.max(path.rtt.srtt_ns()) + reorder_ns + delay_ns)
+    }
+
+    /// A packet sent at `sent_ns` was acknowledged at `now_ns`: if it is the
+    /// latest-sent acknowledged so far, it is the connection's new RACK
+    /// reference, and paths whose newest packet is older may be due sooner.
+    pub(super) fn rack_advance(&mut self, sent_ns: u64, now_ns: u64, dev: &DeviceState) {
+        if sent_ns <= self.rack_sent_ns {
+            return;
+        }
+        self.rack_sent_ns = sent_ns;
+        self.rack_rtt_ns = now_ns.saturating_sub(sent_ns);
+        if dev.config.rack_reorder_permille == 0 {
+            return;
+        }
+        for q in 0..self.paths.len() {
+            if let Some(d) = self.rack_deadline(q, dev)
+                && d < self.path_deadlines[q]
+            {
+                self.path_deadlines[q] = d;
+            }
+        }
     }
 
     fn refresh_all_path_deadlines(&mut self, dev: &DeviceState) {
@@ -131,6 +190,10 @@ impl Connection {
                 self.refresh_path_deadline(p, dev);
                 continue;
             }
+            let probe_due = self.paths[p]
+                .probe_deadline(ack_delay)
+                .is_some_and(|d| d <= now_ns);
+            let rack_due = !probe_due && self.rack_deadline(p, dev).is_some_and(|d| d <= now_ns);
             if self.paths[p]
                 .rto_deadline(rto_min, rto_max)
                 .is_some_and(|d| d <= now_ns)
@@ -188,13 +251,24 @@ impl Connection {
                         "probe unanswered on a silent connection: probing again later (a packet or two go again elsewhere)"
                     );
                 }
-            } else if self.paths[p]
-                .probe_deadline(ack_delay)
-                .is_some_and(|d| d <= now_ns)
-            {
+            } else if probe_due || rack_due {
                 // Nothing changed the path since `oldest_sent` was read.
                 let oldest = oldest_sent;
-                if oldest.is_some_and(|t| self.acked_sent_after(p, t)) && self.paths[p].unproven {
+                if rack_due {
+                    // Overdue past a later packet acknowledged elsewhere
+                    // (cross-path RACK): suspect, probed now.
+                    self.paths[p].silent_rounds += 1;
+                    self.paths[p].probe_sent_ns = MaybeNs::some(now_ns);
+                    self.path_probes.push_back((p, None));
+                    trace_event!(
+                        in: self.trace.enter_path(p),
+                        DEBUG,
+                        now_ns,
+                        "path overdue past a later packet acknowledged elsewhere (RACK); probing it"
+                    );
+                } else if oldest.is_some_and(|t| self.acked_sent_after(p, t))
+                    && self.paths[p].unproven
+                {
                     // A replacement that never answered while others did:
                     // its port hashed onto a dead route again. Next.
                     self.path_failed(now_ns, dev, p);
