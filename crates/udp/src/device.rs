@@ -832,7 +832,7 @@ fn take_input(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
     // the host's stall as the core's timers see it (a pass that waits for
     // a far deadline is not late).
     if let Some(due) = io.deadline_at_last_pass.filter(|&d| d < now) {
-        let late = now - due.max(io.last_progress_ns);
+        let late = now.saturating_sub(due.max(io.last_progress_ns));
         io.stats.timer_late_ns_max = io.stats.timer_late_ns_max.max(late);
         if late > 200_000 {
             io.stats.timers_late_over_200us += 1;

@@ -207,13 +207,14 @@ fn ecmp_fabric_1500_spreading_no_fragments_gray_failure() {
             .map(|i| i as u64 * 100);
         let after = rate_bps(&s, t, end);
         eprintln!(
-            "fabric 1500, link 0 blackholed at {:.2} s: goodput after {:.2} Gb/s ({:.0} % of healthy), 100 ms bins {:?} Gb/s, back to 90 % after {} ms; paths replaced {}, RTOs {}, tail probes {}, retransmitted {}, verified {:?} ({})",
+            "fabric 1500, link 0 blackholed at {:.2} s: goodput after {:.2} Gb/s ({:.0} % of healthy), 100 ms bins {:?} Gb/s, back to 90 % after {} ms; paths replaced {} ({} on evidence while other paths delivered), RTOs {}, tail probes {}, retransmitted {}, verified {:?} ({})",
             (t - start) as f64 / 1e9,
             after / 1e9,
             100.0 * after / healthy,
             bins.iter().map(|b| format!("{b:.1}")).collect::<Vec<_>>(),
             recovered_ms.map_or("never".to_string(), |m| m.to_string()),
             ep.paths_replaced,
+            ep.path_failovers,
             ep.rtos,
             ep.tail_probes,
             ep.data_packets_retransmitted,

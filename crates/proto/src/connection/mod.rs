@@ -262,6 +262,9 @@ pub(crate) struct Connection {
     last_progress_ns: u64,
     /// Retry timeouts since the last progress.
     timeouts: u32,
+    /// A path was retired since the last progress without evidence that
+    /// other paths work (the whole connection silent): at most one is.
+    blind_retired: bool,
     /// Send data packets with [`Flags::ICRC_OMITTED`] and no ICRC computed:
     /// the peer agreed to take them (`Endpoint::set_peer_icrc_omission`).
     omit_icrc: bool,
@@ -442,6 +445,7 @@ impl Connection {
             rack_rtt_ns: 0,
             rtt_histogram: RttHistogram::default(),
             last_progress_ns: 0,
+            blind_retired: false,
             timeouts: 0,
             omit_icrc: false,
             rnr_timers: Vec::new(),
@@ -719,6 +723,7 @@ impl Connection {
     fn note_progress(&mut self, now_ns: u64) {
         self.last_progress_ns = now_ns;
         self.timeouts = 0;
+        self.blind_retired = false;
     }
 
     /// Whether message `msg` (if it still exists) already waits out an RNR

@@ -300,6 +300,7 @@ impl Connection {
             path.consecutive_rtos = 0;
             self.last_progress_ns = now_ns;
             self.timeouts = 0;
+            self.blind_retired = false;
         }
         let srtt_ns = path.rtt.srtt_ns();
         let sample = AckSample {

@@ -444,10 +444,19 @@ impl Connection {
         // Past a few timeouts in a row, a fresh port is worth a try anyway:
         // with one path, or every path on failed routes, nothing else can be
         // singled out.
+        // But only one path per silence: a peer that stalls (a busy host
+        // whose receive thread is off the CPU for a few RTOs) silences every
+        // path at once, and retiring them all throws away every path's state
+        // for one stall. One fresh port per silence still finds a way out
+        // when every old route is dead: its first ACK is progress, and then
+        // the rule above retires the rest at once.
         let others_progressed = oldest_sent_ns.is_some_and(|t| self.last_progress_ns > t);
         let rtos = self.paths[p].consecutive_rtos;
         let retire_after = dev.config.path_retire_after_rtos;
-        if (others_progressed && rtos >= retire_after) || rtos >= retire_after + 2 {
+        if others_progressed && rtos >= retire_after {
+            self.retire_path(now_ns, dev, p);
+        } else if rtos >= retire_after + 2 && !self.blind_retired {
+            self.blind_retired = true;
             self.retire_path(now_ns, dev, p);
         }
     }
