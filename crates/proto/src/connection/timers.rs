@@ -57,9 +57,11 @@ impl Connection {
     /// (`rack_reorder_permille` of the minimum RTT, or twice the RTT
     /// deviation if more), plus the receiver's ACK delay if the packet did
     /// not ask for an immediate ACK. Past that the path is suspect and
-    /// probed (see `on_timeout`), long before its probe timeout: the probe
-    /// carries the newest segment, which on a path holding one packet of a
-    /// message is the lost one itself. `None` when nothing later was
+    /// probed (see `on_timeout`), before its probe timeout wherever RTTs
+    /// vary (two deviations here, four there; on a quiet path the two
+    /// deadlines nearly coincide): the probe carries the newest segment,
+    /// which on a path holding one packet of a message is the lost one
+    /// itself. `None` when nothing later was
     /// acknowledged, a probe is already out, or the rule is off.
     pub(super) fn rack_deadline(&self, p: usize, dev: &DeviceState) -> Option<u64> {
         let cfg = &dev.config;
