@@ -107,6 +107,12 @@ impl ProbeBudget {
         self.open_until_ns = now_ns.saturating_add(self.loss_memory_ns);
     }
 
+    /// Whether the device proved a packet lost within the memory (32 base
+    /// RTTs): the fabric is losing packets now.
+    pub(crate) fn loss_seen_lately(&self, now_ns: u64) -> bool {
+        now_ns < self.open_until_ns
+    }
+
     /// Whether guesses go unmetered now: no limit, or losses seen lately.
     fn open(&self, now_ns: u64) -> bool {
         self.rate_bps == 0 || now_ns < self.open_until_ns

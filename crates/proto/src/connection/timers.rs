@@ -704,23 +704,57 @@ mod tests {
     #[test]
     fn a_lost_tail_packet_is_covered_by_its_copy_without_a_probe() {
         let mut l = lab(fixture::config(1), fixture::config(2));
-        // As above: four packets, one per path, the last lost. The drained
-        // connection's tail went twice, so the copy completes the WRITE in
-        // about one round trip, before any probe timeout.
-        l.pair.set_filter(Some(Box::new(|hop| {
-            if hop.from == Side::A && hop.index == 3 {
+        // Tail copies go only while the device is seeing losses: a 64 KiB
+        // WRITE (16 packets per path) loses its first packet, which the
+        // later ones on its path prove lost. Then, as above, four packets,
+        // one per path, the last lost: the drained connection's tail went
+        // twice, so the copy completes the WRITE without a probe.
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicU64, Ordering};
+        // The index of the second WRITE's last packet, once known.
+        let tail = Arc::new(AtomicU64::new(u64::MAX));
+        let dropped = Arc::new(AtomicU64::new(0));
+        let (t, d) = (tail.clone(), dropped.clone());
+        l.pair.set_filter(Some(Box::new(move |hop| {
+            let index = hop.index;
+            if hop.from == Side::A && (index == 0 || index == t.load(Ordering::Relaxed)) {
+                d.fetch_add(1, Ordering::Relaxed);
                 Fate::Drop
             } else {
                 Fate::Deliver
             }
         })));
-        write(&mut l, 1, 4096);
-        assert!(l.pair.settle(1_000, 1_000));
+        write(&mut l, 1, 64 << 10);
+        for _ in 0..200 {
+            l.pair.run(1, 100);
+            if l.pair.a.stats().data_packets_lost > 0 && l.pair.a.stats().data_packets_sent >= 64 {
+                break;
+            }
+        }
+        assert!(l.pair.settle(1_000, 100));
+        succeeded(&mut l, 1, 64 << 10);
+        let before = *l.pair.a.stats();
+        assert!(before.data_packets_lost >= 1, "{before:?}");
+        tail.store(before.tx_datagrams + 3, Ordering::Relaxed);
+        write(&mut l, 2, 4096);
+        assert!(l.pair.settle(1_000, 100));
         let s = *l.pair.a.stats();
         assert_eq!(s.rtos, 0, "{s:?}");
         assert_eq!(s.retry_timeouts, 0, "{s:?}");
-        assert!(s.data_packets_retransmitted >= 1, "{s:?}");
-        succeeded(&mut l, 1, 4096);
+        assert_eq!(
+            s.tail_probes, before.tail_probes,
+            "recovered by its copy: {s:?}"
+        );
+        assert!(
+            s.data_packets_retransmitted > before.data_packets_retransmitted,
+            "{s:?}"
+        );
+        succeeded(&mut l, 2, 4096);
+        assert_eq!(
+            dropped.load(Ordering::Relaxed),
+            2,
+            "the tail packet was dropped"
+        );
     }
 
     #[test]

@@ -100,7 +100,7 @@ impl Connection {
             return Some(self.emit_segment(now_ns, dev, p, seg, flags, out));
         }
         if self.tail_copy_armed && self.send_queue.is_empty() {
-            self.queue_tail_copies(dev);
+            self.queue_tail_copies(now_ns, dev);
         }
         while let Some(resend) = self.retransmit_queue.front().copied() {
             let Some(msg) = self.msgs.get(resend.seg.msg) else {
@@ -176,9 +176,20 @@ impl Connection {
     /// whole link (no cap: nobody else wants it) and there are several
     /// paths. A copy acknowledged first completes the segment; the original
     /// is then a duplicate.
-    fn queue_tail_copies(&mut self, dev: &DeviceState) {
+    ///
+    /// Only while the device is seeing losses (a packet proved lost within
+    /// 32 base RTTs): where nothing is lost the copies buy nothing, and on
+    /// a ping-pong of one-packet messages, every message being its own
+    /// tail, they doubled the packets and the per-message system calls:
+    /// 8 B `perf write-lat` over loopback took 19.1 µs one way with them
+    /// and 10.2 µs without (raw UDP 6.7 µs).
+    fn queue_tail_copies(&mut self, now_ns: u64, dev: &DeviceState) {
         let limit = dev.config.tail_copy_packets as usize;
-        if limit == 0 || self.path_count < 2 || self.cc.pacing_rate_bps().is_some() {
+        if limit == 0
+            || self.path_count < 2
+            || self.cc.pacing_rate_bps().is_some()
+            || !dev.probe_budget.loss_seen_lately(now_ns)
+        {
             self.tail_copy_armed = false;
             return;
         }
