@@ -115,7 +115,7 @@ impl ProbeBudget {
 
     /// Whether guesses go unmetered now: no limit, or losses seen lately.
     fn open(&self, now_ns: u64) -> bool {
-        self.rate_bps == 0 || now_ns < self.open_until_ns
+        self.rate_bps == 0 || self.loss_seen_lately(now_ns)
     }
 
     /// Ask to send a speculative packet of `bytes`.
