@@ -14,7 +14,7 @@ use crate::action::{
     Action, Buf, Compute, ComputeId, ComputeKind, Loc, OpId, Rank, Write, WriteId, WritePurpose,
 };
 use crate::datatype::{DataType, ReduceOp};
-use crate::imm::{Imm, SEQ_BITS_MASK};
+use crate::imm::{Imm, SeqLow};
 use crate::plan::{self, Operand, Plan, SendSource, Step};
 use crate::spec::{Algorithm, CommConfig, OpSpec, SpecError};
 use crate::staging::StagingLayout;
@@ -66,8 +66,10 @@ pub struct CommStats {
     pub data_writes: u64,
     /// Payload bytes of the data writes.
     pub data_bytes: u64,
-    /// Credit writes posted.
+    /// Credit writes posted (credits of their own, zero-length).
     pub credit_writes: u64,
+    /// Credits that rode on a data write to the same peer instead.
+    pub credits_piggybacked: u64,
     /// Computations emitted.
     pub computes: u64,
     /// Bytes of the computations (per operand).
@@ -112,6 +114,10 @@ struct Link {
     /// First sequence number of the next operation's messages from the peer.
     rx_base: u64,
     rx: Vec<RxSlot>,
+    /// Credits owed to the peer (slot, message), oldest first: held until
+    /// a data write to the peer can carry one, or the communicator runs out
+    /// of work for now.
+    owed: VecDeque<(u8, u64)>,
 }
 
 impl Link {
@@ -131,6 +137,7 @@ impl Link {
                     arrived: None,
                 })
                 .collect(),
+            owed: VecDeque::new(),
         }
     }
 }
@@ -309,8 +316,37 @@ impl Communicator {
     }
 
     /// The next action for the driver, if any.
+    ///
+    /// Credits owed to peers come out last: once nothing else is queued and
+    /// no computation is outstanding (its end may start a write to the
+    /// same peer, which then carries the credit instead).
     pub fn poll_action(&mut self) -> Option<Action> {
+        if self.actions.is_empty() && self.computes.is_empty() {
+            self.flush_credits();
+        }
         self.actions.pop_front()
+    }
+
+    /// Queues every owed credit as a zero-length write of its own.
+    fn flush_credits(&mut self) {
+        let op = self.active.as_ref().map_or(OpId(self.next_op), |a| a.id);
+        for peer in 0..self.world {
+            while let Some((slot, seq)) = self.links[peer as usize].owed.pop_front() {
+                let id = self.write_id();
+                self.writes.insert(id, WriteRecord::Credit);
+                self.stats.credit_writes += 1;
+                self.actions.push_back(Action::Write(Write {
+                    id,
+                    op,
+                    peer,
+                    src: Loc::new(Buf::Staging, 0),
+                    remote_offset: 0,
+                    len: 0,
+                    imm: Imm::credit(slot, seq).encode(),
+                    purpose: WritePurpose::Credit,
+                }));
+            }
+        }
     }
 
     /// Our write `id` completed locally: its source may be reused.
@@ -347,7 +383,11 @@ impl Communicator {
         let slots = self.config.slots;
         let protocol = |what: String| CollError::Protocol { peer, what };
         match Imm::decode(imm) {
-            Imm::Data { slot, seq_low } => {
+            Imm::Data {
+                slot,
+                seq_low,
+                credit,
+            } => {
                 if u32::from(slot) >= slots {
                     return self.fail(protocol(format!("data in slot {slot} of {slots}")));
                 }
@@ -358,14 +398,17 @@ impl Communicator {
                         rx.expected_seq
                     )));
                 }
-                if u64::from(seq_low) != rx.expected_seq & SEQ_BITS_MASK {
+                if !seq_low.matches(rx.expected_seq) {
                     return self.fail(protocol(format!(
-                        "message {seq_low} (low bits) in slot {slot}, expected {}",
+                        "message {seq_low} in slot {slot}, expected {}",
                         rx.expected_seq
                     )));
                 }
                 if len > self.config.slot_bytes {
                     return self.fail(protocol(format!("{len}-byte message exceeds the slot")));
+                }
+                if let Some((cslot, cseq)) = credit {
+                    self.take_credit(peer, cslot, cseq)?;
                 }
                 self.links[peer as usize].rx[slot as usize].arrived = Some(len);
                 let seq = rx.expected_seq;
@@ -377,23 +420,7 @@ impl Communicator {
                     self.ready.push(t);
                 }
             }
-            Imm::Credit { slot, seq_low } => {
-                if u32::from(slot) >= slots {
-                    return self.fail(protocol(format!("credit for slot {slot} of {slots}")));
-                }
-                let tx = &mut self.links[peer as usize].tx[slot as usize];
-                match &mut tx.busy {
-                    Some(b) if !b.credited && u64::from(seq_low) == b.seq & SEQ_BITS_MASK => {
-                        b.credited = true;
-                    }
-                    _ => {
-                        return self.fail(protocol(format!(
-                            "credit for message {seq_low} (low bits) in slot {slot}, which is not awaiting one"
-                        )));
-                    }
-                }
-                self.release_tx_slot(peer, slot as usize);
-            }
+            Imm::Credit { slot, seq_low } => self.take_credit(peer, slot, seq_low)?,
         }
         self.drain_ready()
     }
@@ -419,6 +446,31 @@ impl Communicator {
             self.after_steps(task);
         }
         self.drain_ready()
+    }
+
+    /// The peer consumed our message (`seq_low`) in `slot`.
+    fn take_credit(&mut self, peer: Rank, slot: u8, seq_low: SeqLow) -> Result<(), CollError> {
+        let slots = self.config.slots;
+        if u32::from(slot) >= slots {
+            return self.fail(CollError::Protocol {
+                peer,
+                what: format!("credit for slot {slot} of {slots}"),
+            });
+        }
+        let tx = &mut self.links[peer as usize].tx[slot as usize];
+        match &mut tx.busy {
+            Some(b) if !b.credited && seq_low.matches(b.seq) => b.credited = true,
+            _ => {
+                return self.fail(CollError::Protocol {
+                    peer,
+                    what: format!(
+                        "credit for message {seq_low} in slot {slot}, which is not awaiting one"
+                    ),
+                });
+            }
+        }
+        self.release_tx_slot(peer, slot as usize);
+        Ok(())
     }
 
     fn check_alive(&self) -> Result<(), CollError> {
@@ -676,19 +728,9 @@ impl Communicator {
             let rx = &mut self.links[r.peer as usize].rx[slot];
             rx.arrived = None;
             rx.expected_seq = seq + slots;
-            let id = self.write_id();
-            self.writes.insert(id, WriteRecord::Credit);
-            self.stats.credit_writes += 1;
-            self.actions.push_back(Action::Write(Write {
-                id,
-                op,
-                peer: r.peer,
-                src: Loc::new(Buf::Staging, 0),
-                remote_offset: 0,
-                len: 0,
-                imm: Imm::credit(slot as u8, seq).encode(),
-                purpose: WritePurpose::Credit,
-            }));
+            self.links[r.peer as usize]
+                .owed
+                .push_back((slot as u8, seq));
         }
         let Some((s, seq)) = send else {
             return self.complete(t);
@@ -711,6 +753,13 @@ impl Communicator {
         );
         self.stats.data_writes += 1;
         self.stats.data_bytes += s.len;
+        let imm = match self.links[s.peer as usize].owed.pop_front() {
+            Some((cslot, cseq)) => {
+                self.stats.credits_piggybacked += 1;
+                Imm::data_with_credit(slot as u8, seq, cslot, cseq)
+            }
+            None => Imm::data(slot as u8, seq),
+        };
         self.actions.push_back(Action::Write(Write {
             id,
             op,
@@ -718,7 +767,7 @@ impl Communicator {
             src,
             remote_offset: self.layout.remote_in_slot(s.peer, slot),
             len: s.len,
-            imm: Imm::data(slot as u8, seq).encode(),
+            imm: imm.encode(),
             purpose: s.purpose,
         }));
     }

@@ -594,13 +594,84 @@ fn two_ranks_by_hand() {
         panic!()
     };
     a.on_compute_done(fold.id).unwrap();
-    // ...give the slot back, and finish.
+    // ...finish, and give the slot back last: nothing else was going to
+    // the partner, so the credit goes on a zero-length write of its own.
+    assert_eq!(a.poll_action(), Some(Action::Done(metaroce_coll::OpId(0))));
     let Some(Action::Write(credit)) = a.poll_action() else {
         panic!()
     };
     assert_eq!((credit.peer, credit.len), (1, 0));
-    assert_eq!(a.poll_action(), Some(Action::Done(metaroce_coll::OpId(0))));
+    assert!(matches!(
+        metaroce_coll::imm::Imm::decode(credit.imm),
+        metaroce_coll::imm::Imm::Credit { slot: 0, .. }
+    ));
     assert!(a.is_idle());
+}
+
+/// With the next operation queued behind, the credit for the partner's
+/// message rides on the next operation's write to it instead.
+#[test]
+fn credits_ride_on_the_next_write() {
+    use metaroce_coll::imm::Imm;
+    let s = spec(
+        Collective::AllReduce,
+        DataType::Int64,
+        ReduceOp::Sum,
+        1,
+        Algorithm::RecursiveDoubling,
+        false,
+    );
+    let mut a = Communicator::new(0, 2, CommConfig::default()).unwrap();
+    let mut b = Communicator::new(1, 2, CommConfig::default()).unwrap();
+    for c in [&mut a, &mut b] {
+        c.start(s.clone()).unwrap();
+        c.start(s.clone()).unwrap();
+    }
+    // Drive both by hand: computes at once, writes delivered at once.
+    let mut imms = Vec::new();
+    for _ in 0..64 {
+        let mut any = false;
+        for me in [0u32, 1] {
+            let (c, peer) = if me == 0 {
+                (&mut a, &mut b)
+            } else {
+                (&mut b, &mut a)
+            };
+            while let Some(act) = c.poll_action() {
+                any = true;
+                match act {
+                    Action::Compute(k) => c.on_compute_done(k.id).unwrap(),
+                    Action::Write(w) => {
+                        imms.push((me, Imm::decode(w.imm)));
+                        c.on_write_done(w.id).unwrap();
+                        peer.on_write_arrived(me, w.imm, w.len).unwrap();
+                    }
+                    Action::Done(_) => {}
+                }
+            }
+        }
+        if !any {
+            break;
+        }
+    }
+    assert!(a.is_idle() && b.is_idle());
+    let piggy = a.stats().credits_piggybacked + b.stats().credits_piggybacked;
+    assert!(piggy >= 1, "no credit rode on a data write: {imms:?}");
+    assert!(
+        imms.iter().any(|(_, i)| matches!(
+            i,
+            Imm::Data {
+                credit: Some(_),
+                ..
+            }
+        )),
+        "{imms:?}"
+    );
+    // Every consumed message is credited exactly once, one way or the other.
+    for c in [&a, &b] {
+        let st = c.stats();
+        assert_eq!(st.credit_writes + st.credits_piggybacked, 2);
+    }
 }
 
 /// Big operations as a simulator would run them, no bytes: how many

@@ -84,6 +84,9 @@ pub(crate) struct PeerEntry {
     pub(crate) staging: RemoteBuf,
     pub(crate) pid: u32,
     pub(crate) host: String,
+    /// The peer takes data packets without ICRC.
+    #[serde(default)]
+    pub(crate) icrc_omission: bool,
 }
 
 /// The root's answer to a rank: every peer (and the rank itself, `qpn` 0).
@@ -109,7 +112,7 @@ fn local_endpoint(rig: &Rig, cfg: &NetConfig) -> Endpoint {
     Endpoint {
         device_port: rig.dev.addr().port(),
         path_port_span: cfg.paths as u16,
-        mtu: cfg.mtu,
+        mtu: rig::device_mtu(cfg),
         qpns: rig
             .qps
             .iter()
@@ -130,8 +133,8 @@ fn local_endpoint(rig: &Rig, cfg: &NetConfig) -> Endpoint {
         session_id: rig.dev.with(|ctx, _| ctx.session_id()),
         // Collectives run unauthenticated: there is no job secret to confirm.
         key_confirm: None,
-        // This device checks every ICRC (it does not offer to omit it).
-        icrc_omission: false,
+        // Unauthenticated, so the UDP checksum alone can cover payloads.
+        icrc_omission: cfg.icrc_omission,
         auth: "none".into(),
     }
 }
@@ -147,6 +150,7 @@ fn entry_of(rank: Rank, join: &Join, ep: &Endpoint, toward: Rank) -> PeerEntry {
         staging: ep.buf,
         pid: join.pid,
         host: join.host.clone(),
+        icrc_omission: ep.icrc_omission,
     }
 }
 
@@ -174,6 +178,7 @@ fn finish_comm(
                 qpn: e.qpn,
                 session_id: e.session_id,
                 staging: e.staging,
+                icrc_omission: e.icrc_omission,
             });
         }
     }
@@ -181,13 +186,14 @@ fn finish_comm(
     Ok(NetComm::new(rig, peers, control, members, cfg))
 }
 
-fn connect_peers(rig: &Rig, roster: &Roster) -> Result<(), CollNetError> {
+fn connect_peers(rig: &Rig, roster: &Roster, cfg: &NetConfig) -> Result<(), CollNetError> {
     for e in &roster.entries {
         if e.rank == rig.comm.rank() {
             continue;
         }
         rig::connect(
             rig,
+            cfg,
             e.rank,
             &PeerAddr {
                 device: SocketAddr::new(e.ip, e.device_port),
@@ -195,6 +201,7 @@ fn connect_peers(rig: &Rig, roster: &Roster) -> Result<(), CollNetError> {
                 qpn: e.qpn,
                 session_id: e.session_id,
                 staging: e.staging,
+                icrc_omission: e.icrc_omission,
             },
         )?;
     }
@@ -218,7 +225,7 @@ pub fn connect(job: &Job, cfg: &NetConfig) -> Result<NetComm, CollNetError> {
                 rank: 0,
                 ip,
                 device_port: rig.dev.addr().port(),
-                mtu: cfg.mtu,
+                mtu: rig::device_mtu(cfg),
                 qpn: 0,
                 session_id: 0,
                 staging: RemoteBuf {
@@ -228,6 +235,7 @@ pub fn connect(job: &Job, cfg: &NetConfig) -> Result<NetComm, CollNetError> {
                 },
                 pid: std::process::id(),
                 host: host_name(),
+                icrc_omission: cfg.icrc_omission,
             }],
         };
         return finish_comm(rig, &me, Control::alone(), cfg);
@@ -296,7 +304,7 @@ fn member(job: &Job, cfg: &NetConfig) -> Result<NetComm, CollNetError> {
             job.world
         )));
     }
-    connect_peers(&rig, &roster)?;
+    connect_peers(&rig, &roster, cfg)?;
     cm::send(&mut stream, MsgType::Done, &Stage::new("ready")).map_err(cm_err)?;
     let go: Stage = cm::recv(&mut stream, MsgType::Report).map_err(cm_err)?;
     if go.stage != "go" {
@@ -423,7 +431,7 @@ fn root(job: &Job, cfg: &NetConfig) -> Result<NetComm, CollNetError> {
             return Err(fail(&mut joined, e));
         }
     }
-    if let Err(e) = connect_peers(&rig, &rosters[0]) {
+    if let Err(e) = connect_peers(&rig, &rosters[0], cfg) {
         return Err(fail(&mut joined, e));
     }
     for r in 1..world as usize {

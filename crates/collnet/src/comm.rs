@@ -112,6 +112,7 @@ pub struct NetComm {
     cache: BufferCache,
     stall: Duration,
     poll_window: Duration,
+    yield_polling: bool,
     failed: Option<String>,
     finished: bool,
     next_op: u64,
@@ -220,6 +221,7 @@ impl NetComm {
             cache: BufferCache::default(),
             stall: cfg.stall_timeout,
             poll_window: cfg.poll_before_sleep,
+            yield_polling: cfg.yield_while_polling,
             failed: None,
             finished: false,
             next_op: 0,
@@ -601,7 +603,11 @@ impl NetComm {
             // message usually comes within microseconds, far sooner than
             // two thread wake-ups (engine, then this thread) deliver it.
             if !self.poll_window.is_zero() && idle < self.poll_window {
-                std::hint::spin_loop();
+                if self.yield_polling {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
                 continue;
             }
             // Arm, then look once more: a completion that landed between

@@ -50,6 +50,7 @@ pub use comm::{DriverStats, Member, NetComm};
 pub use error::CollNetError;
 pub use job::{DEFAULT_PORT, Job};
 pub use metaroce_udp::Impair;
+pub use rig::AUTO_MTU_CAP;
 
 use metaroce_coll::CommConfig;
 use std::time::Duration;
@@ -61,7 +62,10 @@ use std::time::Duration;
 pub struct NetConfig {
     /// Staging slots, slot size and algorithm thresholds.
     pub comm: CommConfig,
-    /// MTU payload bytes per packet.
+    /// MTU payload bytes per packet. 0 (the default): sized toward each
+    /// peer from the path, the largest payload whose packets leave
+    /// unfragmented, at most [`AUTO_MTU_CAP`]; a value the path to a peer
+    /// cannot carry whole is an error when that peer is connected.
     pub mtu: u32,
     /// Paths (UDP source ports) per connection.
     pub paths: u32,
@@ -94,6 +98,16 @@ pub struct NetConfig {
     /// never spin. A rank with a core of its own gains latency from a few
     /// tens of microseconds; ranks sharing cores lose by it.
     pub poll_before_sleep: Duration,
+    /// Give the CPU up between polls of that window (`sched_yield`), as MPI
+    /// does when it runs more ranks than cores: a rank that waits lets the
+    /// ranks sharing its core run, yet takes its answer without two thread
+    /// wake-ups (the device's engine, then its own). Off by default.
+    pub yield_while_polling: bool,
+    /// Offer peers to leave the ICRC out of data packets, where the UDP
+    /// checksum already covers them (the wire spec's ICRC omission; both
+    /// ends must offer). On by default: collectives run unauthenticated,
+    /// and on loopback the CRC was a tenth of a rank's CPU.
+    pub icrc_omission: bool,
     /// Sees every datagram the rank's device sends and receives (a packet
     /// capture: `metaroce_udp::PcapCapture`); `None`, the default: none.
     pub capture: Option<std::sync::Arc<dyn metaroce_udp::CaptureHook>>,
@@ -103,7 +117,7 @@ impl Default for NetConfig {
     fn default() -> Self {
         Self {
             comm: CommConfig::default(),
-            mtu: 4096,
+            mtu: 0,
             paths: 8,
             impair: None,
             seed: metaroce_udp::os_seed(),
@@ -115,6 +129,8 @@ impl Default for NetConfig {
             bootstrap_timeout: Duration::from_secs(30),
             stall_timeout: Duration::from_secs(60),
             poll_before_sleep: Duration::ZERO,
+            yield_while_polling: false,
+            icrc_omission: true,
             capture: None,
         }
     }

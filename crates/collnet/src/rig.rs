@@ -34,10 +34,22 @@ pub(crate) struct Rig {
     pub(crate) comm: Communicator,
 }
 
+/// The largest payload per packet a path-sized MTU takes ([`NetConfig::mtu`]
+/// 0): larger packets gain little on a real network and a lost one costs
+/// more to resend.
+pub const AUTO_MTU_CAP: u32 = 8192;
+
+/// The device's own largest payload: the configured MTU, or the cap when
+/// packets are sized per peer from the path.
+pub(crate) fn device_mtu(cfg: &NetConfig) -> u32 {
+    if cfg.mtu == 0 { AUTO_MTU_CAP } else { cfg.mtu }
+}
+
 fn endpoint_config(cfg: &NetConfig) -> EndpointConfig {
     EndpointConfig {
         device_port: cfg.device_port,
-        mtu_payload_bytes: cfg.mtu,
+        mtu_payload_bytes: device_mtu(cfg),
+        accept_icrc_omitted: cfg.icrc_omission,
         paths_per_connection: cfg.paths as usize,
         path_port_span: cfg.paths as u16,
         seed: cfg.seed,
@@ -141,16 +153,58 @@ pub(crate) struct PeerAddr {
     pub(crate) qpn: u32,
     pub(crate) session_id: u64,
     pub(crate) staging: RemoteBuf,
+    /// The peer takes data packets without ICRC.
+    pub(crate) icrc_omission: bool,
+}
+
+/// The payload per packet toward `to`: the smaller of the two devices'
+/// MTUs and of what the path carries unfragmented (a fragmented datagram
+/// is lost whole with any fragment, and loses the spraying's entropy).
+fn payload_mtu_toward(
+    rig: &Rig,
+    cfg: &NetConfig,
+    peer: Rank,
+    to: &PeerAddr,
+) -> Result<u32, CollNetError> {
+    let path = rig.dev.learn_path(to.device)?;
+    let overhead = rig
+        .dev
+        .with(|ctx, _| ctx.endpoint().datagram_len_for_payload(0));
+    let fits = u32::try_from(path.max_datagram.saturating_sub(overhead)).unwrap_or(u32::MAX);
+    if cfg.mtu != 0 && cfg.mtu > fits {
+        return Err(CollNetError::Bootstrap(format!(
+            "MTU {} bytes: the path to rank {peer} at {} ({}) carries at most {fits} payload bytes \
+             per packet unfragmented (leave the MTU unset to size packets from the path)",
+            cfg.mtu,
+            to.device,
+            path.describe()
+        )));
+    }
+    if fits < 256 {
+        return Err(CollNetError::Bootstrap(format!(
+            "the path to rank {peer} at {} ({}) is too small for MetaRoCE packets",
+            to.device,
+            path.describe()
+        )));
+    }
+    Ok(device_mtu(cfg).min(to.mtu).min(fits))
 }
 
 /// Move the QP toward `peer` to RTR and RTS.
-pub(crate) fn connect(rig: &Rig, peer: Rank, to: &PeerAddr) -> Result<(), CollNetError> {
+pub(crate) fn connect(
+    rig: &Rig,
+    cfg: &NetConfig,
+    peer: Rank,
+    to: &PeerAddr,
+) -> Result<(), CollNetError> {
     let qp = rig.qps[peer as usize].ok_or_else(|| {
         CollNetError::Bootstrap(format!("rank {peer} is this rank: no QP toward itself"))
     })?;
+    let mtu = payload_mtu_toward(rig, cfg, peer, to)?;
+    let omit_icrc = cfg.icrc_omission && to.icrc_omission;
     rig.dev.with(|ctx, _| -> Result<(), VerbsError> {
         ctx.set_peer_session(to.device, to.session_id)?;
-        let mtu = ctx.endpoint().config().mtu_payload_bytes.min(to.mtu);
+        ctx.set_peer_icrc_omission(to.device, omit_icrc);
         ctx.modify_qp(
             qp,
             &QpAttr {

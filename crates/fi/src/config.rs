@@ -46,8 +46,13 @@ pub const PARAMS: &[Param] = &[
     },
     Param {
         name: "mtu",
-        default: "4096",
-        help: "MetaRoCE payload bytes per datagram",
+        default: "0",
+        help: "MetaRoCE payload bytes per datagram; 0: sized toward each peer from the path, the largest whose datagrams leave unfragmented, at most 8192 (a value the path cannot carry whole fails the connection, naming the path)",
+    },
+    Param {
+        name: "icrc",
+        default: "0",
+        help: "1: compute and check the ICRC on every data packet; 0: endpoints agree to leave it to the UDP checksum (packets are not authenticated)",
     },
     Param {
         name: "rto_min_us",
@@ -93,8 +98,10 @@ pub struct Tunables {
     pub recv_slots: u32,
     /// Paths per connection.
     pub paths: u16,
-    /// Datagram payload bytes.
+    /// Datagram payload bytes; 0: sized from the path toward each peer.
     pub mtu: u32,
+    /// Always compute the ICRC (else offer peers to omit it).
+    pub icrc: bool,
     /// Lowest RTO, µs.
     pub rto_min_us: u64,
     /// Receive-side impairment.
@@ -133,7 +140,8 @@ impl Tunables {
             eager_limit: 16384,
             recv_slots: 64,
             paths: 8,
-            mtu: 4096,
+            mtu: 0,
+            icrc: false,
             rto_min_us: 4000,
             impair: None,
             stats: false,
@@ -178,7 +186,15 @@ impl Tunables {
         num!("eager_limit", eager_limit, usize, 64..=(1usize << 20));
         num!("recv_slots", recv_slots, u32, 4..=4096u32);
         num!("paths", paths, u16, 1..=64u16);
-        num!("mtu", mtu, u32, 256..=9000u32);
+        let (v, src) = get("mtu");
+        match v.trim().parse::<u32>() {
+            Ok(n) if n == 0 || (256..=65_000).contains(&n) => {
+                out.mtu = n;
+                note("mtu", &v, src, None);
+            }
+            Ok(_) => note("mtu", &v, src, Some("must be 0 or in 256..=65000".into())),
+            Err(e) => note("mtu", &v, src, Some(e.to_string())),
+        }
         num!("rto_min_us", rto_min_us, u64, 10..=1_000_000u64);
         let (v, src) = get("impair");
         if v.trim().is_empty() {
@@ -192,15 +208,25 @@ impl Tunables {
                 Err(e) => note("impair", &v, src, Some(e)),
             }
         }
-        let (v, src) = get("stats");
-        match v.trim() {
-            "1" | "true" | "yes" | "on" => {
-                out.stats = true;
-                note("stats", &v, src, None);
+        let mut flag = |name: &str| -> Option<bool> {
+            let (v, src) = get(name);
+            match v.trim() {
+                "1" | "true" | "yes" | "on" => {
+                    note(name, &v, src, None);
+                    Some(true)
+                }
+                "0" | "false" | "no" | "off" | "" => {
+                    note(name, &v, src, None);
+                    Some(false)
+                }
+                _ => {
+                    note(name, &v, src, Some("expected 0 or 1".into()));
+                    None
+                }
             }
-            "0" | "false" | "no" | "off" | "" => note("stats", &v, src, None),
-            _ => note("stats", &v, src, Some("expected 0 or 1".into())),
-        }
+        };
+        out.stats = flag("stats").unwrap_or(false);
+        out.icrc = flag("icrc").unwrap_or(false);
         let (v, src) = get("staging_cache_mb");
         match v.trim().parse::<usize>() {
             Ok(n) if n <= 1 << 20 => {

@@ -381,13 +381,21 @@ fn wc_error(status: WcStatus) -> (i32, &'static str) {
     }
 }
 
+/// The device's own largest payload: the configured MTU, or 8 KiB when
+/// packets are sized per peer from the path (larger packets gain little
+/// and cost more to resend).
+fn device_mtu(configured: u32) -> u32 {
+    if configured == 0 { 8192 } else { configured }
+}
+
 impl EpState {
     /// Start a device for a new endpoint, its verbs objects and its
     /// connection-manager listener.
     pub(crate) fn open(cfg: std::sync::Arc<Tunables>, instance: u64) -> Result<Self, String> {
         let ep_cfg = EndpointConfig {
             device_port: cfg.dev_port,
-            mtu_payload_bytes: cfg.mtu,
+            mtu_payload_bytes: device_mtu(cfg.mtu),
+            accept_icrc_omitted: !cfg.icrc,
             paths_per_connection: usize::from(cfg.paths),
             path_port_span: cfg.paths.max(2),
             seed: os_seed(),
@@ -868,7 +876,7 @@ impl EpState {
         CmEndpoint {
             device_port: ctx.device_port(),
             path_port_span: self.cfg.paths.max(2),
-            mtu: self.cfg.mtu,
+            mtu: device_mtu(self.cfg.mtu),
             qpns: vec![qpn],
             buf: RemoteBuf {
                 addr: 0,
@@ -879,8 +887,8 @@ impl EpState {
             auth: "none".into(),
             // The provider runs unauthenticated: no job secret to confirm.
             key_confirm: None,
-            // This device checks every ICRC (it does not offer to omit it).
-            icrc_omission: false,
+            // Unauthenticated, so the UDP checksum alone can cover payloads.
+            icrc_omission: !self.cfg.icrc,
         }
     }
 
@@ -952,18 +960,53 @@ impl EpState {
         self.cfg.eager_limit + HEADER_BYTES
     }
 
+    /// What the path to `dest` carries unfragmented, in payload bytes per
+    /// packet, and an error naming the path when the configured MTU is
+    /// more. Asks the kernel, so it runs outside the device lock.
+    fn path_payload(&self, dest: SocketAddr) -> Result<u32, String> {
+        let path = self
+            .dev
+            .learn_path(dest)
+            .map_err(|e| format!("the path to {dest}: {e}"))?;
+        let overhead = self
+            .dev
+            .with(|ctx, _| ctx.endpoint().datagram_len_for_payload(0));
+        let fits = u32::try_from(path.max_datagram.saturating_sub(overhead)).unwrap_or(u32::MAX);
+        if self.cfg.mtu != 0 && self.cfg.mtu > fits {
+            return Err(format!(
+                "FI_METAROCE_MTU={}: the path to {dest} ({}) carries at most {fits} payload bytes \
+                 per packet unfragmented (0 sizes packets from the path)",
+                self.cfg.mtu,
+                path.describe()
+            ));
+        }
+        if fits < 256 {
+            return Err(format!(
+                "the path to {dest} ({}) is too small for MetaRoCE packets",
+                path.describe()
+            ));
+        }
+        Ok(fits)
+    }
+
     fn to_rts(
         ctx: &mut Context,
         qp: QueuePair,
         dest: SocketAddr,
         remote: &CmEndpoint,
+        path_payload: u32,
     ) -> Result<(), VerbsError> {
         ctx.set_peer_session(dest, remote.session_id)?;
+        ctx.set_peer_icrc_omission(
+            dest,
+            remote.icrc_omission && ctx.endpoint().config().accept_icrc_omitted,
+        );
         let mtu = ctx
             .endpoint()
             .config()
             .mtu_payload_bytes
-            .min(remote.mtu.max(256));
+            .min(remote.mtu.max(256))
+            .min(path_payload);
         ctx.modify_qp(
             qp,
             &QpAttr {
@@ -997,8 +1040,13 @@ impl EpState {
             return;
         };
         let dev = self.dev.clone();
+        let ip = IpAddr::V4(self.peers[peer].addr.ip);
+        let answer = answer.and_then(|remote| {
+            let fits = self.path_payload(SocketAddr::new(ip, remote.device_port))?;
+            Ok((remote, fits))
+        });
         dev.with(|ctx, _| {
-            let result = answer.and_then(|remote| {
+            let result = answer.and_then(|(remote, fits)| {
                 if remote.qpns.len() != 1 {
                     return Err(format!(
                         "the peer answered with {} QPs, not 1",
@@ -1008,7 +1056,7 @@ impl EpState {
                 let dest =
                     SocketAddr::new(IpAddr::V4(self.peers[peer].addr.ip), remote.device_port);
                 let qp = self.links[&qpn].qp;
-                Self::to_rts(ctx, qp, dest, &remote).map_err(verbs_err)?;
+                Self::to_rts(ctx, qp, dest, &remote, fits).map_err(verbs_err)?;
                 if let Some(l) = self.links.get_mut(&qpn) {
                     l.remote = Some(dest);
                 }
@@ -1074,12 +1122,13 @@ impl EpState {
             ));
         }
         let peer = self.peer_index(src);
+        let dest = SocketAddr::new(IpAddr::V4(src.ip), hello.endpoint.device_port);
+        let fits = self.path_payload(dest)?;
         let dev = self.dev.clone();
         dev.with(|ctx, _| {
             let qpn = self.new_link(ctx, s, peer).map_err(verbs_err)?;
-            let dest = SocketAddr::new(IpAddr::V4(src.ip), hello.endpoint.device_port);
             let qp = self.links[&qpn].qp;
-            if let Err(e) = Self::to_rts(ctx, qp, dest, &hello.endpoint) {
+            if let Err(e) = Self::to_rts(ctx, qp, dest, &hello.endpoint, fits) {
                 let _ = ctx.destroy_qp(qp);
                 self.links.remove(&qpn);
                 return Err(verbs_err(e));
