@@ -638,6 +638,11 @@ impl NetComm {
                 self.actions.push(a);
             }
             if self.actions.is_empty() {
+                // Everything this pass posted leaves now, in one flush,
+                // writes ahead of the ACKs the completions before made due.
+                if any {
+                    self.dev.flush();
+                }
                 return Ok(any);
             }
             any = true;
@@ -657,7 +662,7 @@ impl NetComm {
                 rank,
                 ..
             } = self;
-            dev.with(|ctx, _| -> Result<(), CollNetError> {
+            dev.with_deferred(|ctx, _| -> Result<(), CollNetError> {
                 for a in actions.drain(..) {
                     match a {
                         Action::Write(w) => {
@@ -754,7 +759,9 @@ impl NetComm {
         if !self.reposts.is_empty() {
             let reposts = &self.reposts;
             let qpn_peer = &self.qpn_peer;
-            self.dev.with(|ctx, _| -> Result<(), VerbsError> {
+            // Deferred: the writes these completions lead to, posted next,
+            // leave ahead of the ACKs for what arrived.
+            self.dev.with_deferred(|ctx, _| -> Result<(), VerbsError> {
                 for qp in reposts {
                     let wr = RecvWr {
                         wr_id: u64::from(qpn_peer[&qp.qp_num()]),

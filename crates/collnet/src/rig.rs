@@ -63,6 +63,7 @@ fn endpoint_config(cfg: &NetConfig) -> EndpointConfig {
         // that a rank descheduled for a second on a crowded host is not
         // declared dead (7 retries backing off to 2 s: about 4 s).
         rto_max_ns: 2_000_000_000,
+        probe_timeout_min_ns: metaroce_udp::PROBE_TIMEOUT_MIN_NS,
         ..EndpointConfig::default()
     }
 }

@@ -402,6 +402,7 @@ impl EpState {
             base_rtt_ns: 50_000,
             rto_min_ns: cfg.rto_min_us * 1000,
             rto_max_ns: 200_000_000,
+            probe_timeout_min_ns: metaroce_udp::PROBE_TIMEOUT_MIN_NS,
             ..EndpointConfig::default()
         };
         let mut dc = DeviceConfig::new(ep_cfg, IpAddr::V4(cfg.bind_ip));
@@ -1672,7 +1673,9 @@ impl EpState {
             }
             did = true;
             let wcs: Vec<WorkCompletion> = self.wcs[..n].to_vec();
-            dev.with(|ctx, _| {
+            // Deferred: the application's answer to what arrived, posted
+            // next, leaves ahead of the ACKs (and of any reply this makes).
+            dev.with_deferred(|ctx, _| {
                 for wc in &wcs {
                     self.on_wc(ctx, s, wc);
                 }

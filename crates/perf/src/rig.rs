@@ -98,6 +98,7 @@ fn endpoint_config(p: &Params, local: &LocalOpts, mtu: u32) -> EndpointConfig {
         RTO_MIN_NS
     };
     cfg.rto_max_ns = 200_000_000;
+    cfg.probe_timeout_min_ns = metaroce_udp::PROBE_TIMEOUT_MIN_NS;
     cfg
 }
 

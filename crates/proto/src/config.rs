@@ -72,6 +72,13 @@ pub struct EndpointConfig {
     /// otherwise waits a probe timeout. `0`: never. Default 4: at most four
     /// packets per message end (0.8 % of a 2 MB transfer).
     pub tail_copy_packets: u32,
+    /// Lower bound of every probe timeout (the silence before a tail-loss
+    /// probe, and before an unanswered probe counts as a dead path). `0`
+    /// (the default): none, a fabric's RTT rules. Hosts that share CPUs
+    /// answer late by scheduler noise far above a fabric's RTT deviation:
+    /// the UDP datapath sets a floor, or it probes (and retires paths)
+    /// when the peer was only off its CPU.
+    pub probe_timeout_min_ns: u64,
     /// Cross-path RACK's reordering window, per mille of the connection's
     /// minimum RTT. When a packet sent after a path's newest outstanding
     /// one has been acknowledged on another path, that path is probed once
@@ -170,6 +177,7 @@ impl Default for EndpointConfig {
             ack_copy_horizon_ns: 0,
             tail_copy_packets: 4,
             rack_reorder_permille: 500,
+            probe_timeout_min_ns: 0,
             probe_share_permille: 250,
             rate_hint_epoch_ns: 50_000,
             grant_utilisation: 0.95,
@@ -226,6 +234,7 @@ impl EndpointConfig {
         int_knob!(Self, ack_copy_horizon_ns: u64, 0, 1_000_000_000, "every ACK goes twice for this long after a hole or a duplicate (0: never), ns"),
         int_knob!(Self, tail_copy_packets: u32, 0, 64, "a drained, uncapped connection copies its last this many outstanding packets onto other paths (0: never)"),
         int_knob!(Self, rack_reorder_permille: u32, 0, 4000, "cross-path RACK: a path is probed once its newest packet is overdue past a later one acknowledged elsewhere by this many per mille of the minimum RTT (0: off)"),
+        int_knob!(Self, probe_timeout_min_ns: u64, 0, 1_000_000_000, "lower bound of every probe timeout, ns (0: none; the UDP datapath sets one for hosts whose CPUs are shared)"),
         int_knob!(Self, probe_share_permille: u32, 0, 1000, "share of the line rate, per mille, a device may spend on tail-loss probes and other speculative resends (0: no limit)"),
         int_knob!(Self, rate_hint_epoch_ns: u64, 1, 1_000_000_000, "window over which a receiver counts active senders for its rate hint"),
         int_knob!(Self, max_peer_paths: usize, 1, 256, "path slots a peer may use toward this endpoint"),

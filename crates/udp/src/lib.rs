@@ -42,5 +42,16 @@ pub use metaroce_capture::{CaptureError, DEFAULT_SNAPLEN};
 pub use metaroce_verbs::{DEFAULT_DEVICE_PORT, format_counter_lines};
 pub use pmtu::PathMtu;
 
+/// The probe-timeout floor for endpoints on real hosts
+/// ([`EndpointConfig::probe_timeout_min_ns`](metaroce_verbs::EndpointConfig)).
+/// A peer that shares its CPUs answers late by scheduler noise, tens to
+/// hundreds of microseconds, far above a loopback RTT's measured deviation:
+/// without a floor an 8-byte all-reduce between two loopback ranks sent
+/// ~500 tail-loss probes and retired ~20 paths per 10 000 operations with
+/// nothing lost; with 300 µs, ~50 and at most one. Real losses in a stream
+/// are found by later packets' acknowledgements (SACK, cross-path RACK),
+/// not by this timer; only a lost last packet waits for it.
+pub const PROBE_TIMEOUT_MIN_NS: u64 = 250_000;
+
 #[cfg(test)]
 mod tests;
