@@ -1,6 +1,8 @@
 #!/bin/sh
 # All-reduce side by side, interleaved: MetaRoCE's coll-perf, Open MPI's
-# MPI_Allreduce over its TCP BTL (tools/mpi-allreduce-bench.c) and the raw
+# MPI_Allreduce over its TCP BTL (tools/mpi-allreduce-bench.c), Gloo's
+# allreduce over its TCP transport (tools/gloo-allreduce-bench.cc, when
+# scripts/build-mpi-bench.sh could build it) and the raw
 # UDP ceiling (metaroce perf udp-bw --loopback), ROUNDS rounds, each round
 # every world size of every contender in turn, so that a noisy neighbour
 # hits them all alike. Writes raw outputs to OUT and prints medians.
@@ -14,6 +16,21 @@ ROUNDS=${1:-5}
 OUT=${2:-target/bench-allreduce}
 BIN=target/release/metaroce
 MPI=target/mpi-allreduce-bench
+GLOO=target/gloo-allreduce-bench
+# gloo RANKS MIN MAX FACTOR ITERS OUTFILE: WORLD ranks on 127.0.0.1.
+gloo() {
+  [ -x "$GLOO" ] || return 0
+  store=$(mktemp -d)
+  for r in $(seq 0 $(($1 - 1))); do
+    if [ "$r" = 0 ]; then
+      "$GLOO" 0 "$1" "$store" "$2" "$3" "$4" "$5" > "$6" &
+    else
+      "$GLOO" "$r" "$1" "$store" "$2" "$3" "$4" "$5" > /dev/null &
+    fi
+  done
+  wait
+  rm -rf "$store"
+}
 mkdir -p "$OUT"
 rm -f "$OUT"/*.txt "$OUT"/*.json
 MPIRUN="mpirun --allow-run-as-root --oversubscribe --mca btl tcp,self --mca btl_tcp_if_include lo"
@@ -24,13 +41,16 @@ for round in $(seq 1 "$ROUNDS"); do
     $BIN coll-perf all_reduce --ranks $n -b 8 -e 8 -n 200 -w 20 -c 0 \
       --json "$OUT/mr-lat-n$n-r$round.json" > /dev/null
     $MPIRUN -np $n $MPI 8 8 2 200 > "$OUT/mpi-lat-n$n-r$round.txt"
+    gloo $n 8 8 2 200 "$OUT/gloo-lat-n$n-r$round.txt"
     $BIN coll-perf all_reduce --ranks $n -b 1M -e 16M -f 4 -n 5 -w 1 -c 0 \
       --json "$OUT/mr-small-n$n-r$round.json" > /dev/null
     $MPIRUN -np $n $MPI 1048576 16777216 4 5 > "$OUT/mpi-small-n$n-r$round.txt"
+    gloo $n 1048576 16777216 4 5 "$OUT/gloo-small-n$n-r$round.txt"
     if [ "${LARGE:-1}" != 0 ]; then
       $BIN coll-perf all_reduce --ranks $n -b 64M -e 256M -f 4 -n 3 -w 1 -c 0 \
         --json "$OUT/mr-large-n$n-r$round.json" > /dev/null
       $MPIRUN -np $n $MPI 67108864 268435456 4 3 > "$OUT/mpi-large-n$n-r$round.txt"
+      gloo $n 67108864 268435456 4 3 "$OUT/gloo-large-n$n-r$round.txt"
     fi
   done
 done
@@ -43,12 +63,13 @@ for f in glob.glob(f"{out}/mr-*.json"):
     for r in json.load(open(f))["results"]:
         m = r["out_of_place"]
         res.setdefault(("metaroce", n, r["size"]), []).append((m["time_us"], m["busbw_gbps"]))
-for f in glob.glob(f"{out}/mpi-*.txt"):
-    n = int(re.search(r"-n(\d+)-", f).group(1))
-    for line in open(f):
-        p = line.split()
-        if len(p) == 4 and not line.startswith("#"):
-            res.setdefault(("openmpi-tcp", n, int(p[0])), []).append((float(p[1]), float(p[3])))
+for who, pat in (("openmpi-tcp", "mpi"), ("gloo-tcp", "gloo")):
+    for f in glob.glob(f"{out}/{pat}-*.txt"):
+        n = int(re.search(r"-n(\d+)-", f).group(1))
+        for line in open(f):
+            p = line.split()
+            if len(p) == 4 and not line.startswith("#"):
+                res.setdefault((who, n, int(p[0])), []).append((float(p[1]), float(p[3])))
 udp = []
 for f in glob.glob(f"{out}/udp-*.txt"):
     for line in open(f):
@@ -57,13 +78,17 @@ for f in glob.glob(f"{out}/udp-*.txt"):
             udp.append(float(p[3]) * 1048576 / 1e9)
 med = lambda xs: statistics.median(xs)
 print(f"raw UDP ceiling (udp-bw --loopback, one flow): median {med(udp):.2f} GB/s over {len(udp)} rounds")
-print(f"{'size':>10} {'ranks':>5} {'MetaRoCE busbw':>15} {'Open MPI busbw':>15} {'MetaRoCE us':>12} {'Open MPI us':>12}  rounds")
+print(f"{'size':>10} {'ranks':>5} {'MetaRoCE busbw':>15} {'Open MPI busbw':>15} {'Gloo busbw':>11} "
+      f"{'MetaRoCE us':>12} {'Open MPI us':>12} {'Gloo us':>10}  rounds")
 sizes = sorted({k[2] for k in res})
 for n in (2, 4, 8):
     for s in sizes:
         a, b = res.get(("metaroce", n, s), []), res.get(("openmpi-tcp", n, s), [])
+        g = res.get(("gloo-tcp", n, s), [])
         if not a or not b:
             continue
-        print(f"{s:>10} {n:>5} {med([x[1] for x in a]):>15.3f} {med([x[1] for x in b]):>15.3f} "
-              f"{med([x[0] for x in a]):>12.1f} {med([x[0] for x in b]):>12.1f}  {len(a)}/{len(b)}")
+        gb = f"{med([x[1] for x in g]):>11.3f}" if g else f"{'-':>11}"
+        gt = f"{med([x[0] for x in g]):>10.1f}" if g else f"{'-':>10}"
+        print(f"{s:>10} {n:>5} {med([x[1] for x in a]):>15.3f} {med([x[1] for x in b]):>15.3f} {gb} "
+              f"{med([x[0] for x in a]):>12.1f} {med([x[0] for x in b]):>12.1f} {gt}  {len(a)}/{len(b)}/{len(g)}")
 PY

@@ -335,6 +335,34 @@ impl NetComm {
         }
     }
 
+    /// Copies `buf`'s first `out.len()` bytes into `out`, a few MiB per
+    /// hold of the device lock: between pieces the engine keeps receiving
+    /// and acknowledging (a 256 MiB pass under one hold silenced the rank
+    /// for half a second, long enough for its peers' transports to give
+    /// up on it).
+    pub fn read_buf(&self, buf: &DevBuf, out: &mut [u8]) {
+        let Some(mr) = &buf.mr else { return };
+        let n = out.len().min(buf.len as usize);
+        for at in (0..n).step_by(COPY_PIECE_BYTES) {
+            let end = (at + COPY_PIECE_BYTES).min(n);
+            self.dev
+                .with(|ctx, _| out[at..end].copy_from_slice(&ctx.mr_bytes(mr)[at..end]));
+        }
+    }
+
+    /// Copies `bytes` into `buf` from its start, a few MiB per hold of the
+    /// device lock (see [`read_buf`](Self::read_buf)). Do not change a
+    /// buffer an operation in flight uses.
+    pub fn write_buf(&self, buf: &DevBuf, bytes: &[u8]) {
+        let Some(mr) = &buf.mr else { return };
+        let n = bytes.len().min(buf.len as usize);
+        for at in (0..n).step_by(COPY_PIECE_BYTES) {
+            let end = (at + COPY_PIECE_BYTES).min(n);
+            self.dev
+                .with(|ctx, _| ctx.mr_bytes_mut(mr)[at..end].copy_from_slice(&bytes[at..end]));
+        }
+    }
+
     /// Runs `f` on two distinct buffers' bytes at once, both writable.
     pub fn with_bufs_mut<R>(
         &self,
@@ -473,14 +501,14 @@ impl NetComm {
         let rb = self.cached(true, sizes.recv_bytes)?;
         let n_send = sizes.send_bytes as usize;
         let n_recv = sizes.recv_bytes as usize;
-        self.with_buf_mut(&sb, |b| b[..n_send].copy_from_slice(&send[..n_send]));
-        self.with_buf_mut(&rb, |b| b[..n_recv].copy_from_slice(&recv[..n_recv]));
+        self.write_buf(&sb, &send[..n_send]);
+        self.write_buf(&rb, &recv[..n_recv]);
         let send_buf = (!spec.in_place)
             .then(|| sb.prefix(sizes.send_bytes))
             .flatten();
         let recv_buf = rb.prefix(sizes.recv_bytes);
         self.run(spec, send_buf.as_ref(), recv_buf.as_ref())?;
-        self.with_buf(&rb, |b| recv[..n_recv].copy_from_slice(&b[..n_recv]));
+        self.read_buf(&rb, &mut recv[..n_recv]);
         Ok(())
     }
 
@@ -789,6 +817,9 @@ fn region_of(
         Buf::Recv => ops.get(&op)?.recv,
     }
 }
+
+/// Bytes copied into or out of a region per hold of the device lock.
+const COPY_PIECE_BYTES: usize = 4 << 20;
 
 /// Writes up to this many bytes go inline: copied at post time, so the
 /// state machine may reuse their source at once.

@@ -163,12 +163,18 @@ impl Bench {
         let mut spec = spec_for(m.collective, count, m.dtype, m.op, m.root, rank, world);
         spec.in_place = in_place;
         let (send, recv) = self.buffers(&spec, rank, world)?;
+        // Inputs are made, and results checked, in memory of this rank's
+        // own, outside the device lock; only the copies take it, a piece
+        // at a time (see `NetComm::read_buf`).
+        let (send_len, recv_len) = (send.map_or(0, |b| b.len as usize), recv.len as usize);
         let fill = |comm: &NetComm| -> Result<(), CollNetError> {
-            let empty = DevBuf::empty();
-            let s = send.unwrap_or(empty);
-            comm.with_bufs_mut(&s, &recv, |sb, rb| {
-                prepare(&spec, rank, world, m.seed, sb, rb)
-            })
+            let (mut sb, mut rb) = (vec![0u8; send_len], vec![0u8; recv_len]);
+            prepare(&spec, rank, world, m.seed, &mut sb, &mut rb);
+            if let Some(s) = &send {
+                comm.write_buf(s, &sb);
+            }
+            comm.write_buf(&recv, &rb);
+            Ok(())
         };
         fill(comm)?;
         for _ in 0..m.warmup_iters {
@@ -209,7 +215,9 @@ impl Bench {
             for _ in 0..m.check {
                 fill(comm)?;
                 comm.run(spec.clone(), send.as_ref(), Some(&recv))?;
-                w += comm.with_buf(&recv, |b| count_wrong(&spec, rank, world, m.seed, b));
+                let mut got = vec![0u8; recv_len];
+                comm.read_buf(&recv, &mut got);
+                w += count_wrong(&spec, rank, world, m.seed, &got);
             }
             Some(sum_u64(comm, w)?)
         } else {

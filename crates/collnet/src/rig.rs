@@ -60,9 +60,13 @@ fn endpoint_config(cfg: &NetConfig) -> EndpointConfig {
         rto_min_ns: cfg.rto_min_ns,
         // Dead ranks are found through the control channel in
         // milliseconds; the transport's own give-up may take its time, so
-        // that a rank descheduled for a second on a crowded host is not
-        // declared dead (7 retries backing off to 2 s: about 4 s).
+        // that a rank descheduled or busy for a second on a crowded host
+        // is not declared dead: retry rounds of at least 100 ms, doubling
+        // to 2 s, give up after about 9 s of silence (from the 4 ms RTO
+        // alone it was about 1 s, which a 256 MiB verification pass under
+        // the device lock once outlasted).
         rto_max_ns: 2_000_000_000,
+        retry_round_min_ns: 100_000_000,
         probe_timeout_min_ns: metaroce_udp::PROBE_TIMEOUT_MIN_NS,
         ..EndpointConfig::default()
     }

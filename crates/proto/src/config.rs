@@ -72,6 +72,14 @@ pub struct EndpointConfig {
     /// otherwise waits a probe timeout. `0`: never. Default 4: at most four
     /// packets per message end (0.8 % of a 2 MB transfer).
     pub tail_copy_packets: u32,
+    /// Lower bound of a connection-level retry round (the silence, with
+    /// work outstanding, after which the connection counts one of its
+    /// `retry_cnt` retries). `0` (the default): the connection's RTO, so
+    /// with `rto_min_ns` 4 ms a peer silent for about a second (4 ms
+    /// doubling over eight rounds) fails the connection. A job that learns
+    /// of dead peers otherwise (a control channel) sets a floor so that a
+    /// peer busy for a second is not taken for dead.
+    pub retry_round_min_ns: u64,
     /// Lower bound of every probe timeout (the silence before a tail-loss
     /// probe, and before an unanswered probe counts as a dead path). `0`
     /// (the default): none, a fabric's RTT rules. Hosts that share CPUs
@@ -178,6 +186,7 @@ impl Default for EndpointConfig {
             tail_copy_packets: 4,
             rack_reorder_permille: 500,
             probe_timeout_min_ns: 0,
+            retry_round_min_ns: 0,
             probe_share_permille: 250,
             rate_hint_epoch_ns: 50_000,
             grant_utilisation: 0.95,
@@ -234,6 +243,7 @@ impl EndpointConfig {
         int_knob!(Self, ack_copy_horizon_ns: u64, 0, 1_000_000_000, "every ACK goes twice for this long after a hole or a duplicate (0: never), ns"),
         int_knob!(Self, tail_copy_packets: u32, 0, 64, "a drained, uncapped connection copies its last this many outstanding packets onto other paths (0: never)"),
         int_knob!(Self, rack_reorder_permille: u32, 0, 4000, "cross-path RACK: a path is probed once its newest packet is overdue past a later one acknowledged elsewhere by this many per mille of the minimum RTT (0: off)"),
+        int_knob!(Self, retry_round_min_ns: u64, 0, 60_000_000_000u64, "lower bound of a connection-level retry round, ns (0: the RTO); the give-up comes after about 2^(retry_cnt+1) times the first round (less where rto_max_ns caps the doubling)"),
         int_knob!(Self, probe_timeout_min_ns: u64, 0, 1_000_000_000, "lower bound of every probe timeout, ns (0: none; the UDP datapath sets one for hosts whose CPUs are shared)"),
         int_knob!(Self, probe_share_permille: u32, 0, 1000, "share of the line rate, per mille, a device may spend on tail-loss probes and other speculative resends (0: no limit)"),
         int_knob!(Self, rate_hint_epoch_ns: u64, 1, 1_000_000_000, "window over which a receiver counts active senders for its rate hint"),

@@ -124,8 +124,11 @@ impl Connection {
             return None;
         }
         let cfg = &dev.config;
-        let rto = self.conn_rtt.rto_ns(cfg.rto_min_ns, cfg.rto_max_ns);
-        Some(self.last_progress_ns + (rto << self.timeouts.min(16)).min(cfg.rto_max_ns))
+        let rto = self
+            .conn_rtt
+            .rto_ns(cfg.rto_min_ns, cfg.rto_max_ns)
+            .max(cfg.retry_round_min_ns);
+        Some(self.last_progress_ns + (rto << self.timeouts.min(16)).min(cfg.rto_max_ns.max(rto)))
     }
 
     /// Fire every deadline that has passed.
