@@ -539,9 +539,32 @@ local function dissect_trailer(tvb, tree, len, flags)
 end
 
 -- Dissect what fits; report what does not. Returns the bytes consumed.
+-- Section 5.3, coalescing: an ACK may be followed by more packets in its
+-- datagram. Its own length is fixed by its op-ack count and trailer; the
+-- bytes after it are the next packet. Returns the first packet's length.
+local function first_packet_len(tvb, len)
+    if tvb:len() < ACK_FIXED_LEN or u8(tvb, 0) ~= VERSION or u8(tvb, 1) ~= TYPE_ACK then
+        return len
+    end
+    local count = u8(tvb, 64)
+    if count > 16 then return len end
+    local n = ACK_FIXED_LEN + OP_ACK_LEN * count + trailer_len_of(u8(tvb, 2))
+    if n < len then return n end
+    return len
+end
+
 local function dissect(tvb, pinfo, root)
     local len = tvb:reported_length_remaining()
     pinfo.cols.protocol = "MetaRoCE"
+    local first = first_packet_len(tvb, len)
+    if first < len then
+        -- One packet after the other, each in a tree of its own.
+        dissect(tvb(0, first):tvb(), pinfo, root)
+        local info = tostring(pinfo.cols.info)
+        dissect(tvb(first):tvb(), pinfo, root)
+        pinfo.cols.info = info .. " + " .. tostring(pinfo.cols.info)
+        return len
+    end
     local tree = root:add(metaroce, tvb())
 
     if tvb:len() < len then
@@ -651,9 +674,14 @@ local function heuristic(tvb, pinfo, tree)
     if u8(tvb, 0) ~= VERSION then return false end
     local flags = u8(tvb, 2)
     if band(flags, FLAGS_RESERVED) ~= 0 then return false end
-    if structure_error(tvb, len) then return false end
-    if band(flags, FLAG_AUTHENTICATED) == 0 and not icrc_omitted(tvb, len, flags)
-        and not icrc_matches(tvb, len) then
+    -- The first packet decides (a coalesced datagram, section 5.3, starts
+    -- with an ACK of its own length).
+    local first = first_packet_len(tvb, len)
+    local head = tvb
+    if first < len then head = tvb(0, first):tvb() end
+    if structure_error(head, first) then return false end
+    if band(flags, FLAG_AUTHENTICATED) == 0 and not icrc_omitted(head, first, flags)
+        and not icrc_matches(head, first) then
         return false
     end
     dissect(tvb, pinfo, tree)

@@ -725,11 +725,28 @@ impl Endpoint {
     /// (connections are made only by a local `connect_qp`) is counted in
     /// `rx_unknown_peer` and dropped after one lookup in the connection
     /// table, before any cryptography and without allocating.
+    ///
+    /// A datagram may hold an ACK followed by more packets (coalescing,
+    /// [`wire::first_packet_len`]); each is taken in turn, checked on its
+    /// own, and one that is malformed does not lose the others.
     pub fn handle_datagram(&mut self, now_ns: u64, src: SocketAddr, ecn: Ecn, data: &[u8]) {
         self.set_time(now_ns);
         self.dev.stats.rx_datagrams += 1;
         self.dev.stats.rx_bytes += data.len() as u64;
         self.dev.stats.rx_ce_marked += u64::from(ecn == Ecn::Ce);
+        let mut rest = data;
+        loop {
+            let n = wire::first_packet_len(rest);
+            self.handle_one_packet(now_ns, src, ecn, &rest[..n]);
+            rest = &rest[n..];
+            if rest.is_empty() {
+                return;
+            }
+        }
+    }
+
+    /// One packet of a datagram.
+    fn handle_one_packet(&mut self, now_ns: u64, src: SocketAddr, ecn: Ecn, data: &[u8]) {
         if self.dev.config.auth.is_some() {
             self.handle_authenticated(now_ns, src, ecn, data);
             return;
@@ -1155,6 +1172,57 @@ mod tests {
             },
             vec![from.sge(0, len)],
         )
+    }
+
+    /// An ACK followed by a data packet in one datagram (wire.md 5.3) is
+    /// taken as both; bytes after an ACK that do not parse are counted as
+    /// malformed without losing the ACK.
+    #[test]
+    fn a_coalesced_ack_and_data_packet_are_both_taken() {
+        use crate::transmit::PacketKind;
+        let mut l = lab(fixture::config(1), fixture::config(2));
+        let (a, b) = (l.a, l.b);
+        // A's write reaches B, which then owes A an ACK...
+        l.pair.a.post_send(a.qp, write(1, &a, &b, 8)).unwrap();
+        assert_eq!(l.pair.transfer(Side::A), 1);
+        // ...and B answers with a write of its own: both in one datagram.
+        l.pair.b.memory_mut(b.mr.handle).unwrap()[..8].fill(7);
+        l.pair.b.post_send(b.qp, write(2, &b, &a, 8)).unwrap();
+        let out = l.pair.poll_transmits(Side::B);
+        let ack = out.iter().find(|(t, _)| t.kind == PacketKind::Ack).unwrap();
+        let data = out
+            .iter()
+            .find(|(t, _)| t.kind == PacketKind::Data)
+            .unwrap();
+        assert_eq!(out.len(), 2, "{out:?}");
+        let mut both = ack.1.clone();
+        both.extend_from_slice(&data.1);
+        assert_eq!(wire::first_packet_len(&both), ack.1.len());
+        let before = *l.pair.a.stats();
+        l.pair.deliver(Side::B, &data.0, &both);
+        let after = *l.pair.a.stats();
+        assert_eq!(after.rx_datagrams, before.rx_datagrams + 1);
+        assert_eq!(after.rx_malformed, before.rx_malformed);
+        let done = completions(&mut l.pair, Side::A);
+        assert_eq!(
+            done.iter()
+                .map(|c| (c.wc.wr_id, c.wc.status))
+                .collect::<Vec<_>>(),
+            [(1, WcStatus::Success)],
+            "the ACK in front completed A's write"
+        );
+        assert_eq!(&l.pair.a.memory(a.mr.handle).unwrap()[..8], &[7; 8]);
+        assert!(l.pair.settle(1_000, 1_000));
+        let done = completions(&mut l.pair, Side::B);
+        assert_eq!(done.iter().map(|c| c.wc.wr_id).collect::<Vec<_>>(), [2]);
+        // An ACK with three stray bytes after it: the ACK is still taken.
+        let mut stray = ack.1.clone();
+        stray.extend_from_slice(&[1, 2, 3]);
+        let before = *l.pair.a.stats();
+        l.pair.deliver(Side::B, &ack.0, &stray);
+        let after = *l.pair.a.stats();
+        assert_eq!(after.rx_malformed, before.rx_malformed + 1);
+        assert_eq!(after.rx_datagrams, before.rx_datagrams + 1);
     }
 
     #[test]

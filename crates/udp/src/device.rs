@@ -130,6 +130,12 @@ pub struct DeviceConfig {
     /// moving while the application thread waits for its turn. `None`
     /// leaves the thread as created.
     pub engine_nice: Option<i32>,
+    /// Send an ACK in front of a data datagram to the same peer, in one
+    /// datagram, when a flush has both (wire.md 5.3): a reply and the ACK
+    /// for the request it answers cost one pass through both network stacks
+    /// instead of two. Every device of this version takes such datagrams;
+    /// turn it off toward older ones.
+    pub coalesce: bool,
 }
 
 impl DeviceConfig {
@@ -147,6 +153,7 @@ impl DeviceConfig {
             gather: true,
             capture: None,
             engine_nice: None,
+            coalesce: true,
         }
     }
 }
@@ -172,6 +179,8 @@ pub struct IoStats {
     pub tx_msgs: u64,
     /// GSO messages sent.
     pub tx_gso_msgs: u64,
+    /// ACKs sent in front of a data datagram, in the same datagram.
+    pub tx_coalesced: u64,
     /// Datagrams the kernel refused (full buffer, error) and that were dropped.
     pub tx_dropped: u64,
     /// Datagrams whose source port had no socket.
@@ -232,6 +241,7 @@ impl IoStats {
             ("tx_datagrams", self.tx_datagrams),
             ("tx_msgs", self.tx_msgs),
             ("tx_gso_msgs", self.tx_gso_msgs),
+            ("tx_coalesced", self.tx_coalesced),
             ("tx_dropped", self.tx_dropped),
             ("tx_no_socket", self.tx_no_socket),
             ("tx_full_waits", self.tx_full_waits),
@@ -327,6 +337,8 @@ struct Io {
     deadline_at_last_pass: Option<u64>,
     /// The local IP, the source of captured sends.
     bind_ip: IpAddr,
+    /// ACKs may ride in front of data datagrams (`DeviceConfig::coalesce`).
+    coalesce: bool,
 }
 
 struct State {
@@ -529,6 +541,7 @@ impl Device {
             busy_at_last_pass: false,
             deadline_at_last_pass: None,
             bind_ip: cfg.bind_ip,
+            coalesce: cfg.coalesce,
         };
         let inner = Arc::new(Inner {
             state: Mutex::new(State { ctx, io }),
@@ -1049,6 +1062,58 @@ fn flush(ctx: &mut Context, io: &mut Io, now: u64) -> usize {
     total
 }
 
+/// Which ACK of this flush rides in front of which data datagram: by
+/// datagram index, the ACK's index (see `send_all`); empty when none does.
+/// `order` is the sending order, data first, grouped by source port, ECN
+/// and destination.
+fn coalesce_acks(
+    ctx: &Context,
+    meta: &[(Transmit, Layout)],
+    order: &[usize],
+    paths: &[(SocketAddr, PathMtu)],
+) -> Vec<Option<usize>> {
+    let n_data = order
+        .iter()
+        .take_while(|&&i| meta[i].0.kind != PacketKind::Ack)
+        .count();
+    if n_data == 0 || n_data == order.len() {
+        return Vec::new();
+    }
+    let group = |i: usize| {
+        let t = &meta[i].0;
+        (t.src_port, t.ecn, t.dst)
+    };
+    let mut lead = vec![None; meta.len()];
+    let mut placed = vec![false; order.len() - n_data];
+    let mut any = false;
+    for k in 0..n_data {
+        let i = order[k];
+        let alone = (k == 0 || group(order[k - 1]) != group(i))
+            && (k + 1 == n_data || group(order[k + 1]) != group(i));
+        if !alone {
+            continue;
+        }
+        let t = &meta[i].0;
+        let limit = paths
+            .iter()
+            .find(|(d, _)| *d == t.dst)
+            .map_or(ctx.max_datagram_len(), |(_, p)| p.max_datagram);
+        // The first ACK toward this destination not placed yet, if it fits.
+        let found = order[n_data..]
+            .iter()
+            .enumerate()
+            .find(|&(j, &a)| !placed[j] && meta[a].0.dst == t.dst);
+        if let Some((j, &a)) = found
+            && t.len + meta[a].0.len <= limit
+        {
+            placed[j] = true;
+            lead[i] = Some(a);
+            any = true;
+        }
+    }
+    if any { lead } else { Vec::new() }
+}
+
 /// A run of datagrams sent as one message: `parts[parts_from..parts_to]`.
 struct MsgRun {
     parts_from: usize,
@@ -1076,6 +1141,8 @@ fn send_all(ctx: &Context, io: &mut Io) {
         pmtu_refused,
         sort_keys,
         dsts,
+        coalesce,
+        paths,
         ..
     } = io;
     let meta = &*meta;
@@ -1109,12 +1176,32 @@ fn send_all(ctx: &Context, io: &mut Io) {
     }
     sort_keys.sort_unstable();
     order.extend(sort_keys.iter().map(|k| (k & 0xffff) as usize));
+    // Coalescing (wire.md 5.3): an ACK rides in front of a data datagram
+    // to the same peer, one datagram through both network stacks instead
+    // of two. Only in front of a data datagram that is a message of its own
+    // (no other data of this flush shares its source port, destination and
+    // ECN, so no GSO run is broken: the latency case, a reply and the ACK
+    // for the request it answers), and only where both fit the path.
+    let lead = if *coalesce {
+        coalesce_acks(ctx, meta, order, paths)
+    } else {
+        Vec::new()
+    };
+    if !lead.is_empty() {
+        let riding: Vec<usize> = lead.iter().flatten().copied().collect();
+        stats.tx_coalesced += riding.len() as u64;
+        order.retain(|i| !riding.contains(i));
+    }
+    let lead_of = |i: usize| lead.get(i).copied().flatten();
     // Every datagram's slices, in sending order.
     let mut parts: Vec<&[u8]> = Vec::with_capacity(meta.len() * 3);
     let mut datagram_parts: Vec<(usize, usize)> = Vec::with_capacity(meta.len());
     for &i in order.iter() {
         let (t, layout) = &meta[i];
         let from = parts.len();
+        if let Some(a) = lead_of(i) {
+            parts.push(&slots[a][..meta[a].0.len]);
+        }
         match layout {
             Layout::Whole => parts.push(&slots[i][..t.len]),
             Layout::Split {
@@ -1153,8 +1240,13 @@ fn send_all(ctx: &Context, io: &mut Io) {
         let seg = head.len;
         let mut e = s + 1;
         let mut bytes = seg;
-        if *gso {
+        // A coalesced datagram is longer than its transmit says: it goes
+        // as a message of its own.
+        if *gso && lead_of(first).is_none() {
             while e < order.len() && e - s < sys::GSO_MAX_SEGMENTS {
+                if lead_of(order[e]).is_some() {
+                    break;
+                }
                 let t = &meta[order[e]].0;
                 let same = t.src_port == head.src_port && t.dst == head.dst && t.ecn == head.ecn;
                 if !same || t.len > seg || bytes + t.len > sys::GSO_MAX_BYTES {

@@ -232,6 +232,35 @@ pub fn parse_with(datagram: &[u8], icrc: IcrcPolicy) -> Result<Packet<'_>> {
     }
 }
 
+/// The length of the first packet in a datagram.
+///
+/// A datagram carries one packet, or an ACK followed by more packets
+/// (wire.md section 5.3, coalescing: a device sends the ACK for what it
+/// received in the datagram of its own reply, one datagram through the
+/// network stack instead of two). An ACK's length is fixed by its op-ack
+/// count and its trailer, so what follows it is the next packet, parsed and
+/// checked on its own. For any other datagram, and for an ACK whose length
+/// cannot be told (truncated, a bad count), the whole datagram: the parser
+/// then says what is wrong with it.
+pub fn first_packet_len(datagram: &[u8]) -> usize {
+    let len = datagram.len();
+    let Ok(header) = BaseHeader::new_checked(datagram) else {
+        return len;
+    };
+    if header.version() != VERSION || header.packet_type() != PacketType::Ack as u8 {
+        return len;
+    }
+    let Some(&count) = datagram.get(ACK_FIXED_LEN - 4) else {
+        return len;
+    };
+    let count = usize::from(count);
+    if count > MAX_OP_ACKS {
+        return len;
+    }
+    let ack_len = ACK_FIXED_LEN + count * OP_ACK_LEN + trailer_len(header.flags());
+    ack_len.min(len)
+}
+
 /// Compute and write the ICRC into the last [`ICRC_LEN`] bytes of `datagram`,
 /// covering everything before it.
 ///
