@@ -189,8 +189,6 @@ struct Active {
     send_task: Vec<Vec<u32>>,
     recv_base: Vec<u64>,
     recv_task: Vec<Vec<u32>>,
-    /// Per peer: this operation's messages to it not yet handed out.
-    unsent: Vec<u32>,
     left: usize,
 }
 
@@ -329,35 +327,15 @@ impl Communicator {
         self.actions.pop_front()
     }
 
-    /// Whether the credits owed to `peer` may wait for a data write to it:
-    /// one is still to come in this operation or a queued one, and the peer
-    /// keeps more than half its window toward us (messages we hold, read
-    /// or not, are at most half the slots). Holding then never blocks the
-    /// peer for long: while it has slots, it is not waiting for us; and
-    /// what it has in flight wakes us when it lands, to look again.
-    fn may_hold_credits(&self, peer: Rank) -> bool {
-        let link = &self.links[peer as usize];
-        let in_hand = link.owed.len() + link.rx.iter().filter(|r| r.arrived.is_some()).count();
-        if 2 * in_hand as u64 >= u64::from(self.config.slots) {
-            return false;
-        }
-        self.active
-            .as_ref()
-            .is_some_and(|a| a.unsent[peer as usize] > 0)
-            || self
-                .queue
-                .iter()
-                .any(|q| q.plan.sends_to[peer as usize] > 0)
-    }
-
-    /// Queues every owed credit that may not wait as a zero-length write
-    /// of its own.
+    /// Queues every owed credit as a zero-length write of its own. Called
+    /// whenever the communicator runs out of work for now: a rank never
+    /// waits with a credit owed, so holding one cannot deadlock. (Holding
+    /// credits across waits, for the next operation's write to carry, did:
+    /// message `k + slots` needs the very slot message `k`'s credit frees,
+    /// and a peer may want to send it before anything else we wait for.)
     fn flush_credits(&mut self) {
         let op = self.active.as_ref().map_or(OpId(self.next_op), |a| a.id);
         for peer in 0..self.world {
-            if self.links[peer as usize].owed.is_empty() || self.may_hold_credits(peer) {
-                continue;
-            }
             while let Some((slot, seq)) = self.links[peer as usize].owed.pop_front() {
                 let id = self.write_id();
                 self.writes.insert(id, WriteRecord::Credit);
@@ -581,7 +559,6 @@ impl Communicator {
                 self.stats.ops_done += 1;
                 continue;
             }
-            let unsent = q.plan.sends_to.clone();
             self.active = Some(Active {
                 id: q.id,
                 dtype: q.spec.dtype,
@@ -597,7 +574,6 @@ impl Communicator {
                 send_task,
                 recv_base,
                 recv_task,
-                unsent,
                 left: n,
             });
         }
@@ -772,7 +748,6 @@ impl Communicator {
         let id = self.write_id();
         let active = self.active.as_mut().expect("task of the active operation");
         active.state[t as usize].phase = Phase::Writing;
-        active.unsent[s.peer as usize] -= 1;
         self.writes.insert(
             id,
             WriteRecord::Data {
