@@ -689,7 +689,7 @@ fn tshark_flags_broken_packets() {
     let mut bad_opcode = write.clone();
     bad_opcode[24] = 9;
     let mut long_ack = ack.clone();
-    long_ack.push(0);
+    long_ack.push(1); // the version byte of a packet cut after it
     let mut field_rule = write.clone();
     field_rule[28..32].copy_from_slice(&8u32.to_be_bytes()); // msg_len < payload
     metaroce_wire::seal(&mut field_rule);
@@ -704,7 +704,9 @@ fn tshark_flags_broken_packets() {
             ack[..ack.len() - 1].to_vec(),
             "metaroce.truncated",
         ),
-        ("ack too long", long_ack, "metaroce.too_long"),
+        // Bytes after an ACK are the next packet of the datagram (wire.md
+        // 5.3): one stray byte is a truncated packet.
+        ("a stray byte after an ack", long_ack, "metaroce.truncated"),
         (
             "offset + payload > msg_len",
             field_rule,
@@ -762,6 +764,60 @@ fn tshark_flags_broken_packets() {
         }
         assert_eq!(frames, want, "{what}: frames matching {expert}");
     }
+    std::fs::remove_file(&path).ok();
+}
+
+/// An ACK and a data packet in one datagram (wire.md 5.3, coalescing):
+/// both decode, each with its own fields, and nothing is flagged.
+#[test]
+fn tshark_decodes_an_ack_coalesced_with_data() {
+    if !tshark_available() {
+        return;
+    }
+    let write = data_case(
+        "w",
+        data_repr(
+            9,
+            OpHeader::Write {
+                rkey: 5,
+                remote_addr: 0x2000,
+            },
+            16,
+            0,
+            16,
+        ),
+    )
+    .bytes;
+    let ack = ack_case("a", sample_ack(77, &[], &[])).bytes;
+    let mut both = ack.clone();
+    both.extend_from_slice(&write);
+    let cases = [Case {
+        what: "ack + write",
+        dst_port: PORT,
+        bytes: both,
+        expect: Vec::new(),
+    }];
+    let path = temp_pcap("coalesced");
+    write_capture(&path, DEFAULT_SNAPLEN, &cases);
+    let fields = [
+        "frame.protocols",
+        "metaroce.ack_psn",
+        "metaroce.psn",
+        "_ws.expert.severity",
+        "_ws.malformed",
+    ];
+    let rows = tshark_fields(&path, &[], &fields);
+    assert_eq!(rows.len(), 1);
+    let row = &rows[0];
+    assert!(row["frame.protocols"].ends_with(":metaroce"), "{row:?}");
+    assert_eq!(row["metaroce.ack_psn"], "77", "{row:?}");
+    assert_eq!(row["metaroce.psn"], "9", "{row:?}");
+    assert!(row["_ws.malformed"].is_empty(), "{row:?}");
+    let worst = row["_ws.expert.severity"]
+        .split(',')
+        .filter_map(|s| s.parse::<u32>().ok())
+        .max();
+    assert!(worst.is_none_or(|w| w < EXPERT_WARN), "{row:?}");
     std::fs::remove_file(&path).ok();
 }
 

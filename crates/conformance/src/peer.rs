@@ -510,7 +510,18 @@ impl<L: Link> Peer<L> {
         self.on_datagram(bytes);
     }
 
+    /// A datagram from the target: its packets one by one (an ACK may come
+    /// in front of another packet, wire.md 5.3).
     fn on_datagram(&mut self, bytes: &[u8]) {
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            let n = metaroce_wire::first_packet_len(rest);
+            self.on_packet(&rest[..n]);
+            rest = &rest[n..];
+        }
+    }
+
+    fn on_packet(&mut self, bytes: &[u8]) {
         let (packet, payload) = if let Some(key) = &self.rx_key {
             let Ok((packet, auth)) = parse_authenticated(bytes) else {
                 self.auth_problems.push(format!(
