@@ -296,6 +296,11 @@ const RX_ROUNDS: usize = 8;
 /// (a false RTO, a retransmission, a path retired). Bounded, so a flood of
 /// datagrams cannot hold timers off for ever.
 const TIMER_DEFER_MAX_NS: u64 = 20_000_000;
+/// Longest the device holds what is due to be sent (ACKs, mostly) for the
+/// application's reply to carry: a reply comes within a few µs of the
+/// completion it answers, and past this the holding only delays a
+/// stream's sender, which waits on these ACKs.
+const HOLD_MAX_NS: u64 = 10_000;
 /// The engine stands aside this long after the application drove progress.
 const APP_HOLD_NS: u64 = 1_000_000;
 /// An application that polled within this window is a polling application:
@@ -339,6 +344,10 @@ struct Io {
     bind_ip: IpAddr,
     /// ACKs may ride in front of data datagrams (`DeviceConfig::coalesce`).
     coalesce: bool,
+    /// Since when sends (ACKs) have been held back for the application's
+    /// reply to go first (`poll_cq` handing out completions, `with_deferred`);
+    /// 0: nothing held.
+    held_since_ns: u64,
 }
 
 struct State {
@@ -542,6 +551,7 @@ impl Device {
             deadline_at_last_pass: None,
             bind_ip: cfg.bind_ip,
             coalesce: cfg.coalesce,
+            held_since_ns: 0,
         };
         let inner = Arc::new(Inner {
             state: Mutex::new(State { ctx, io }),
@@ -625,6 +635,7 @@ impl Device {
         let st = &mut *st;
         st.ctx.set_time(now);
         let r = f(&mut st.ctx, now);
+        hold(&mut st.ctx, &mut st.io, now);
         wake_cq_waiters(&self.inner, &st.ctx);
         r
     }
@@ -659,18 +670,28 @@ impl Device {
         let st = &mut *st;
         let n = st.ctx.poll_cq(cq, wc)?;
         if n > 0 {
+            hold(&mut st.ctx, &mut st.io, now);
             return Ok(n);
         }
         // Take input, and when it completed work hand that to the caller
         // before sending what the input made due (ACKs): the caller's
         // reply, posted next, then leaves first and the ACKs right behind
-        // it in the same flush. Nothing waits long: the next post or poll
-        // flushes, and the engine covers a caller that goes quiet.
+        // it in the same flush (in front of it, in one datagram, wire.md
+        // 5.3). Nothing waits long: the next post or idle poll flushes,
+        // a poll flushes anyway once sends were held `HOLD_MAX_NS`, and the
+        // engine covers a caller that goes quiet.
         let took = take_input(&mut st.ctx, &mut st.io, now);
         let n = st.ctx.poll_cq(cq, wc)?;
-        if n == 0 {
+        // A completion handed out moments ago is likely still being
+        // answered (MPI polls its queue empty before it replies): an idle
+        // poll leaves the held sends for the reply until `HOLD_MAX_NS`.
+        let awaiting_reply =
+            st.io.held_since_ns != 0 && now.saturating_sub(st.io.held_since_ns) < HOLD_MAX_NS;
+        if n == 0 && !awaiting_reply {
             // An idle poll reads the clock once: nothing it did took time.
             flush(&mut st.ctx, &mut st.io, if took { now_ns() } else { now });
+        } else if n > 0 {
+            hold(&mut st.ctx, &mut st.io, now);
         }
         wake_cq_waiters(&self.inner, &st.ctx);
         Ok(n)
@@ -1032,7 +1053,18 @@ fn deliver(
 
 /// Drain the core's transmits and send them, grouped per source port into
 /// GSO messages where possible. Returns datagrams drained.
+/// Sends are held back for the application's reply: start the clock, or
+/// send them now when they have waited `HOLD_MAX_NS` already.
+fn hold(ctx: &mut Context, io: &mut Io, now: u64) {
+    if io.held_since_ns == 0 {
+        io.held_since_ns = now.max(1);
+    } else if now.saturating_sub(io.held_since_ns) >= HOLD_MAX_NS {
+        flush(ctx, io, now);
+    }
+}
+
 fn flush(ctx: &mut Context, io: &mut Io, now: u64) -> usize {
+    io.held_since_ns = 0;
     let mut total = 0;
     loop {
         io.meta.clear();
