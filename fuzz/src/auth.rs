@@ -221,15 +221,30 @@ impl Fixture {
     }
 
     /// Deliver a datagram that is not a fresh genuine one: it must be rejected.
+    /// A datagram may hold several packets (an ACK and what follows it,
+    /// wire.md 5.3): the endpoint takes them one by one, and so does this
+    /// check, packet by packet.
     fn deliver_forgery(&mut self, datagram: &[u8]) {
-        if let Some(index) = self.captured.iter().position(|c| c == datagram) {
+        let mut rest = datagram;
+        loop {
+            let n = metaroce_wire::first_packet_len(rest);
+            self.deliver_forged_packet(&rest[..n]);
+            rest = &rest[n..];
+            if rest.is_empty() {
+                return;
+            }
+        }
+    }
+
+    fn deliver_forged_packet(&mut self, packet: &[u8]) {
+        if let Some(index) = self.captured.iter().position(|c| c == packet) {
             // The input rebuilt a genuine packet byte for byte.
             return self.deliver_genuine(index);
         }
         let src = self.peer_src();
         assert!(
-            !self.deliver(src, datagram),
-            "a datagram that is no genuine packet was accepted: {datagram:02x?}"
+            !self.deliver(src, packet),
+            "a datagram that is no genuine packet was accepted: {packet:02x?}"
         );
     }
 

@@ -41,8 +41,8 @@ use std::collections::{HashSet, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use metaroce_proto::{
-    AccessFlags, Ecn, Endpoint, EndpointConfig, MrInfo, QpCaps, QpHandle, QpRunState, RecvWr, SendWr,
-    Sge, WorkQueue, WrOp,
+    AccessFlags, Ecn, Endpoint, EndpointConfig, MrInfo, QpCaps, QpHandle, QpRunState, RecvWr,
+    SendWr, Sge, WorkQueue, WrOp,
 };
 use metaroce_wire::{
     self as wire, AckRepr, BaseRepr, DataRepr, Flags, OpAck, OpHeader, SackBits, Syndrome,
@@ -178,7 +178,12 @@ pub enum OpStep {
     /// WRITE.
     Write { key: Key, addr: Addr },
     /// WRITE_WITH_IMM; `recv` is the receive index (relative to 0).
-    WriteImm { key: Key, addr: Addr, recv: i8, imm: u32 },
+    WriteImm {
+        key: Key,
+        addr: Addr,
+        recv: i8,
+        imm: u32,
+    },
     /// SEND.
     Send { recv: i8 },
     /// SEND_WITH_IMM.
@@ -190,7 +195,12 @@ pub enum OpStep {
     /// FETCH_ADD.
     FetchAdd { key: Key, addr: Addr, add: u64 },
     /// CMP_SWAP.
-    CmpSwap { key: Key, addr: Addr, compare: u64, swap: u64 },
+    CmpSwap {
+        key: Key,
+        addr: Addr,
+        compare: u64,
+        swap: u64,
+    },
     /// Atomic response.
     AtomicResponse { original: u64 },
 }
@@ -318,11 +328,18 @@ fn read_origin(r: &mut Reader<'_>) -> Origin {
     let bits = r.u8();
     let src_port = r.u16();
     let device_port = (bits & 0x04 != 0).then(|| r.u16());
-    Origin { ecn: bits & 0x03, src_port, device_port, stranger: bits & 0x08 != 0 }
+    Origin {
+        ecn: bits & 0x03,
+        src_port,
+        device_port,
+        stranger: bits & 0x08 != 0,
+    }
 }
 
 fn write_origin(o: &Origin, out: &mut Vec<u8>) {
-    let bits = (o.ecn % 3) | if o.device_port.is_some() { 0x04 } else { 0 } | if o.stranger { 0x08 } else { 0 };
+    let bits = (o.ecn % 3)
+        | if o.device_port.is_some() { 0x04 } else { 0 }
+        | if o.stranger { 0x08 } else { 0 };
     out.push(bits);
     out.extend_from_slice(&o.src_port.to_le_bytes());
     if let Some(p) = o.device_port {
@@ -332,7 +349,11 @@ fn write_origin(o: &Origin, out: &mut Vec<u8>) {
 
 fn read_qpn(r: &mut Reader<'_>) -> Qpn {
     // Mostly ours, so that the fuzzer gets past the QP lookup.
-    if r.u8() < 224 { Qpn::Ours } else { Qpn::Other(r.u32()) }
+    if r.u8() < 224 {
+        Qpn::Ours
+    } else {
+        Qpn::Other(r.u32())
+    }
 }
 
 fn write_qpn(q: &Qpn, out: &mut Vec<u8>) {
@@ -393,14 +414,37 @@ fn write_addr(a: &Addr, out: &mut Vec<u8>) {
 
 fn read_op(r: &mut Reader<'_>) -> OpStep {
     match r.u8() % 9 {
-        0 => OpStep::Write { key: read_key(r), addr: read_addr(r) },
-        1 => OpStep::WriteImm { key: read_key(r), addr: read_addr(r), recv: r.u8() as i8, imm: r.u32() },
+        0 => OpStep::Write {
+            key: read_key(r),
+            addr: read_addr(r),
+        },
+        1 => OpStep::WriteImm {
+            key: read_key(r),
+            addr: read_addr(r),
+            recv: r.u8() as i8,
+            imm: r.u32(),
+        },
         2 => OpStep::Send { recv: r.u8() as i8 },
-        3 => OpStep::SendImm { recv: r.u8() as i8, imm: r.u32() },
-        4 => OpStep::ReadRequest { key: read_key(r), addr: read_addr(r) },
+        3 => OpStep::SendImm {
+            recv: r.u8() as i8,
+            imm: r.u32(),
+        },
+        4 => OpStep::ReadRequest {
+            key: read_key(r),
+            addr: read_addr(r),
+        },
         5 => OpStep::ReadResponse,
-        6 => OpStep::FetchAdd { key: read_key(r), addr: read_addr(r), add: r.u64() },
-        7 => OpStep::CmpSwap { key: read_key(r), addr: read_addr(r), compare: r.u64(), swap: r.u64() },
+        6 => OpStep::FetchAdd {
+            key: read_key(r),
+            addr: read_addr(r),
+            add: r.u64(),
+        },
+        7 => OpStep::CmpSwap {
+            key: read_key(r),
+            addr: read_addr(r),
+            compare: r.u64(),
+            swap: r.u64(),
+        },
         _ => OpStep::AtomicResponse { original: r.u64() },
     }
 }
@@ -412,7 +456,12 @@ fn write_op(op: &OpStep, out: &mut Vec<u8>) {
             write_key(key, out);
             write_addr(addr, out);
         }
-        OpStep::WriteImm { key, addr, recv, imm } => {
+        OpStep::WriteImm {
+            key,
+            addr,
+            recv,
+            imm,
+        } => {
             out.push(1);
             write_key(key, out);
             write_addr(addr, out);
@@ -440,7 +489,12 @@ fn write_op(op: &OpStep, out: &mut Vec<u8>) {
             write_addr(addr, out);
             out.extend_from_slice(&add.to_le_bytes());
         }
-        OpStep::CmpSwap { key, addr, compare, swap } => {
+        OpStep::CmpSwap {
+            key,
+            addr,
+            compare,
+            swap,
+        } => {
             out.push(7);
             write_key(key, out);
             write_addr(addr, out);
@@ -461,7 +515,10 @@ impl Step {
             0 => {
                 let src_port = r.u16();
                 let len = usize::from(r.u16() % 2048);
-                Self::Raw { src_port, bytes: r.bytes(len).to_vec() }
+                Self::Raw {
+                    src_port,
+                    bytes: r.bytes(len).to_vec(),
+                }
             }
             1 => Self::Data(DataStep {
                 origin: read_origin(r),
@@ -521,7 +578,10 @@ impl Step {
             }
             4 => Self::Advance { ns: r.u32() },
             5 => Self::FireTimer,
-            6 => Self::PostRecv { offset: r.u16(), len: r.u16() },
+            6 => Self::PostRecv {
+                offset: r.u16(),
+                len: r.u16(),
+            },
             7 => Self::PostSend(SendStep {
                 kind: r.u8(),
                 local_offset: r.u16(),
@@ -569,7 +629,13 @@ impl Step {
                 out.extend_from_slice(&a.ack_psn_delta.to_le_bytes());
                 out.push(a.sack.len() as u8);
                 out.extend_from_slice(&a.sack);
-                for v in [a.ts_echo, a.ack_delay_ns, a.rx_packets, a.ce_packets, a.rate_hint_mbps] {
+                for v in [
+                    a.ts_echo,
+                    a.ack_delay_ns,
+                    a.rx_packets,
+                    a.ce_packets,
+                    a.rate_hint_mbps,
+                ] {
                     out.extend_from_slice(&v.to_le_bytes());
                 }
                 out.push(a.op_acks.len() as u8);
@@ -712,14 +778,30 @@ impl Harness {
                 | AccessFlags::REMOTE_ATOMIC.0,
         );
         let main = ep.register_memory(pd, MAIN_LEN, all).expect("main region");
-        let canary = ep.register_memory(pd, CANARY_LEN, AccessFlags::NONE).expect("canary region");
-        for (i, b) in ep.memory_mut(main.handle).expect("real bytes").iter_mut().enumerate() {
+        let canary = ep
+            .register_memory(pd, CANARY_LEN, AccessFlags::NONE)
+            .expect("canary region");
+        for (i, b) in ep
+            .memory_mut(main.handle)
+            .expect("real bytes")
+            .iter_mut()
+            .enumerate()
+        {
             *b = (i % 251) as u8;
         }
         let canary_bytes: Vec<u8> = (0..CANARY_LEN).map(|i| 0xA5 ^ (i % 7) as u8).collect();
-        ep.memory_mut(canary.handle).expect("real bytes").copy_from_slice(&canary_bytes);
+        ep.memory_mut(canary.handle)
+            .expect("real bytes")
+            .copy_from_slice(&canary_bytes);
         let qp = ep
-            .create_qp(pd, QpCaps { max_send_wr: 32, max_recv_wr: 32 }, all)
+            .create_qp(
+                pd,
+                QpCaps {
+                    max_send_wr: 32,
+                    max_recv_wr: 32,
+                },
+                all,
+            )
             .expect("qp");
         let peer = SocketAddr::new(IpAddr::V4(PEER_IP), DEVICE_PORT);
         // Loopback: the remote QPN is our own, so our transmits are valid input.
@@ -796,7 +878,11 @@ impl Harness {
     }
 
     fn src(&self, origin: &Origin) -> (SocketAddr, Ecn) {
-        let ip = if origin.stranger { STRANGER_IP } else { PEER_IP };
+        let ip = if origin.stranger {
+            STRANGER_IP
+        } else {
+            PEER_IP
+        };
         let ecn = match origin.ecn % 3 {
             0 => Ecn::NotEct,
             1 => Ecn::Ect0,
@@ -821,7 +907,17 @@ impl Harness {
             length: u32::from(len),
             lkey: self.main.lkey,
         };
-        if self.ep.post_recv(self.qp, RecvWr { wr_id, sg_list: vec![sge] }).is_ok() {
+        if self
+            .ep
+            .post_recv(
+                self.qp,
+                RecvWr {
+                    wr_id,
+                    sg_list: vec![sge],
+                },
+            )
+            .is_ok()
+        {
             self.posted_recv.insert(wr_id);
         }
     }
@@ -835,19 +931,42 @@ impl Harness {
         let (rkey, remote_addr) = (self.rkey(s.key), self.addr(s.addr));
         let op = match s.kind % 7 {
             0 => WrOp::Write { remote_addr, rkey },
-            1 => WrOp::WriteImm { remote_addr, rkey, imm: s.operand as u32 },
+            1 => WrOp::WriteImm {
+                remote_addr,
+                rkey,
+                imm: s.operand as u32,
+            },
             2 => WrOp::Send,
-            3 => WrOp::SendImm { imm: s.operand as u32 },
+            3 => WrOp::SendImm {
+                imm: s.operand as u32,
+            },
             4 => WrOp::Read { remote_addr, rkey },
-            5 => WrOp::FetchAdd { remote_addr, rkey, add: s.operand },
-            _ => WrOp::CmpSwap { remote_addr, rkey, compare: s.operand, swap: !s.operand },
+            5 => WrOp::FetchAdd {
+                remote_addr,
+                rkey,
+                add: s.operand,
+            },
+            _ => WrOp::CmpSwap {
+                remote_addr,
+                rkey,
+                compare: s.operand,
+                swap: !s.operand,
+            },
         };
-        let len = if op.is_atomic() { 8 } else { u32::from(s.len) % 4096 };
+        let len = if op.is_atomic() {
+            8
+        } else {
+            u32::from(s.len) % 4096
+        };
         let local = u64::from(s.local_offset) % MAIN_LEN;
         let wr = if s.inline && !op.is_atomic() && !matches!(op, WrOp::Read { .. }) {
             SendWr::inline(wr_id, op, vec![s.operand as u8; len as usize])
         } else {
-            let sge = Sge { addr: self.main.addr + local, length: len, lkey: self.main.lkey };
+            let sge = Sge {
+                addr: self.main.addr + local,
+                length: len,
+                lkey: self.main.lkey,
+            };
             SendWr::new(wr_id, op, vec![sge])
         };
         if self.ep.post_send_at(self.now, self.qp, wr).is_ok() {
@@ -861,32 +980,59 @@ impl Harness {
 
     fn data_step(&mut self, d: &DataStep) {
         let op = match d.op {
-            OpStep::Write { key, addr } => OpHeader::Write { rkey: self.rkey(key), remote_addr: self.addr(addr) },
-            OpStep::WriteImm { key, addr, recv, imm } => OpHeader::WriteImm {
+            OpStep::Write { key, addr } => OpHeader::Write {
+                rkey: self.rkey(key),
+                remote_addr: self.addr(addr),
+            },
+            OpStep::WriteImm {
+                key,
+                addr,
+                recv,
+                imm,
+            } => OpHeader::WriteImm {
                 rkey: self.rkey(key),
                 remote_addr: self.addr(addr),
                 recv_index: recv as i32 as u32,
                 imm,
             },
-            OpStep::Send { recv } => OpHeader::Send { recv_index: recv as i32 as u32 },
-            OpStep::SendImm { recv, imm } => OpHeader::SendImm { recv_index: recv as i32 as u32, imm },
-            OpStep::ReadRequest { key, addr } => {
-                OpHeader::ReadRequest { rkey: self.rkey(key), remote_addr: self.addr(addr) }
-            }
+            OpStep::Send { recv } => OpHeader::Send {
+                recv_index: recv as i32 as u32,
+            },
+            OpStep::SendImm { recv, imm } => OpHeader::SendImm {
+                recv_index: recv as i32 as u32,
+                imm,
+            },
+            OpStep::ReadRequest { key, addr } => OpHeader::ReadRequest {
+                rkey: self.rkey(key),
+                remote_addr: self.addr(addr),
+            },
             OpStep::ReadResponse => OpHeader::ReadResponse,
-            OpStep::FetchAdd { key, addr, add } => {
-                OpHeader::FetchAdd { rkey: self.rkey(key), remote_addr: self.addr(addr), add }
-            }
-            OpStep::CmpSwap { key, addr, compare, swap } => {
-                OpHeader::CmpSwap { rkey: self.rkey(key), remote_addr: self.addr(addr), compare, swap }
-            }
+            OpStep::FetchAdd { key, addr, add } => OpHeader::FetchAdd {
+                rkey: self.rkey(key),
+                remote_addr: self.addr(addr),
+                add,
+            },
+            OpStep::CmpSwap {
+                key,
+                addr,
+                compare,
+                swap,
+            } => OpHeader::CmpSwap {
+                rkey: self.rkey(key),
+                remote_addr: self.addr(addr),
+                compare,
+                swap,
+            },
             OpStep::AtomicResponse { original } => OpHeader::AtomicResponse { original },
         };
         // Fix the lengths up so that the packet is one the wire crate accepts:
         // malformed packets are the raw step's business.
         let opcode = op.opcode();
-        let (mut msg_len, mut offset, mut payload_len) =
-            (u32::from(d.msg_len), u32::from(d.offset), u32::from(d.payload_len) % (2 * MTU + 1));
+        let (mut msg_len, mut offset, mut payload_len) = (
+            u32::from(d.msg_len),
+            u32::from(d.offset),
+            u32::from(d.payload_len) % (2 * MTU + 1),
+        );
         if !opcode.allows_payload() {
             payload_len = 0;
         }
@@ -917,7 +1063,9 @@ impl Harness {
             payload_len,
         };
         debug_assert!(repr.validate().is_ok(), "{repr:?}");
-        let payload: Vec<u8> = (0..payload_len).map(|i| d.fill.wrapping_add(i as u8)).collect();
+        let payload: Vec<u8> = (0..payload_len)
+            .map(|i| d.fill.wrapping_add(i as u8))
+            .collect();
         let mut bytes = vec![0u8; repr.buffer_len()];
         wire::emit_data(&repr, &payload, &mut bytes);
         let (src, ecn) = self.src(&d.origin);
@@ -1008,14 +1156,26 @@ impl Harness {
     fn drain(&mut self) {
         let max = self.ep.max_datagram_len();
         for _ in 0..MAX_DRAIN {
-            let Some(t) = self.ep.poll_transmit(self.now, &mut self.buf) else { break };
+            let Some(t) = self.ep.poll_transmit(self.now, &mut self.buf) else {
+                break;
+            };
             self.outcome.transmits += 1;
-            assert!(t.len <= max, "transmit of {} bytes exceeds max_datagram_len {max}", t.len);
+            assert!(
+                t.len <= max,
+                "transmit of {} bytes exceeds max_datagram_len {max}",
+                t.len
+            );
             assert_eq!(t.dst, self.peer, "transmit to an unknown destination");
             let bytes = &self.buf[..t.len];
             match wire::parse(bytes) {
-                Ok(p) => assert_eq!(p.base().src_device_port, DEVICE_PORT, "wrong src_device_port"),
-                Err(e) => panic!("endpoint emitted a datagram that does not parse: {e}: {bytes:02x?}"),
+                Ok(p) => assert_eq!(
+                    p.base().src_device_port,
+                    DEVICE_PORT,
+                    "wrong src_device_port"
+                ),
+                Err(e) => {
+                    panic!("endpoint emitted a datagram that does not parse: {e}: {bytes:02x?}")
+                }
             }
             if self.echo.len() == ECHO_RING {
                 self.echo.pop_front();
@@ -1033,8 +1193,14 @@ impl Harness {
                 WorkQueue::Send => (&self.posted_send, &mut self.done_send),
                 WorkQueue::Recv => (&self.posted_recv, &mut self.done_recv),
             };
-            assert!(posted.contains(&c.wc.wr_id), "completion for a wr_id never posted on that queue: {c:?}");
-            assert!(done.insert(c.wc.wr_id), "work request completed twice: {c:?}");
+            assert!(
+                posted.contains(&c.wc.wr_id),
+                "completion for a wr_id never posted on that queue: {c:?}"
+            );
+            assert!(
+                done.insert(c.wc.wr_id),
+                "work request completed twice: {c:?}"
+            );
         }
         assert!(
             self.ep.memory(self.canary.handle) == Some(&self.canary_bytes[..]),
@@ -1046,17 +1212,25 @@ impl Harness {
     /// request is left hanging.
     pub fn finish(&mut self) -> Outcome {
         for _ in 0..256 {
-            let Some(t) = self.ep.poll_timeout() else { break };
+            let Some(t) = self.ep.poll_timeout() else {
+                break;
+            };
             self.now = self.now.max(t);
             self.ep.handle_timeout(self.now);
             self.drain();
         }
         if self.ep.poll_timeout().is_none() {
             let missing: Vec<_> = self.posted_send.difference(&self.done_send).collect();
-            assert!(missing.is_empty(), "idle endpoint, send work requests never completed: {missing:?}");
+            assert!(
+                missing.is_empty(),
+                "idle endpoint, send work requests never completed: {missing:?}"
+            );
             if self.ep.qp_state(self.qp) == Some(QpRunState::Error) {
                 let missing: Vec<_> = self.posted_recv.difference(&self.done_recv).collect();
-                assert!(missing.is_empty(), "QP in error, receives never flushed: {missing:?}");
+                assert!(
+                    missing.is_empty(),
+                    "QP in error, receives never flushed: {missing:?}"
+                );
             }
         }
         self.outcome.qp_error = self.ep.qp_state(self.qp) == Some(QpRunState::Error);

@@ -13,14 +13,23 @@ use std::path::Path;
 
 use common::{files, replay_corpus};
 use metaroce_fuzz::endpoint::{
-    Addr, AckStep, DataStep, Key, OpAckStep, OpStep, Origin, Qpn, SendStep, Step, decode, encode, run,
+    AckStep, Addr, DataStep, Key, OpAckStep, OpStep, Origin, Qpn, SendStep, Step, decode, encode,
+    run,
 };
 
 fn corpus_dir() -> std::path::PathBuf {
     common::corpus_dir("endpoint_packets")
 }
 
-fn data(origin: Origin, msg_seq: i8, psn_delta: i16, msg_len: u16, offset: u16, payload_len: u16, op: OpStep) -> Step {
+fn data(
+    origin: Origin,
+    msg_seq: i8,
+    psn_delta: i16,
+    msg_len: u16,
+    offset: u16,
+    payload_len: u16,
+    op: OpStep,
+) -> Step {
     Step::Data(DataStep {
         origin,
         flags: 0x01,
@@ -58,11 +67,24 @@ fn ack(op_acks: Vec<OpAckStep>, ack_psn_delta: i16, sack: Vec<u8>) -> Step {
 }
 
 fn op_ack(msn: i8, syndrome: u8, nak_msg_seq: i8) -> OpAckStep {
-    OpAckStep { qpn: Qpn::Ours, msn, syndrome, nak_msg_seq }
+    OpAckStep {
+        qpn: Qpn::Ours,
+        msn,
+        syndrome,
+        nak_msg_seq,
+    }
 }
 
 fn post(kind: u8, len: u16, key: Key, addr: Addr) -> Step {
-    Step::PostSend(SendStep { kind, local_offset: 512, len, key, addr, inline: false, operand: 3 })
+    Step::PostSend(SendStep {
+        kind,
+        local_offset: 512,
+        len,
+        key,
+        addr,
+        inline: false,
+        operand: 3,
+    })
 }
 
 /// Echo every recent transmit back `rounds` times, with timers in between:
@@ -71,7 +93,10 @@ fn loopback(rounds: u8) -> Vec<Step> {
     let mut steps = Vec::new();
     for round in 0..rounds {
         for index in 0..8 {
-            steps.push(Step::Echo { index: index + round, flip: None });
+            steps.push(Step::Echo {
+                index: index + round,
+                flip: None,
+            });
         }
         steps.push(Step::Advance { ns: 5_000 });
     }
@@ -87,7 +112,10 @@ fn seeds() -> Vec<(&'static str, Vec<Step>)> {
         ("loopback-write-read", loopback(4)),
         (
             "send-into-receive",
-            vec![data(o, 0, 0, 100, 0, 100, OpStep::Send { recv: 0 }), Step::FireTimer],
+            vec![
+                data(o, 0, 0, 100, 0, 100, OpStep::Send { recv: 0 }),
+                Step::FireTimer,
+            ],
         ),
         (
             "send-two-segments",
@@ -99,33 +127,131 @@ fn seeds() -> Vec<(&'static str, Vec<Step>)> {
         (
             "remote-write-then-read",
             vec![
-                data(o, 0, 0, 64, 0, 64, OpStep::Write { key: Key::Main, addr: main(100) }),
-                data(o, 1, 1, 64, 0, 0, OpStep::ReadRequest { key: Key::Main, addr: main(100) }),
+                data(
+                    o,
+                    0,
+                    0,
+                    64,
+                    0,
+                    64,
+                    OpStep::Write {
+                        key: Key::Main,
+                        addr: main(100),
+                    },
+                ),
+                data(
+                    o,
+                    1,
+                    1,
+                    64,
+                    0,
+                    0,
+                    OpStep::ReadRequest {
+                        key: Key::Main,
+                        addr: main(100),
+                    },
+                ),
             ],
         ),
         (
             "write-canary-key",
-            vec![data(o, 0, 0, 32, 0, 32, OpStep::Write { key: Key::Canary, addr: Addr::Canary(0) })],
+            vec![data(
+                o,
+                0,
+                0,
+                32,
+                0,
+                32,
+                OpStep::Write {
+                    key: Key::Canary,
+                    addr: Addr::Canary(0),
+                },
+            )],
         ),
         (
             "write-past-end",
-            vec![data(o, 0, 0, 64, 0, 64, OpStep::Write { key: Key::Main, addr: main(16 * 1024 - 32) })],
+            vec![data(
+                o,
+                0,
+                0,
+                64,
+                0,
+                64,
+                OpStep::Write {
+                    key: Key::Main,
+                    addr: main(16 * 1024 - 32),
+                },
+            )],
         ),
         (
             "atomics",
             vec![
-                data(o, 0, 0, 8, 0, 0, OpStep::FetchAdd { key: Key::Main, addr: main(64), add: 5 }),
-                data(o, 1, 1, 8, 0, 0, OpStep::CmpSwap { key: Key::Main, addr: main(64), compare: 0, swap: 1 }),
-                data(o, 2, 2, 8, 0, 0, OpStep::FetchAdd { key: Key::Main, addr: main(65), add: 5 }),
+                data(
+                    o,
+                    0,
+                    0,
+                    8,
+                    0,
+                    0,
+                    OpStep::FetchAdd {
+                        key: Key::Main,
+                        addr: main(64),
+                        add: 5,
+                    },
+                ),
+                data(
+                    o,
+                    1,
+                    1,
+                    8,
+                    0,
+                    0,
+                    OpStep::CmpSwap {
+                        key: Key::Main,
+                        addr: main(64),
+                        compare: 0,
+                        swap: 1,
+                    },
+                ),
+                data(
+                    o,
+                    2,
+                    2,
+                    8,
+                    0,
+                    0,
+                    OpStep::FetchAdd {
+                        key: Key::Main,
+                        addr: main(65),
+                        add: 5,
+                    },
+                ),
             ],
         ),
         (
             "write-imm-consumes-receive",
-            vec![data(o, 0, 0, 16, 0, 16, OpStep::WriteImm { key: Key::Main, addr: main(0), recv: 0, imm: 1 })],
+            vec![data(
+                o,
+                0,
+                0,
+                16,
+                0,
+                16,
+                OpStep::WriteImm {
+                    key: Key::Main,
+                    addr: main(0),
+                    recv: 0,
+                    imm: 1,
+                },
+            )],
         ),
         (
             "rnr-send-beyond-receives",
-            vec![data(o, 0, 0, 16, 0, 16, OpStep::Send { recv: 9 }), Step::FireTimer, Step::FireTimer],
+            vec![
+                data(o, 0, 0, 16, 0, 16, OpStep::Send { recv: 9 }),
+                Step::FireTimer,
+                Step::FireTimer,
+            ],
         ),
         (
             "ack-completes-write",
@@ -145,13 +271,20 @@ fn seeds() -> Vec<(&'static str, Vec<Step>)> {
         ),
         (
             "rnr-nak",
-            vec![ack(vec![op_ack(0, 1, 0)], 0, vec![]), Step::FireTimer, Step::FireTimer],
+            vec![
+                ack(vec![op_ack(0, 1, 0)], 0, vec![]),
+                Step::FireTimer,
+                Step::FireTimer,
+            ],
         ),
         (
             "post-every-kind-loopback",
             [
                 vec![
-                    Step::PostRecv { offset: 10_000, len: 600 },
+                    Step::PostRecv {
+                        offset: 10_000,
+                        len: 600,
+                    },
                     post(1, 40, Key::Main, main(3000)),
                     post(2, 40, Key::Main, main(0)),
                     post(3, 40, Key::Main, main(0)),
@@ -162,17 +295,32 @@ fn seeds() -> Vec<(&'static str, Vec<Step>)> {
             ]
             .concat(),
         ),
-        ("qp-error", vec![Step::QpError, Step::PostRecv { offset: 0, len: 8 }, Step::FireTimer]),
+        (
+            "qp-error",
+            vec![
+                Step::QpError,
+                Step::PostRecv { offset: 0, len: 8 },
+                Step::FireTimer,
+            ],
+        ),
     ];
     // A few corrupted echoes, and raw seeds from the wire corpus.
     out.push((
         "echo-flipped",
-        (0..16).map(|i| Step::Echo { index: i, flip: Some((u16::from(i) * 5, 0x40)) }).collect(),
+        (0..16)
+            .map(|i| Step::Echo {
+                index: i,
+                flip: Some((u16::from(i) * 5, 0x40)),
+            })
+            .collect(),
     ));
     let wire_corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus/parse_packet");
     let raw: Vec<Step> = files(&wire_corpus)
         .iter()
-        .map(|p| Step::Raw { src_port: 4800, bytes: fs::read(p).unwrap() })
+        .map(|p| Step::Raw {
+            src_port: 4800,
+            bytes: fs::read(p).unwrap(),
+        })
         .collect();
     out.push(("raw-wire-corpus", raw));
     out
@@ -235,7 +383,11 @@ fn kept_reproducers_pass() {
 fn write_known_reproducer() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("artifacts-kept");
     fs::create_dir_all(&dir).unwrap();
-    fs::write(dir.join("endpoint_packets-duplicate-recv-index"), encode(&duplicate_recv_index())).unwrap();
+    fs::write(
+        dir.join("endpoint_packets-duplicate-recv-index"),
+        encode(&duplicate_recv_index()),
+    )
+    .unwrap();
 }
 
 #[test]
