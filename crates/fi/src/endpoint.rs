@@ -1251,8 +1251,10 @@ impl EpState {
         };
         match q.take_unexpected(&r.filter) {
             Some((src, _tag, u)) => {
+                // Deferred: the application's reply to this message, posted
+                // next, carries the ACK for it (as in `progress`).
                 let dev = self.dev.clone();
-                dev.with(|ctx, _| self.consume(ctx, s, recv, src, u));
+                dev.with_deferred(|ctx, _| self.consume(ctx, s, recv, src, u));
             }
             None => q.post(r.filter, recv),
         }
