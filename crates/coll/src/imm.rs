@@ -38,17 +38,12 @@
 const CREDIT: u32 = 1 << 31;
 /// Bit 30 set (with bit 31 clear): data carrying a credit.
 const PIGGYBACK: u32 = 1 << 30;
-/// Sequence bits of a credit, below its slot.
-const CREDIT_SEQ_BITS: u32 = 23;
-const SLOT_SHIFT: u32 = CREDIT_SEQ_BITS;
+const SLOT_SHIFT: u32 = 23;
 const SEQ_MASK: u32 = (1 << SLOT_SHIFT) - 1;
-/// Sequence bits of a plain data immediate, below its slot.
+const DATA_SLOT_SHIFT: u32 = 22;
 const DATA_SEQ_BITS: u32 = 22;
-const DATA_SLOT_SHIFT: u32 = DATA_SEQ_BITS;
-/// Sequence bits of each half of a data + credit immediate: the data's
-/// above the credit's slot, the credit's at the bottom.
+/// Sequence bits of each half of a data + credit immediate.
 const PIGGY_SEQ_BITS: u32 = 7;
-const PIGGY_SEQ_SHIFT: u32 = PIGGY_SEQ_BITS + 8;
 
 /// Mask of the sequence-number bits a credit immediate carries.
 pub const SEQ_BITS_MASK: u64 = SEQ_MASK as u64;
@@ -121,7 +116,7 @@ impl Imm {
             } => {
                 PIGGYBACK
                     | ((slot as u32) << DATA_SLOT_SHIFT)
-                    | (seq_low.value << PIGGY_SEQ_SHIFT)
+                    | (seq_low.value << 15)
                     | ((cslot as u32) << PIGGY_SEQ_BITS)
                     | cseq.value
             }
@@ -139,7 +134,7 @@ impl Imm {
                 slot: ((imm >> SLOT_SHIFT) & 0xff) as u8,
                 seq_low: SeqLow {
                     value: imm & SEQ_MASK,
-                    bits: CREDIT_SEQ_BITS,
+                    bits: 23,
                 },
             };
         }
@@ -158,7 +153,7 @@ impl Imm {
         Self::Data {
             slot,
             seq_low: SeqLow {
-                value: (imm >> PIGGY_SEQ_SHIFT) & low,
+                value: (imm >> 15) & low,
                 bits: PIGGY_SEQ_BITS,
             },
             credit: Some((
@@ -194,7 +189,7 @@ impl Imm {
     pub const fn credit(slot: u8, seq: u64) -> Self {
         Self::Credit {
             slot,
-            seq_low: SeqLow::of(seq, CREDIT_SEQ_BITS),
+            seq_low: SeqLow::of(seq, 23),
         }
     }
 }

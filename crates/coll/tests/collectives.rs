@@ -554,23 +554,18 @@ fn a_missing_rank_stalls_visibly() {
     );
 }
 
-/// One 64-bit integer summed by recursive doubling: the smallest exchange.
-fn one_i64_sum() -> OpSpec {
-    spec(
+/// Driving a communicator by hand, the way a verbs driver would.
+#[test]
+fn two_ranks_by_hand() {
+    let config = CommConfig::default();
+    let s = spec(
         Collective::AllReduce,
         DataType::Int64,
         ReduceOp::Sum,
         1,
         Algorithm::RecursiveDoubling,
         false,
-    )
-}
-
-/// Driving a communicator by hand, the way a verbs driver would.
-#[test]
-fn two_ranks_by_hand() {
-    let config = CommConfig::default();
-    let s = one_i64_sum();
+    );
     let mut a = Communicator::new(0, 2, config).unwrap();
     a.start(s.clone()).unwrap();
     // First a local copy of the input into the output.
@@ -618,7 +613,14 @@ fn two_ranks_by_hand() {
 #[test]
 fn credits_ride_on_the_next_write() {
     use metaroce_coll::imm::Imm;
-    let s = one_i64_sum();
+    let s = spec(
+        Collective::AllReduce,
+        DataType::Int64,
+        ReduceOp::Sum,
+        1,
+        Algorithm::RecursiveDoubling,
+        false,
+    );
     let mut a = Communicator::new(0, 2, CommConfig::default()).unwrap();
     let mut b = Communicator::new(1, 2, CommConfig::default()).unwrap();
     for c in [&mut a, &mut b] {

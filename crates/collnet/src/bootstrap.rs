@@ -89,20 +89,6 @@ pub(crate) struct PeerEntry {
     pub(crate) icrc_omission: bool,
 }
 
-impl PeerEntry {
-    /// What the receiving rank needs to reach this peer.
-    fn peer_addr(&self) -> PeerAddr {
-        PeerAddr {
-            device: SocketAddr::new(self.ip, self.device_port),
-            mtu: self.mtu,
-            qpn: self.qpn,
-            session_id: self.session_id,
-            staging: self.staging,
-            icrc_omission: self.icrc_omission,
-        }
-    }
-}
-
 /// The root's answer to a rank: every peer (and the rank itself, `qpn` 0).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub(crate) struct Roster {
@@ -186,7 +172,14 @@ fn finish_comm(
             device: SocketAddr::new(e.ip, e.device_port),
         });
         if e.rank != rig.comm.rank() {
-            peers[e.rank as usize] = Some(e.peer_addr());
+            peers[e.rank as usize] = Some(PeerAddr {
+                device: SocketAddr::new(e.ip, e.device_port),
+                mtu: e.mtu,
+                qpn: e.qpn,
+                session_id: e.session_id,
+                staging: e.staging,
+                icrc_omission: e.icrc_omission,
+            });
         }
     }
     members.sort_by_key(|m| m.rank);
@@ -198,7 +191,19 @@ fn connect_peers(rig: &Rig, roster: &Roster, cfg: &NetConfig) -> Result<(), Coll
         if e.rank == rig.comm.rank() {
             continue;
         }
-        rig::connect(rig, cfg, e.rank, &e.peer_addr())?;
+        rig::connect(
+            rig,
+            cfg,
+            e.rank,
+            &PeerAddr {
+                device: SocketAddr::new(e.ip, e.device_port),
+                mtu: e.mtu,
+                qpn: e.qpn,
+                session_id: e.session_id,
+                staging: e.staging,
+                icrc_omission: e.icrc_omission,
+            },
+        )?;
     }
     Ok(())
 }

@@ -49,8 +49,8 @@ pub use buffer::DevBuf;
 pub use comm::{DriverStats, Member, NetComm};
 pub use error::CollNetError;
 pub use job::{DEFAULT_PORT, Job};
-pub use metaroce_udp::AUTO_MTU_CAP;
 pub use metaroce_udp::Impair;
+pub use rig::AUTO_MTU_CAP;
 
 use metaroce_coll::CommConfig;
 use std::time::Duration;

@@ -34,7 +34,10 @@ pub(crate) struct Rig {
     pub(crate) comm: Communicator,
 }
 
-use metaroce_udp::AUTO_MTU_CAP;
+/// The largest payload per packet a path-sized MTU takes ([`NetConfig::mtu`]
+/// 0): larger packets gain little on a real network and a lost one costs
+/// more to resend.
+pub const AUTO_MTU_CAP: u32 = 8192;
 
 /// The device's own largest payload: the configured MTU, or the cap when
 /// packets are sized per peer from the path.
@@ -168,7 +171,11 @@ fn payload_mtu_toward(
     peer: Rank,
     to: &PeerAddr,
 ) -> Result<u32, CollNetError> {
-    let (path, fits) = rig.dev.learn_path_payload(to.device)?;
+    let path = rig.dev.learn_path(to.device)?;
+    let overhead = rig
+        .dev
+        .with(|ctx, _| ctx.endpoint().datagram_len_for_payload(0));
+    let fits = u32::try_from(path.max_datagram.saturating_sub(overhead)).unwrap_or(u32::MAX);
     if cfg.mtu != 0 && cfg.mtu > fits {
         return Err(CollNetError::Bootstrap(format!(
             "MTU {} bytes: the path to rank {peer} at {} ({}) carries at most {fits} payload bytes \

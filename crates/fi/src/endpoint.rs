@@ -381,15 +381,11 @@ fn wc_error(status: WcStatus) -> (i32, &'static str) {
     }
 }
 
-/// The device's own largest payload: the configured MTU, or
-/// [`AUTO_MTU_CAP`](metaroce_udp::AUTO_MTU_CAP) when packets are sized per
-/// peer from the path.
+/// The device's own largest payload: the configured MTU, or 8 KiB when
+/// packets are sized per peer from the path (larger packets gain little
+/// and cost more to resend).
 fn device_mtu(configured: u32) -> u32 {
-    if configured == 0 {
-        metaroce_udp::AUTO_MTU_CAP
-    } else {
-        configured
-    }
+    if configured == 0 { 8192 } else { configured }
 }
 
 impl EpState {
@@ -969,10 +965,14 @@ impl EpState {
     /// packet, and an error naming the path when the configured MTU is
     /// more. Asks the kernel, so it runs outside the device lock.
     fn path_payload(&self, dest: SocketAddr) -> Result<u32, String> {
-        let (path, fits) = self
+        let path = self
             .dev
-            .learn_path_payload(dest)
+            .learn_path(dest)
             .map_err(|e| format!("the path to {dest}: {e}"))?;
+        let overhead = self
+            .dev
+            .with(|ctx, _| ctx.endpoint().datagram_len_for_payload(0));
+        let fits = u32::try_from(path.max_datagram.saturating_sub(overhead)).unwrap_or(u32::MAX);
         if self.cfg.mtu != 0 && self.cfg.mtu > fits {
             return Err(format!(
                 "FI_METAROCE_MTU={}: the path to {dest} ({}) carries at most {fits} payload bytes \

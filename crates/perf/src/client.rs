@@ -5,8 +5,8 @@ use crate::figures::{PEAK_MARK_OPS, peak_bps};
 use crate::messages::{Done, Hello, Report};
 use crate::params::auth_mode;
 use crate::rig::{
-    Flush, PP_RECVS, Rig, STALL_NS, connect, empty_wcs, finish_rig, local_endpoint, post_recvs,
-    rig, wc_error,
+    PP_RECVS, Rig, STALL_NS, connect, empty_wcs, finish_rig, local_endpoint, post_recvs,
+    post_recvs_deferred, rig, wc_error,
 };
 use crate::verify::{first_diff, pattern};
 use crate::{
@@ -413,7 +413,7 @@ fn client_lat(
         }
     };
     if pingpong {
-        post_recvs(rig, qp, (0..PP_RECVS).map(|i| (i, recv_sge(i))), Flush::Now)?;
+        post_recvs(rig, qp, (0..PP_RECVS).map(|i| (i, recv_sge(i))))?;
     }
     let target = if p.duration_s == 0 { p.iters } else { u64::MAX };
     let start = now_ns();
@@ -474,12 +474,7 @@ fn client_lat(
             }
         };
         if pingpong {
-            post_recvs(
-                rig,
-                qp,
-                std::iter::once((k + PP_RECVS, recv_sge(k))),
-                Flush::WithNextPost,
-            )?;
+            post_recvs_deferred(rig, qp, std::iter::once((k + PP_RECVS, recv_sge(k))))?;
         }
         let rtt = t1 - t0;
         samples.push(if pingpong { rtt / 2 } else { rtt });

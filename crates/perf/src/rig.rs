@@ -18,8 +18,9 @@ use std::net::{IpAddr, SocketAddr};
 const ACCESS_ALL: AccessFlags = AccessFlags(0xf);
 
 /// The largest payload per packet `--mtu` defaults to where the path
-/// carries more.
-pub use metaroce_udp::AUTO_MTU_CAP;
+/// carries more: bigger packets cost less per byte (fewer headers, system
+/// calls and protocol passes) but lose more to one drop.
+pub const AUTO_MTU_CAP: u32 = 8192;
 
 /// Payload bytes of the largest data packet (no extension, ICRC) whose
 /// datagram is `datagram` bytes long, for an endpoint with or without
@@ -293,35 +294,36 @@ pub(crate) fn empty_wcs() -> Vec<WorkCompletion> {
 /// limit normally ends it much sooner).
 pub(crate) const STALL_NS: u64 = 30_000_000_000;
 
-/// When what a call made due is sent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Flush {
-    /// Now, as every device call does.
-    Now,
-    /// With the next post: in a ping-pong the ACK for the reply just
-    /// received then rides in front of the next request (wire.md 5.3)
-    /// instead of going alone ahead of it.
-    WithNextPost,
-}
-
 /// Post receives `(wr_id, scatter list)` on `qp`.
 pub(crate) fn post_recvs(
     rig: &Rig,
     qp: QueuePair,
     sges: impl Iterator<Item = (u64, Vec<Sge>)>,
-    flush: Flush,
 ) -> Result<(), PerfError> {
     let wrs: Vec<RecvWr> = sges
         .map(|(wr_id, sg_list)| RecvWr { wr_id, sg_list })
         .collect();
-    let post = |ctx: &mut metaroce_verbs::Context, _| {
+    rig.dev.with(|ctx, _| {
         ctx.post_recv(qp, &wrs)
             .map_err(|(i, e)| PerfError::Other(format!("post_recv #{i}: {e}")))
-    };
-    match flush {
-        Flush::Now => rig.dev.with(post),
-        Flush::WithNextPost => rig.dev.with_deferred(post),
-    }
+    })
+}
+
+/// [`post_recvs`] leaving what is due to be sent for the next post: in a
+/// ping-pong the ACK for the reply just received then rides in front of
+/// the next request (wire.md 5.3) instead of going alone ahead of it.
+pub(crate) fn post_recvs_deferred(
+    rig: &Rig,
+    qp: QueuePair,
+    sges: impl Iterator<Item = (u64, Vec<Sge>)>,
+) -> Result<(), PerfError> {
+    let wrs: Vec<RecvWr> = sges
+        .map(|(wr_id, sg_list)| RecvWr { wr_id, sg_list })
+        .collect();
+    rig.dev.with_deferred(|ctx, _| {
+        ctx.post_recv(qp, &wrs)
+            .map_err(|(i, e)| PerfError::Other(format!("post_recv #{i}: {e}")))
+    })
 }
 
 /// Receives kept posted on each side of a ping-pong.

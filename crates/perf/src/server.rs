@@ -5,7 +5,7 @@
 use crate::messages::{Done, Hello, Report};
 use crate::params::auth_mode;
 use crate::rig::{
-    Flush, PP_RECVS, Rig, connect, empty_wcs, finish_rig, local_endpoint, post_recvs, rig, wc_error,
+    PP_RECVS, Rig, connect, empty_wcs, finish_rig, local_endpoint, post_recvs, rig, wc_error,
 };
 use crate::verify::{first_diff, pattern};
 use crate::{AddrLine, LocalOpts, PerfError, ServerSession, Test};
@@ -132,12 +132,7 @@ fn serve_on_rig(
     };
     if test == Test::SendBw || pingpong {
         for (q, qp) in rig.qps.iter().enumerate() {
-            post_recvs(
-                rig,
-                *qp,
-                (0..initial).map(|j| (j, recv_sge(j, q as u64))),
-                Flush::Now,
-            )?;
+            post_recvs(rig, *qp, (0..initial).map(|j| (j, recv_sge(j, q as u64))))?;
             posted_recv[q] = initial;
         }
     }
@@ -241,12 +236,7 @@ fn serve_on_rig(
             for (q, _) in repost {
                 let j = posted_recv[q];
                 posted_recv[q] += 1;
-                post_recvs(
-                    rig,
-                    rig.qps[q],
-                    std::iter::once((j, recv_sge(j, q as u64))),
-                    Flush::Now,
-                )?;
+                post_recvs(rig, rig.qps[q], std::iter::once((j, recv_sge(j, q as u64))))?;
             }
             spins += 1;
             if n == 0 && spins >= 64 {

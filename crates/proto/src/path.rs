@@ -5,7 +5,6 @@
 //! Because a route delivers in order, the first ACK that reports a PSN beyond
 //! a missing one proves the missing one lost.
 
-use crate::config::EndpointConfig;
 use crate::message::{MsgRef, SegRef};
 use crate::rtt::RttEstimator;
 use std::collections::VecDeque;
@@ -306,28 +305,31 @@ impl TxPath {
         }
     }
 
+    /// When to send a tail-loss probe: two smoothed RTTs (plus the peer's ACK
+    /// delay) after the last transmission without any ACK, once per silence.
+    /// Far shorter than the RTO, it recovers a lost ACK or a lost tail
+    /// packet on a window-limited path in about one RTT.
     /// The probe timeout: how long silence on this path may last before a
     /// tail-loss probe, then before the probe counts as unanswered. RACK-TLP's
     /// rule in datacenter units: a smoothed RTT plus four deviations, plus
-    /// the receiver's delayed-ACK time (`ack_delay_ns`) unless the last
-    /// packet asked for an immediate ACK, at least `probe_timeout_min_ns`;
-    /// doubled per unanswered round in a row.
-    pub(crate) fn pto_ns(&self, cfg: &EndpointConfig) -> u64 {
+    /// the receiver's delayed-ACK time unless the last packet asked for an
+    /// immediate ACK; doubled per unanswered round in a row.
+    pub(crate) fn pto_ns(&self, ack_delay_ns: u64, pto_min_ns: u64) -> u64 {
         let delay = if self.last_sent_ack_request {
             0
         } else {
-            cfg.ack_delay_ns
+            ack_delay_ns
         };
         let base =
             (self.rtt.srtt_ns() + 4 * self.rtt.rttvar_ns().max(self.rtt.srtt_ns() / 8) + delay)
-                .max(cfg.probe_timeout_min_ns);
+                .max(pto_min_ns);
         base << self.probe_backoff.min(10)
     }
 
     /// When a tail-loss probe is due: a probe timeout after the oldest
     /// packet still outstanding was sent (later sends on a dead route must
     /// not put the question off).
-    pub(crate) fn probe_deadline(&self, cfg: &EndpointConfig) -> Option<u64> {
+    pub(crate) fn probe_deadline(&self, ack_delay_ns: u64, pto_min_ns: u64) -> Option<u64> {
         if self.probe_sent_ns.is_some() {
             return None;
         }
@@ -335,7 +337,10 @@ impl TxPath {
         // Re-armed by every ACK of the path (RACK-TLP): a path that answers
         // is alive, and probing it again at once (its oldest packet is old
         // only because it waits behind a queue) would only feed the queue.
-        Some((oldest_ns.max(self.last_acked_ns) + self.pto_ns(cfg)).max(self.probe_hold.until_ns()))
+        Some(
+            (oldest_ns.max(self.last_acked_ns) + self.pto_ns(ack_delay_ns, pto_min_ns))
+                .max(self.probe_hold.until_ns()),
+        )
     }
 
     /// When the oldest packet still outstanding on this path was sent.
@@ -349,9 +354,9 @@ impl TxPath {
     /// When an unanswered probe proves the path dead (if other paths of
     /// the connection deliver meanwhile) or, on a silent connection, sends
     /// its packets again elsewhere.
-    pub(crate) fn probe_timeout(&self, cfg: &EndpointConfig) -> Option<u64> {
+    pub(crate) fn probe_timeout(&self, ack_delay_ns: u64, pto_min_ns: u64) -> Option<u64> {
         let sent = self.probe_sent_ns.get()?;
-        (!self.inflight.is_empty()).then(|| sent + self.pto_ns(cfg))
+        (!self.inflight.is_empty()).then(|| sent + self.pto_ns(ack_delay_ns, pto_min_ns))
     }
 
     pub(crate) fn rto_deadline(&self, rto_min_ns: u64, rto_max_ns: u64) -> Option<u64> {

@@ -760,17 +760,6 @@ impl Device {
         Ok(path)
     }
 
-    /// [`learn_path`](Self::learn_path), and the largest data payload whose
-    /// datagram the path carries unfragmented (what the path holds less
-    /// this device's per-packet overhead): the bound on the `path_mtu` of
-    /// QPs toward `dest`.
-    pub fn learn_path_payload(&self, dest: SocketAddr) -> Result<(PathMtu, u32), UdpError> {
-        let path = self.learn_path(dest)?;
-        let overhead = self.with(|ctx, _| ctx.endpoint().datagram_len_for_payload(0));
-        let fits = u32::try_from(path.max_datagram.saturating_sub(overhead)).unwrap_or(u32::MAX);
-        Ok((path, fits))
-    }
-
     /// What the device last learned of the path to `dest`
     /// ([`learn_path`](Self::learn_path)).
     pub fn path(&self, dest: SocketAddr) -> Option<PathMtu> {
@@ -1062,6 +1051,8 @@ fn deliver(
     }
 }
 
+/// Drain the core's transmits and send them, grouped per source port into
+/// GSO messages where possible. Returns datagrams drained.
 /// Sends are held back for the application's reply: start the clock, or
 /// send them now when they have waited `HOLD_MAX_NS` already.
 fn hold(ctx: &mut Context, io: &mut Io, now: u64) {
@@ -1072,8 +1063,6 @@ fn hold(ctx: &mut Context, io: &mut Io, now: u64) {
     }
 }
 
-/// Drain the core's transmits and send them, grouped per source port into
-/// GSO messages where possible. Returns datagrams drained.
 fn flush(ctx: &mut Context, io: &mut Io, now: u64) -> usize {
     io.held_since_ns = 0;
     let mut total = 0;
@@ -1231,12 +1220,9 @@ fn send_all(ctx: &Context, io: &mut Io) {
         Vec::new()
     };
     if !lead.is_empty() {
-        let mut riding = vec![false; meta.len()];
-        for &a in lead.iter().flatten() {
-            riding[a] = true;
-            stats.tx_coalesced += 1;
-        }
-        order.retain(|&i| !riding[i]);
+        let riding: Vec<usize> = lead.iter().flatten().copied().collect();
+        stats.tx_coalesced += riding.len() as u64;
+        order.retain(|i| !riding.contains(i));
     }
     let lead_of = |i: usize| lead.get(i).copied().flatten();
     // Every datagram's slices, in sending order.

@@ -42,12 +42,6 @@ pub use metaroce_capture::{CaptureError, DEFAULT_SNAPLEN};
 pub use metaroce_verbs::{DEFAULT_DEVICE_PORT, format_counter_lines};
 pub use pmtu::PathMtu;
 
-/// The largest payload per packet where packets are sized from the path
-/// (a tool's or provider's MTU left unset) and the path carries more:
-/// bigger packets cost less per byte (fewer headers, system calls and
-/// protocol passes) but lose more to one drop.
-pub const AUTO_MTU_CAP: u32 = 8192;
-
 /// The probe-timeout floor for endpoints on real hosts
 /// ([`EndpointConfig::probe_timeout_min_ns`](metaroce_verbs::EndpointConfig)).
 /// A peer that shares its CPUs answers late by scheduler noise, tens to

@@ -213,18 +213,6 @@ impl Iterator for SackIter {
     }
 }
 
-/// The length of the ACK at the start of `buffer`, from its op-ack count
-/// and its flags (the trailer); `None` when the buffer is too short to say
-/// or the count is out of range. Not validated further.
-pub(crate) fn ack_len(buffer: &[u8]) -> Option<usize> {
-    let count = usize::from(*buffer.get(field::OP_ACK_COUNT)?);
-    if count > MAX_OP_ACKS {
-        return None;
-    }
-    let flags = BaseHeader::new_checked(buffer).ok()?.flags();
-    Some(ACK_FIXED_LEN + count * OP_ACK_LEN + trailer_len(flags))
-}
-
 fn entry(index: usize) -> Field {
     let start = field::OP_ACKS + index * OP_ACK_LEN;
     start..start + OP_ACK_LEN
@@ -262,9 +250,11 @@ impl<T: AsRef<[u8]>> AckPacket<T> {
         if len < ACK_FIXED_LEN + ICRC_LEN {
             return Err(Error::Truncated);
         }
-        let Some(expected) = ack_len(self.buffer.as_ref()) else {
+        let count = usize::from(self.op_ack_count());
+        if count > MAX_OP_ACKS {
             return Err(Error::Malformed("op_ack_count"));
-        };
+        }
+        let expected = ACK_FIXED_LEN + count * OP_ACK_LEN + self.trailer_len();
         if len < expected {
             Err(Error::Truncated)
         } else if len > expected {

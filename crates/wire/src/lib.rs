@@ -250,7 +250,15 @@ pub fn first_packet_len(datagram: &[u8]) -> usize {
     if header.version() != VERSION || header.packet_type() != PacketType::Ack as u8 {
         return len;
     }
-    ack::ack_len(datagram).map_or(len, |n| n.min(len))
+    let Some(&count) = datagram.get(ACK_FIXED_LEN - 4) else {
+        return len;
+    };
+    let count = usize::from(count);
+    if count > MAX_OP_ACKS {
+        return len;
+    }
+    let ack_len = ACK_FIXED_LEN + count * OP_ACK_LEN + trailer_len(header.flags());
+    ack_len.min(len)
 }
 
 /// Compute and write the ICRC into the last [`ICRC_LEN`] bytes of `datagram`,

@@ -43,8 +43,12 @@ impl Connection {
         let rto = path
             .rto_deadline(cfg.rto_min_ns, cfg.rto_max_ns)
             .unwrap_or(u64::MAX);
-        let probe = path.probe_deadline(cfg).unwrap_or(u64::MAX);
-        let dead = path.probe_timeout(cfg).unwrap_or(u64::MAX);
+        let probe = path
+            .probe_deadline(cfg.ack_delay_ns, cfg.probe_timeout_min_ns)
+            .unwrap_or(u64::MAX);
+        let dead = path
+            .probe_timeout(cfg.ack_delay_ns, cfg.probe_timeout_min_ns)
+            .unwrap_or(u64::MAX);
         let rack = self.rack_deadline(p, dev).unwrap_or(u64::MAX);
         self.path_deadlines[p] = rto.min(probe).min(dead).min(rack);
     }
@@ -177,6 +181,8 @@ impl Connection {
             if self.path_deadlines[p] > now_ns {
                 continue;
             }
+            let ack_delay = dev.config.ack_delay_ns;
+            let pto_min = dev.config.probe_timeout_min_ns;
             let oldest_sent = self.paths[p].oldest_outstanding_sent_ns();
             if self.forget_settled(p) {
                 // Only copies of segments acknowledged elsewhere were left
@@ -195,7 +201,7 @@ impl Connection {
                 continue;
             }
             let probe_due = self.paths[p]
-                .probe_deadline(&dev.config)
+                .probe_deadline(ack_delay, pto_min)
                 .is_some_and(|d| d <= now_ns);
             let rack_due = !probe_due && self.rack_deadline(p, dev).is_some_and(|d| d <= now_ns);
             if self.paths[p]
@@ -205,7 +211,7 @@ impl Connection {
                 self.path_timeout(now_ns, dev, p);
             } else if let Some(sent) = self.paths[p].probe_sent_ns.get()
                 && self.paths[p]
-                    .probe_timeout(&dev.config)
+                    .probe_timeout(ack_delay, pto_min)
                     .is_some_and(|d| d <= now_ns)
             {
                 if self.last_progress_ns > sent || self.paths[p].silent_rounds > 0 {
@@ -299,7 +305,7 @@ impl Connection {
                             }
                             ProbeGrant::Refused => {
                                 path.probe_hold =
-                                    ProbeHold::Refused(now_ns + path.pto_ns(&dev.config));
+                                    ProbeHold::Refused(now_ns + path.pto_ns(ack_delay, pto_min));
                                 self.stats.probes_deferred += 1;
                                 dev.stats.probes_deferred += 1;
                                 false
