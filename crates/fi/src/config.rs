@@ -70,6 +70,11 @@ pub const PARAMS: &[Param] = &[
         help: "1: print each endpoint's MetaRoCE counters (data, resends, RTOs, path retirements, ECN) to stderr when it closes (they are always logged at FI_LOG_LEVEL=info)",
     },
     Param {
+        name: "linger_ms",
+        default: "20",
+        help: "Milliseconds an endpoint keeps answering peers after fi_close once nothing is in flight (a peer whose last message's ACK was lost resends it and must be answered); at most 1 s in all; 0: acknowledge what was received and close at once",
+    },
+    Param {
         name: "staging_cache_mb",
         default: "256",
         help: "MiB of rendezvous staging regions kept registered for reuse",
@@ -110,6 +115,8 @@ pub struct Tunables {
     pub stats: bool,
     /// Staging cache bytes.
     pub staging_cache_bytes: usize,
+    /// Quiet time an endpoint lingers for at close, ms.
+    pub linger_ms: u64,
 }
 
 impl Default for Tunables {
@@ -146,6 +153,7 @@ impl Tunables {
             impair: None,
             stats: false,
             staging_cache_bytes: 256 << 20,
+            linger_ms: 20,
         };
         let mut note = |name: &str, v: &str, src: Source, err: Option<String>| {
             let var = format!("FI_METAROCE_{}", name.to_uppercase());
@@ -196,6 +204,7 @@ impl Tunables {
             Err(e) => note("mtu", &v, src, Some(e.to_string())),
         }
         num!("rto_min_us", rto_min_us, u64, 10..=1_000_000u64);
+        num!("linger_ms", linger_ms, u64, 0..=1_000u64);
         let (v, src) = get("impair");
         if v.trim().is_empty() {
             note("impair", &v, src, None);

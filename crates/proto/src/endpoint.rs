@@ -1143,6 +1143,34 @@ impl Endpoint {
         })
     }
 
+    /// Send every delayed ACK with the next transmits instead of at its
+    /// deadline: for a driver about to close the device, so that the last
+    /// messages it received are acknowledged before it goes.
+    pub fn ack_owed_now(&mut self) {
+        let live: Vec<u32> = self.conn_by_peer.values().copied().collect();
+        for c in live {
+            self.conns[c as usize].conn.ack_owed_now();
+            self.mark_ready(c);
+        }
+    }
+
+    /// Whether any connection holds a delayed ACK (one waiting for its
+    /// deadline).
+    #[cfg(test)]
+    fn ack_pending_anywhere(&self) -> bool {
+        self.conn_by_peer
+            .values()
+            .any(|&c| self.conns[c as usize].conn.owes_delayed_ack())
+    }
+
+    /// Whether any connection still has work in flight: messages awaiting
+    /// completion or an ACK, or ACKs owed.
+    pub fn is_quiescent(&self) -> bool {
+        self.conn_by_peer
+            .values()
+            .all(|&c| self.conns[c as usize].conn.is_quiescent())
+    }
+
     /// Messages (requests awaiting completion, responses awaiting ACK) held
     /// toward `peer`; zero when the connection is idle.
     pub fn outstanding_messages(&self, peer: SocketAddr) -> Option<usize> {
@@ -1223,6 +1251,50 @@ mod tests {
         let after = *l.pair.a.stats();
         assert_eq!(after.rx_malformed, before.rx_malformed + 1);
         assert_eq!(after.rx_datagrams, before.rx_datagrams + 1);
+    }
+
+    /// A device about to close sends every delayed ACK at once, and is
+    /// quiescent only once nothing is owed or in flight.
+    #[test]
+    fn acks_owed_leave_at_once_when_the_device_closes() {
+        use crate::transmit::PacketKind;
+        let slow_acks = EndpointConfig {
+            ack_delay_ns: 1_000_000,
+            ack_every_packets: 64,
+            ..fixture::config(2)
+        };
+        let mut l = lab(fixture::config(1), slow_acks);
+        let (a, b) = (l.a, l.b);
+        assert!(l.pair.a.is_quiescent() && l.pair.b.is_quiescent());
+        // A 64-packet WRITE over four paths: packets that ask for no ACK
+        // leave B owing one until its delay.
+        l.pair
+            .a
+            .post_send(a.qp, write(1, &a, &b, 64 * 1024))
+            .unwrap();
+        assert!(!l.pair.a.is_quiescent());
+        let mut owed = 0;
+        for _ in 0..10_000 {
+            l.pair.transfer(Side::A);
+            if l.pair.b.ack_pending_anywhere() {
+                owed += 1;
+                l.pair.b.ack_owed_now();
+                let out = l.pair.poll_transmits(Side::B);
+                assert!(out.iter().any(|(t, _)| t.kind == PacketKind::Ack));
+                assert!(!l.pair.b.ack_pending_anywhere());
+                for (t, bytes) in &out {
+                    l.pair.deliver(Side::B, t, bytes);
+                }
+            }
+            l.pair.transfer(Side::B);
+            if !completions(&mut l.pair, Side::A).is_empty() {
+                break;
+            }
+            l.pair.advance(1_000);
+        }
+        assert!(owed > 0, "B never owed a delayed ACK");
+        assert!(l.pair.settle(10_000, 1_000));
+        assert!(l.pair.a.is_quiescent() && l.pair.b.is_quiescent());
     }
 
     #[test]

@@ -797,12 +797,60 @@ impl Device {
         self.stop();
     }
 
+    /// Before closing: acknowledge at once everything received, then keep
+    /// answering peers until the device has been quiet for `quiet` (nothing
+    /// received, nothing in flight, no ACK owed) or `max` has passed. A
+    /// peer whose last message's ACK was lost resends it after its probe
+    /// timeout; a device that is already gone would leave it resending
+    /// until its retry budget ends in an error completion (TCP's TIME_WAIT
+    /// covers the same last-ACK loss). Returns whether it ended quiet.
+    pub fn linger(&self, quiet: Duration, max: Duration) -> bool {
+        let start = now_ns();
+        let quiet_ns = u64::try_from(quiet.as_nanos()).unwrap_or(u64::MAX);
+        let max_ns = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX);
+        let mut last_busy = start;
+        loop {
+            let now = now_ns();
+            let quiescent = {
+                let mut st = self.lock();
+                let st = &mut *st;
+                st.ctx.set_time(now);
+                st.ctx.ack_owed_now();
+                if progress(&mut st.ctx, &mut st.io, now) {
+                    last_busy = now_ns();
+                }
+                wake_cq_waiters(&self.inner, &st.ctx);
+                st.ctx.endpoint().is_quiescent()
+            };
+            let now = now_ns();
+            if !quiescent {
+                last_busy = now;
+            }
+            if now.saturating_sub(last_busy) >= quiet_ns {
+                return true;
+            }
+            if now.saturating_sub(start) >= max_ns {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+
     fn stop(&mut self) {
         self.inner.shutdown.store(true, Ordering::SeqCst);
         self.inner.wake.signal();
         if let Some(h) = self.engine.take() {
             let _ = h.join();
         }
+        // What was received last is acknowledged before the sockets close:
+        // a delayed ACK, or one held for a reply that will not come, would
+        // otherwise leave the peer resending into nothing.
+        let mut st = self.lock();
+        let st = &mut *st;
+        let now = now_ns();
+        st.ctx.set_time(now);
+        st.ctx.ack_owed_now();
+        flush(&mut st.ctx, &mut st.io, now);
     }
 }
 

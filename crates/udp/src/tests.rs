@@ -214,6 +214,47 @@ fn ping_pong_replies_carry_their_acks() {
     );
 }
 
+/// The last message a device receives before it closes completes at the
+/// sender: the receiver takes it with its ACK held for a reply that never
+/// comes (`with_deferred`), then closes at once; closing sends what is owed.
+/// With `linger`, the closing device also answers while the sender's last
+/// message is still in flight.
+#[test]
+fn closing_acknowledges_the_last_message() {
+    for linger in [false, true] {
+        let (a, b, [(qa, ca, pa), (qb, cb, pb)]) = two_devices();
+        let src = a.with(|ctx, _| ctx.reg_mr(pa, 4096, AccessFlags(0xf)).unwrap());
+        let dst = b.with(|ctx, _| ctx.reg_mr(pb, 4096, AccessFlags(0xf)).unwrap());
+        b.with(|ctx, _| {
+            ctx.post_recv(
+                qb,
+                &[RecvWr {
+                    wr_id: 7,
+                    sg_list: vec![dst.sge(0, 64)],
+                }],
+            )
+            .unwrap();
+        });
+        a.with(|ctx, _| {
+            let wr = SendWr::new(1, WrOp::Send, vec![src.sge(0, 8)]);
+            ctx.post_send(qa, &[wr]).unwrap();
+        });
+        let wc = wait_one(&b, cb);
+        assert_eq!((wc.wr_id, wc.status), (7, WcStatus::Success));
+        b.with_deferred(|_, _| ());
+        if linger {
+            let quiet = b.linger(
+                std::time::Duration::from_millis(5),
+                std::time::Duration::from_secs(2),
+            );
+            assert!(quiet, "the device never went quiet");
+        }
+        b.shutdown();
+        let wc = wait_one(&a, ca);
+        assert_eq!((wc.wr_id, wc.status), (1, WcStatus::Success), "{wc:?}");
+    }
+}
+
 /// Garbage sprayed at the device port during a transfer is counted as
 /// malformed and dropped; the transfer completes intact.
 #[test]

@@ -930,6 +930,12 @@ impl Context {
         self.endpoint.set_time(now_ns);
     }
 
+    /// Send every delayed ACK with the next transmits (see
+    /// [`Endpoint::ack_owed_now`]): before the driver closes the device.
+    pub fn ack_owed_now(&mut self) {
+        self.endpoint.ack_owed_now();
+    }
+
     /// Fire due timers.
     pub fn handle_timeout(&mut self, now_ns: u64) {
         self.endpoint.handle_timeout(now_ns);

@@ -295,6 +295,11 @@ unsafe extern "C" fn ep_close(f: *mut sys::fid) -> c_int {
     if let Some(mut e) = state {
         // Stop answering peers before the device goes.
         drop(e.listener.take());
+        // Acknowledge what came last and answer a peer resending it (its
+        // ACK lost) before the device goes: a peer's final send completes.
+        let quiet = std::time::Duration::from_millis(e.cfg.linger_ms);
+        e.dev
+            .linger(quiet, std::time::Duration::from_secs(1).max(quiet));
         let summary = e.summary();
         super::log::info(&summary);
         // Shown on stderr with FI_METAROCE_STATS=1 (or a log filter

@@ -131,6 +131,30 @@ impl Connection {
         Some(self.last_progress_ns + (rto << self.timeouts.min(16)).min(cfg.rto_max_ns.max(rto)))
     }
 
+    /// Make every delayed ACK due at once: the device is closing, and an
+    /// ACK left waiting for its delay (or for a reply that will never be
+    /// posted) would make the peer resend into a device that is gone, until
+    /// its retry budget ends in an error completion.
+    pub(crate) fn ack_owed_now(&mut self) {
+        self.ack_deadline = None;
+        for slot in std::mem::take(&mut self.ack_pending) {
+            let Some(rx) = self
+                .rx_paths
+                .get_mut(usize::from(slot))
+                .and_then(Option::as_mut)
+            else {
+                continue;
+            };
+            if rx.ack_deadline.get().is_some() {
+                rx.ack_deadline = MaybeNs::NONE;
+                if !rx.ack_queued {
+                    rx.ack_queued = true;
+                    self.ack_now.push_back(slot);
+                }
+            }
+        }
+    }
+
     /// Fire every deadline that has passed.
     pub(crate) fn on_timeout(&mut self, now_ns: u64, dev: &mut DeviceState) {
         // The pacing clock came round: the endpoint marks us ready.

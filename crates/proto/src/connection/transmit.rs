@@ -20,6 +20,18 @@ impl Connection {
         !self.ack_copies.is_empty() || !self.ack_now.is_empty()
     }
 
+    /// An ACK waits for its delay.
+    #[cfg(test)]
+    pub(crate) fn owes_delayed_ack(&self) -> bool {
+        !self.ack_pending.is_empty()
+    }
+
+    /// Nothing in flight either way: no message awaiting completion or an
+    /// ACK, no ACK owed now or later.
+    pub(crate) fn is_quiescent(&self) -> bool {
+        self.messages_held() == 0 && !self.has_pending_ack() && self.ack_pending.is_empty()
+    }
+
     /// Emit the connection's next ACK, if one waits (ACKs are never held
     /// back: no window, no pacing).
     pub(crate) fn poll_ack(
