@@ -147,7 +147,11 @@ local f = {
     sack_psn = ProtoField.uint32("metaroce.sack.psn", "SACKed PSN", base.DEC),
     sack_count = ProtoField.uint16("metaroce.sack.count", "SACK bits set", base.DEC),
     op_ack_count = ProtoField.uint8("metaroce.op_ack_count", "Op-ack count", base.DEC),
-    ack_reserved = ProtoField.bytes("metaroce.ack_reserved", "Reserved"),
+    trim_count = ProtoField.uint8("metaroce.trim_count", "Trimmed packets", base.DEC, nil, nil,
+        "Packets of this path a switch cut to their headers: a NACK, resend them now"),
+    trim_offset = ProtoField.uint16("metaroce.trim_offset", "Trimmed run offset", base.DEC, nil, nil,
+        "The first trimmed PSN is ack_psn + this"),
+    trim_psn = ProtoField.uint32("metaroce.trim_psn", "First trimmed PSN", base.DEC),
 
     -- Section 5.1: op-ack entries.
     op_ack = ProtoField.none("metaroce.op_ack", "Op-ack"),
@@ -464,8 +468,12 @@ local function dissect_ack(tvb, pinfo, tree, len, header_len, trailer)
 
     local count = u8(tvb, 64)
     tree:add(f.op_ack_count, tvb(64, 1))
-    tree:add(f.ack_reserved, tvb(65, 3))
-    if tvb(65, 3):uint() ~= 0 then tree:add_proto_expert_info(e.reserved) end
+    local trimmed = u8(tvb, 65)
+    tree:add(f.trim_count, tvb(65, 1))
+    tree:add(f.trim_offset, tvb(66, 2))
+    if trimmed > 0 then
+        tree:add(f.trim_psn, tvb(66, 2), (ack_psn + u16(tvb, 66)) % 4294967296):set_generated()
+    end
 
     local op_text = {}
     for n = 0, count - 1 do
@@ -498,6 +506,9 @@ local function dissect_ack(tvb, pinfo, tree, len, header_len, trailer)
     end
     info = info .. string.format(" rx=%d ce=%d ts_echo=%d delay=%dns rate=%d", u32(tvb, 20),
         u32(tvb, 24), u32(tvb, 12), u32(tvb, 16), u32(tvb, 28))
+    if trimmed > 0 then
+        info = info .. string.format(" trimmed=%d+%d", (ack_psn + u16(tvb, 66)) % 4294967296, trimmed)
+    end
     if count > 0 then info = info .. " ops=" .. table.concat(op_text, ",") end
     return info .. flag_text(u8(tvb, 2))
 end

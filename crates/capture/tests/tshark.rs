@@ -279,6 +279,13 @@ fn ack_fields(repr: &AckRepr) -> Vec<(&'static str, String)> {
             ),
         ),
         ("metaroce.op_ack_count", repr.op_ack_count.to_string()),
+        ("metaroce.trim_count", repr.trim_count.to_string()),
+        ("metaroce.trim_offset", repr.trim_offset.to_string()),
+        (
+            "metaroce.trim_psn",
+            repr.trimmed()
+                .map_or(String::new(), |(first, _)| first.to_string()),
+        ),
         (
             "metaroce.op_ack.qpn",
             join(ops.iter().map(|o| o.qpn.to_string()).collect()),
@@ -495,6 +502,11 @@ fn valid_cases() -> Vec<Case> {
             "ack whose SACK window wraps",
             sample_ack(u32::MAX - 5, &[0, 4, 5, 6, 200], &[]),
         ),
+        ack_case("ack with a trim NACK", {
+            let mut r = sample_ack(u32::MAX - 1, &[3], &[]);
+            (r.trim_offset, r.trim_count) = (2, 3);
+            r
+        }),
     ];
 
     let mut auth_write = data_repr(

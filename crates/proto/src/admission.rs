@@ -203,7 +203,7 @@ impl Admission {
         &mut self,
         s: &mut SenderState,
         now_ns: u64,
-        timestamp_ns: u32,
+        timestamp_ns: Option<u32>,
         drained: bool,
     ) {
         self.roll_epoch(now_ns);
@@ -255,6 +255,11 @@ impl Admission {
             }
             (None, true) => {}
         }
+        // A trimmed header (no timestamp given) overtook the queue the
+        // data waits in: its delay says nothing of that queue.
+        let Some(timestamp_ns) = timestamp_ns else {
+            return;
+        };
         let owd = (now_ns as u32).wrapping_sub(timestamp_ns);
         let base = match s.owd_base {
             // A smaller delay (mod 2^32, within half the range) is the new base.
@@ -390,9 +395,9 @@ mod tests {
     fn a_lone_sender_is_uncapped_and_two_share_the_link() {
         let mut a = adm();
         let (mut x, mut y) = (SenderState::default(), SenderState::default());
-        a.on_data(&mut x, 100, 100, false);
+        a.on_data(&mut x, 100, Some(100), false);
         assert_eq!(a.grant_mbps(&mut x, 110), 0);
-        a.on_data(&mut y, 200, 200, false);
+        a.on_data(&mut y, 200, Some(200), false);
         // y arrives while x holds the whole link: a quarter of its share.
         assert_eq!(a.grant_mbps(&mut y, 210), 50_000 / 4);
         // x is cut to its share, y gets its own from its next ACK on.
@@ -400,7 +405,7 @@ mod tests {
         assert_eq!(a.grant_mbps(&mut y, 400), 50_000);
         // x says it is drained (its last packet): y alone gets the whole
         // link back at once, not after x falls silent for an epoch.
-        a.on_data(&mut x, 20_000, 20_000, true);
+        a.on_data(&mut x, 20_000, Some(20_000), true);
         assert_eq!(a.grant_mbps(&mut y, 20_001), 0);
     }
 
@@ -414,7 +419,7 @@ mod tests {
         let mut total_first_round = 0u64;
         for st in s.iter_mut() {
             t += 300;
-            a.on_data(st, t, t as u32, false);
+            a.on_data(st, t, Some(t as u32), false);
             let g = a.grant_mbps(st, t);
             total_first_round += if g == 0 {
                 LINE / 1_000_000
@@ -432,7 +437,7 @@ mod tests {
         for _ in 0..2 {
             t += 2 * RTT;
             for st in s.iter_mut() {
-                a.on_data(st, t, t as u32, false);
+                a.on_data(st, t, Some(t as u32), false);
             }
             for st in s.iter_mut() {
                 a.grant_mbps(st, t);
@@ -445,7 +450,7 @@ mod tests {
         );
         // Silent senders are forgotten after an epoch.
         let mut last = SenderState::default();
-        a.on_data(&mut last, t + 200_000, (t + 200_000) as u32, false);
+        a.on_data(&mut last, t + 200_000, Some((t + 200_000) as u32), false);
         assert_eq!(a.live, 1);
         assert_eq!(a.grant_mbps(&mut last, t + 200_000 + RTT), 0);
     }
@@ -454,16 +459,16 @@ mod tests {
     fn a_standing_queue_scales_grants_down() {
         let mut a = adm();
         let (mut x, mut y) = (SenderState::default(), SenderState::default());
-        a.on_data(&mut x, 1_000, 1_000, false);
-        a.on_data(&mut y, 1_000, 1_000, false);
+        a.on_data(&mut x, 1_000, Some(1_000), false);
+        a.on_data(&mut y, 1_000, Some(1_000), false);
         a.grant_mbps(&mut x, 1_000);
         a.grant_mbps(&mut y, 1_000);
         let clear = a.grant_mbps(&mut y, 1_000 + 2 * RTT);
         // Packets now arrive 2 RTTs later than their base one-way delay.
         for k in 0..64 {
             let t = 40_000 + k * 100;
-            a.on_data(&mut x, t + 2 * RTT, t as u32, false);
-            a.on_data(&mut y, t + 2 * RTT, t as u32, false);
+            a.on_data(&mut x, t + 2 * RTT, Some(t as u32), false);
+            a.on_data(&mut y, t + 2 * RTT, Some(t as u32), false);
         }
         let queued = a.grant_mbps(&mut y, 40_000 + 10_000 + 2 * RTT);
         assert!(queued < clear, "{queued} !< {clear}");
@@ -476,7 +481,12 @@ mod tests {
         // The sender's clock is far ahead of ours and wraps: no queue seen.
         for k in 0..32u64 {
             let now = 1_000_000 + k * 1_000;
-            a.on_data(&mut x, now, (now as u32).wrapping_add(0xffff_0000), false);
+            a.on_data(
+                &mut x,
+                now,
+                Some((now as u32).wrapping_add(0xffff_0000)),
+                false,
+            );
         }
         assert_eq!(a.qdelay_ns, 0);
     }

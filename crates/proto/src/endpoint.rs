@@ -850,6 +850,35 @@ impl Endpoint {
         }
     }
 
+    /// Feed the header of a data packet that a trimming switch cut on the
+    /// way (UET-style trimming: the payload dropped, the header forwarded
+    /// at high priority). The receiver NACKs it in the next ACK of its
+    /// path, sent at once, and the sender resends it without waiting for
+    /// loss detection (docs/spec/transport.md §4). Only the simulator
+    /// delivers trimmed headers: the UDP driver never sees one (a switch
+    /// that trims a UDP datagram leaves a packet whose length and ICRC no
+    /// longer match, which [`handle_datagram`](Self::handle_datagram)
+    /// counts as malformed).
+    pub fn handle_trimmed(&mut self, now_ns: u64, src: SocketAddr, repr: &wire::DataRepr) {
+        self.set_time(now_ns);
+        self.dev.stats.rx_datagrams += 1;
+        if self.dev.config.auth.is_some() && !repr.base.flags.contains(wire::Flags::AUTHENTICATED) {
+            self.dev.stats.rx_unauthenticated += 1;
+            return;
+        }
+        if repr.validate().is_err() {
+            self.dev.stats.rx_malformed += 1;
+            return;
+        }
+        let Some(c) = self.connection_of(src, repr.base.src_device_port) else {
+            return;
+        };
+        self.conns[c as usize]
+            .conn
+            .on_trimmed(now_ns, &mut self.dev, repr);
+        self.mark_ready(c);
+    }
+
     fn connection_of(&mut self, src: SocketAddr, src_device_port: u16) -> Option<u32> {
         let peer = SocketAddr::new(src.ip(), src_device_port);
         let c = self.conn_by_peer.get(&peer).copied();
@@ -1295,6 +1324,65 @@ mod tests {
         assert!(owed > 0, "B never owed a delayed ACK");
         assert!(l.pair.settle(10_000, 1_000));
         assert!(l.pair.a.is_quiescent() && l.pair.b.is_quiescent());
+    }
+
+    #[test]
+    fn a_trimmed_packet_is_nacked_and_resent_at_once() {
+        use crate::transmit::PacketKind;
+        let mut l = lab(fixture::config(1), fixture::config(2));
+        let (a, b) = (l.a, l.b);
+        l.pair.a.post_send(a.qp, write(1, &a, &b, 512)).unwrap();
+        let sent = l.pair.poll_transmits(Side::A);
+        let (t, bytes) = sent
+            .iter()
+            .find(|(t, _)| t.kind == PacketKind::Data)
+            .expect("the WRITE's one packet");
+        // A switch cut it to its header: B gets the header only.
+        let Ok(wire::Packet::Data { repr, .. }) = wire::parse(bytes) else {
+            panic!("a data packet")
+        };
+        let src = SocketAddr::new(l.pair.addr(Side::A).ip(), t.src_port);
+        let now = l.pair.now();
+        l.pair.b.handle_trimmed(now, src, &repr);
+        assert_eq!(l.pair.b.stats().rx_trimmed, 1);
+        // B's ACK names it at once, and A resends it with no time passing.
+        let acks = l.pair.poll_transmits(Side::B);
+        let (ack_t, ack_bytes) = acks
+            .iter()
+            .find(|(t, _)| t.kind == PacketKind::Ack)
+            .expect("an ACK at once");
+        let Ok(wire::Packet::Ack(ack)) = wire::parse(ack_bytes) else {
+            panic!("an ACK")
+        };
+        assert_eq!(ack.trimmed(), Some((repr.psn, 1)), "{ack}");
+        l.pair.deliver(Side::B, ack_t, ack_bytes);
+        assert_eq!(l.pair.a.stats().trim_nacks, 1);
+        let resent = l.pair.poll_transmits(Side::A);
+        assert!(
+            resent.iter().any(|(t, _)| t.kind == PacketKind::Data),
+            "resent before any timer"
+        );
+        for (t, bytes) in &resent {
+            l.pair.deliver(Side::A, t, bytes);
+        }
+        let (rt, rbytes) = resent
+            .iter()
+            .find(|(t, _)| t.kind == PacketKind::Data)
+            .expect("checked above");
+        assert!(l.pair.settle(10_000, 1_000));
+        assert_eq!(completions(&mut l.pair, Side::A).len(), 1);
+        let s = l.pair.a.stats();
+        assert_eq!(
+            (s.rtos, s.tail_probes, s.data_packets_retransmitted),
+            (0, 0, 1)
+        );
+        // A trimmed copy of a packet B already has whole is not NACKed.
+        let Ok(wire::Packet::Data { repr: again, .. }) = wire::parse(rbytes) else {
+            panic!("a data packet")
+        };
+        let src = SocketAddr::new(l.pair.addr(Side::A).ip(), rt.src_port);
+        l.pair.b.handle_trimmed(l.pair.now(), src, &again);
+        assert_eq!(l.pair.b.stats().rx_trimmed, 1);
     }
 
     #[test]

@@ -43,6 +43,12 @@ pub struct EndpointStats {
     pub data_packets_retransmitted: u64,
     /// Data packets declared lost.
     pub data_packets_lost: u64,
+    /// Data packets that arrived trimmed to their headers by a switch,
+    /// and were NACKed (`trim_count` in the next ACK).
+    pub rx_trimmed: u64,
+    /// Data packets declared lost by a peer's trim NACK (resent at once;
+    /// also in `data_packets_lost`).
+    pub trim_nacks: u64,
     /// ACKs sent.
     pub ack_packets_sent: u64,
     /// Tail-loss probes sent (counted in retransmissions too).
@@ -119,6 +125,8 @@ named_counters!(EndpointStats {
     data_packets_sent,
     data_packets_retransmitted,
     data_packets_lost,
+    rx_trimmed,
+    trim_nacks,
     ack_packets_sent,
     tail_probes,
     probes_deferred,

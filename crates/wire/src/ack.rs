@@ -1,7 +1,7 @@
 //! ACK packets: per-path delivery feedback plus per-QP operation outcomes.
 
 use crate::base::{BaseHeader, BaseRepr, PacketType};
-use crate::bytes::{Field, get_u32, set_u32};
+use crate::bytes::{Field, get_u16, get_u32, set_u16, set_u32};
 use crate::{
     ACK_FIXED_LEN, Error, ICRC_LEN, MAX_OP_ACKS, OP_ACK_LEN, Result, SACK_BITS, icrc_ok,
     trailer_len,
@@ -19,7 +19,8 @@ mod field {
     pub(super) const RATE_HINT_MBPS: Field = 28..32;
     pub(super) const SACK: Field = 32..64;
     pub(super) const OP_ACK_COUNT: usize = 64;
-    pub(super) const RESERVED: Field = 65..68;
+    pub(super) const TRIM_COUNT: usize = 65;
+    pub(super) const TRIM_OFFSET: Field = 66..68;
     pub(super) const OP_ACKS: usize = 68;
 
     // Offsets inside one 16-byte op-ack entry.
@@ -322,6 +323,17 @@ impl<T: AsRef<[u8]>> AckPacket<T> {
         self.buffer.as_ref()[field::OP_ACK_COUNT]
     }
 
+    /// How many packets, from `ack_psn + trim_offset` on, a switch trimmed
+    /// to their headers on the way (0: none reported by this ACK).
+    pub fn trim_count(&self) -> u8 {
+        self.buffer.as_ref()[field::TRIM_COUNT]
+    }
+
+    /// Where the trimmed run starts, counted from `ack_psn`.
+    pub fn trim_offset(&self) -> u16 {
+        get_u16(self.buffer.as_ref(), field::TRIM_OFFSET)
+    }
+
     /// Entry `index`: `None` past the op-ack count or the buffer, otherwise
     /// the entry or [`Error::Malformed`]`("syndrome")`.
     pub fn op_ack(&self, index: usize) -> Option<Result<OpAck>> {
@@ -396,11 +408,16 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> AckPacket<T> {
         self.buffer.as_mut()[field::SACK].copy_from_slice(&value.0);
     }
 
-    /// Set the op-ack count and zero the reserved bytes after it.
+    /// Set the op-ack count.
     pub fn set_op_ack_count(&mut self, value: u8) {
+        self.buffer.as_mut()[field::OP_ACK_COUNT] = value;
+    }
+
+    /// Set the trimmed run: `count` packets from `ack_psn + offset` on.
+    pub fn set_trimmed(&mut self, offset: u16, count: u8) {
         let buf = self.buffer.as_mut();
-        buf[field::OP_ACK_COUNT] = value;
-        buf[field::RESERVED].fill(0);
+        buf[field::TRIM_COUNT] = count;
+        set_u16(buf, field::TRIM_OFFSET, offset);
     }
 
     /// Write entry `index` (its reserved bytes as zero).
@@ -453,6 +470,13 @@ pub struct AckRepr {
     pub op_acks: [OpAck; MAX_OP_ACKS],
     /// Number of meaningful entries in `op_acks` (at most [`MAX_OP_ACKS`]).
     pub op_ack_count: u8,
+    /// A trimming switch cut `trim_count` packets of this path to their
+    /// headers, from psn `ack_psn + trim_offset` on (those between that
+    /// the SACK reports arrived whole): a NACK, so the sender resends them
+    /// now instead of after a round of loss detection. 0: none.
+    pub trim_count: u8,
+    /// See `trim_count`.
+    pub trim_offset: u16,
 }
 
 impl PartialEq for AckRepr {
@@ -466,6 +490,7 @@ impl PartialEq for AckRepr {
             && self.rate_hint_mbps == other.rate_hint_mbps
             && self.sack == other.sack
             && self.op_acks() == other.op_acks()
+            && self.trimmed() == other.trimmed()
     }
 }
 
@@ -483,7 +508,19 @@ impl AckRepr {
             sack: SackBits::EMPTY,
             op_acks: [OpAck::ZERO; MAX_OP_ACKS],
             op_ack_count: 0,
+            trim_count: 0,
+            trim_offset: 0,
         }
+    }
+
+    /// The trimmed run this ACK reports, as (first psn, count), if any.
+    pub fn trimmed(&self) -> Option<(u32, u8)> {
+        (self.trim_count > 0).then(|| {
+            (
+                self.ack_psn.wrapping_add(u32::from(self.trim_offset)),
+                self.trim_count,
+            )
+        })
     }
 
     /// Decode and validate an ACK (version, type, syndromes). The ICRC is left
@@ -504,6 +541,8 @@ impl AckRepr {
             index += 1;
         }
         repr.op_ack_count = packet.op_ack_count();
+        repr.trim_count = packet.trim_count();
+        repr.trim_offset = packet.trim_offset();
         Ok(repr)
     }
 
@@ -554,6 +593,7 @@ impl AckRepr {
         packet.set_rate_hint_mbps(self.rate_hint_mbps);
         packet.set_sack(&self.sack);
         packet.set_op_ack_count(op_acks.len() as u8);
+        packet.set_trimmed(self.trim_offset, self.trim_count);
         for (index, op_ack) in op_acks.iter().enumerate() {
             packet.set_op_ack(index, op_ack);
         }

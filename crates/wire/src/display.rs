@@ -132,6 +132,9 @@ impl fmt::Display for AckRepr {
             self.ack_delay_ns,
             self.rate_hint_mbps
         )?;
+        if let Some((first, count)) = self.trimmed() {
+            write!(f, " trimmed={first}+{count}")?;
+        }
         if !self.op_acks().is_empty() {
             f.write_str(" ops=[")?;
             for (index, op) in self.op_acks().iter().enumerate() {

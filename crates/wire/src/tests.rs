@@ -205,6 +205,22 @@ fn ack_round_trips() {
 }
 
 #[test]
+fn trimmed_run_round_trips_at_its_offsets() {
+    let mut repr = ack();
+    repr.trim_count = 3;
+    repr.trim_offset = 0x0102;
+    let buf = emit_ack_vec(&repr);
+    assert_eq!(&buf[64..68], &[2, 3, 0x01, 0x02]);
+    let Packet::Ack(parsed) = parse(&buf).unwrap() else {
+        panic!("an ACK")
+    };
+    assert_eq!(parsed, repr);
+    assert_eq!(parsed.trimmed(), Some((1000 + 0x0102, 3)));
+    assert_eq!(ack().trimmed(), None);
+    assert!(parsed.to_string().contains("trimmed=1258+3"), "{parsed}");
+}
+
+#[test]
 fn ack_layout_is_at_spec_offsets() {
     let buf = emit_ack_vec(&ack());
     assert_eq!(buf[1], 2);
@@ -447,9 +463,8 @@ fn reserved_bits_are_ignored_on_parse_and_zero_on_emit() {
     let out = emit(&noisy);
     assert_eq!(out[2], Flags::KNOWN.0);
 
+    // Bytes 65..68 were reserved before the trimmed run took them.
     let ack_buf = edited(emit_ack_vec(&ack()), |b| {
-        b[65] = 0xff;
-        b[67] = 0x01;
         b[68 + 9] = 0xee; // entry reserved
     });
     assert_eq!(parse(&ack_buf).unwrap(), Packet::Ack(ack()));

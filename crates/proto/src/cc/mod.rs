@@ -89,6 +89,12 @@ pub trait CongestionController: std::fmt::Debug + Send {
     fn on_ack(&mut self, path: PathSlot, sample: &AckSample);
     /// Loss detected by a SACK gap on `path` (one call per lost packet batch).
     fn on_loss(&mut self, path: PathSlot, lost_bytes: u64, now_ns: u64);
+    /// The receiver reported packets of `path` trimmed to their headers
+    /// by a switch: lost to a full queue, so congestion, never a random
+    /// loss. By default the same as a loss.
+    fn on_trim(&mut self, path: PathSlot, lost_bytes: u64, now_ns: u64) {
+        self.on_loss(path, lost_bytes, now_ns);
+    }
     /// Retransmission timeout on `path` (no ACK for an RTO).
     fn on_rto(&mut self, path: PathSlot, now_ns: u64);
     /// Receiver rate hint from an ACK (bits/s; 0 = no hint) and the connection's smoothed RTT.

@@ -47,7 +47,7 @@ use crate::rtt::RttEstimator;
 use crate::rtt_histogram::RttHistogram;
 use crate::sack::SackBitmap;
 use crate::trace::{ConnTrace, trace_event};
-use metaroce_wire::{AckRepr, Flags};
+use metaroce_wire::{AckRepr, Flags, seq};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 
@@ -79,6 +79,11 @@ struct RxPath {
     /// The source port this path's ACKs leave from; 0 until the first ACK
     /// (and after a move) picks one.
     ack_port: u16,
+    /// Trimmed packets not yet reported: `trim_count` psns from
+    /// `trim_first` on (received ones among them are in the SACK).
+    trim_count: u8,
+    /// See `trim_count`.
+    trim_first: u32,
 }
 
 impl Connection {
@@ -116,6 +121,51 @@ impl RxPath {
             ack_route: 0,
             ack_route_moved_ns: 0,
             ack_port: 0,
+            trim_count: 0,
+            trim_first: 0,
+        }
+    }
+
+    /// Remember that `psn` arrived trimmed. One run per ACK: a psn that
+    /// would stretch the run past what an ACK can name starts a new run,
+    /// and the older one is left to the sender's loss detection.
+    fn note_trimmed(&mut self, psn: u32) {
+        if self.trim_count == 0 {
+            (self.trim_first, self.trim_count) = (psn, 1);
+            return;
+        }
+        let end = self.trim_first.wrapping_add(u32::from(self.trim_count));
+        let first = if seq::seq_lt(psn, self.trim_first) {
+            psn
+        } else {
+            self.trim_first
+        };
+        let end = if seq::seq_lt(psn, end) {
+            end
+        } else {
+            psn.wrapping_add(1)
+        };
+        match u8::try_from(end.wrapping_sub(first)) {
+            Ok(count) => (self.trim_first, self.trim_count) = (first, count),
+            Err(_) => (self.trim_first, self.trim_count) = (psn, 1),
+        }
+    }
+
+    /// The trimmed run for the next ACK, as (offset from the window's
+    /// `ack_psn`, count), and forget it. The part of the run below
+    /// `ack_psn` (since received whole) is dropped.
+    fn take_trimmed(&mut self) -> (u16, u8) {
+        let count = std::mem::take(&mut self.trim_count);
+        if count == 0 {
+            return (0, 0);
+        }
+        let ack_psn = self.window.ack_psn();
+        let below = seq::seq_diff(ack_psn, self.trim_first).max(0);
+        let count = i64::from(count) - i64::from(below);
+        let first = if below > 0 { ack_psn } else { self.trim_first };
+        match u16::try_from(first.wrapping_sub(ack_psn)) {
+            Ok(offset) if count > 0 => (offset, count as u8),
+            _ => (0, 0),
         }
     }
 }
@@ -233,6 +283,9 @@ pub(crate) struct Connection {
     /// from it), and its size on the wire.
     last_data_sent_ns: u64,
     last_paced_bytes: u64,
+    /// After a trim NACK while paced: the next data packet goes at this
+    /// time instead of a gap after the last one (see `on_ack`).
+    pace_restart_ns: MaybeNs,
     rr_path: usize,
     ack_now: VecDeque<u8>,
     /// Second copies of ACKs just sent, while the connection is lossy.
@@ -431,6 +484,7 @@ impl Connection {
             pace_blocked: false,
             last_data_sent_ns: 0,
             last_paced_bytes: 0,
+            pace_restart_ns: MaybeNs::NONE,
             rr_path: 0,
             ack_now: VecDeque::new(),
             ack_copies: VecDeque::new(),

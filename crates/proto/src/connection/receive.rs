@@ -17,24 +17,20 @@ use crate::message::{MsgKind, SegRef};
 use crate::path::{ProbeHold, SentState};
 use crate::sack::{RxOutcome, sack_contains, sack_highest};
 use crate::trace::trace_event;
-use metaroce_wire::{AckRepr, DataRepr, Flags, OpHeader, seq};
+use metaroce_wire::{AckRepr, DataRepr, Flags, OpHeader, SACK_BITS, seq};
+use rand_core::Rng;
 
 impl Connection {
-    /// A data packet from the peer.
-    pub(crate) fn on_data(
-        &mut self,
-        now_ns: u64,
-        dev: &mut DeviceState,
-        ecn: Ecn,
-        repr: &DataRepr,
-        payload: &[u8],
-    ) {
+    /// The receive state of the peer's path that a data packet names:
+    /// created on first use, renewed for a newer generation. `None`
+    /// (counted) for a slot over the limit or a stale generation.
+    fn rx_path_of(&mut self, dev: &mut DeviceState, repr: &DataRepr) -> Option<usize> {
         let slot = repr.base.path_slot;
         let generation = repr.base.path_gen;
         if slot as usize >= dev.config.max_peer_paths {
             // Receive state is per slot: a peer may not make us keep more.
             dev.stats.rx_over_limit += 1;
-            return;
+            return None;
         }
         if self.rx_paths.len() <= slot as usize {
             self.rx_paths.resize_with(slot as usize + 1, || None);
@@ -45,7 +41,7 @@ impl Connection {
         if rx.generation != generation {
             if (generation.wrapping_sub(rx.generation) as i16) < 0 {
                 dev.stats.rx_stale_path += 1;
-                return;
+                return None;
             }
             // The peer renewed the path: its route or our ACKs' way back
             // proved dead (it cannot tell which). The new generation moves
@@ -54,6 +50,60 @@ impl Connection {
             *rx = RxPath::new(psn_base, slot, generation);
             self.note_bad_ack_port(old_ack_port);
         }
+        Some(slot as usize)
+    }
+
+    /// A data packet that a trimming switch cut to its header on the way:
+    /// its payload is gone, but the header says which packet it was. The
+    /// next ACK of its path, sent at once, names it (`trim_count`), so the
+    /// sender resends it now rather than a round of loss detection later;
+    /// for the last packet on a path (a cold start, a small window spread
+    /// over many paths) that round is a probe timeout. Nothing is placed,
+    /// and the packet does not count as received. The sender still counts
+    /// toward the receiver's admission: it has data for us.
+    pub(crate) fn on_trimmed(&mut self, now_ns: u64, dev: &mut DeviceState, repr: &DataRepr) {
+        let Some(slot) = self.rx_path_of(dev, repr) else {
+            return;
+        };
+        let rx = self.rx_paths[slot].as_mut().expect("created above");
+        rx.window
+            .advance_to(repr.psn.wrapping_sub(u32::from(repr.psn_floor_delta)));
+        let offset = seq::seq_diff(repr.psn, rx.window.ack_psn());
+        if offset < 0 || offset as usize > SACK_BITS || rx.window.contains(repr.psn) {
+            // Already here whole (a trimmed duplicate), or beyond what an
+            // ACK can name: the sender's own loss detection covers it.
+            dev.stats.rx_out_of_window += 1;
+            return;
+        }
+        dev.stats.rx_trimmed += 1;
+        rx.note_trimmed(repr.psn);
+        rx.last_ts = repr.timestamp_ns;
+        rx.last_rx_ns = now_ns;
+        if !rx.ack_queued {
+            rx.ack_queued = true;
+            self.ack_now.push_back(slot as u8);
+        }
+        dev.admission.on_data(
+            &mut self.admission,
+            now_ns,
+            None,
+            repr.base.flags.contains(Flags::SENDER_DRAINED),
+        );
+    }
+
+    /// A data packet from the peer.
+    pub(crate) fn on_data(
+        &mut self,
+        now_ns: u64,
+        dev: &mut DeviceState,
+        ecn: Ecn,
+        repr: &DataRepr,
+        payload: &[u8],
+    ) {
+        let Some(slot) = self.rx_path_of(dev, repr) else {
+            return;
+        };
+        let slot = slot as u8;
         let rx = self.rx_paths[slot as usize]
             .as_mut()
             .expect("created above");
@@ -112,7 +162,7 @@ impl Connection {
         dev.admission.on_data(
             &mut self.admission,
             now_ns,
-            repr.timestamp_ns,
+            Some(repr.timestamp_ns),
             repr.base.flags.contains(Flags::SENDER_DRAINED),
         );
 
@@ -169,6 +219,8 @@ impl Connection {
         let mut acked_packets = 0u32;
         let mut lost_bytes = 0u64;
         let mut lost_packets = 0u64;
+        let mut trimmed_bytes = 0u64;
+        let mut trimmed_packets = 0u64;
         // Reused across ACKs: no allocation per packet.
         let mut newly_acked_segs = std::mem::take(&mut self.scratch_segs);
         let mut latest_acked_sent_ns = 0u64;
@@ -206,7 +258,33 @@ impl Connection {
                     });
                 }
             }
-            path.inflight_bytes -= acked_bytes + lost_bytes;
+            // A trim NACK: these packets reached the receiver as headers
+            // only. Resend them now (the SACK above already took any of
+            // the run that arrived whole).
+            if let Some((first, count)) = ack.trimmed() {
+                for k in 0..u32::from(count) {
+                    let psn = first.wrapping_add(k);
+                    let Ok(i) = usize::try_from(seq::seq_diff(psn, first_psn)) else {
+                        continue;
+                    };
+                    let Some(sent) = path.inflight.get_mut(i) else {
+                        break;
+                    };
+                    if sent.state() != SentState::Outstanding {
+                        continue;
+                    }
+                    sent.set_state(SentState::Lost);
+                    trimmed_bytes += u64::from(sent.wire_bytes);
+                    trimmed_packets += 1;
+                    path.stats.packets_lost += 1;
+                    self.retransmit_queue.push_back(Resend {
+                        seg: sent.seg(),
+                        lost_on: Some(p as u8),
+                        probe: false,
+                    });
+                }
+            }
+            path.inflight_bytes -= acked_bytes + lost_bytes + trimmed_bytes;
             path.trim_front();
             path.stats.packets_acked += u64::from(acked_packets);
             if acked_packets > 0 {
@@ -235,8 +313,9 @@ impl Connection {
                 }
             }
         }
-        self.inflight_bytes -= acked_bytes + lost_bytes;
-        self.stats.data_packets_lost += lost_packets;
+        self.inflight_bytes -= acked_bytes + lost_bytes + trimmed_bytes;
+        self.stats.data_packets_lost += lost_packets + trimmed_packets;
+        dev.stats.trim_nacks += trimmed_packets;
         #[cfg(feature = "trace")]
         if lost_packets > 0 {
             trace_event!(
@@ -257,7 +336,7 @@ impl Connection {
             self.paths[p].consecutive_losses = 0;
             self.path_failed(now_ns, dev, p);
         }
-        dev.stats.data_packets_lost += lost_packets;
+        dev.stats.data_packets_lost += lost_packets + trimmed_packets;
         if lost_packets > 0 {
             dev.probe_budget.loss_seen(now_ns);
         }
@@ -318,6 +397,9 @@ impl Connection {
         if lost_bytes > 0 {
             self.cc.on_loss(p, lost_bytes, now_ns);
         }
+        if trimmed_bytes > 0 {
+            self.cc.on_trim(p, trimmed_bytes, now_ns);
+        }
         // Every ACK carries the receiver's grant, 0 meaning no cap: a cap
         // set while the receiver briefly had two senders must also be lifted.
         self.cc.on_rate_hint(
@@ -325,6 +407,17 @@ impl Connection {
             self.conn_rtt.srtt_ns(),
             now_ns,
         );
+        if trimmed_packets > 0
+            && let Some(rate_bps) = self.cc.pacing_rate_bps()
+        {
+            // Trimmed in a burst: paced senders that started together (an
+            // incast) keep meeting in step, one gap apart, and the next
+            // slot of each would meet the same burst and be trimmed again.
+            // A random point within one gap spreads them over it, and
+            // their arrivals add up to the grants' sum, not a burst.
+            let gap_ns = (self.last_paced_bytes.max(1) * 8_000_000_000 / rate_bps.max(1)).max(1);
+            self.pace_restart_ns = MaybeNs::some(now_ns + dev.rng.next_u64() % gap_ns);
+        }
         self.refresh_path_deadline(p, dev);
         self.rack_advance(latest_acked_sent_ns, now_ns, dev);
     }

@@ -252,7 +252,10 @@ impl Connection {
             return false;
         };
         let gap = self.last_paced_bytes * 8_000_000_000 / rate.max(1);
-        self.next_pace_ns = self.last_data_sent_ns + gap;
+        self.next_pace_ns = self
+            .pace_restart_ns
+            .get()
+            .unwrap_or(self.last_data_sent_ns + gap);
         self.pace_blocked = now_ns < self.next_pace_ns;
         self.pace_blocked
     }
@@ -332,6 +335,7 @@ impl Connection {
         }
         self.last_paced_bytes = u64::from(wire_bytes);
         self.pace_blocked = false;
+        self.pace_restart_ns = MaybeNs::NONE;
         self.last_data_sent_ns = now_ns;
         let omit_icrc = self.omits_icrc();
         let flags = if omit_icrc {
@@ -494,6 +498,7 @@ impl Connection {
         });
         ack.ack_psn = rx.window.ack_psn();
         ack.sack = rx.window.to_wire();
+        (ack.trim_offset, ack.trim_count) = rx.take_trimmed();
         ack.ts_echo = rx.last_ts;
         ack.ack_delay_ns = now_ns
             .saturating_sub(rx.last_rx_ns)

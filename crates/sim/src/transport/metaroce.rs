@@ -304,22 +304,30 @@ pub struct CompactAck {
     extras: Option<Box<AckExtras>>,
 }
 
-/// SACK bits (set only after a gap on the path) and op-acks (one per
-/// completed or refused operation).
+/// SACK bits (set only after a gap on the path), op-acks (one per
+/// completed or refused operation) and a trim NACK (only where switches
+/// trim).
 #[derive(Debug)]
 struct AckExtras {
     sack: SackBits,
     op_acks: Box<[OpAck]>,
+    trim_offset: u16,
+    trim_count: u8,
 }
 
 impl CompactAck {
     fn from_repr(ack: &AckRepr) -> Self {
-        let extras = (ack.sack != SackBits::EMPTY || !ack.op_acks().is_empty()).then(|| {
-            Box::new(AckExtras {
-                sack: ack.sack,
-                op_acks: ack.op_acks().into(),
-            })
-        });
+        let extras = (ack.sack != SackBits::EMPTY
+            || !ack.op_acks().is_empty()
+            || ack.trim_count > 0)
+            .then(|| {
+                Box::new(AckExtras {
+                    sack: ack.sack,
+                    op_acks: ack.op_acks().into(),
+                    trim_offset: ack.trim_offset,
+                    trim_count: ack.trim_count,
+                })
+            });
         Self {
             base: ack.base,
             ack_psn: ack.ack_psn,
@@ -342,6 +350,8 @@ impl CompactAck {
         ack.rate_hint_mbps = self.rate_hint_mbps;
         if let Some(extras) = &self.extras {
             ack.sack = extras.sack;
+            ack.trim_offset = extras.trim_offset;
+            ack.trim_count = extras.trim_count;
             for op_ack in &extras.op_acks {
                 let pushed = ack.push_op_ack(*op_ack);
                 debug_assert!(pushed, "an ACK's own op-acks fit it");
@@ -391,8 +401,16 @@ impl Transport for MetaRoceHost {
         packet: &MetaRocePacket,
     ) {
         if trimmed {
-            // MetaRoCE does not use trimming: a cut packet is a loss.
-            self.trimmed_dropped += 1;
+            // The header of a packet a switch trimmed: a NACK for it goes
+            // back at once. Only data is ever trimmed.
+            match packet {
+                MetaRocePacket::Data(d) => {
+                    let from = SocketAddr::new(host_ip(src), wire.src_port);
+                    self.ep.handle_trimmed(ps_to_ns(now), from, &d.repr());
+                    self.drain_completions();
+                }
+                MetaRocePacket::Ack(_) => self.trimmed_dropped += 1,
+            }
             return;
         }
         let ecn = if wire.ce {
@@ -482,7 +500,8 @@ impl Transport for MetaRoceHost {
             data_packets: s.data_packets_sent,
             retransmissions: s.data_packets_retransmitted,
             acks: s.ack_packets_sent,
-            nacks: s.naks_sent + s.rnr_naks_sent,
+            // Trim NACKs: one per trimmed header, in the next ACK of its path.
+            nacks: s.naks_sent + s.rnr_naks_sent + s.rx_trimmed,
             timeouts: s.rtos,
             paths_replaced: s.paths_replaced,
             trimmed_dropped: self.trimmed_dropped,
