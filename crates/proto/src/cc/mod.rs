@@ -60,6 +60,9 @@ pub struct CcConfig {
     pub path_count: usize,
     /// Hard cap per path (the 256-packet SACK window x mss).
     pub max_path_window_bytes: u64,
+    /// NIC planes the paths are spread over (1: one fabric). Each plane is
+    /// a fabric of its own, with its own queues and ECN marks.
+    pub planes: u16,
 }
 
 /// What one ACK told the sender about one path.

@@ -463,6 +463,7 @@ impl Connection {
                     base_rtt_ns: cfg.base_rtt_ns,
                     path_count: n,
                     max_path_window_bytes: u64::from(PATH_PSN_WINDOW) * mss,
+                    planes: cfg.port_planes,
                 },
                 &cfg.cc_params,
             )
