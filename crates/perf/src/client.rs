@@ -323,7 +323,7 @@ fn client_bw(
                 Ok(())
             })?;
         }
-        let n = rig.dev.poll_cq(rig.cq, &mut wcs)?;
+        let n = rig.dev.poll_cq_wait(rig.cq, &mut wcs)?;
         let now = now_ns();
         for wc in &wcs[..n] {
             if wc.status != WcStatus::Success {
@@ -455,7 +455,7 @@ fn client_lat(
         })?;
         // Wait for the answer: a receive (ping-pong) or the completion.
         let t1 = loop {
-            let n = rig.dev.poll_cq(rig.cq, &mut wcs)?;
+            let n = rig.dev.poll_cq_wait(rig.cq, &mut wcs)?;
             let mut got = None;
             for wc in &wcs[..n] {
                 if wc.status != WcStatus::Success {

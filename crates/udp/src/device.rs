@@ -303,10 +303,85 @@ const TIMER_DEFER_MAX_NS: u64 = 20_000_000;
 const HOLD_MAX_NS: u64 = 10_000;
 /// The engine stands aside this long after the application drove progress.
 const APP_HOLD_NS: u64 = 1_000_000;
+/// A spinning thread that was taken off its CPU while it could have run
+/// (another runnable thread wanted that CPU: a hog, the peer, its own
+/// device's other thread) does not spin for this long: its empty polls
+/// block until input or a deadline instead. The kernel's own busy-poll
+/// stops the same way, on `need_resched()`. A spinner that keeps going
+/// turns the scheduler's fair share into time slices spent waiting for
+/// the thread it keeps off the CPU; and once wake-ups have put two
+/// threads of a ping-pong on one CPU (the scheduler places a woken thread
+/// near its waker), every microsecond one spins is a microsecond the
+/// other's answer waits (measured: a 20 us spin on a loaded VM took
+/// 8-byte write-lat from 11-20 to 28-36 us, a 50 us spin to 55-58 us).
+const CONTENDED_HOLD_NS: u64 = 50_000_000;
+/// How often a spinning thread asks whether it was taken off its CPU.
+const PREEMPT_CHECK_NS: u64 = 50_000;
+/// Longest one blocking wait of [`Device::poll_cq_wait`]: the caller gets
+/// control back at least this often to look at its own clock and sockets.
+const APP_WAIT_MAX_NS: u64 = 5_000_000;
 /// An application that polled within this window is a polling application:
 /// the engine then never spins, it only covers the application's pauses
 /// with blocking passes.
 const APP_POLLING_NS: u64 = 50_000_000;
+
+/// Whether a spinning thread is losing its CPU to other runnable threads,
+/// from its count of involuntary context switches.
+#[derive(Debug, Clone, Copy, Default)]
+struct SpinGuard {
+    /// When the count was last read, ns.
+    checked_ns: u64,
+    /// The count then.
+    involuntary: u64,
+    /// Spinning stays off until then, ns.
+    contended_until_ns: u64,
+    /// The last poll that found work (completions or input), ns.
+    last_active_ns: u64,
+}
+
+impl SpinGuard {
+    /// Called while spinning (after an empty poll): whether this thread
+    /// should block instead, because it was taken off its CPU lately.
+    fn contended(&mut self, now: u64) -> bool {
+        if now.saturating_sub(self.checked_ns) >= PREEMPT_CHECK_NS {
+            let count = sys::thread_involuntary_switches();
+            if self.checked_ns != 0 && count > self.involuntary {
+                self.contended_until_ns = now + CONTENDED_HOLD_NS;
+            }
+            self.involuntary = count;
+            self.checked_ns = now;
+        }
+        now < self.contended_until_ns
+    }
+
+    /// How long after its last work this thread spins before it blocks:
+    /// `busy_poll_ns`, or not at all while it loses its CPU.
+    fn spin_ns(&mut self, now: u64, busy_poll_ns: u64) -> u64 {
+        if self.contended(now) { 0 } else { busy_poll_ns }
+    }
+}
+
+/// The calling thread did work on a device (a post, a completion, input).
+fn note_app_active(now: u64) {
+    APP_SPIN.with(|cell| {
+        let mut g = cell.get();
+        g.last_active_ns = now;
+        cell.set(g);
+    });
+}
+
+thread_local! {
+    /// The spin state of an application thread in `poll_cq_wait`: the
+    /// count it reads is per thread, so is the state.
+    static APP_SPIN: std::cell::Cell<SpinGuard> = const {
+        std::cell::Cell::new(SpinGuard {
+            checked_ns: 0,
+            involuntary: 0,
+            contended_until_ns: 0,
+            last_active_ns: 0,
+        })
+    };
+}
 
 struct Io {
     rx: Socket,
@@ -361,8 +436,15 @@ struct Inner {
     cq_event: Condvar,
     shutdown: AtomicBool,
     sleeping: AtomicBool,
+    /// When the application last drove progress, ns; while it blocks in
+    /// [`Device::poll_cq_wait`], the end of that wait (in the future), so
+    /// that the engine stands aside meanwhile.
     app_active: AtomicU64,
     wake: EventFd,
+    /// Wakes an application thread blocked in [`Device::poll_cq_wait`]
+    /// when another thread posts (new work, new deadlines).
+    app_wake: EventFd,
+    app_waiting: AtomicBool,
     rx_fd: std::os::fd::RawFd,
     addr: SocketAddr,
     busy_poll_ns: u64,
@@ -560,6 +642,8 @@ impl Device {
             sleeping: AtomicBool::new(false),
             app_active: AtomicU64::new(0),
             wake: EventFd::new().map_err(io_err("eventfd"))?,
+            app_wake: EventFd::new().map_err(io_err("eventfd"))?,
+            app_waiting: AtomicBool::new(false),
             rx_fd,
             addr,
             busy_poll_ns: cfg.busy_poll_ns,
@@ -594,6 +678,9 @@ impl Device {
     /// the time, so posts need no clock; `f` gets the same time too.
     pub fn with<R>(&self, f: impl FnOnce(&mut Context, u64) -> R) -> R {
         let now = now_ns();
+        // A post is work: the answer to it is what this thread's next
+        // polls wait for, and they spin for it from here.
+        note_app_active(now);
         let r = {
             let mut st = self.lock();
             let st = &mut *st;
@@ -611,6 +698,11 @@ impl Device {
             now_ns().saturating_sub(self.inner.app_active.load(Ordering::Relaxed)) < APP_HOLD_NS;
         if !app_recent && self.inner.sleeping.load(Ordering::SeqCst) {
             self.inner.wake.signal();
+        }
+        // A thread blocked in `poll_cq_wait` timed its sleep by the
+        // deadlines before this post.
+        if self.inner.app_waiting.load(Ordering::SeqCst) {
+            self.inner.app_wake.signal();
         }
         r
     }
@@ -664,6 +756,86 @@ impl Device {
         cq: CompletionQueue,
         wc: &mut [WorkCompletion],
     ) -> Result<usize, VerbsError> {
+        self.poll_cq_input(cq, wc).map(|(n, _)| n)
+    }
+
+    /// [`poll_cq`](Self::poll_cq) for a loop that has nothing else to do
+    /// but wait for completions: spin while spinning pays, block while it
+    /// does not. When the poll finds nothing, and either nothing came in
+    /// (completions, datagrams, posts from this thread) for the device's
+    /// busy-poll window, or this thread was taken off its CPU while
+    /// spinning in the last `CONTENDED_HOLD_NS` (another thread wants the
+    /// CPU: the peer, the
+    /// engine, a hog), it sleeps in `ppoll` on the receive socket until a
+    /// datagram, a post from another thread, the core's next deadline or
+    /// `APP_WAIT_MAX_NS`, then polls once more. On an idle machine a
+    /// polling loop spins exactly as with `poll_cq`; on a contended one
+    /// its empty polls leave the CPU to whoever has work, and a datagram
+    /// wakes it as one wakes a blocked TCP reader.
+    pub fn poll_cq_wait(
+        &self,
+        cq: CompletionQueue,
+        wc: &mut [WorkCompletion],
+    ) -> Result<usize, VerbsError> {
+        let (n, took) = self.poll_cq_input(cq, wc)?;
+        let now = now_ns();
+        let spin = APP_SPIN.with(|cell| {
+            let mut g = cell.get();
+            if n > 0 || took {
+                g.last_active_ns = now;
+            }
+            let spin = n > 0
+                || now.saturating_sub(g.last_active_ns) < g.spin_ns(now, self.inner.busy_poll_ns);
+            cell.set(g);
+            spin
+        });
+        if spin || !self.wait_input(now) {
+            return Ok(n);
+        }
+        self.poll_cq(cq, wc)
+    }
+
+    /// Block the calling application thread until a datagram, a post from
+    /// another thread, the core's next deadline or `APP_WAIT_MAX_NS`.
+    /// Returns whether it waited (it does not while sends are held for a
+    /// reply, or a deadline is already due).
+    fn wait_input(&self, now: u64) -> bool {
+        let timeout = {
+            let st = self.lock();
+            if st.io.held_since_ns != 0 {
+                return false;
+            }
+            st.ctx
+                .poll_timeout()
+                .map_or(APP_WAIT_MAX_NS, |d| d.saturating_sub(now))
+                .min(APP_WAIT_MAX_NS)
+        };
+        if timeout == 0 {
+            return false;
+        }
+        // This thread still drives the device: the engine stands aside
+        // until the wait is over (rather than waking on the same datagram
+        // and fighting for the lock).
+        self.inner
+            .app_active
+            .store(now.saturating_add(timeout), Ordering::Relaxed);
+        self.inner.app_waiting.store(true, Ordering::SeqCst);
+        sys::wait_readable(
+            &[self.inner.rx_fd, self.inner.app_wake.raw()],
+            Some(timeout),
+        );
+        self.inner.app_waiting.store(false, Ordering::SeqCst);
+        self.inner.app_wake.drain();
+        self.inner.app_active.store(now_ns(), Ordering::Relaxed);
+        true
+    }
+
+    /// `poll_cq`, and whether its progress pass took input.
+    fn poll_cq_input(
+        &self,
+        cq: CompletionQueue,
+        wc: &mut [WorkCompletion],
+    ) -> Result<(usize, bool), VerbsError> {
         let now = now_ns();
         self.inner.app_active.store(now, Ordering::Relaxed);
         let mut st = self.lock();
@@ -671,7 +843,7 @@ impl Device {
         let n = st.ctx.poll_cq(cq, wc)?;
         if n > 0 {
             hold(&mut st.ctx, &mut st.io, now);
-            return Ok(n);
+            return Ok((n, false));
         }
         // Take input, and when it completed work hand that to the caller
         // before sending what the input made due (ACKs): the caller's
@@ -694,7 +866,7 @@ impl Device {
             hold(&mut st.ctx, &mut st.io, now);
         }
         wake_cq_waiters(&self.inner, &st.ctx);
-        Ok(n)
+        Ok((n, took))
     }
 
     /// `ibv_req_notify_cq`: arm `cq` so that its next completion (with
@@ -866,6 +1038,7 @@ fn engine(inner: &Inner) {
     }
     let mut last_active = now_ns();
     let mut deadline = None;
+    let mut guard = SpinGuard::default();
     while !inner.shutdown.load(Ordering::SeqCst) {
         let now = now_ns();
         let app_polled = inner.app_active.load(Ordering::Relaxed);
@@ -891,14 +1064,27 @@ fn engine(inner: &Inner) {
         // small machine only steals its CPU (and the peer's), turning
         // scheduler time slices into millisecond stalls and false RTOs.
         let app_polls = app_polled != 0 && now.saturating_sub(app_polled) < APP_POLLING_NS;
-        if !app_polls && now.saturating_sub(last_active) < inner.busy_poll_ns {
-            std::thread::yield_now();
+        // Spin only while it pays: not when this thread was lately taken
+        // off its CPU for another runnable thread (the application, the
+        // peer, a hog), which needs the CPU the spin would burn. No
+        // `sched_yield` in the spin: with another thread on the same CPU it
+        // hands that thread a whole time slice (milliseconds: deadlines
+        // missed, ACKs late), and with none it does nothing.
+        if !app_polls && now.saturating_sub(last_active) < guard.spin_ns(now, inner.busy_poll_ns) {
+            std::hint::spin_loop();
             continue;
         }
         inner.sleeping.store(true, Ordering::SeqCst);
         let (fds, timeout): (&[_], u64) = if app_recent {
-            // The application drives; wake when it goes quiet.
-            (&[inner.wake.raw()][..], APP_HOLD_NS)
+            // The application drives (polls, or blocks in `poll_cq_wait`
+            // until `app_polled`); wake when it goes quiet.
+            let quiet_at = app_polled.saturating_add(APP_HOLD_NS);
+            (
+                &[inner.wake.raw()][..],
+                quiet_at
+                    .saturating_sub(now)
+                    .clamp(1, APP_WAIT_MAX_NS + APP_HOLD_NS),
+            )
         } else {
             // Nobody drives: sleep until a datagram, a post or a deadline.
             let t = deadline.map_or(100_000_000, |d: u64| d.saturating_sub(now));
