@@ -319,7 +319,7 @@ const CONTENDED_HOLD_NS: u64 = 50_000_000;
 const PREEMPT_CHECK_NS: u64 = 50_000;
 /// Longest one blocking wait of [`Device::poll_cq_wait`]: the caller gets
 /// control back at least this often to look at its own clock and sockets.
-const APP_WAIT_MAX_NS: u64 = 5_000_000;
+const APP_WAIT_MAX_NS: u64 = 20_000_000;
 /// An application that polled within this window is a polling application:
 /// the engine then never spins, it only covers the application's pauses
 /// with blocking passes.
