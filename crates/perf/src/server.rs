@@ -16,6 +16,10 @@ use std::io::{ErrorKind, Read};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
 
+/// Longest a server poll sleeps when nothing comes: the client's `Done`
+/// on the side channel is seen at most this late.
+const SERVER_WAIT_MAX: Duration = Duration::from_millis(10);
+
 /// Serve sessions of `test` on `listener` until a client marks its session
 /// as the last one. `on_session` sees each finished session.
 pub fn serve(
@@ -175,7 +179,7 @@ fn serve_on_rig(
         let mut peeked_ns = now_ns();
         tcp.set_nonblocking(true)?;
         loop {
-            let n = rig.dev.poll_cq_wait(rig.cq, &mut wcs)?;
+            let n = rig.dev.poll_cq_wait(rig.cq, &mut wcs, SERVER_WAIT_MAX)?;
             let mut repost: Vec<(usize, u64)> = Vec::new();
             for wc in &wcs[..n] {
                 if wc.status != WcStatus::Success {
@@ -241,9 +245,8 @@ fn serve_on_rig(
                 post_recvs(rig, rig.qps[q], std::iter::once((j, recv_sge(j, q as u64))))?;
             }
             spins += 1;
-            // Every 64 polls, or every millisecond when polls block (a
-            // contended or idle host: `poll_cq_wait` sleeps when spinning
-            // does not pay).
+            // Every 64 polls, or every millisecond when polls block
+            // (`poll_cq_wait` sleeps when nothing came for a while).
             if n == 0 && (spins >= 64 || now_ns().saturating_sub(peeked_ns) >= 1_000_000) {
                 spins = 0;
                 peeked_ns = now_ns();

@@ -71,7 +71,9 @@ fn main() -> Result<(), Box<dyn Error>> {
         s.spawn(|| {
             let mut wc = [WorkCompletion::default(); 4];
             while !stop.load(Ordering::Relaxed) {
-                let _ = b.dev.poll_cq_wait(b.cq, &mut wc);
+                let _ = b
+                    .dev
+                    .poll_cq_wait(b.cq, &mut wc, Duration::from_millis(100));
             }
         });
         // Past the busy-poll windows and the delayed ACKs of the WRITE.

@@ -313,9 +313,9 @@ const APP_HOLD_NS: u64 = 1_000_000;
 const CONTENDED_HOLD_NS: u64 = 50_000_000;
 /// How often a spinning thread asks whether it was taken off its CPU.
 const PREEMPT_CHECK_NS: u64 = 50_000;
-/// Longest one blocking wait of [`Device::poll_cq_wait`]: the caller gets
-/// control back at least this often to look at its own clock and sockets.
-const APP_WAIT_MAX_NS: u64 = 20_000_000;
+/// Longest the engine sleeps while an application blocks in
+/// [`Device::poll_cq_wait`] (it wakes when that wait ends anyway).
+const APP_WAIT_MAX_NS: u64 = 1_000_000_000;
 /// An application that polled within this window is a polling application:
 /// the engine then never spins, it only covers the application's pauses
 /// with blocking passes.
@@ -748,7 +748,9 @@ impl Device {
     /// device's busy-poll window after this thread's last work (a
     /// completion, a datagram taken in, a post), then sleeps in `ppoll` on
     /// the receive socket until a datagram, a post from another thread,
-    /// the core's next deadline or `APP_WAIT_MAX_NS`, and polls once more.
+    /// the core's next deadline or `max_wait` (how often the caller wants
+    /// control back, to look at its own clock or sockets), and polls once
+    /// more.
     /// The engine stands aside meanwhile. A loop that waits this way costs
     /// next to no CPU while nothing comes, and as much latency as
     /// `poll_cq` while messages flow.
@@ -764,6 +766,7 @@ impl Device {
         &self,
         cq: CompletionQueue,
         wc: &mut [WorkCompletion],
+        max_wait: Duration,
     ) -> Result<usize, VerbsError> {
         let (n, took) = self.poll_cq_input(cq, wc)?;
         let now = now_ns();
@@ -772,17 +775,20 @@ impl Device {
         }
         let spin =
             n > 0 || now.saturating_sub(APP_ACTIVE_NS.with(|t| t.get())) < self.inner.busy_poll_ns;
-        if spin || !self.wait_input(now) {
+        let max_wait_ns = u64::try_from(max_wait.as_nanos())
+            .unwrap_or(u64::MAX)
+            .min(APP_WAIT_MAX_NS);
+        if spin || !self.wait_input(now, max_wait_ns) {
             return Ok(n);
         }
         self.poll_cq(cq, wc)
     }
 
     /// Block the calling application thread until a datagram, a post from
-    /// another thread, the core's next deadline or `APP_WAIT_MAX_NS`.
+    /// another thread, the core's next deadline or `max_wait_ns`.
     /// Returns whether it waited (it does not while sends are held for a
     /// reply, or a deadline is already due).
-    fn wait_input(&self, now: u64) -> bool {
+    fn wait_input(&self, now: u64, max_wait_ns: u64) -> bool {
         let timeout = {
             let st = self.lock();
             if st.io.held_since_ns != 0 {
@@ -790,8 +796,8 @@ impl Device {
             }
             st.ctx
                 .poll_timeout()
-                .map_or(APP_WAIT_MAX_NS, |d| d.saturating_sub(now))
-                .min(APP_WAIT_MAX_NS)
+                .map_or(max_wait_ns, |d| d.saturating_sub(now))
+                .min(max_wait_ns)
         };
         if timeout == 0 {
             return false;

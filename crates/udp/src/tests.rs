@@ -455,7 +455,7 @@ fn idle_device_uses_under_one_percent_of_a_cpu() {
             .spawn_scoped(s, || {
                 let mut wc = [WorkCompletion::default(); 4];
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let _ = b.poll_cq_wait(cb, &mut wc);
+                    let _ = b.poll_cq_wait(cb, &mut wc, std::time::Duration::from_millis(100));
                 }
             })
             .unwrap();
