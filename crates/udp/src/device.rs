@@ -136,6 +136,16 @@ pub struct DeviceConfig {
     /// instead of two. Every device of this version takes such datagrams;
     /// turn it off toward older ones.
     pub coalesce: bool,
+    /// An application thread in [`Device::poll_cq_wait`] that was taken
+    /// off its CPU while it spun stops spinning for `CONTENDED_HOLD_NS`,
+    /// as the engine does: its empty polls block at once, leaving the CPU
+    /// to the peer and the engine (a stream under a CPU hog keeps far more
+    /// of its bandwidth). Off: it spins its busy-poll window on a
+    /// contended CPU too, which on a loaded VM keeps a ping-pong's typical
+    /// latency (7 against 11-26 us for 8-byte write-lat, where a blocked
+    /// thread's wake-up costs 10-25 us) at the price of millisecond stalls
+    /// when a hog shares its CPU. No effect on an idle machine.
+    pub app_block_when_contended: bool,
 }
 
 impl DeviceConfig {
@@ -154,6 +164,7 @@ impl DeviceConfig {
             capture: None,
             engine_nice: None,
             coalesce: true,
+            app_block_when_contended: true,
         }
     }
 }
@@ -309,7 +320,8 @@ const APP_HOLD_NS: u64 = 1_000_000;
 /// deadline instead. The kernel's own busy-poll stops the same way, on
 /// `need_resched()`: a spinner that keeps going turns the scheduler's fair
 /// share into time slices spent waiting for the thread it keeps off the
-/// CPU. Application threads keep spinning (see `poll_cq_wait`).
+/// CPU. Application threads in `poll_cq_wait` follow the same rule
+/// (`DeviceConfig::app_block_when_contended`).
 const CONTENDED_HOLD_NS: u64 = 50_000_000;
 /// How often a spinning thread asks whether it was taken off its CPU.
 const PREEMPT_CHECK_NS: u64 = 50_000;
@@ -321,8 +333,9 @@ const APP_WAIT_MAX_NS: u64 = 1_000_000_000;
 /// with blocking passes.
 const APP_POLLING_NS: u64 = 50_000_000;
 
-/// Whether the spinning engine is losing its CPU to other runnable
-/// threads, from its count of involuntary context switches.
+/// Whether a spinning thread (the engine, an application) is losing its
+/// CPU to other runnable threads, from its count of involuntary context
+/// switches.
 #[derive(Debug, Default)]
 struct SpinGuard {
     /// When the count was last read, ns.
@@ -365,6 +378,15 @@ thread_local! {
     /// completion, input), ns: `poll_cq_wait` spins for the busy-poll
     /// window after it.
     static APP_ACTIVE_NS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// Whether this application thread is losing its CPU (the count it
+    /// reads is per thread, so is the state).
+    static APP_GUARD: std::cell::RefCell<SpinGuard> = const {
+        std::cell::RefCell::new(SpinGuard {
+            checked_ns: 0,
+            involuntary: 0,
+            contended_until_ns: 0,
+        })
+    };
 }
 
 struct Io {
@@ -429,6 +451,7 @@ struct Inner {
     /// when another thread posts (new work, new deadlines).
     app_wake: EventFd,
     app_waiting: AtomicBool,
+    app_block_when_contended: bool,
     rx_fd: std::os::fd::RawFd,
     addr: SocketAddr,
     busy_poll_ns: u64,
@@ -628,6 +651,7 @@ impl Device {
             wake: EventFd::new().map_err(io_err("eventfd"))?,
             app_wake: EventFd::new().map_err(io_err("eventfd"))?,
             app_waiting: AtomicBool::new(false),
+            app_block_when_contended: cfg.app_block_when_contended,
             rx_fd,
             addr,
             busy_poll_ns: cfg.busy_poll_ns,
@@ -755,13 +779,11 @@ impl Device {
     /// next to no CPU while nothing comes, and as much latency as
     /// `poll_cq` while messages flow.
     ///
-    /// It keeps spinning within the window on a contended CPU too (unlike
-    /// the engine): a blocked thread's wake-up costs 10-25 us on a VM, and
-    /// once wake-ups have put a ping-pong's two threads on one CPU (the
-    /// scheduler places a woken thread near its waker) each waits for the
-    /// other's turn. Measured on the 2-vCPU VM with other builds running:
-    /// 8-byte write-lat 7 us typical spinning, 11-53 us blocking on
-    /// contention, for 10-20 % more bandwidth under a CPU hog.
+    /// Like the engine, a thread that was taken off its CPU while it spun
+    /// (another runnable thread wanted it: the peer, the engine, a hog)
+    /// then stops spinning for `CONTENDED_HOLD_NS` and blocks on every
+    /// empty poll, unless [`DeviceConfig::app_block_when_contended`] is
+    /// off. On an idle machine it spins exactly as `poll_cq` does.
     pub fn poll_cq_wait(
         &self,
         cq: CompletionQueue,
@@ -773,8 +795,12 @@ impl Device {
         if n > 0 || took {
             note_app_active(now);
         }
-        let spin =
-            n > 0 || now.saturating_sub(APP_ACTIVE_NS.with(|t| t.get())) < self.inner.busy_poll_ns;
+        let spin_ns = if self.inner.app_block_when_contended {
+            APP_GUARD.with(|g| g.borrow_mut().spin_ns(now, self.inner.busy_poll_ns))
+        } else {
+            self.inner.busy_poll_ns
+        };
+        let spin = n > 0 || now.saturating_sub(APP_ACTIVE_NS.with(|t| t.get())) < spin_ns;
         let max_wait_ns = u64::try_from(max_wait.as_nanos())
             .unwrap_or(u64::MAX)
             .min(APP_WAIT_MAX_NS);
