@@ -211,9 +211,9 @@ pub struct LocalOpts {
     /// Niceness of the device's engine thread
     /// ([`metaroce_udp::DeviceConfig::engine_nice`]).
     pub engine_nice: Option<i32>,
-    /// Application polls keep spinning on a contended CPU
-    /// (`DeviceConfig::app_block_when_contended` off).
-    pub spin_when_contended: bool,
+    /// Application polls stop spinning on a contended CPU
+    /// ([`metaroce_udp::DeviceConfig::app_block_when_contended`]).
+    pub block_when_contended: bool,
 }
 
 /// Packet protection for a perf run.
@@ -257,7 +257,7 @@ impl Default for LocalOpts {
             icrc_omission: true,
             rto_min_ns: 0,
             engine_nice: None,
-            spin_when_contended: false,
+            block_when_contended: false,
         }
     }
 }

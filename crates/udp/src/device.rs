@@ -140,11 +140,11 @@ pub struct DeviceConfig {
     /// off its CPU while it spun stops spinning for `CONTENDED_HOLD_NS`,
     /// as the engine does: its empty polls block at once, leaving the CPU
     /// to the peer and the engine (a stream under a CPU hog keeps far more
-    /// of its bandwidth). Off: it spins its busy-poll window on a
-    /// contended CPU too, which on a loaded VM keeps a ping-pong's typical
-    /// latency (7 against 11-26 us for 8-byte write-lat, where a blocked
-    /// thread's wake-up costs 10-25 us) at the price of millisecond stalls
-    /// when a hog shares its CPU. No effect on an idle machine.
+    /// of its bandwidth). Off by default: a ping-pong's two spinning
+    /// threads on a 2-vCPU machine are preempted now and then even with
+    /// nothing else running, and blocking them costs a wake-up per
+    /// message (8-byte loopback write-lat 6.5 -> 58 us typical on the
+    /// VM); off, they spin their busy-poll window whatever the load.
     pub app_block_when_contended: bool,
 }
 
@@ -164,7 +164,7 @@ impl DeviceConfig {
             capture: None,
             engine_nice: None,
             coalesce: true,
-            app_block_when_contended: true,
+            app_block_when_contended: false,
         }
     }
 }
@@ -320,8 +320,8 @@ const APP_HOLD_NS: u64 = 1_000_000;
 /// deadline instead. The kernel's own busy-poll stops the same way, on
 /// `need_resched()`: a spinner that keeps going turns the scheduler's fair
 /// share into time slices spent waiting for the thread it keeps off the
-/// CPU. Application threads in `poll_cq_wait` follow the same rule
-/// (`DeviceConfig::app_block_when_contended`).
+/// CPU. Application threads in `poll_cq_wait` follow the same rule when
+/// `DeviceConfig::app_block_when_contended` is on.
 const CONTENDED_HOLD_NS: u64 = 50_000_000;
 /// How often a spinning thread asks whether it was taken off its CPU.
 const PREEMPT_CHECK_NS: u64 = 50_000;
@@ -764,7 +764,7 @@ impl Device {
         cq: CompletionQueue,
         wc: &mut [WorkCompletion],
     ) -> Result<usize, VerbsError> {
-        self.poll_cq_input(cq, wc).map(|(n, _)| n)
+        self.poll_cq_input(cq, wc).map(|(n, _, _)| n)
     }
 
     /// [`poll_cq`](Self::poll_cq) for a loop that has nothing else to do
@@ -774,33 +774,34 @@ impl Device {
     /// the receive socket until a datagram, a post from another thread,
     /// the core's next deadline or `max_wait` (how often the caller wants
     /// control back, to look at its own clock or sockets), and polls once
-    /// more.
-    /// The engine stands aside meanwhile. A loop that waits this way costs
-    /// next to no CPU while nothing comes, and as much latency as
+    /// more; the engine stands aside meanwhile. A loop that waits this way
+    /// costs next to no CPU while nothing comes, and as much latency as
     /// `poll_cq` while messages flow.
     ///
     /// Like the engine, a thread that was taken off its CPU while it spun
     /// (another runnable thread wanted it: the peer, the engine, a hog)
     /// then stops spinning for `CONTENDED_HOLD_NS` and blocks on every
-    /// empty poll, unless [`DeviceConfig::app_block_when_contended`] is
-    /// off. On an idle machine it spins exactly as `poll_cq` does.
+    /// empty poll, when [`DeviceConfig::app_block_when_contended`] is on
+    /// (it is off by default: it costs a ping-pong its latency).
     pub fn poll_cq_wait(
         &self,
         cq: CompletionQueue,
         wc: &mut [WorkCompletion],
         max_wait: Duration,
     ) -> Result<usize, VerbsError> {
-        let (n, took) = self.poll_cq_input(cq, wc)?;
-        let now = now_ns();
+        let (n, took, now) = self.poll_cq_input(cq, wc)?;
         if n > 0 || took {
             note_app_active(now);
+        }
+        if n > 0 {
+            return Ok(n);
         }
         let spin_ns = if self.inner.app_block_when_contended {
             APP_GUARD.with(|g| g.borrow_mut().spin_ns(now, self.inner.busy_poll_ns))
         } else {
             self.inner.busy_poll_ns
         };
-        let spin = n > 0 || now.saturating_sub(APP_ACTIVE_NS.with(|t| t.get())) < spin_ns;
+        let spin = now.saturating_sub(APP_ACTIVE_NS.with(|t| t.get())) < spin_ns;
         let max_wait_ns = u64::try_from(max_wait.as_nanos())
             .unwrap_or(u64::MAX)
             .min(APP_WAIT_MAX_NS);
@@ -845,12 +846,13 @@ impl Device {
         true
     }
 
-    /// `poll_cq`, and whether its progress pass took input.
+    /// `poll_cq`, whether its progress pass took input, and the time it
+    /// started at.
     fn poll_cq_input(
         &self,
         cq: CompletionQueue,
         wc: &mut [WorkCompletion],
-    ) -> Result<(usize, bool), VerbsError> {
+    ) -> Result<(usize, bool, u64), VerbsError> {
         let now = now_ns();
         self.inner.app_active.store(now, Ordering::Relaxed);
         let mut st = self.lock();
@@ -858,7 +860,7 @@ impl Device {
         let n = st.ctx.poll_cq(cq, wc)?;
         if n > 0 {
             hold(&mut st.ctx, &mut st.io, now);
-            return Ok((n, false));
+            return Ok((n, false, now));
         }
         // Take input, and when it completed work hand that to the caller
         // before sending what the input made due (ACKs): the caller's
@@ -881,7 +883,7 @@ impl Device {
             hold(&mut st.ctx, &mut st.io, now);
         }
         wake_cq_waiters(&self.inner, &st.ctx);
-        Ok((n, took))
+        Ok((n, took, now))
     }
 
     /// `ibv_req_notify_cq`: arm `cq` so that its next completion (with
