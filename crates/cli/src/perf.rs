@@ -173,6 +173,13 @@ pub(crate) struct PerfArgs {
     /// [default: the caller's].
     #[arg(long = "engine-nice", allow_negative_numbers = true)]
     engine_nice: Option<i32>,
+    /// Stop the application thread's spinning while other threads want its
+    /// CPU (once preempted, it blocks on every empty poll for 50 ms): a
+    /// stream keeps more of its bandwidth under a CPU hog, a ping-pong
+    /// loses latency to wake-ups [default: it spins its busy-poll window
+    /// whatever the load; the engine thread always stops]
+    #[arg(long = "block-when-contended")]
+    block_when_contended: bool,
     /// perftest's -F (no CPU frequency warning): accepted, ignored.
     #[arg(short = 'F', long = "CPU-freq", hide = true)]
     cpu_freq: bool,
@@ -439,6 +446,7 @@ fn rdma_test(args: &PerfArgs, json: Option<JsonOut>) -> Result<ExitCode, String>
         capture: None,
         offload: !args.no_offload,
         engine_nice: args.engine_nice,
+        block_when_contended: args.block_when_contended,
         icrc_omission: !args.icrc,
         rto_min_ns: args.rto_min_us.unwrap_or(0).saturating_mul(1000),
     };
@@ -839,6 +847,7 @@ fn raw_run(args: &PerfArgs) -> Result<(ExitCode, Option<RawReport>), String> {
         ("--icrc", args.icrc),
         ("--rto-min-us", args.rto_min_us.is_some()),
         ("--engine-nice", args.engine_nice.is_some()),
+        ("--block-when-contended", args.block_when_contended),
     ];
     if let Some((flag, _)) = rdma_only.iter().find(|(_, given)| *given) {
         return Err(format!(

@@ -19,6 +19,10 @@ use metaroce_verbs::{MemoryRegion, SendWr, Sge, WcOpcode, WcStatus, WrOp};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
+/// Longest a client poll sleeps when nothing comes: it looks at the
+/// clock for the end of a timed run and for stalls at least this often.
+const CLIENT_WAIT_MAX: Duration = Duration::from_millis(100);
+
 // ------------------------------------------------------------ client
 
 /// What a bandwidth run reports at each interval of `--run_infinitely`:
@@ -323,7 +327,7 @@ fn client_bw(
                 Ok(())
             })?;
         }
-        let n = rig.dev.poll_cq(rig.cq, &mut wcs)?;
+        let n = rig.dev.poll_cq_wait(rig.cq, &mut wcs, CLIENT_WAIT_MAX)?;
         let now = now_ns();
         for wc in &wcs[..n] {
             if wc.status != WcStatus::Success {
@@ -455,7 +459,7 @@ fn client_lat(
         })?;
         // Wait for the answer: a receive (ping-pong) or the completion.
         let t1 = loop {
-            let n = rig.dev.poll_cq(rig.cq, &mut wcs)?;
+            let n = rig.dev.poll_cq_wait(rig.cq, &mut wcs, CLIENT_WAIT_MAX)?;
             let mut got = None;
             for wc in &wcs[..n] {
                 if wc.status != WcStatus::Success {

@@ -232,6 +232,7 @@ struct Parameters {
     icrc_omitted: bool,
     rto_min_us: u64,
     engine_nice: Option<i32>,
+    block_when_contended: bool,
     report_gbits: bool,
 }
 
@@ -268,6 +269,7 @@ fn parameters(r: &JsonRun<'_>) -> Parameters {
             crate::RTO_MIN_NS
         } / 1000,
         engine_nice: l.engine_nice,
+        block_when_contended: l.block_when_contended,
         report_gbits: r.gbits,
     }
 }

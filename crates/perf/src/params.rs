@@ -211,6 +211,9 @@ pub struct LocalOpts {
     /// Niceness of the device's engine thread
     /// ([`metaroce_udp::DeviceConfig::engine_nice`]).
     pub engine_nice: Option<i32>,
+    /// Application polls stop spinning on a contended CPU
+    /// ([`metaroce_udp::DeviceConfig::app_block_when_contended`]).
+    pub block_when_contended: bool,
 }
 
 /// Packet protection for a perf run.
@@ -254,6 +257,7 @@ impl Default for LocalOpts {
             icrc_omission: true,
             rto_min_ns: 0,
             engine_nice: None,
+            block_when_contended: false,
         }
     }
 }

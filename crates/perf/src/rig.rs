@@ -158,6 +158,7 @@ pub(crate) fn rig(
     dc.port_fallback = local.dev_port_fallback;
     dc.capture = local.capture.clone();
     dc.engine_nice = local.engine_nice;
+    dc.app_block_when_contended = local.block_when_contended;
     let dev = Device::start(dc)?;
     let depth = p.tx_depth.max(64) * 2;
     let r = dev.with(|ctx, _| -> Result<_, VerbsError> {

@@ -10,10 +10,15 @@ use crate::rig::{
 use crate::verify::{first_diff, pattern};
 use crate::{AddrLine, LocalOpts, PerfError, ServerSession, Test};
 use metaroce_cm::{self as cm, Confirm, KeyConfirmation, MsgType, Role};
+use metaroce_udp::now_ns;
 use metaroce_verbs::{SendWr, Sge, WcOpcode, WcStatus, WrOp};
 use std::io::{ErrorKind, Read};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
+
+/// Longest a server poll sleeps when nothing comes: the client's `Done`
+/// on the side channel is seen at most this late.
+const SERVER_WAIT_MAX: Duration = Duration::from_millis(10);
 
 /// Serve sessions of `test` on `listener` until a client marks its session
 /// as the last one. `on_session` sees each finished session.
@@ -171,9 +176,10 @@ fn serve_on_rig(
             .then(|| pattern(p.pattern_seed, (slots * p.size) as usize));
         let mut wcs = empty_wcs();
         let mut spins = 0u32;
+        let mut peeked_ns = now_ns();
         tcp.set_nonblocking(true)?;
         loop {
-            let n = rig.dev.poll_cq(rig.cq, &mut wcs)?;
+            let n = rig.dev.poll_cq_wait(rig.cq, &mut wcs, SERVER_WAIT_MAX)?;
             let mut repost: Vec<(usize, u64)> = Vec::new();
             for wc in &wcs[..n] {
                 if wc.status != WcStatus::Success {
@@ -239,8 +245,11 @@ fn serve_on_rig(
                 post_recvs(rig, rig.qps[q], std::iter::once((j, recv_sge(j, q as u64))))?;
             }
             spins += 1;
-            if n == 0 && spins >= 64 {
+            // Every 64 polls, or every millisecond when polls block
+            // (`poll_cq_wait` sleeps when nothing came for a while).
+            if n == 0 && (spins >= 64 || now_ns().saturating_sub(peeked_ns) >= 1_000_000) {
                 spins = 0;
+                peeked_ns = now_ns();
                 let mut b = [0u8; 1];
                 match tcp.peek(&mut b) {
                     Ok(0) if p.run_infinitely => break None,

@@ -136,6 +136,16 @@ pub struct DeviceConfig {
     /// instead of two. Every device of this version takes such datagrams;
     /// turn it off toward older ones.
     pub coalesce: bool,
+    /// An application thread in [`Device::poll_cq_wait`] that was taken
+    /// off its CPU while it spun stops spinning for `CONTENDED_HOLD_NS`,
+    /// as the engine does: its empty polls block at once, leaving the CPU
+    /// to the peer and the engine (a stream under a CPU hog keeps far more
+    /// of its bandwidth). Off by default: a ping-pong's two spinning
+    /// threads on a 2-vCPU machine are preempted now and then even with
+    /// nothing else running, and blocking them costs a wake-up per
+    /// message (8-byte loopback write-lat 6.5 -> 58 us typical on the
+    /// VM); off, they spin their busy-poll window whatever the load.
+    pub app_block_when_contended: bool,
 }
 
 impl DeviceConfig {
@@ -154,6 +164,7 @@ impl DeviceConfig {
             capture: None,
             engine_nice: None,
             coalesce: true,
+            app_block_when_contended: false,
         }
     }
 }
@@ -303,10 +314,80 @@ const TIMER_DEFER_MAX_NS: u64 = 20_000_000;
 const HOLD_MAX_NS: u64 = 10_000;
 /// The engine stands aside this long after the application drove progress.
 const APP_HOLD_NS: u64 = 1_000_000;
+/// An engine that was taken off its CPU while it spun (another runnable
+/// thread wanted that CPU: a hog, the peer, its own device's application)
+/// does not spin for this long: an empty pass blocks until input or a
+/// deadline instead. The kernel's own busy-poll stops the same way, on
+/// `need_resched()`: a spinner that keeps going turns the scheduler's fair
+/// share into time slices spent waiting for the thread it keeps off the
+/// CPU. Application threads in `poll_cq_wait` follow the same rule when
+/// `DeviceConfig::app_block_when_contended` is on.
+const CONTENDED_HOLD_NS: u64 = 50_000_000;
+/// How often a spinning thread asks whether it was taken off its CPU.
+const PREEMPT_CHECK_NS: u64 = 50_000;
+/// Longest the engine sleeps while an application blocks in
+/// [`Device::poll_cq_wait`] (it wakes when that wait ends anyway).
+const APP_WAIT_MAX_NS: u64 = 1_000_000_000;
 /// An application that polled within this window is a polling application:
 /// the engine then never spins, it only covers the application's pauses
 /// with blocking passes.
 const APP_POLLING_NS: u64 = 50_000_000;
+
+/// Whether a spinning thread (the engine, an application) is losing its
+/// CPU to other runnable threads, from its count of involuntary context
+/// switches.
+#[derive(Debug, Default)]
+struct SpinGuard {
+    /// When the count was last read, ns.
+    checked_ns: u64,
+    /// The count then.
+    involuntary: u64,
+    /// Spinning stays off until then, ns.
+    contended_until_ns: u64,
+}
+
+impl SpinGuard {
+    /// Called while spinning (after an empty poll): whether this thread
+    /// should block instead, because it was taken off its CPU lately.
+    fn contended(&mut self, now: u64) -> bool {
+        if now.saturating_sub(self.checked_ns) >= PREEMPT_CHECK_NS {
+            let count = sys::thread_involuntary_switches();
+            if self.checked_ns != 0 && count > self.involuntary {
+                self.contended_until_ns = now + CONTENDED_HOLD_NS;
+            }
+            self.involuntary = count;
+            self.checked_ns = now;
+        }
+        now < self.contended_until_ns
+    }
+
+    /// How long after its last work this thread spins before it blocks:
+    /// `busy_poll_ns`, or not at all while it loses its CPU.
+    fn spin_ns(&mut self, now: u64, busy_poll_ns: u64) -> u64 {
+        if self.contended(now) { 0 } else { busy_poll_ns }
+    }
+}
+
+/// The calling thread did work on a device (a post, a completion, input).
+fn note_app_active(now: u64) {
+    APP_ACTIVE_NS.with(|t| t.set(now));
+}
+
+thread_local! {
+    /// When this application thread last did work on a device (a post, a
+    /// completion, input), ns: `poll_cq_wait` spins for the busy-poll
+    /// window after it.
+    static APP_ACTIVE_NS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// Whether this application thread is losing its CPU (the count it
+    /// reads is per thread, so is the state).
+    static APP_GUARD: std::cell::RefCell<SpinGuard> = const {
+        std::cell::RefCell::new(SpinGuard {
+            checked_ns: 0,
+            involuntary: 0,
+            contended_until_ns: 0,
+        })
+    };
+}
 
 struct Io {
     rx: Socket,
@@ -361,8 +442,16 @@ struct Inner {
     cq_event: Condvar,
     shutdown: AtomicBool,
     sleeping: AtomicBool,
+    /// When the application last drove progress, ns; while it blocks in
+    /// [`Device::poll_cq_wait`], the end of that wait (in the future), so
+    /// that the engine stands aside meanwhile.
     app_active: AtomicU64,
     wake: EventFd,
+    /// Wakes an application thread blocked in [`Device::poll_cq_wait`]
+    /// when another thread posts (new work, new deadlines).
+    app_wake: EventFd,
+    app_waiting: AtomicBool,
+    app_block_when_contended: bool,
     rx_fd: std::os::fd::RawFd,
     addr: SocketAddr,
     busy_poll_ns: u64,
@@ -560,6 +649,9 @@ impl Device {
             sleeping: AtomicBool::new(false),
             app_active: AtomicU64::new(0),
             wake: EventFd::new().map_err(io_err("eventfd"))?,
+            app_wake: EventFd::new().map_err(io_err("eventfd"))?,
+            app_waiting: AtomicBool::new(false),
+            app_block_when_contended: cfg.app_block_when_contended,
             rx_fd,
             addr,
             busy_poll_ns: cfg.busy_poll_ns,
@@ -594,6 +686,9 @@ impl Device {
     /// the time, so posts need no clock; `f` gets the same time too.
     pub fn with<R>(&self, f: impl FnOnce(&mut Context, u64) -> R) -> R {
         let now = now_ns();
+        // A post is work: the answer to it is what this thread's next
+        // polls wait for, and they spin for it from here.
+        note_app_active(now);
         let r = {
             let mut st = self.lock();
             let st = &mut *st;
@@ -611,6 +706,11 @@ impl Device {
             now_ns().saturating_sub(self.inner.app_active.load(Ordering::Relaxed)) < APP_HOLD_NS;
         if !app_recent && self.inner.sleeping.load(Ordering::SeqCst) {
             self.inner.wake.signal();
+        }
+        // A thread blocked in `poll_cq_wait` timed its sleep by the
+        // deadlines before this post.
+        if self.inner.app_waiting.load(Ordering::SeqCst) {
+            self.inner.app_wake.signal();
         }
         r
     }
@@ -664,6 +764,95 @@ impl Device {
         cq: CompletionQueue,
         wc: &mut [WorkCompletion],
     ) -> Result<usize, VerbsError> {
+        self.poll_cq_input(cq, wc).map(|(n, _, _)| n)
+    }
+
+    /// [`poll_cq`](Self::poll_cq) for a loop that has nothing else to do
+    /// but wait for completions: it spins as `poll_cq` does for the
+    /// device's busy-poll window after this thread's last work (a
+    /// completion, a datagram taken in, a post), then sleeps in `ppoll` on
+    /// the receive socket until a datagram, a post from another thread,
+    /// the core's next deadline or `max_wait` (how often the caller wants
+    /// control back, to look at its own clock or sockets), and polls once
+    /// more; the engine stands aside meanwhile. A loop that waits this way
+    /// costs next to no CPU while nothing comes, and as much latency as
+    /// `poll_cq` while messages flow.
+    ///
+    /// Like the engine, a thread that was taken off its CPU while it spun
+    /// (another runnable thread wanted it: the peer, the engine, a hog)
+    /// then stops spinning for `CONTENDED_HOLD_NS` and blocks on every
+    /// empty poll, when [`DeviceConfig::app_block_when_contended`] is on
+    /// (it is off by default: it costs a ping-pong its latency).
+    pub fn poll_cq_wait(
+        &self,
+        cq: CompletionQueue,
+        wc: &mut [WorkCompletion],
+        max_wait: Duration,
+    ) -> Result<usize, VerbsError> {
+        let (n, took, now) = self.poll_cq_input(cq, wc)?;
+        if n > 0 || took {
+            note_app_active(now);
+        }
+        if n > 0 {
+            return Ok(n);
+        }
+        let spin_ns = if self.inner.app_block_when_contended {
+            APP_GUARD.with(|g| g.borrow_mut().spin_ns(now, self.inner.busy_poll_ns))
+        } else {
+            self.inner.busy_poll_ns
+        };
+        let spin = now.saturating_sub(APP_ACTIVE_NS.with(|t| t.get())) < spin_ns;
+        let max_wait_ns = u64::try_from(max_wait.as_nanos())
+            .unwrap_or(u64::MAX)
+            .min(APP_WAIT_MAX_NS);
+        if spin || !self.wait_input(now, max_wait_ns) {
+            return Ok(n);
+        }
+        self.poll_cq(cq, wc)
+    }
+
+    /// Block the calling application thread until a datagram, a post from
+    /// another thread, the core's next deadline or `max_wait_ns`.
+    /// Returns whether it waited (it does not while sends are held for a
+    /// reply, or a deadline is already due).
+    fn wait_input(&self, now: u64, max_wait_ns: u64) -> bool {
+        let timeout = {
+            let st = self.lock();
+            if st.io.held_since_ns != 0 {
+                return false;
+            }
+            st.ctx
+                .poll_timeout()
+                .map_or(max_wait_ns, |d| d.saturating_sub(now))
+                .min(max_wait_ns)
+        };
+        if timeout == 0 {
+            return false;
+        }
+        // This thread still drives the device: the engine stands aside
+        // until the wait is over (rather than waking on the same datagram
+        // and fighting for the lock).
+        self.inner
+            .app_active
+            .store(now.saturating_add(timeout), Ordering::Relaxed);
+        self.inner.app_waiting.store(true, Ordering::SeqCst);
+        sys::wait_readable(
+            &[self.inner.rx_fd, self.inner.app_wake.raw()],
+            Some(timeout),
+        );
+        self.inner.app_waiting.store(false, Ordering::SeqCst);
+        self.inner.app_wake.drain();
+        self.inner.app_active.store(now_ns(), Ordering::Relaxed);
+        true
+    }
+
+    /// `poll_cq`, whether its progress pass took input, and the time it
+    /// started at.
+    fn poll_cq_input(
+        &self,
+        cq: CompletionQueue,
+        wc: &mut [WorkCompletion],
+    ) -> Result<(usize, bool, u64), VerbsError> {
         let now = now_ns();
         self.inner.app_active.store(now, Ordering::Relaxed);
         let mut st = self.lock();
@@ -671,7 +860,7 @@ impl Device {
         let n = st.ctx.poll_cq(cq, wc)?;
         if n > 0 {
             hold(&mut st.ctx, &mut st.io, now);
-            return Ok(n);
+            return Ok((n, false, now));
         }
         // Take input, and when it completed work hand that to the caller
         // before sending what the input made due (ACKs): the caller's
@@ -694,7 +883,7 @@ impl Device {
             hold(&mut st.ctx, &mut st.io, now);
         }
         wake_cq_waiters(&self.inner, &st.ctx);
-        Ok(n)
+        Ok((n, took, now))
     }
 
     /// `ibv_req_notify_cq`: arm `cq` so that its next completion (with
@@ -866,6 +1055,7 @@ fn engine(inner: &Inner) {
     }
     let mut last_active = now_ns();
     let mut deadline = None;
+    let mut guard = SpinGuard::default();
     while !inner.shutdown.load(Ordering::SeqCst) {
         let now = now_ns();
         let app_polled = inner.app_active.load(Ordering::Relaxed);
@@ -891,14 +1081,27 @@ fn engine(inner: &Inner) {
         // small machine only steals its CPU (and the peer's), turning
         // scheduler time slices into millisecond stalls and false RTOs.
         let app_polls = app_polled != 0 && now.saturating_sub(app_polled) < APP_POLLING_NS;
-        if !app_polls && now.saturating_sub(last_active) < inner.busy_poll_ns {
-            std::thread::yield_now();
+        // Spin only while it pays: not when this thread was lately taken
+        // off its CPU for another runnable thread (the application, the
+        // peer, a hog), which needs the CPU the spin would burn. No
+        // `sched_yield` in the spin: with another thread on the same CPU it
+        // hands that thread a whole time slice (milliseconds: deadlines
+        // missed, ACKs late), and with none it does nothing.
+        if !app_polls && now.saturating_sub(last_active) < guard.spin_ns(now, inner.busy_poll_ns) {
+            std::hint::spin_loop();
             continue;
         }
         inner.sleeping.store(true, Ordering::SeqCst);
         let (fds, timeout): (&[_], u64) = if app_recent {
-            // The application drives; wake when it goes quiet.
-            (&[inner.wake.raw()][..], APP_HOLD_NS)
+            // The application drives (polls, or blocks in `poll_cq_wait`
+            // until `app_polled`); wake when it goes quiet.
+            let quiet_at = app_polled.saturating_add(APP_HOLD_NS);
+            (
+                &[inner.wake.raw()][..],
+                quiet_at
+                    .saturating_sub(now)
+                    .clamp(1, APP_WAIT_MAX_NS + APP_HOLD_NS),
+            )
         } else {
             // Nobody drives: sleep until a datagram, a post or a deadline.
             let t = deadline.map_or(100_000_000, |d: u64| d.saturating_sub(now));

@@ -720,3 +720,17 @@ pub(crate) fn set_thread_nice(nice: i32) {
         libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice);
     }
 }
+
+/// Times the calling thread has been taken off its CPU while it could
+/// still run (preempted, or yielding to another runnable thread): the
+/// scheduler's sign that some other thread wants this CPU.
+pub(crate) fn thread_involuntary_switches() -> u64 {
+    // SAFETY: rusage is plain old data; all-zero is a valid value.
+    let mut ru: libc::rusage = unsafe { zeroed() };
+    // SAFETY: getrusage writes one rusage into the live, writable `ru`.
+    let r = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &raw mut ru) };
+    if r != 0 {
+        return 0;
+    }
+    u64::try_from(ru.ru_nivcsw).unwrap_or(0)
+}

@@ -427,10 +427,12 @@ fn thread_cpu_ns(name: &str) -> Option<u64> {
 
 /// Spin, then block: a connected device with nothing to do uses under 1 %
 /// of a CPU (its engine spins for the busy-poll window after the last
-/// activity, then sleeps in ppoll until a datagram, a post or a deadline).
+/// activity, then sleeps in ppoll until a datagram, a post or a deadline),
+/// and so does an application thread waiting in `poll_cq_wait` for a
+/// completion that does not come.
 #[test]
 fn idle_device_uses_under_one_percent_of_a_cpu() {
-    let (a, b, [(qa, ca, pa), (_, _, pb)]) = two_devices();
+    let (a, b, [(qa, ca, pa), (_, cb, pb)]) = two_devices();
     // Some traffic first, so the engines have been busy.
     let src = a.with(|ctx, _| ctx.reg_mr(pa, 1 << 20, AccessFlags(0xf)).unwrap());
     let dst = b.with(|ctx, _| ctx.reg_mr(pb, 1 << 20, AccessFlags(0xf)).unwrap());
@@ -445,27 +447,43 @@ fn idle_device_uses_under_one_percent_of_a_cpu() {
     a.with(|ctx, _| ctx.post_send(qa, &[wr]).unwrap());
     assert_eq!(wait_one(&a, ca).status, WcStatus::Success);
     // The application stops polling; let the busy-poll windows and the
-    // delayed ACKs pass.
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    let names = [a.addr().port(), b.addr().port()].map(|p| format!("mr-engine-{p}"));
-    let Some(before) = names
-        .iter()
-        .map(|n| thread_cpu_ns(n))
-        .collect::<Option<Vec<_>>>()
-    else {
-        eprintln!("SKIP idle CPU: no per-thread schedstat");
-        return;
-    };
-    let window_ns = 2_000_000_000u64;
-    std::thread::sleep(std::time::Duration::from_nanos(window_ns));
-    let after: Vec<u64> = names.iter().map(|n| thread_cpu_ns(n).unwrap()).collect();
-    for (i, name) in names.iter().enumerate() {
-        let used = after[i] - before[i];
-        let pct = 100.0 * used as f64 / window_ns as f64;
-        eprintln!(
-            "{name}: {:.3} ms of CPU in 2 s idle ({pct:.3} %)",
-            used as f64 / 1e6
-        );
-        assert!(pct < 1.0, "{name} used {pct:.2} % of a CPU while idle");
-    }
+    // delayed ACKs pass. One thread keeps waiting on b's CQ.
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .name("mr-idle-poller".into())
+            .spawn_scoped(s, || {
+                let mut wc = [WorkCompletion::default(); 4];
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let _ = b.poll_cq_wait(cb, &mut wc, std::time::Duration::from_millis(100));
+                }
+            })
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let mut names = [a.addr().port(), b.addr().port()]
+            .map(|p| format!("mr-engine-{p}"))
+            .to_vec();
+        names.push("mr-idle-poller".into());
+        let before = names
+            .iter()
+            .map(|n| thread_cpu_ns(n))
+            .collect::<Option<Vec<_>>>();
+        let window_ns = 2_000_000_000u64;
+        std::thread::sleep(std::time::Duration::from_nanos(window_ns));
+        let after: Option<Vec<u64>> = names.iter().map(|n| thread_cpu_ns(n)).collect();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (Some(before), Some(after)) = (before, after) else {
+            eprintln!("SKIP idle CPU: no per-thread schedstat");
+            return;
+        };
+        for (i, name) in names.iter().enumerate() {
+            let used = after[i] - before[i];
+            let pct = 100.0 * used as f64 / window_ns as f64;
+            eprintln!(
+                "{name}: {:.3} ms of CPU in 2 s idle ({pct:.3} %)",
+                used as f64 / 1e6
+            );
+            assert!(pct < 1.0, "{name} used {pct:.2} % of a CPU while idle");
+        }
+    });
 }
