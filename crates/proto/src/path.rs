@@ -214,6 +214,8 @@ pub(crate) struct TxPath {
     /// PSNs `[first, end)` an RTO declared lost: an ACK for one of them later
     /// proves the RTO spurious.
     pub(crate) rto_psns: Option<(u32, u32)>,
+    /// When the oldest packet that RTO gave up on was sent.
+    pub(crate) rto_oldest_sent_ns: u64,
     /// Packets lost in a row (SACK gaps) without one acknowledged between.
     pub(crate) consecutive_losses: u32,
     /// When packets of this path were last acknowledged.
@@ -259,6 +261,7 @@ impl TxPath {
             probe_sent_ns: crate::maybe_ns::MaybeNs::NONE,
             probe_hold: ProbeHold::None,
             rto_psns: None,
+            rto_oldest_sent_ns: 0,
             consecutive_losses: 0,
             last_acked_ns: 0,
             last_acked_sent_ns: 0,

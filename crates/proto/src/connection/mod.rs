@@ -286,6 +286,11 @@ pub(crate) struct Connection {
     /// After a trim NACK while paced: the next data packet goes at this
     /// time instead of a gap after the last one (see `on_ack`).
     pace_restart_ns: MaybeNs,
+    /// How late a spurious timeout showed this peer's answers to be: the
+    /// RTO floor for a while (`rto_floor_ns`).
+    stall_allowance_ns: u64,
+    /// When it was last raised or halved.
+    stall_allowance_at_ns: u64,
     rr_path: usize,
     ack_now: VecDeque<u8>,
     /// Second copies of ACKs just sent, while the connection is lossy.
@@ -486,6 +491,8 @@ impl Connection {
             last_data_sent_ns: 0,
             last_paced_bytes: 0,
             pace_restart_ns: MaybeNs::NONE,
+            stall_allowance_ns: 0,
+            stall_allowance_at_ns: 0,
             rr_path: 0,
             ack_now: VecDeque::new(),
             ack_copies: VecDeque::new(),

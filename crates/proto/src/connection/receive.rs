@@ -200,6 +200,7 @@ impl Connection {
     /// An ACK from the peer.
     pub(crate) fn on_ack(&mut self, now_ns: u64, dev: &mut DeviceState, ack: &AckRepr) {
         self.stats.acks_received += 1;
+        self.decay_stall_allowance(now_ns);
         for op_ack in ack.op_acks() {
             requester::on_op_ack(self, dev, now_ns, op_ack);
         }
@@ -308,6 +309,8 @@ impl Connection {
                         "RTO undone: a packet it gave up on arrived (late, not lost)"
                     );
                     self.cc.on_spurious_rto(p, now_ns);
+                    let sent = path.rto_oldest_sent_ns;
+                    self.note_stall(now_ns, sent);
                 } else if !seq::seq_lt(ack.ack_psn, end) {
                     path.rto_psns = None;
                 }

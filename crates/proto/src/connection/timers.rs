@@ -13,6 +13,13 @@ use crate::trace::trace_event;
 use crate::work::WcStatus;
 use rand_core::Rng;
 
+/// How fast a stall allowance (see `rto_floor_ns`) is forgotten: halved
+/// per second without another spurious timeout. Host stalls come in
+/// spells (a competing process, a scheduler's busy period), so what one
+/// showed holds for a while; a second is long against any RTO on a
+/// healthy network and short against an operator's patience.
+const STALL_HALF_LIFE_NS: u64 = 1_000_000_000;
+
 impl Connection {
     /// The connection's earliest deadline.
     pub(crate) fn next_timeout(&self, dev: &DeviceState) -> Option<u64> {
@@ -41,7 +48,7 @@ impl Connection {
         let cfg = &dev.config;
         let path = &self.paths[p];
         let rto = path
-            .rto_deadline(cfg.rto_min_ns, cfg.rto_max_ns)
+            .rto_deadline(self.rto_floor_ns(dev), cfg.rto_max_ns)
             .unwrap_or(u64::MAX);
         let probe = path
             .probe_deadline(cfg.ack_delay_ns, cfg.probe_timeout_min_ns)
@@ -119,6 +126,58 @@ impl Connection {
         }
     }
 
+    /// The RTO floor in force: the configured one, or what this peer's
+    /// late ACKs showed a stall of its host (or ours) to last, if more.
+    /// A timeout proved spurious (a packet it gave up on arrived) was a
+    /// stall, not a loss: a descheduled process on a busy host answers
+    /// tens of milliseconds late, and a timer that fires inside such a
+    /// stall only cuts windows and resends what was never lost. So the
+    /// floor rises to the lateness the proof showed, RFC 4015's response
+    /// to a spurious timeout, and halves every `STALL_HALF_LIFE_NS`
+    /// without another (`decay_stall_allowance`).
+    pub(super) fn rto_floor_ns(&self, dev: &DeviceState) -> u64 {
+        dev.config
+            .rto_min_ns
+            .max(self.stall_allowance_ns.min(dev.config.rto_max_ns))
+    }
+
+    /// Halve the stall allowance for every half-life since it was last
+    /// raised or halved.
+    pub(super) fn decay_stall_allowance(&mut self, now_ns: u64) {
+        if self.stall_allowance_ns == 0 {
+            return;
+        }
+        let halvings = now_ns.saturating_sub(self.stall_allowance_at_ns) / STALL_HALF_LIFE_NS;
+        if halvings > 0 {
+            self.stall_allowance_ns >>= halvings.min(63);
+            self.stall_allowance_at_ns = now_ns;
+        }
+    }
+
+    /// A spurious timeout on a path: the packets it gave up on, sent at
+    /// `oldest_sent_ns`, were answered only now.
+    pub(super) fn note_stall(&mut self, now_ns: u64, oldest_sent_ns: u64) {
+        self.decay_stall_allowance(now_ns);
+        let late = now_ns.saturating_sub(oldest_sent_ns);
+        if late > self.stall_allowance_ns {
+            self.stall_allowance_ns = late;
+            self.stall_allowance_at_ns = now_ns;
+        }
+    }
+
+    /// Path `p`'s outstanding packets are about to be given up on by a
+    /// timer (a retry round, an unanswered probe of a silent connection):
+    /// remember them as an RTO does, so that an ACK for one of them later
+    /// proves the timer spurious (the peer was stalled, not the packets
+    /// lost) and raises the stall allowance.
+    fn note_given_up(&mut self, p: usize, now_ns: u64) {
+        let path = &mut self.paths[p];
+        if path.rto_psns.is_none() {
+            path.rto_psns = Some((path.first_inflight_psn(), path.next_psn));
+            path.rto_oldest_sent_ns = path.oldest_outstanding_sent_ns().unwrap_or(now_ns);
+        }
+    }
+
     fn retry_deadline(&self, dev: &DeviceState) -> Option<u64> {
         if self.msgs.live() == 0 {
             return None;
@@ -126,7 +185,7 @@ impl Connection {
         let cfg = &dev.config;
         let rto = self
             .conn_rtt
-            .rto_ns(cfg.rto_min_ns, cfg.rto_max_ns)
+            .rto_ns(self.rto_floor_ns(dev), cfg.rto_max_ns)
             .max(cfg.retry_round_min_ns);
         Some(self.last_progress_ns + (rto << self.timeouts.min(16)).min(cfg.rto_max_ns.max(rto)))
     }
@@ -199,7 +258,7 @@ impl Connection {
         // deadlines are exact (refreshed on every change to a path), so only
         // paths whose deadline has passed need a look: a connection with a
         // hundred paths wakes for one path's timer at a time.
-        let (rto_min, rto_max) = (dev.config.rto_min_ns, dev.config.rto_max_ns);
+        let (rto_min, rto_max) = (self.rto_floor_ns(dev), dev.config.rto_max_ns);
         let packet_bytes = u64::from(dev.config.mtu_payload_bytes + PACKET_OVERHEAD_BYTES);
         for p in 0..self.paths.len() {
             if self.path_deadlines[p] > now_ns {
@@ -270,6 +329,7 @@ impl Connection {
                         && outstanding <= 2
                         && dev.probe_budget.take_now(now_ns, bytes)
                     {
+                        self.note_given_up(p, now_ns);
                         lost = self.mark_path_lost(p);
                         self.inflight_bytes -= lost;
                     }
@@ -442,6 +502,7 @@ impl Connection {
         let first = path.first_inflight_psn();
         path.rto_psns = Some((first, path.next_psn));
         let oldest_sent_ns = self.paths[p].oldest_outstanding_sent_ns();
+        self.paths[p].rto_oldest_sent_ns = oldest_sent_ns.unwrap_or(now_ns);
         let lost = self.mark_path_lost(p);
         self.inflight_bytes -= lost;
         let path = &mut self.paths[p];
@@ -616,12 +677,13 @@ impl Connection {
         // before, 13,879 and 101 after).
         let rto = self
             .conn_rtt
-            .rto_ns(dev.config.rto_min_ns, dev.config.rto_max_ns);
+            .rto_ns(self.rto_floor_ns(dev), dev.config.rto_max_ns);
         for p in 0..self.paths.len() {
             let overdue = self.paths[p]
                 .oldest_outstanding_sent_ns()
                 .is_some_and(|t| t.saturating_add(rto) <= now_ns);
             if overdue {
+                self.note_given_up(p, now_ns);
                 let lost = self.mark_path_lost(p);
                 self.inflight_bytes -= lost;
             }
@@ -678,6 +740,39 @@ mod tests {
             l.pair.a.memory(a.mr.handle).unwrap()[..len],
             l.pair.b.memory(b.mr.handle).unwrap()[..len]
         );
+    }
+
+    /// B's host stalls for `stall_ns` (a descheduled process): what A sends
+    /// meanwhile waits, unread, until B runs again.
+    fn stalled_write(l: &mut Lab, wr_id: u64, stall_ns: u64) {
+        write(l, wr_id, 4096);
+        let mut held = Vec::new();
+        let end = l.pair.now() + stall_ns;
+        while l.pair.now() < end {
+            held.extend(l.pair.poll_transmits(Side::A));
+            l.pair.advance(stall_ns / 64);
+        }
+        for (t, bytes) in &held {
+            l.pair.deliver(Side::A, t, bytes);
+        }
+        assert!(l.pair.settle(1_000, 1_000));
+        succeeded(l, wr_id, 4096);
+    }
+
+    #[test]
+    fn a_stall_proved_by_a_spurious_timeout_raises_the_rto_floor() {
+        let mut l = lab(fixture::config(1), fixture::config(2));
+        let rto_min = l.pair.a.config().rto_min_ns;
+        stalled_write(&mut l, 1, 3 * rto_min);
+        let first = *l.pair.a.stats();
+        assert!(first.rtos + first.retry_timeouts >= 1, "{first:?}");
+        assert!(first.spurious_rtos >= 1, "{first:?}");
+        // A shorter stall of the same peer soon after: no timeout fires
+        // inside it, nothing is resent for it.
+        stalled_write(&mut l, 2, 2 * rto_min);
+        let second = *l.pair.a.stats();
+        assert_eq!(second.rtos, first.rtos, "{second:?}");
+        assert_eq!(second.retry_timeouts, first.retry_timeouts, "{second:?}");
     }
 
     #[test]
