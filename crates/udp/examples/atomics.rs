@@ -8,9 +8,9 @@
 //! ```
 
 mod common;
-use common::{Side, connect, open, wait};
+use common::{Side, connect, open, run};
 
-use metaroce_verbs::{AccessFlags, SendWr, WcStatus, WrOp};
+use metaroce_verbs::{AccessFlags, SendWr, WrOp};
 use std::error::Error;
 
 const LEN: u64 = 64;
@@ -27,13 +27,7 @@ fn word(side: &Side, offset: usize) -> u64 {
 /// Post one atomic whose old value lands at A's buffer offset 0; wait.
 fn atomic(a: &Side, op: WrOp) -> Result<u64, Box<dyn Error>> {
     let wr = SendWr::new(1, op, vec![a.mr.sge(0, 8)]);
-    a.dev
-        .with(|ctx, _now| ctx.post_send(a.qp, &[wr]))
-        .map_err(|(i, e)| format!("post_send #{i}: {e}"))?;
-    let wc = wait(a)?;
-    if wc.status != WcStatus::Success {
-        return Err(format!("{:?} failed: {}", wc.opcode, wc.status).into());
-    }
+    run(a, wr, "the atomic")?;
     Ok(word(a, 0))
 }
 

@@ -11,9 +11,9 @@
 //! ```
 
 mod common;
-use common::{connect, open, wait};
+use common::{connect, open, run};
 
-use metaroce_verbs::{AccessFlags, SendWr, WcStatus, WorkCompletion, WrOp};
+use metaroce_verbs::{AccessFlags, SendWr, WorkCompletion, WrOp};
 use std::error::Error;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -59,13 +59,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         },
         vec![a.mr.sge(0, LEN as u32)],
     );
-    a.dev
-        .with(|ctx, _now| ctx.post_send(a.qp, &[write]))
-        .map_err(|(i, e)| format!("post_send #{i}: {e}"))?;
-    let wc = wait(&a)?;
-    if wc.status != WcStatus::Success {
-        return Err(format!("WRITE failed: {}", wc.status).into());
-    }
+    run(&a, write, "WRITE")?;
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| -> Result<(), Box<dyn Error>> {
         s.spawn(|| {

@@ -11,9 +11,9 @@
 //! RTS, post a work request, poll for its completion.
 
 mod common;
-use common::{connect, open, wait};
+use common::{connect, open, run};
 
-use metaroce_verbs::{AccessFlags, SendWr, WcStatus, WrOp};
+use metaroce_verbs::{AccessFlags, SendWr, WrOp};
 use std::error::Error;
 
 const LEN: u64 = 1 << 20;
@@ -41,13 +41,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         },
         vec![a.mr.sge(0, LEN as u32)],
     );
-    a.dev
-        .with(|ctx, _now| ctx.post_send(a.qp, &[write]))
-        .map_err(|(i, e)| format!("post_send #{i}: {e}"))?;
-    let wc = wait(&a)?;
-    if wc.status != WcStatus::Success {
-        return Err(format!("WRITE failed: {}", wc.status).into());
-    }
+    run(&a, write, "WRITE")?;
 
     // The completion means B acknowledged every byte: they are in place.
     let intact = b.dev.with(|ctx, _| {

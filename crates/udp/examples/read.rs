@@ -7,9 +7,9 @@
 //! ```
 
 mod common;
-use common::{connect, open, wait};
+use common::{connect, open, run};
 
-use metaroce_verbs::{AccessFlags, SendWr, WcStatus, WrOp};
+use metaroce_verbs::{AccessFlags, SendWr, WrOp};
 use std::error::Error;
 
 const LEN: u64 = 256 << 10;
@@ -35,13 +35,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         },
         vec![a.mr.sge(0, LEN as u32)],
     );
-    a.dev
-        .with(|ctx, _now| ctx.post_send(a.qp, &[read]))
-        .map_err(|(i, e)| format!("post_send #{i}: {e}"))?;
-    let wc = wait(&a)?;
-    if wc.status != WcStatus::Success {
-        return Err(format!("READ failed: {}", wc.status).into());
-    }
+    let wc = run(&a, read, "READ")?;
     let same = a.dev.with(|ctx, _| ctx.mr_bytes(&a.mr).to_vec())
         == b.dev.with(|ctx, _| ctx.mr_bytes(&b.mr).to_vec());
     println!(

@@ -12,9 +12,9 @@
 //! the server checks the bytes and answers whether they are intact.
 
 mod common;
-use common::{Side, wait};
+use common::{Side, run};
 use metaroce_cm::{self as cm, Endpoint, Hello, MsgType, RemoteBuf};
-use metaroce_verbs::{AccessFlags, SendWr, WcStatus, WrOp};
+use metaroce_verbs::{AccessFlags, SendWr, WrOp};
 use serde::{Deserialize, Serialize};
 use std::error::Error;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
@@ -138,13 +138,7 @@ fn client(host: &str, port: u16) -> Result<(), Box<dyn Error>> {
         },
         vec![side.mr.sge(0, LEN as u32)],
     );
-    side.dev
-        .with(|ctx, _now| ctx.post_send(side.qp, &[write]))
-        .map_err(|(i, e)| format!("post_send #{i}: {e}"))?;
-    let wc = wait(&side)?;
-    if wc.status != WcStatus::Success {
-        return Err(format!("WRITE failed: {}", wc.status).into());
-    }
+    run(&side, write, "WRITE")?;
     cm::send(&mut tcp, MsgType::Done, &Done { written: LEN })?;
     let verdict: Verdict = cm::recv(&mut tcp, MsgType::Report)?;
     println!(

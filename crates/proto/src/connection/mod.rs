@@ -40,7 +40,7 @@ use crate::cc::{CcConfig, CcMetrics, CongestionController, new_controller};
 use crate::device_state::DeviceState;
 use crate::maybe_ns::MaybeNs;
 use crate::message::{MessageSlab, MsgRef, SegRef, TxMessage};
-use crate::path::{PathStats, RxPathStats, SentPacket, TxPath, initial_psn};
+use crate::path::{PathStats, RxPathStats, SentPacket, SentState, TxPath, initial_psn};
 use crate::qp::Qp;
 use crate::recent_ports::RecentPorts;
 use crate::rtt::RttEstimator;
@@ -178,6 +178,25 @@ struct Resend {
     lost_on: Option<u8>,
     /// Send even if acknowledged: a probe asking the peer to repeat its op-ack.
     probe: bool,
+}
+
+/// Give up on packet `sent` of path `p` (a SACK gap, a trim NACK, a
+/// timeout): it is lost, counted on the path, and its segment queued to go
+/// again on another path. Returns its bytes on the wire.
+fn give_up(
+    sent: &mut SentPacket,
+    p: usize,
+    path_stats: &mut PathStats,
+    queue: &mut VecDeque<Resend>,
+) -> u64 {
+    sent.set_state(SentState::Lost);
+    path_stats.packets_lost += 1;
+    queue.push_back(Resend {
+        seg: sent.seg(),
+        lost_on: Some(p as u8),
+        probe: false,
+    });
+    u64::from(sent.wire_bytes)
 }
 
 /// Counters of one connection.

@@ -3,7 +3,7 @@
 //! to the responder or requester; ACKs into the sending paths' in-flight
 //! lists, RTT estimates and the congestion controller.
 
-use super::{Connection, Resend, RxPath, requester, responder};
+use super::{Connection, RxPath, give_up, requester, responder};
 
 /// Losses in a row (no packet acknowledged between) that prove a route dead
 /// while the connection's other routes deliver: at 1 % random loss four in
@@ -248,15 +248,8 @@ impl Connection {
                     path.consecutive_losses += 1;
                     // Below the highest PSN received on an in-order route:
                     // this one is lost. Resend it at once on another path.
-                    sent.set_state(SentState::Lost);
-                    lost_bytes += u64::from(sent.wire_bytes);
+                    lost_bytes += give_up(sent, p, &mut path.stats, &mut self.retransmit_queue);
                     lost_packets += 1;
-                    path.stats.packets_lost += 1;
-                    self.retransmit_queue.push_back(Resend {
-                        seg: sent.seg(),
-                        lost_on: Some(p as u8),
-                        probe: false,
-                    });
                 }
             }
             // A trim NACK: these packets reached the receiver as headers
@@ -271,18 +264,11 @@ impl Connection {
                     let Some(sent) = path.inflight.get_mut(i) else {
                         break;
                     };
-                    if sent.state() != SentState::Outstanding {
-                        continue;
+                    if sent.state() == SentState::Outstanding {
+                        trimmed_bytes +=
+                            give_up(sent, p, &mut path.stats, &mut self.retransmit_queue);
+                        trimmed_packets += 1;
                     }
-                    sent.set_state(SentState::Lost);
-                    trimmed_bytes += u64::from(sent.wire_bytes);
-                    trimmed_packets += 1;
-                    path.stats.packets_lost += 1;
-                    self.retransmit_queue.push_back(Resend {
-                        seg: sent.seg(),
-                        lost_on: Some(p as u8),
-                        probe: false,
-                    });
                 }
             }
             path.inflight_bytes -= acked_bytes + lost_bytes + trimmed_bytes;

@@ -3,7 +3,7 @@
 //! A path that keeps timing out while the others deliver is retired and
 //! its slot reopened on a fresh source port (a new ECMP route).
 
-use super::{Connection, PACKET_OVERHEAD_BYTES, Resend, requester};
+use super::{Connection, PACKET_OVERHEAD_BYTES, Resend, give_up, requester};
 use crate::device_state::DeviceState;
 use crate::maybe_ns::MaybeNs;
 use crate::message::{MsgKind, SegRef};
@@ -554,15 +554,8 @@ impl Connection {
             .iter_mut()
             .filter(|s| s.state() == SentState::Outstanding)
         {
-            sent.set_state(SentState::Lost);
-            lost += u64::from(sent.wire_bytes);
-            path.stats.packets_lost += 1;
+            lost += give_up(sent, p, &mut path.stats, &mut self.retransmit_queue);
             self.stats.data_packets_lost += 1;
-            self.retransmit_queue.push_back(Resend {
-                seg: sent.seg(),
-                lost_on: Some(p as u8),
-                probe: false,
-            });
         }
         path.inflight.clear();
         path.inflight_bytes = 0;

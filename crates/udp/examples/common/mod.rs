@@ -12,7 +12,7 @@
 use metaroce_udp::{Device, DeviceConfig};
 use metaroce_verbs::{
     AccessFlags, CompletionQueue, EndpointConfig, MemoryRegion, QpAttr, QpCaps, QpInitAttr,
-    QpState, QpType, QueuePair, WorkCompletion,
+    QpState, QpType, QueuePair, SendWr, WcStatus, WorkCompletion,
 };
 use std::error::Error;
 use std::net::{IpAddr, SocketAddr};
@@ -124,4 +124,18 @@ pub(crate) fn wait(side: &Side) -> Result<WorkCompletion, Box<dyn Error>> {
         }
     }
     Ok(wc[0])
+}
+
+/// Post one work request on `side`'s QP and wait for its completion; an
+/// error, naming `what`, unless it succeeded.
+#[allow(dead_code)] // send_recv.rs posts a batch
+pub(crate) fn run(side: &Side, wr: SendWr, what: &str) -> Result<WorkCompletion, Box<dyn Error>> {
+    side.dev
+        .with(|ctx, _now| ctx.post_send(side.qp, &[wr]))
+        .map_err(|(i, e)| format!("post_send #{i}: {e}"))?;
+    let wc = wait(side)?;
+    if wc.status != WcStatus::Success {
+        return Err(format!("{what} failed: {}", wc.status).into());
+    }
+    Ok(wc)
 }
