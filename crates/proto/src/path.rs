@@ -233,6 +233,12 @@ pub(crate) struct TxPath {
     /// ACK proves the new route (a fresh port may hash onto the same dead
     /// link as the old one).
     pub(crate) unproven: bool,
+    /// What the retirement that opened this generation gave up on: the
+    /// previous generation's first outstanding psn and when its oldest
+    /// outstanding packet was sent (none: not a retirement, or already
+    /// heard from). A late ACK of the old generation covering that psn
+    /// proves the retirement spurious (see `Connection::on_ack`).
+    pub(crate) retired: Option<(u32, u64)>,
     /// Cumulative receiver counters seen so far (echoes are cumulative so a
     /// lost ACK loses nothing).
     pub(crate) echoed_rx_packets: u32,
@@ -269,6 +275,7 @@ impl TxPath {
             probe_backoff: 0,
             silent_rounds: 0,
             unproven: false,
+            retired: None,
             echoed_rx_packets: 0,
             echoed_ce_packets: 0,
             stats: PathStats::default(),

@@ -64,6 +64,9 @@ pub struct EndpointStats {
     pub paths_replaced: u64,
     /// Paths retired because they proved dead while others delivered.
     pub path_failovers: u64,
+    /// Retired paths that were heard from afterwards (their packets had
+    /// arrived; the silence was a stall): each raises the stall allowance.
+    pub spurious_failovers: u64,
     /// RTOs proved spurious afterwards, and undone.
     pub spurious_rtos: u64,
     /// Unanswered probes on silent connections (packets sent again elsewhere).
@@ -134,6 +137,7 @@ named_counters!(EndpointStats {
     retry_timeouts,
     paths_replaced,
     path_failovers,
+    spurious_failovers,
     spurious_rtos,
     probe_timeouts,
     random_losses,
@@ -166,6 +170,7 @@ named_counters!(ConnectionStats {
     retry_timeouts,
     paths_replaced,
     path_failovers,
+    spurious_failovers,
     spurious_rtos,
     probe_timeouts,
     rnr_naks,

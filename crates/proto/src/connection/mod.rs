@@ -76,6 +76,14 @@ struct RxPath {
     ack_route: u16,
     /// When the ACK route last moved.
     ack_route_moved_ns: u64,
+    /// When this path's last ACK left (0: none yet).
+    ack_sent_ns: u64,
+    /// Our cumulative ACK point when `ack_port` was picked: once the peer's
+    /// window floor passes it, the peer heard ACKs from that port.
+    ack_port_floor: u32,
+    /// The peer's window floor passed `ack_port_floor`: ACKs from
+    /// `ack_port` get through (the route is proved, not hoped).
+    ack_port_proven: bool,
     /// The source port this path's ACKs leave from; 0 until the first ACK
     /// (and after a move) picks one.
     ack_port: u16,
@@ -99,6 +107,7 @@ impl Connection {
         for rx in self.rx_paths.iter_mut().flatten() {
             if rx.ack_port == port {
                 rx.ack_port = 0;
+                rx.ack_port_proven = false;
             }
         }
     }
@@ -120,6 +129,9 @@ impl RxPath {
             ack_deadline: MaybeNs::NONE,
             ack_route: 0,
             ack_route_moved_ns: 0,
+            ack_sent_ns: 0,
+            ack_port_floor: 0,
+            ack_port_proven: false,
             ack_port: 0,
             trim_count: 0,
             trim_first: 0,
@@ -223,6 +235,8 @@ pub struct ConnectionStats {
     /// Paths retired because they proved dead (an unanswered probe, losses
     /// in a row) while others delivered, without waiting for an RTO.
     pub path_failovers: u64,
+    /// Retired paths heard from afterwards (the failure was a stall).
+    pub spurious_failovers: u64,
     /// RTOs proved spurious afterwards (the packets were late, not lost),
     /// and their window cut undone.
     pub spurious_rtos: u64,

@@ -44,11 +44,21 @@ impl Connection {
                 return None;
             }
             // The peer renewed the path: its route or our ACKs' way back
-            // proved dead (it cannot tell which). The new generation moves
-            // the ACKs; keep them off the old port a while.
-            let old_ack_port = rx.ack_port;
+            // proved dead (it cannot tell which, but we can tell a little).
+            // If our ACKs from this port were heard (the peer's window floor
+            // moved past them) and the peer never probed for them, it was
+            // its data's route that died: the ACKs keep their port, on
+            // probation (if the new generation is renewed again before
+            // the port is heard once more, the port goes). Otherwise the
+            // ACKs move; keep them off the old port a while.
+            let (old_ack_port, keep) = (rx.ack_port, rx.ack_port_proven);
             *rx = RxPath::new(psn_base, slot, generation);
-            self.note_bad_ack_port(old_ack_port);
+            if keep {
+                rx.ack_port = old_ack_port;
+                rx.ack_port_floor = rx.window.ack_psn();
+            } else {
+                self.note_bad_ack_port(old_ack_port);
+            }
         }
         Some(slot as usize)
     }
@@ -91,6 +101,36 @@ impl Connection {
         );
     }
 
+    /// An ACK for the generation that path `p` retired: if it covers a
+    /// packet the retirement gave up on, that packet had arrived and the
+    /// route was alive; the silence that condemned it was a stall (of the
+    /// peer, or of a queue on the way), not a failure. Remember how long it
+    /// was: the stall allowance holds later verdicts on silence (probe
+    /// timeouts, unanswered replacements) until a silence outlasts it.
+    fn on_retired_path_ack(&mut self, now_ns: u64, dev: &mut DeviceState, p: usize, ack: &AckRepr) {
+        let path = &mut self.paths[p];
+        let Some((first_psn, oldest_sent_ns)) = path.retired else {
+            return;
+        };
+        if ack.base.path_gen != path.generation.wrapping_sub(1) {
+            return;
+        }
+        let highest = sack_highest(ack.ack_psn, &ack.sack).unwrap_or(ack.ack_psn);
+        if !seq::seq_lt(highest, first_psn) {
+            path.retired = None;
+            self.stats.spurious_failovers += 1;
+            dev.stats.spurious_failovers += 1;
+            trace_event!(
+                in: self.trace.enter_path(p),
+                DEBUG,
+                now_ns,
+                late_ns = now_ns.saturating_sub(oldest_sent_ns),
+                "retired path heard from: its failure was a stall"
+            );
+            self.note_stall(now_ns, oldest_sent_ns);
+        }
+    }
+
     /// A data packet from the peer.
     pub(crate) fn on_data(
         &mut self,
@@ -109,6 +149,10 @@ impl Connection {
             .expect("created above");
         rx.window
             .advance_to(repr.psn.wrapping_sub(u32::from(repr.psn_floor_delta)));
+        let floor = repr.psn.wrapping_sub(u32::from(repr.psn_floor_delta));
+        if rx.ack_port != 0 && seq::seq_lt(rx.ack_port_floor, floor) {
+            rx.ack_port_proven = true;
+        }
         let outcome = rx.window.record(repr.psn);
         if outcome == RxOutcome::OutOfWindow {
             dev.stats.rx_out_of_window += 1;
@@ -124,6 +168,9 @@ impl Connection {
             && repr.base.flags.contains(Flags::RETRANSMIT)
             && rx.rx_packets > 0
             && now_ns.saturating_sub(rx.ack_route_moved_ns) >= dev.config.base_rtt_ns
+            && rx.unacked == 0
+            && !rx.ack_queued
+            && now_ns.saturating_sub(rx.ack_sent_ns) >= dev.config.base_rtt_ns / 2
         {
             // A probe (a resend asking for an ACK) although nothing before
             // it on this path is missing: the sender has not heard our
@@ -133,9 +180,15 @@ impl Connection {
             // the sender to give up on the path (two probe timeouts and
             // more, all the while acking into the failure). At most once
             // per base RTT; on a lossy route it costs nothing (another
-            // route is as good).
+            // route is as good). Only if our ACKs for the path are stale:
+            // none owed, the last one sent half a base RTT ago or more. A
+            // probe that finds an ACK owed or just sent was sent before our
+            // ACK could reach its sender (we were stalled, the probe waited
+            // in our socket with the data it asks about), and moving then
+            // would trade a live route for a coin toss.
             rx.ack_route = rx.ack_route.wrapping_add(1);
             rx.ack_route_moved_ns = now_ns;
+            rx.ack_port_proven = false;
             let dead = std::mem::take(&mut rx.ack_port);
             self.note_bad_ack_port(dead);
         }
@@ -212,6 +265,9 @@ impl Connection {
         }
         if p >= self.paths.len() || self.paths[p].generation != ack.base.path_gen {
             dev.stats.rx_stale_path += 1;
+            if p < self.paths.len() {
+                self.on_retired_path_ack(now_ns, dev, p, ack);
+            }
             return;
         }
         let highest = sack_highest(ack.ack_psn, &ack.sack);

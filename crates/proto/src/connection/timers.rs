@@ -276,7 +276,7 @@ impl Connection {
                 // would keep going into the failure.
                 if let Some(t) = oldest_sent
                     && self.paths[p].last_acked_ns < t
-                    && self.acked_sent_after(p, t)
+                    && self.silent_while_others_deliver(p, t, now_ns)
                 {
                     self.path_failed(now_ns, dev, p);
                 }
@@ -297,12 +297,16 @@ impl Connection {
                     .probe_timeout(ack_delay, pto_min)
                     .is_some_and(|d| d <= now_ns)
             {
-                if self.last_progress_ns > sent || self.paths[p].silent_rounds > 0 {
+                if (self.acked_sent_after(p, sent) || self.paths[p].silent_rounds > 0)
+                    && now_ns.saturating_sub(sent) >= self.stall_allowance_ns
+                {
                     // The probe went unanswered while other paths delivered
-                    // (now, or when the path fell silent while they did, which
-                    // made it suspect): this route is dead (a failed link or
-                    // switch, either way). Move its packets elsewhere and take
-                    // a new route now, long before an RTO would.
+                    // packets sent after it (or when the path fell silent
+                    // while they did, which made it suspect), for longer
+                    // than any stall this connection has proved: this route
+                    // is dead (a failed link or switch, either way). Move
+                    // its packets elsewhere and take a new route now, long
+                    // before an RTO would.
                     self.path_failed(now_ns, dev, p);
                 } else {
                     // The whole connection is silent (its first packet lost,
@@ -348,7 +352,10 @@ impl Connection {
             } else if probe_due || rack_due {
                 // Nothing changed the path since `oldest_sent` was read.
                 let overtaken = oldest_sent.is_some_and(|t| self.acked_sent_after(p, t));
-                if probe_due && overtaken && self.paths[p].unproven {
+                if probe_due
+                    && self.paths[p].unproven
+                    && oldest_sent.is_some_and(|t| self.silent_while_others_deliver(p, t, now_ns))
+                {
                     // A replacement that never answered while others did:
                     // its port hashed onto a dead route again. Next.
                     self.path_failed(now_ns, dev, p);
@@ -469,6 +476,16 @@ impl Connection {
         true
     }
 
+    /// Whether path `p`, silent since `t`, is proved dead: another path
+    /// had a packet acknowledged that was sent after `t`, and the silence
+    /// has outlasted the stall allowance (a retirement proved spurious
+    /// before showed how long this peer, or a queue on the way, can stall
+    /// while the routes live; until a silence is longer, it proves
+    /// nothing).
+    fn silent_while_others_deliver(&self, p: usize, t: u64, now_ns: u64) -> bool {
+        self.acked_sent_after(p, t) && now_ns.saturating_sub(t) >= self.stall_allowance_ns
+    }
+
     /// Whether a path other than `p` had a packet acknowledged that was
     /// sent after `t`.
     fn acked_sent_after(&self, p: usize, t: u64) -> bool {
@@ -570,6 +587,8 @@ impl Connection {
     /// Retire a path that keeps losing and reopen its slot on a fresh source
     /// port: a new port is a new ECMP hash, hence most likely a new route.
     fn retire_path(&mut self, now_ns: u64, dev: &mut DeviceState, p: usize) {
+        let oldest_sent_ns = self.paths[p].oldest_outstanding_sent_ns();
+        let first_psn = self.paths[p].first_inflight_psn();
         let lost = self.mark_path_lost(p);
         self.inflight_bytes -= lost;
         let cfg = &dev.config;
@@ -595,12 +614,42 @@ impl Connection {
                 .filter(|&port| !avoid_bad || !self.bad_ports.contains(port))
                 .collect()
         };
+        // A replacement that failed in turn (its fresh port hashed onto the
+        // dead part again) takes a route proved to deliver right now: the
+        // port of a path of the same plane that had a packet acknowledged
+        // which was sent after this path's oldest lost one. A fresh port is
+        // a coin toss when a link is dead (half the ports of two links hash
+        // onto it), and each miss costs a probe timeout and another
+        // replacement. The first replacement still draws a fresh port, for
+        // spreading: two paths on one port share a route (the slot, not the
+        // port, names a path); the least shared proven port is taken.
+        let proven = oldest_sent_ns
+            .filter(|_| self.paths[p].unproven)
+            .and_then(|t| {
+                self.paths
+                    .iter()
+                    .enumerate()
+                    .filter(|&(i, x)| {
+                        i != p
+                            && !x.unproven
+                            && x.last_acked_sent_ns > t
+                            && x.src_port % planes == plane
+                            && !self.bad_ports.contains(x.src_port)
+                    })
+                    .map(|(_, x)| x.src_port)
+                    .min_by_key(|&port| {
+                        let sharing = self.paths.iter().filter(|y| y.src_port == port).count();
+                        (sharing, dev.rng.next_u64() as u16)
+                    })
+            });
         let mut free = candidates(true);
         if free.is_empty() {
             free = candidates(false);
         }
         let old = &self.paths[p];
-        let port = if free.is_empty() {
+        let port = if let Some(port) = proven {
+            port
+        } else if free.is_empty() {
             old.src_port
         } else {
             free[(dev.rng.next_u64() % free.len() as u64) as usize]
@@ -625,6 +674,7 @@ impl Connection {
         );
         fresh.stats = stats;
         fresh.unproven = true;
+        fresh.retired = oldest_sent_ns.map(|t| (first_psn, t));
         self.paths[p] = fresh;
         self.cc.on_path_replaced(p, now_ns);
         self.stats.paths_replaced += 1;
@@ -750,6 +800,92 @@ mod tests {
         }
         assert!(l.pair.settle(1_000, 1_000));
         succeeded(l, wr_id, 4096);
+    }
+
+    /// A 64 KiB WRITE while the route of A's path slot 0 holds its data
+    /// for `hold_ns` (a queue stalled on the way, not a dead link): what
+    /// enters it comes out that much later; everything else is on time.
+    fn slow_route_write(l: &mut Lab, wr_id: u64, hold_ns: u64) {
+        write(l, wr_id, 64 << 10);
+        let peer = l.pair.addr(Side::B);
+        let mut held: Vec<(u64, crate::Transmit, Vec<u8>)> = Vec::new();
+        let end = l.pair.now() + 4 * hold_ns;
+        while l.pair.now() < end {
+            let slow = l.pair.a.path_ports(peer).unwrap()[0];
+            for (t, bytes) in l.pair.poll_transmits(Side::A) {
+                if t.kind == PacketKind::Data && t.src_port == slow {
+                    held.push((l.pair.now() + hold_ns, t, bytes));
+                } else {
+                    l.pair.deliver(Side::A, &t, &bytes);
+                }
+            }
+            let now = l.pair.now();
+            let due: Vec<_> = held.extract_if(.., |(due, _, _)| *due <= now).collect();
+            for (_, t, bytes) in due {
+                l.pair.deliver(Side::A, &t, &bytes);
+            }
+            for (t, bytes) in l.pair.poll_transmits(Side::B) {
+                l.pair.deliver(Side::B, &t, &bytes);
+            }
+            l.pair.advance(1_000);
+        }
+        assert!(held.is_empty());
+        assert!(l.pair.settle(1_000, 1_000));
+        succeeded(l, wr_id, 64 << 10);
+    }
+
+    #[test]
+    fn a_replacement_that_fails_takes_a_delivering_paths_port() {
+        let cfg = |seed| EndpointConfig {
+            line_rate_bps: 10_000_000_000,
+            ..fixture::config(seed)
+        };
+        let mut l = lab(cfg(1), cfg(2));
+        let peer = l.pair.addr(Side::B);
+        let ports = l.pair.a.path_ports(peer).unwrap();
+        // Slot 0's route is dead, and so is every fresh port's: only the
+        // routes of the other three paths deliver.
+        let live = ports[1..].to_vec();
+        l.pair.set_filter(Some(Box::new(move |hop| {
+            if hop.transmit.kind == PacketKind::Data && !live.contains(&hop.transmit.src_port) {
+                Fate::Drop
+            } else {
+                Fate::Deliver
+            }
+        })));
+        for wr_id in 1..=4 {
+            write(&mut l, wr_id, 64 << 10);
+            assert!(l.pair.settle(10_000, 1_000));
+            succeeded(&mut l, wr_id, 64 << 10);
+        }
+        let s = *l.pair.a.stats();
+        // The first replacement draws a fresh port (dead here); the second
+        // reuses a proven one and holds.
+        assert_eq!(s.paths_replaced, 2, "{s:?}");
+        let now = l.pair.a.path_ports(peer).unwrap();
+        assert!(ports[1..].contains(&now[0]), "{ports:?} -> {now:?}");
+    }
+
+    #[test]
+    fn a_retired_path_heard_from_later_holds_later_verdicts_on_silence() {
+        let cfg = |seed| EndpointConfig {
+            line_rate_bps: 10_000_000_000,
+            ..fixture::config(seed)
+        };
+        let mut l = lab(cfg(1), cfg(2));
+        // Far longer than a probe timeout: the slow path is retired while
+        // the others deliver, and then its ACKs arrive, for the old
+        // generation: the retirement was spurious.
+        let hold_ns = 20 * l.pair.a.config().base_rtt_ns;
+        slow_route_write(&mut l, 1, hold_ns);
+        let first = *l.pair.a.stats();
+        assert!(first.path_failovers >= 1, "{first:?}");
+        assert!(first.spurious_failovers >= 1, "{first:?}");
+        // The same route slow again, not as slow: its silence is within
+        // the stall this connection has seen, and no longer proves it dead.
+        slow_route_write(&mut l, 2, hold_ns / 2);
+        let second = *l.pair.a.stats();
+        assert_eq!(second.path_failovers, first.path_failovers, "{second:?}");
     }
 
     #[test]

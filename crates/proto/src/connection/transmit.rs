@@ -482,11 +482,14 @@ impl Connection {
                 .expect("checked above");
             rx.ack_route = route;
             rx.ack_port = port;
+            rx.ack_port_floor = rx.window.ack_psn();
+            rx.ack_port_proven = false;
         }
         let rx = self.rx_paths[slot as usize]
             .as_mut()
             .expect("ACKs are queued for known paths");
         let src_port = rx.ack_port;
+        rx.ack_sent_ns = now_ns;
         rx.ack_queued = false;
         rx.ack_deadline = MaybeNs::NONE;
         rx.unacked = 0;
@@ -548,6 +551,32 @@ impl Connection {
             .as_ref()
             .expect("ACKs are queued for known paths");
         let (generation, mut route) = (rx.generation, rx.ack_route);
+        // After a failure (a moved route, a renewed path), a port whose ACKs
+        // other paths' senders are hearing is a sure way back, where a
+        // fresh one is a coin toss when a link is dead; sharing it costs
+        // only spreading of ACKs, which are small. The least shared one.
+        if route != 0 || generation != 0 {
+            let proven = self
+                .rx_paths
+                .iter()
+                .enumerate()
+                .filter_map(|(s, x)| {
+                    x.as_ref()
+                        .filter(|x| s != usize::from(slot) && x.ack_port_proven && x.ack_port != 0)
+                })
+                .map(|x| x.ack_port)
+                .filter(|&port| !self.bad_ack_ports.contains(port))
+                .min_by_key(|&port| {
+                    self.rx_paths
+                        .iter()
+                        .flatten()
+                        .filter(|x| x.ack_port == port)
+                        .count()
+                });
+            if let Some(port) = proven {
+                return (route, port);
+            }
+        }
         let taken = |port: u16| {
             self.rx_paths.iter().enumerate().any(|(s, x)| {
                 s != usize::from(slot) && x.as_ref().is_some_and(|x| x.ack_port == port)
