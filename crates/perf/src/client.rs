@@ -5,8 +5,8 @@ use crate::figures::{PEAK_MARK_OPS, peak_bps};
 use crate::messages::{Done, Hello, Report};
 use crate::params::auth_mode;
 use crate::rig::{
-    PP_RECVS, Rig, STALL_NS, connect, empty_wcs, finish_rig, local_endpoint, post_recvs,
-    post_recvs_deferred, rig, wc_error,
+    PP_RECVS, Rig, STALL_NS, connect, empty_wcs, finish_rig, local_endpoint, post_recvs, rig,
+    wc_error,
 };
 use crate::verify::{first_diff, pattern};
 use crate::{
@@ -425,6 +425,12 @@ fn client_lat(
     let mut samples = Vec::with_capacity(target.min(1 << 20) as usize);
     let mut wcs = empty_wcs();
     let mut k = 0u64;
+    // The receive the last answer consumed is reposted right after the
+    // next request has left: reposting is not on the round trip's critical
+    // path, the request is (the other receives posted cover the answer
+    // meanwhile). The ACK for the answer still leaves in front of the
+    // request: the completion that handed the answer out held it.
+    let mut repost: Option<u64> = None;
     while k < target && end_at.is_none_or(|e| now_ns() < e) {
         let wr = match test {
             Test::WriteLat => {
@@ -457,6 +463,9 @@ fn client_lat(
             ctx.post_send_at(now, qp, std::slice::from_ref(&wr))
                 .map_err(|(_, e)| PerfError::Other(format!("post_send: {e}")))
         })?;
+        if let Some(j) = repost.take() {
+            post_recvs(rig, qp, std::iter::once((j, recv_sge(j))))?;
+        }
         // Wait for the answer: a receive (ping-pong) or the completion.
         let t1 = loop {
             let n = rig.dev.poll_cq_wait(rig.cq, &mut wcs, CLIENT_WAIT_MAX)?;
@@ -478,7 +487,7 @@ fn client_lat(
             }
         };
         if pingpong {
-            post_recvs_deferred(rig, qp, std::iter::once((k + PP_RECVS, recv_sge(k))))?;
+            repost = Some(k + PP_RECVS);
         }
         let rtt = t1 - t0;
         samples.push(if pingpong { rtt / 2 } else { rtt });

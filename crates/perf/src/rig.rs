@@ -310,23 +310,6 @@ pub(crate) fn post_recvs(
     })
 }
 
-/// [`post_recvs`] leaving what is due to be sent for the next post: in a
-/// ping-pong the ACK for the reply just received then rides in front of
-/// the next request (wire.md 5.3) instead of going alone ahead of it.
-pub(crate) fn post_recvs_deferred(
-    rig: &Rig,
-    qp: QueuePair,
-    sges: impl Iterator<Item = (u64, Vec<Sge>)>,
-) -> Result<(), PerfError> {
-    let wrs: Vec<RecvWr> = sges
-        .map(|(wr_id, sg_list)| RecvWr { wr_id, sg_list })
-        .collect();
-    rig.dev.with_deferred(|ctx, _| {
-        ctx.post_recv(qp, &wrs)
-            .map_err(|(i, e)| PerfError::Other(format!("post_recv #{i}: {e}")))
-    })
-}
-
 /// Receives kept posted on each side of a ping-pong.
 pub(crate) const PP_RECVS: u64 = 16;
 

@@ -404,6 +404,10 @@ struct Io {
     sort_keys: Vec<u64>,
     /// This flush's distinct destinations.
     dsts: Vec<SocketAddr>,
+    /// The rest of a flush's working lists, kept between flushes: a
+    /// ping-pong flushes once per message, and building them afresh cost
+    /// seven allocations and frees per flush on its critical path.
+    scratch: SendScratch,
     impair: Option<ImpairState>,
     held: Option<(SocketAddr, Ecn, Vec<u8>)>,
     stats: IoStats,
@@ -626,6 +630,7 @@ impl Device {
             order: Vec::with_capacity(TX_BATCH),
             sort_keys: Vec::with_capacity(TX_BATCH),
             dsts: Vec::new(),
+            scratch: SendScratch::default(),
             impair: cfg.impair.filter(Impair::is_active).map(ImpairState::new),
             held: None,
             stats: IoStats::default(),
@@ -1349,25 +1354,33 @@ fn flush(ctx: &mut Context, io: &mut Io, now: u64) -> usize {
 /// datagram index, the ACK's index (see `send_all`); empty when none does.
 /// `order` is the sending order, data first, grouped by source port, ECN
 /// and destination.
+///
+/// Fills `lead` (by datagram index) and `riding` (whether a datagram is an
+/// ACK that rides in front of another); both are left empty when no ACK
+/// rides.
 fn coalesce_acks(
     ctx: &Context,
     meta: &[(Transmit, Layout)],
     order: &[usize],
     paths: &[(SocketAddr, PathMtu)],
-) -> Vec<Option<usize>> {
+    lead: &mut Vec<Option<usize>>,
+    riding: &mut Vec<bool>,
+) {
+    lead.clear();
+    riding.clear();
     let n_data = order
         .iter()
         .take_while(|&&i| meta[i].0.kind != PacketKind::Ack)
         .count();
     if n_data == 0 || n_data == order.len() {
-        return Vec::new();
+        return;
     }
     let group = |i: usize| {
         let t = &meta[i].0;
         (t.src_port, t.ecn, t.dst)
     };
-    let mut lead = vec![None; meta.len()];
-    let mut placed = vec![false; order.len() - n_data];
+    lead.resize(meta.len(), None);
+    riding.resize(meta.len(), false);
     let mut any = false;
     for k in 0..n_data {
         let i = order[k];
@@ -1384,17 +1397,38 @@ fn coalesce_acks(
         // The first ACK toward this destination not placed yet, if it fits.
         let found = order[n_data..]
             .iter()
-            .enumerate()
-            .find(|&(j, &a)| !placed[j] && meta[a].0.dst == t.dst);
-        if let Some((j, &a)) = found
+            .find(|&&a| !riding[a] && meta[a].0.dst == t.dst);
+        if let Some(&a) = found
             && t.len + meta[a].0.len <= limit
         {
-            placed[j] = true;
+            riding[a] = true;
             lead[i] = Some(a);
             any = true;
         }
     }
-    if any { lead } else { Vec::new() }
+    if !any {
+        lead.clear();
+        riding.clear();
+    }
+}
+
+/// `send_all`'s working lists, kept in `Io` so that a flush allocates
+/// nothing once they have grown to the largest batch seen.
+#[derive(Default)]
+struct SendScratch {
+    /// By datagram index: the ACK that rides in front of it.
+    lead: Vec<Option<usize>>,
+    /// By datagram index: an ACK riding in front of another datagram.
+    riding: Vec<bool>,
+    /// Per datagram in sending order: its range in the parts list.
+    datagram_parts: Vec<(usize, usize)>,
+    runs: Vec<MsgRun>,
+    /// The parts list and the messages, empty between flushes. Their
+    /// elements borrow the flush's slots and memory regions, so they are
+    /// kept as `'static` (empty) lists and turned into the flush's lifetime
+    /// and back by collecting in place, which keeps the allocation.
+    parts: Vec<&'static [u8]>,
+    msgs: Vec<OutMsg<'static>>,
 }
 
 /// A run of datagrams sent as one message: `parts[parts_from..parts_to]`.
@@ -1426,8 +1460,17 @@ fn send_all(ctx: &Context, io: &mut Io) {
         dsts,
         coalesce,
         paths,
+        scratch,
         ..
     } = io;
+    let SendScratch {
+        lead,
+        riding,
+        datagram_parts,
+        runs,
+        parts: parts_store,
+        msgs: msgs_store,
+    } = scratch;
     let meta = &*meta;
     order.clear();
     // Data before ACKs: a reply that is ready goes out ahead of the ACK
@@ -1465,20 +1508,22 @@ fn send_all(ctx: &Context, io: &mut Io) {
     // (no other data of this flush shares its source port, destination and
     // ECN, so no GSO run is broken: the latency case, a reply and the ACK
     // for the request it answers), and only where both fit the path.
-    let lead = if *coalesce {
-        coalesce_acks(ctx, meta, order, paths)
+    if *coalesce {
+        coalesce_acks(ctx, meta, order, paths, lead, riding);
     } else {
-        Vec::new()
-    };
-    if !lead.is_empty() {
-        let riding: Vec<usize> = lead.iter().flatten().copied().collect();
-        stats.tx_coalesced += riding.len() as u64;
-        order.retain(|i| !riding.contains(i));
+        lead.clear();
+        riding.clear();
     }
+    if !lead.is_empty() {
+        stats.tx_coalesced += riding.iter().filter(|&&r| r).count() as u64;
+        order.retain(|&i| !riding[i]);
+    }
+    let lead = &*lead;
     let lead_of = |i: usize| lead.get(i).copied().flatten();
-    // Every datagram's slices, in sending order.
-    let mut parts: Vec<&[u8]> = Vec::with_capacity(meta.len() * 3);
-    let mut datagram_parts: Vec<(usize, usize)> = Vec::with_capacity(meta.len());
+    // Every datagram's slices, in sending order (the kept list, empty, now
+    // borrowing this flush's slots: `Vec` is covariant).
+    let mut parts: Vec<&[u8]> = std::mem::take(parts_store);
+    datagram_parts.clear();
     for &i in order.iter() {
         let (t, layout) = &meta[i];
         let from = parts.len();
@@ -1515,7 +1560,7 @@ fn send_all(ctx: &Context, io: &mut Io) {
     // Cut the sorted datagrams into messages: one GSO message per run of
     // equal-length datagrams (the last may be shorter) with the same source
     // port, destination and ECN.
-    let mut runs: Vec<MsgRun> = Vec::new();
+    runs.clear();
     let mut s = 0;
     while s < order.len() {
         let first = order[s];
@@ -1550,19 +1595,17 @@ fn send_all(ctx: &Context, io: &mut Io) {
         });
         s = e;
     }
-    let msgs: Vec<OutMsg<'_>> = runs
-        .iter()
-        .map(|r| {
-            let t = &meta[r.first].0;
-            OutMsg {
-                dst: t.dst,
-                tos: sys::ecn_bits(t.ecn),
-                segment: (r.datagrams > 1).then_some(t.len as u16),
-                parts: &parts[r.parts_from..r.parts_to],
-                datagrams: r.datagrams,
-            }
-        })
-        .collect();
+    let mut msgs: Vec<OutMsg<'_>> = std::mem::take(msgs_store);
+    msgs.extend(runs.iter().map(|r| {
+        let t = &meta[r.first].0;
+        OutMsg {
+            dst: t.dst,
+            tos: sys::ecn_bits(t.ecn),
+            segment: (r.datagrams > 1).then_some(t.len as u16),
+            parts: &parts[r.parts_from..r.parts_to],
+            datagrams: r.datagrams,
+        }
+    }));
     // Send per socket: consecutive messages share a source port.
     let mut a = 0;
     let mut disable_gso = false;
@@ -1591,6 +1634,25 @@ fn send_all(ctx: &Context, io: &mut Io) {
     if disable_gso {
         *gso = false;
     }
+    // Back into the kept lists, emptied: collecting an empty list in place
+    // keeps the allocation and drops the borrows of this flush (the maps
+    // see no element; they only name the `'static` types).
+    msgs.clear();
+    *msgs_store = msgs
+        .into_iter()
+        .map(|m| OutMsg {
+            dst: m.dst,
+            tos: m.tos,
+            segment: m.segment,
+            parts: &[],
+            datagrams: m.datagrams,
+        })
+        .collect();
+    parts.clear();
+    *parts_store = parts
+        .into_iter()
+        .map(|_| -> &'static [u8] { &[] })
+        .collect();
 }
 
 /// Send messages on one socket, retrying briefly on a full buffer; a GSO
