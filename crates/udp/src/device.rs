@@ -423,6 +423,9 @@ struct Io {
     pmtu_refused: bool,
     /// The core had a deadline pending after the last progress pass.
     busy_at_last_pass: bool,
+    /// When a due timer was first held back for an undrained socket (see
+    /// `TIMER_DEFER_MAX_NS`); None while none is.
+    timer_deferred_since: Option<u64>,
     /// The core's earliest deadline after the last progress pass.
     deadline_at_last_pass: Option<u64>,
     /// The local IP, the source of captured sends.
@@ -642,6 +645,7 @@ impl Device {
             pmtu_recheck_at_ns: 0,
             pmtu_refused: false,
             busy_at_last_pass: false,
+            timer_deferred_since: None,
             deadline_at_last_pass: None,
             bind_ip: cfg.bind_ip,
             coalesce: cfg.coalesce,
@@ -1238,8 +1242,16 @@ fn take_input(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
         }
     }
     let now = if did { now_ns() } else { now };
-    if let Some(due) = ctx.poll_timeout().filter(|&t| t <= now) {
-        if drained || now.saturating_sub(due) >= TIMER_DEFER_MAX_NS {
+    if ctx.poll_timeout().is_some_and(|t| t <= now) {
+        // Held back from when it was first held back, not from when it
+        // came due: a timer that came due while this host was off its CPU
+        // for 300 ms is already 300 ms late, and firing it after the first
+        // batches (before the ACKs queued behind them) took the stall for
+        // silence on every path whose ACKs were still unread (on the
+        // namespace fabric: bursts of ~90 path retirements, once a second).
+        let since = *io.timer_deferred_since.get_or_insert(now);
+        if drained || now.saturating_sub(since) >= TIMER_DEFER_MAX_NS {
+            io.timer_deferred_since = None;
             ctx.handle_timeout(now);
             did = true;
         } else {
@@ -1247,6 +1259,8 @@ fn take_input(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
             io.stats.timers_deferred += 1;
             did = true;
         }
+    } else {
+        io.timer_deferred_since = None;
     }
     if !io.paths.is_empty() && (io.pmtu_refused || now >= io.pmtu_recheck_at_ns) {
         recheck_paths(ctx, io, now);

@@ -629,12 +629,10 @@ impl CongestionController for MetaRoceCc {
     fn on_trim(&mut self, path: PathSlot, lost_bytes: u64, now_ns: u64) {
         // A trim is a full queue on the path's route: as good as a CE mark,
         // so the loss is taken as congestion (not as a random loss).
-        if std::env::var_os("XTRIM").is_some() {
-            if let Some(p) = self.path_mut(path) {
-                p.last_ce_ns = MaybeNs::some(now_ns);
-            }
-            self.on_loss(path, lost_bytes, now_ns);
+        if let Some(p) = self.path_mut(path) {
+            p.last_ce_ns = MaybeNs::some(now_ns);
         }
+        self.on_loss(path, lost_bytes, now_ns);
     }
 
     fn on_rto(&mut self, path: PathSlot, now_ns: u64) {

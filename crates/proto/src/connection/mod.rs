@@ -78,12 +78,13 @@ struct RxPath {
     ack_route_moved_ns: u64,
     /// When this path's last ACK left (0: none yet).
     ack_sent_ns: u64,
-    /// Our cumulative ACK point when `ack_port` was picked: once the peer's
-    /// window floor passes it, the peer heard ACKs from that port.
+    /// Our cumulative ACK point when `ack_port` was picked or last heard:
+    /// once the peer's window floor (carried by its data) passes it, the
+    /// peer has heard an ACK we sent from that port since.
     ack_port_floor: u32,
-    /// The peer's window floor passed `ack_port_floor`: ACKs from
-    /// `ack_port` get through (the route is proved, not hoped).
-    ack_port_proven: bool,
+    /// When the peer last showed it heard our ACKs from `ack_port` (0: not
+    /// since it was picked): a route known to work now, not hoped to.
+    ack_port_heard_ns: u64,
     /// The source port this path's ACKs leave from; 0 until the first ACK
     /// (and after a move) picks one.
     ack_port: u16,
@@ -107,7 +108,7 @@ impl Connection {
         for rx in self.rx_paths.iter_mut().flatten() {
             if rx.ack_port == port {
                 rx.ack_port = 0;
-                rx.ack_port_proven = false;
+                rx.ack_port_heard_ns = 0;
             }
         }
     }
@@ -131,7 +132,7 @@ impl RxPath {
             ack_route_moved_ns: 0,
             ack_sent_ns: 0,
             ack_port_floor: 0,
-            ack_port_proven: false,
+            ack_port_heard_ns: 0,
             ack_port: 0,
             trim_count: 0,
             trim_first: 0,

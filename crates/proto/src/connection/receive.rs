@@ -44,21 +44,12 @@ impl Connection {
                 return None;
             }
             // The peer renewed the path: its route or our ACKs' way back
-            // proved dead (it cannot tell which, but we can tell a little).
-            // If our ACKs from this port were heard (the peer's window floor
-            // moved past them) and the peer never probed for them, it was
-            // its data's route that died: the ACKs keep their port, on
-            // probation (if the new generation is renewed again before
-            // the port is heard once more, the port goes). Otherwise the
-            // ACKs move; keep them off the old port a while.
-            let (old_ack_port, keep) = (rx.ack_port, rx.ack_port_proven);
+            // proved dead (it cannot tell which). The new generation moves
+            // the ACKs (to a port other paths' ACKs are heard from, see
+            // `pick_ack_port`); keep them off the old port a while.
+            let old_ack_port = rx.ack_port;
             *rx = RxPath::new(psn_base, slot, generation);
-            if keep {
-                rx.ack_port = old_ack_port;
-                rx.ack_port_floor = rx.window.ack_psn();
-            } else {
-                self.note_bad_ack_port(old_ack_port);
-            }
+            self.note_bad_ack_port(old_ack_port);
         }
         Some(slot as usize)
     }
@@ -115,8 +106,11 @@ impl Connection {
         if ack.base.path_gen != path.generation.wrapping_sub(1) {
             return;
         }
-        let highest = sack_highest(ack.ack_psn, &ack.sack).unwrap_or(ack.ack_psn);
-        if !seq::seq_lt(highest, first_psn) {
+        // The very packet whose silence condemned the path: later ones
+        // arriving prove nothing (the first may have been lost at random).
+        let covered = !seq::seq_lt(ack.ack_psn, first_psn)
+            || sack_contains(ack.ack_psn, &ack.sack, first_psn);
+        if covered {
             path.retired = None;
             self.stats.spurious_failovers += 1;
             dev.stats.spurious_failovers += 1;
@@ -151,7 +145,8 @@ impl Connection {
             .advance_to(repr.psn.wrapping_sub(u32::from(repr.psn_floor_delta)));
         let floor = repr.psn.wrapping_sub(u32::from(repr.psn_floor_delta));
         if rx.ack_port != 0 && seq::seq_lt(rx.ack_port_floor, floor) {
-            rx.ack_port_proven = true;
+            rx.ack_port_heard_ns = now_ns.max(1);
+            rx.ack_port_floor = rx.window.ack_psn();
         }
         let outcome = rx.window.record(repr.psn);
         if outcome == RxOutcome::OutOfWindow {
@@ -188,7 +183,7 @@ impl Connection {
             // would trade a live route for a coin toss.
             rx.ack_route = rx.ack_route.wrapping_add(1);
             rx.ack_route_moved_ns = now_ns;
-            rx.ack_port_proven = false;
+            rx.ack_port_heard_ns = 0;
             let dead = std::mem::take(&mut rx.ack_port);
             self.note_bad_ack_port(dead);
         }

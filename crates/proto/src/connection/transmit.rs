@@ -476,14 +476,14 @@ impl Connection {
             .as_ref()
             .is_some_and(|rx| rx.ack_port == 0)
         {
-            let (route, port) = self.pick_ack_port(dev, slot);
+            let (route, port) = self.pick_ack_port(now_ns, dev, slot);
             let rx = self.rx_paths[slot as usize]
                 .as_mut()
                 .expect("checked above");
             rx.ack_route = route;
             rx.ack_port = port;
             rx.ack_port_floor = rx.window.ack_psn();
-            rx.ack_port_proven = false;
+            rx.ack_port_heard_ns = 0;
         }
         let rx = self.rx_paths[slot as usize]
             .as_mut()
@@ -546,34 +546,36 @@ impl Connection {
     /// route on, the first port whose ACKs were not lost lately and that no
     /// other path's ACKs use (a moved route that lands on another path's
     /// port would share its fate). Returns the route and its port.
-    fn pick_ack_port(&self, dev: &DeviceState, slot: u8) -> (u16, u16) {
+    fn pick_ack_port(&self, now_ns: u64, dev: &DeviceState, slot: u8) -> (u16, u16) {
         let rx = self.rx_paths[slot as usize]
             .as_ref()
             .expect("ACKs are queued for known paths");
         let (generation, mut route) = (rx.generation, rx.ack_route);
         // After a failure (a moved route, a renewed path), a port whose ACKs
-        // other paths' senders are hearing is a sure way back, where a
-        // fresh one is a coin toss when a link is dead; sharing it costs
-        // only spreading of ACKs, which are small. The least shared one.
+        // other paths' senders have heard lately (within a few base RTTs)
+        // is a sure way back, where a fresh one is a coin toss when a link
+        // is dead; sharing it costs only spreading of ACKs, which are
+        // small. The least shared one.
         if route != 0 || generation != 0 {
-            let proven = self
+            let recent_ns = now_ns.saturating_sub(4 * dev.config.base_rtt_ns);
+            let heard = self
                 .rx_paths
                 .iter()
                 .enumerate()
-                .filter_map(|(s, x)| {
-                    x.as_ref()
-                        .filter(|x| s != usize::from(slot) && x.ack_port_proven && x.ack_port != 0)
-                })
-                .map(|x| x.ack_port)
-                .filter(|&port| !self.bad_ack_ports.contains(port))
-                .min_by_key(|&port| {
-                    self.rx_paths
+                .filter_map(|(s, x)| x.as_ref().filter(|_| s != usize::from(slot)))
+                .filter(|x| x.ack_port != 0 && x.ack_port_heard_ns > recent_ns)
+                .filter(|x| !self.bad_ack_ports.contains(x.ack_port))
+                .min_by_key(|x| {
+                    let sharing = self
+                        .rx_paths
                         .iter()
                         .flatten()
-                        .filter(|x| x.ack_port == port)
-                        .count()
-                });
-            if let Some(port) = proven {
+                        .filter(|y| y.ack_port == x.ack_port)
+                        .count();
+                    (sharing, u64::MAX - x.ack_port_heard_ns)
+                })
+                .map(|x| x.ack_port);
+            if let Some(port) = heard {
                 return (route, port);
             }
         }
