@@ -1674,14 +1674,24 @@ impl EpState {
                 break;
             }
             did = true;
-            let wcs: Vec<WorkCompletion> = self.wcs[..n].to_vec();
+            // The batch is worked from the scratch array itself, lent out
+            // for the while (no copy per batch).
+            let wcs = std::mem::take(&mut self.wcs);
             // Deferred: the application's answer to what arrived, posted
             // next, leaves ahead of the ACKs (and of any reply this makes).
             dev.with_deferred(|ctx, _| {
-                for wc in &wcs {
+                for wc in &wcs[..n] {
                     self.on_wc(ctx, s, wc);
                 }
             });
+            let short = n < wcs.len();
+            self.wcs = wcs;
+            // A short batch emptied the device's queue: polling again now
+            // would only cost another empty receive pass (a system call);
+            // the caller's next poll comes soon enough.
+            if short {
+                break;
+            }
         }
         did
     }
@@ -1900,14 +1910,17 @@ impl EpState {
         let peer = self.links[&qpn].peer;
         let src = self.source_of(s, peer);
         let tagged = h.has(FLAG_TAGGED);
-        log::debug(&format!(
-            "{}: {:?} seq {} tag {:#x} len {} from fi_addr {src:#x}",
-            self.peer_desc(qpn),
-            h.kind,
-            h.seq,
-            h.tag,
-            h.len
-        ));
+        // Once per message: formatted only when debug logging is on.
+        if log::debug_enabled() {
+            log::debug(&format!(
+                "{}: {:?} seq {} tag {:#x} len {} from fi_addr {src:#x}",
+                self.peer_desc(qpn),
+                h.kind,
+                h.seq,
+                h.tag,
+                h.len
+            ));
+        }
         let q = if tagged {
             &mut self.tagged
         } else {

@@ -5,6 +5,7 @@
 
 use super::sys;
 use std::ffi::CString;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 fn emit(level: sys::fi_log_level, subsys: sys::fi_log_subsys, msg: &str) {
     let Some(prov) = super::provider_ptr() else {
@@ -58,4 +59,35 @@ pub(crate) fn debug(msg: &str) {
         sys::fi_log_subsys_FI_LOG_CORE,
         msg,
     );
+}
+
+/// Whether `FI_LOG_LEVEL` (with `FI_LOG_PROV`) lets debug messages
+/// through: asked of the core once, then remembered, so that a message on
+/// the data path costs one load, not a formatted string, when it is off.
+/// Before the core has loaded the provider: no (and not remembered).
+pub(crate) fn debug_enabled() -> bool {
+    const UNKNOWN: u8 = 0;
+    const OFF: u8 = 1;
+    const ON: u8 = 2;
+    static DEBUG: AtomicU8 = AtomicU8::new(UNKNOWN);
+    match DEBUG.load(Ordering::Relaxed) {
+        OFF => false,
+        ON => true,
+        _ => {
+            let Some(prov) = super::provider_ptr() else {
+                return false;
+            };
+            // SAFETY: as in `emit`: the provider structure lives for the
+            // process, and `fi_log_enabled` only reads it.
+            let on = unsafe {
+                sys::fi_log_enabled(
+                    prov,
+                    sys::fi_log_level_FI_LOG_DEBUG,
+                    sys::fi_log_subsys_FI_LOG_CORE,
+                )
+            } != 0;
+            DEBUG.store(if on { ON } else { OFF }, Ordering::Relaxed);
+            on
+        }
+    }
 }

@@ -8,6 +8,7 @@
 //! handle to their domain and an index into it, so everything the
 //! provider does runs in safe code under the domain lock.
 
+mod idle;
 pub(crate) mod log;
 pub(crate) mod mem;
 pub(crate) mod trace;

@@ -14,7 +14,6 @@ use std::ffi::{CString, c_char, c_int, c_void};
 use std::mem::size_of;
 use std::net::{Ipv4Addr, SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// A stub for an operation the provider does not implement.
@@ -838,7 +837,6 @@ pub(super) struct CqObj {
     pub(super) shared: Arc<DomainShared>,
     pub(super) id: usize,
     api_version: u32,
-    empty_polls: AtomicU32,
 }
 
 static CQ_FI_OPS: sys::fi_ops = fid_ops(cq_close, None, Some(cq_control));
@@ -896,7 +894,6 @@ unsafe extern "C" fn cq_open(
         shared: Arc::clone(&d.shared),
         id,
         api_version: d.api_version,
-        empty_polls: AtomicU32::new(0),
     };
     // SAFETY: the caller's out pointer.
     unsafe { publish(obj, sys::FI_CLASS_CQ, cq) }
@@ -998,24 +995,22 @@ unsafe fn cq_read_into(
         return neg(flags::EINVAL) as isize;
     };
     if !q.errors.is_empty() {
+        drop(st);
+        super::idle::note_work();
         return neg(flags::EAVAIL) as isize;
     }
     let n = count.min(q.entries.len());
     if n == 0 {
         drop(st);
-        // A polling application that finds nothing for a while gives the
-        // CPU away now and then: several ranks polling on fewer cores
-        // otherwise spin each other out.
-        if obj.empty_polls.fetch_add(1, Ordering::Relaxed) % 64 == 63 {
-            std::thread::yield_now();
-        }
+        // Spin on a quiet host; give the CPU away now and then only while
+        // something else wants it (see `idle`).
+        super::idle::note_empty();
         return neg(flags::EAGAIN) as isize;
     }
-    obj.empty_polls.store(0, Ordering::Relaxed);
     let format = q.format;
-    for i in 0..n {
-        let e = q.entries.pop_front().expect("n <= len");
-        // SAFETY: the caller's contract on `buf` and `src`; `i < count`.
+    // Straight from the queue into the caller's array.
+    for (i, e) in q.entries.drain(..n).enumerate() {
+        // SAFETY: the caller's contract on `buf` and `src`; `i < n <= count`.
         unsafe {
             write_entry(format, buf, i, &e);
             if !src.is_null() {
@@ -1023,6 +1018,8 @@ unsafe fn cq_read_into(
             }
         }
     }
+    drop(st);
+    super::idle::note_work();
     n as isize
 }
 
