@@ -59,7 +59,8 @@ const METAROCE_USAGE: &str = "\
   --poll spin|yield           spin between polls, or give the CPU up (sched_yield) between them (default: spin
                               when this host has a core per rank (LOCAL_WORLD_SIZE, or --ranks), else yield)
   --sleep socket|event        after polling, sleep on the device's receive socket in the rank's thread, or on
-                              the CQ's completion event while the device's engine drives (default socket)
+                              the CQ's completion event while the device's engine drives (default: socket when
+                              ranks share cores, as for --poll, else event)
   --dev-port <port>           MetaRoCE device UDP port (default 4793, or a free range when another rank has it;
                               a port given here is used as given: one rank per host)
   --stats                     print every rank's device, connection and path counters (name value lines) on
@@ -85,7 +86,7 @@ struct Extra {
     bootstrap_timeout_s: Option<u64>,
     poll_us: Option<u64>,
     poll_mode: Option<String>,
-    sleep_on_event: bool,
+    sleep: Option<String>,
     dev_port: Option<u16>,
     stats: bool,
     icrc: bool,
@@ -178,7 +179,7 @@ fn split_args(rest: &[String]) -> Result<(Vec<String>, Extra), String> {
                 if v != "socket" && v != "event" {
                     return Err(format!("--sleep {v:?}: socket or event"));
                 }
-                x.sleep_on_event = v == "event";
+                x.sleep = Some(v.clone());
             }
             "--dev-port" => {
                 x.dev_port = Some(
@@ -305,7 +306,10 @@ pub(crate) fn run(args: CollPerfArgs) -> Result<ExitCode, String> {
         Some(_) => false,
         None => yield_polling,
     };
-    cfg.sleep_on_socket = !extra.sleep_on_event;
+    cfg.sleep_on_socket = match extra.sleep.as_deref() {
+        Some(s) => s == "socket",
+        None => yield_polling,
+    };
     if let Some(s) = extra.bootstrap_timeout_s {
         cfg.bootstrap_timeout = Duration::from_secs(s);
     }

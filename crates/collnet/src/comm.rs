@@ -15,11 +15,11 @@
 //!   receive only carries the immediate).
 //!
 //! Waiting polls for [`NetConfig::poll_before_sleep`] (spinning or
-//! yielding), then sleeps: by default on the device's receive socket in the
+//! yielding), then sleeps: by default armed on its CQ in `get_cq_event`
+//! while the device's engine thread drives the sockets, or, with
+//! [`NetConfig::sleep_on_socket`], on the device's receive socket in the
 //! rank's own thread (`poll_cq_wait`: the datagram that wakes it is taken
-//! in by the thread that wants it), else ([`NetConfig::sleep_on_socket`]
-//! off) armed on its CQ in `get_cq_event` while the device's engine thread
-//! drives the sockets. Either way it wakes at least every [`ABORT_POLL`] to
+//! in by the thread that wants it). Either way it wakes at least every [`ABORT_POLL`] to
 //! look for an abort from the control channel ([`crate::control`]) or a
 //! stall.
 

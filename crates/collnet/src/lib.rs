@@ -105,12 +105,15 @@ pub struct NetConfig {
     /// wake-ups (the device's engine, then its own). Off by default.
     pub yield_while_polling: bool,
     /// After the polling window, sleep on the device's receive socket in
-    /// the rank's own thread (the device's `poll_cq_wait`), which then
-    /// takes in the datagram that wakes it itself. On by default. Off: sleep
-    /// on the CQ's completion event while the device's engine thread drives
-    /// the sockets, two wake-ups per completion (engine, then rank) instead
-    /// of one: with ranks sharing cores, a quarter more CPU per all-reduce
-    /// and half again as many context switches (BENCHMARKS.md, round 4).
+    /// the rank's own thread (the device's `poll_cq_wait`, which takes in
+    /// the datagram that wakes it itself, the engine standing aside) instead
+    /// of on the CQ's completion event while the device's engine thread
+    /// drives the sockets (two wake-ups per completion: engine, then rank).
+    /// Off by default. Pays where ranks share cores (8 ranks on 2 cores:
+    /// about a fifth less CPU per all-reduce, a third fewer context
+    /// switches); costs where each rank has a core, whose engine then
+    /// works in parallel with it (2 ranks on 2 cores: half the bus
+    /// bandwidth at 4-16 MiB). BENCHMARKS.md, round 4.
     pub sleep_on_socket: bool,
     /// Offer peers to leave the ICRC out of data packets, where the UDP
     /// checksum already covers them (the wire spec's ICRC omission; both
@@ -139,7 +142,7 @@ impl Default for NetConfig {
             stall_timeout: Duration::from_secs(60),
             poll_before_sleep: Duration::ZERO,
             yield_while_polling: false,
-            sleep_on_socket: true,
+            sleep_on_socket: false,
             icrc_omission: true,
             capture: None,
         }

@@ -47,11 +47,17 @@ pub const AUTO_MTU_CAP: u32 = 8192;
 /// ranks on 2 cores by about a fifth against 8 KiB (BENCHMARKS.md).
 pub const LOCAL_MTU_CAP: u32 = 60 << 10;
 
-/// The device's own largest payload: the configured MTU, or the local cap
-/// when packets are sized per peer from the path (a peer on another host
-/// then gets [`AUTO_MTU_CAP`] at most, see `payload_mtu_toward`).
-pub(crate) fn device_mtu(cfg: &NetConfig) -> u32 {
-    if cfg.mtu == 0 { LOCAL_MTU_CAP } else { cfg.mtu }
+/// The device's own largest payload: the configured MTU, or, when packets
+/// are sized per peer from the path, the local cap for a device bound to a
+/// loopback address (every peer on this host) and [`AUTO_MTU_CAP`] for any
+/// other (a peer on this host then still gets the local cap only if both
+/// devices take it, see `payload_mtu_toward`).
+pub(crate) fn device_mtu(cfg: &NetConfig, ip: IpAddr) -> u32 {
+    match cfg.mtu {
+        0 if ip.is_loopback() => LOCAL_MTU_CAP,
+        0 => AUTO_MTU_CAP,
+        m => m,
+    }
 }
 
 /// Whether `peer` is a device on this host as seen from `own`.
@@ -59,10 +65,10 @@ fn is_local(own: SocketAddr, peer: SocketAddr) -> bool {
     peer.ip().is_loopback() || peer.ip() == own.ip()
 }
 
-fn endpoint_config(cfg: &NetConfig) -> EndpointConfig {
+fn endpoint_config(cfg: &NetConfig, ip: IpAddr) -> EndpointConfig {
     EndpointConfig {
         device_port: cfg.device_port,
-        mtu_payload_bytes: device_mtu(cfg),
+        mtu_payload_bytes: device_mtu(cfg, ip),
         accept_icrc_omitted: cfg.icrc_omission,
         paths_per_connection: cfg.paths as usize,
         path_port_span: cfg.paths as u16,
@@ -94,7 +100,7 @@ pub(crate) fn rig(
     bind_ip: IpAddr,
 ) -> Result<Rig, CollNetError> {
     let comm = Communicator::new(rank, world, cfg.comm)?;
-    let mut dc = DeviceConfig::new(endpoint_config(cfg), bind_ip);
+    let mut dc = DeviceConfig::new(endpoint_config(cfg, bind_ip), bind_ip);
     dc.impair = cfg.impair;
     dc.port_fallback = cfg.device_port_fallback;
     dc.gso = cfg.offload;
