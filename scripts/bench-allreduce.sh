@@ -7,8 +7,10 @@
 # every world size of every contender in turn, so that a noisy neighbour
 # hits them all alike. Writes raw outputs to OUT and prints medians.
 #
-# usage: [LARGE=0] [WORLDS="2 4 8"] scripts/bench-allreduce.sh [ROUNDS] [OUT]
-# LARGE=0 skips 64 MiB and 256 MiB.
+# usage: [LARGE=0] [WORLDS="2 4 8"] [BASE=other-metaroce] scripts/bench-allreduce.sh [ROUNDS] [OUT]
+# LARGE=0 skips 64 MiB and 256 MiB. BASE: a second metaroce binary (an
+# earlier build) run in each round right after this one, as a fourth
+# contender ("base"), for before/after comparisons under the same load.
 # needs: cargo build --release -p metaroce; scripts/build-mpi-bench.sh
 set -u
 cd "$(dirname "$0")/.."
@@ -40,10 +42,14 @@ for round in $(seq 1 "$ROUNDS"); do
   for n in ${WORLDS:-2 4 8}; do
     $BIN coll-perf all_reduce --ranks $n -b 8 -e 8 -n 200 -w 20 -c 0 \
       --json "$OUT/mr-lat-n$n-r$round.json" > /dev/null
+    [ -n "${BASE:-}" ] && $BASE coll-perf all_reduce --ranks $n -b 8 -e 8 -n 200 -w 20 -c 0 \
+      --json "$OUT/base-lat-n$n-r$round.json" > /dev/null
     $MPIRUN -np $n $MPI 8 8 2 200 > "$OUT/mpi-lat-n$n-r$round.txt"
     gloo $n 8 8 2 200 "$OUT/gloo-lat-n$n-r$round.txt"
     $BIN coll-perf all_reduce --ranks $n -b 1M -e 16M -f 4 -n 5 -w 1 -c 0 \
       --json "$OUT/mr-small-n$n-r$round.json" > /dev/null
+    [ -n "${BASE:-}" ] && $BASE coll-perf all_reduce --ranks $n -b 1M -e 16M -f 4 -n 5 -w 1 -c 0 \
+      --json "$OUT/base-small-n$n-r$round.json" > /dev/null
     $MPIRUN -np $n $MPI 1048576 16777216 4 5 > "$OUT/mpi-small-n$n-r$round.txt"
     gloo $n 1048576 16777216 4 5 "$OUT/gloo-small-n$n-r$round.txt"
     if [ "${LARGE:-1}" != 0 ]; then
@@ -58,11 +64,12 @@ python3 - "$OUT" <<'PY'
 import glob, json, re, statistics, sys
 out = sys.argv[1]
 res = {}  # (who, n, size) -> [(time_us, busbw)]
-for f in glob.glob(f"{out}/mr-*.json"):
-    n = int(re.search(r"-n(\d+)-", f).group(1))
-    for r in json.load(open(f))["results"]:
-        m = r["out_of_place"]
-        res.setdefault(("metaroce", n, r["size"]), []).append((m["time_us"], m["busbw_gbps"]))
+for who, pat in (("metaroce", "mr"), ("base", "base")):
+    for f in glob.glob(f"{out}/{pat}-*.json"):
+        n = int(re.search(r"-n(\d+)-", f).group(1))
+        for r in json.load(open(f))["results"]:
+            m = r["out_of_place"]
+            res.setdefault((who, n, r["size"]), []).append((m["time_us"], m["busbw_gbps"]))
 for who, pat in (("openmpi-tcp", "mpi"), ("gloo-tcp", "gloo")):
     for f in glob.glob(f"{out}/{pat}-*.txt"):
         n = int(re.search(r"-n(\d+)-", f).group(1))
@@ -91,4 +98,16 @@ for n in (2, 4, 8):
         gt = f"{med([x[0] for x in g]):>10.1f}" if g else f"{'-':>10}"
         print(f"{s:>10} {n:>5} {med([x[1] for x in a]):>15.3f} {med([x[1] for x in b]):>15.3f} {gb} "
               f"{med([x[0] for x in a]):>12.1f} {med([x[0] for x in b]):>12.1f} {gt}  {len(a)}/{len(b)}/{len(g)}")
+base = [k for k in res if k[0] == "base"]
+if base:
+    print("base (BASE binary) against this build, same rounds:")
+    print(f"{'size':>10} {'ranks':>5} {'base busbw':>11} {'this busbw':>11} {'base us':>10} {'this us':>10}  sorted busbw base / this")
+    for n in (2, 4, 8):
+        for s in sizes:
+            a, c = res.get(("metaroce", n, s), []), res.get(("base", n, s), [])
+            if not a or not c:
+                continue
+            srt = lambda xs: " ".join(f"{x[1]:.3f}" if s > 8 else f"{x[0]:.0f}" for x in sorted(xs, key=lambda x: x[1] if s > 8 else x[0]))
+            print(f"{s:>10} {n:>5} {med([x[1] for x in c]):>11.3f} {med([x[1] for x in a]):>11.3f} "
+                  f"{med([x[0] for x in c]):>10.1f} {med([x[0] for x in a]):>10.1f}  {srt(c)} / {srt(a)}")
 PY

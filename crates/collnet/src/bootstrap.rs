@@ -112,7 +112,7 @@ fn local_endpoint(rig: &Rig, cfg: &NetConfig) -> Endpoint {
     Endpoint {
         device_port: rig.dev.addr().port(),
         path_port_span: cfg.paths as u16,
-        mtu: rig::device_mtu(cfg),
+        mtu: rig::device_mtu(cfg, rig.dev.addr().ip()),
         qpns: rig
             .qps
             .iter()
@@ -225,7 +225,7 @@ pub fn connect(job: &Job, cfg: &NetConfig) -> Result<NetComm, CollNetError> {
                 rank: 0,
                 ip,
                 device_port: rig.dev.addr().port(),
-                mtu: rig::device_mtu(cfg),
+                mtu: rig::device_mtu(cfg, ip),
                 qpn: 0,
                 session_id: 0,
                 staging: RemoteBuf {

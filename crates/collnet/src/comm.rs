@@ -14,10 +14,14 @@
 //!   (zero scatter entries: the data went to the staging region, the
 //!   receive only carries the immediate).
 //!
-//! Waiting never spins: with nothing to do the rank arms its CQ and sleeps
-//! in `get_cq_event` while the device's engine thread drives the sockets;
-//! it wakes on a completion, or every [`ABORT_POLL`] to look for an abort
-//! from the control channel ([`crate::control`]) or a stall.
+//! Waiting polls for [`NetConfig::poll_before_sleep`] (spinning or
+//! yielding), then sleeps: by default armed on its CQ in `get_cq_event`
+//! while the device's engine thread drives the sockets, or, with
+//! [`NetConfig::sleep_on_socket`], on the device's receive socket in the
+//! rank's own thread (`poll_cq_wait`: the datagram that wakes it is taken
+//! in by the thread that wants it). Either way it wakes at least every [`ABORT_POLL`] to
+//! look for an abort from the control channel ([`crate::control`]) or a
+//! stall.
 
 use crate::buffer::{BufferCache, DevBuf};
 use crate::control::{ABORT_POLL, Control};
@@ -113,6 +117,7 @@ pub struct NetComm {
     stall: Duration,
     poll_window: Duration,
     yield_polling: bool,
+    sleep_on_socket: bool,
     failed: Option<String>,
     finished: bool,
     next_op: u64,
@@ -222,6 +227,7 @@ impl NetComm {
             stall: cfg.stall_timeout,
             poll_window: cfg.poll_before_sleep,
             yield_polling: cfg.yield_while_polling,
+            sleep_on_socket: cfg.sleep_on_socket,
             failed: None,
             finished: false,
             next_op: 0,
@@ -638,6 +644,19 @@ impl NetComm {
                 }
                 continue;
             }
+            if self.sleep_on_socket {
+                // Sleep on the device's receive socket in this thread
+                // (`poll_cq_wait`): the datagram that completes our work
+                // wakes this thread, which takes it in itself, rather than
+                // waking the engine, which then wakes this thread.
+                match self.wait_completions(ABORT_POLL.min(self.stall - idle)) {
+                    Ok(0) => {}
+                    Ok(_) => last_progress = Instant::now(),
+                    Err(e) => return Err(self.fail(e)),
+                }
+                self.stats.sleeps += 1;
+                continue;
+            }
             // Arm, then look once more: a completion that landed between
             // the poll and the arm would not fire the event.
             let cq = self.cq;
@@ -731,6 +750,20 @@ impl NetComm {
     /// how many completions there were.
     fn poll_completions(&mut self) -> Result<usize, CollNetError> {
         let n = self.dev.poll_cq(self.cq, &mut self.wcs)?;
+        self.take_completions(n)
+    }
+
+    /// Like [`poll_completions`](Self::poll_completions), but with none
+    /// there, sleeps on the device's receive socket (and posts from other
+    /// threads, and the transport's next deadline) for up to `max_wait`
+    /// first.
+    fn wait_completions(&mut self, max_wait: Duration) -> Result<usize, CollNetError> {
+        let n = self.dev.poll_cq_wait(self.cq, &mut self.wcs, max_wait)?;
+        self.take_completions(n)
+    }
+
+    /// Feeds the first `n` entries of `wcs` to the state machine.
+    fn take_completions(&mut self, n: usize) -> Result<usize, CollNetError> {
         self.stats.completions += n as u64;
         self.reposts.clear();
         for i in 0..n {

@@ -50,7 +50,7 @@ pub use comm::{DriverStats, Member, NetComm};
 pub use error::CollNetError;
 pub use job::{DEFAULT_PORT, Job};
 pub use metaroce_udp::Impair;
-pub use rig::AUTO_MTU_CAP;
+pub use rig::{AUTO_MTU_CAP, LOCAL_MTU_CAP};
 
 use metaroce_coll::CommConfig;
 use std::time::Duration;
@@ -64,7 +64,8 @@ pub struct NetConfig {
     pub comm: CommConfig,
     /// MTU payload bytes per packet. 0 (the default): sized toward each
     /// peer from the path, the largest payload whose packets leave
-    /// unfragmented, at most [`AUTO_MTU_CAP`]; a value the path to a peer
+    /// unfragmented, at most [`AUTO_MTU_CAP`] toward another host and
+    /// [`LOCAL_MTU_CAP`] toward a rank on this one; a value the path to a peer
     /// cannot carry whole is an error when that peer is connected.
     pub mtu: u32,
     /// Paths (UDP source ports) per connection.
@@ -103,6 +104,17 @@ pub struct NetConfig {
     /// ranks sharing its core run, yet takes its answer without two thread
     /// wake-ups (the device's engine, then its own). Off by default.
     pub yield_while_polling: bool,
+    /// After the polling window, sleep on the device's receive socket in
+    /// the rank's own thread (the device's `poll_cq_wait`, which takes in
+    /// the datagram that wakes it itself, the engine standing aside) instead
+    /// of on the CQ's completion event while the device's engine thread
+    /// drives the sockets (two wake-ups per completion: engine, then rank).
+    /// Off by default. Pays where ranks share cores (8 ranks on 2 cores:
+    /// about a fifth less CPU per all-reduce, a third fewer context
+    /// switches); costs where each rank has a core, whose engine then
+    /// works in parallel with it (2 ranks on 2 cores: half the bus
+    /// bandwidth at 4-16 MiB). BENCHMARKS.md, round 4.
+    pub sleep_on_socket: bool,
     /// Offer peers to leave the ICRC out of data packets, where the UDP
     /// checksum already covers them (the wire spec's ICRC omission; both
     /// ends must offer). On by default: collectives run unauthenticated,
@@ -130,6 +142,7 @@ impl Default for NetConfig {
             stall_timeout: Duration::from_secs(60),
             poll_before_sleep: Duration::ZERO,
             yield_while_polling: false,
+            sleep_on_socket: false,
             icrc_omission: true,
             capture: None,
         }
