@@ -78,6 +78,8 @@ struct RxPath {
     ack_route_moved_ns: u64,
     /// When this path's last ACK left (0: none yet).
     ack_sent_ns: u64,
+    /// The next ACK goes twice (see `ack_copy_horizon_ns`).
+    copy_ack: bool,
     /// Our cumulative ACK point when `ack_port` was picked or last heard:
     /// once the peer's window floor (carried by its data) passes it, the
     /// peer has heard an ACK we sent from that port since.
@@ -131,6 +133,7 @@ impl RxPath {
             ack_route: 0,
             ack_route_moved_ns: 0,
             ack_sent_ns: 0,
+            copy_ack: false,
             ack_port_floor: 0,
             ack_port_heard_ns: 0,
             ack_port: 0,

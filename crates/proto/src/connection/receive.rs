@@ -207,6 +207,12 @@ impl Connection {
         rx.last_ts = repr.timestamp_ns;
         rx.last_rx_ns = now_ns;
         rx.unacked += 1;
+        // The answer to a resend (a probe, a packet given up on elsewhere)
+        // or to a duplicate (our ACK was lost) is the one the sender's
+        // recovery waits for: on a lossy route it goes twice.
+        if repr.base.flags.contains(Flags::RETRANSMIT) || outcome == RxOutcome::Duplicate {
+            rx.copy_ack = true;
+        }
         dev.admission.on_data(
             &mut self.admission,
             now_ns,

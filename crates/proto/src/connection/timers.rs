@@ -863,6 +863,50 @@ mod tests {
         succeeded(l, wr_id, 64 << 10);
     }
 
+    /// How many ACKs B sent right behind an identical one, in a 4 KiB
+    /// WRITE whose first data packet is lost when `lose_first`.
+    fn ack_copies_in_a_write(cfg: EndpointConfig, lose_first: bool) -> usize {
+        let mut l = lab(cfg.clone(), cfg);
+        l.pair.record(true);
+        let mut lost = !lose_first;
+        l.pair.set_filter(Some(Box::new(move |hop| {
+            if hop.transmit.kind == PacketKind::Data && !lost {
+                lost = true;
+                Fate::Drop
+            } else {
+                Fate::Deliver
+            }
+        })));
+        write(&mut l, 1, 4096);
+        assert!(l.pair.settle(10_000, 1_000));
+        succeeded(&mut l, 1, 4096);
+        let sent = l.pair.sent(Side::B);
+        sent.windows(2)
+            .filter(|w| {
+                w[0] == w[1]
+                    && matches!(
+                        metaroce_wire::parse(&w[1]),
+                        Ok(metaroce_wire::Packet::Ack(_))
+                    )
+            })
+            .count()
+    }
+
+    #[test]
+    fn the_ack_answering_a_resend_goes_twice_after_a_loss() {
+        // The first packet is lost; its probe (a resend) arrives after the
+        // hole, and its answer is what the sender waits for: it goes twice.
+        assert!(ack_copies_in_a_write(fixture::config(1), true) >= 1);
+        // No loss: no copies.
+        assert_eq!(ack_copies_in_a_write(fixture::config(1), false), 0);
+        // Copies off: none either.
+        let off = EndpointConfig {
+            ack_copy_horizon_ns: 0,
+            ..fixture::config(1)
+        };
+        assert_eq!(ack_copies_in_a_write(off, true), 0);
+    }
+
     #[test]
     fn a_replacement_that_fails_takes_a_delivering_paths_port() {
         let cfg = |seed| EndpointConfig {

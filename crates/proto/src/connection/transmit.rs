@@ -489,6 +489,7 @@ impl Connection {
             .as_mut()
             .expect("ACKs are queued for known paths");
         let src_port = rx.ack_port;
+        let copy_ack = std::mem::take(&mut rx.copy_ack);
         rx.ack_sent_ns = now_ns;
         rx.ack_queued = false;
         rx.ack_deadline = MaybeNs::NONE;
@@ -526,17 +527,22 @@ impl Connection {
         // sees its path go silent, retires it, and the new generation moves
         // the ACKs to a new reverse route too. (Spraying ACKs over every
         // route instead would keep feeding a dead one for ever.)
-        if self.rx_loss_seen_ns != 0
+        if copy_ack
+            && self.rx_loss_seen_ns != 0
             && now_ns.saturating_sub(self.rx_loss_seen_ns) < dev.config.ack_copy_horizon_ns
             && self.ack_copies.len() < usize::from(self.path_count.max(1) as u8)
         {
             // This connection's packets are being lost on the way to us
             // (holes in a path's PSNs, or resends we already had): ACKs are
-            // lost on the way back as often. A lost ACK stalls a window-
-            // limited path until its probe timeout, two RTTs or more, so
-            // each ACK goes twice, back to back on the same route: both are
-            // lost only with the square of the loss rate, for an ACK's
-            // worth of reverse bandwidth (1.5 % of a data packet's).
+            // lost on the way back as often. The ACK that answers a resend
+            // or a duplicate is the one the sender's recovery waits for (a
+            // probe's verdict, a cold start's first packet, a lost tail):
+            // lost, it costs a probe timeout and often a healthy path. So
+            // that ACK goes twice, back to back on the same route: both are
+            // lost only with the square of the loss rate. Only that one:
+            // copying every ACK of a lossy connection took 2 % of the
+            // forward links' bandwidth (ACKs share them with data going the
+            // other way) and slowed a bandwidth-bound run by as much.
             self.ack_copies.push_back((ack.clone(), src_port));
         }
         self.put_ack(dev, ack, src_port, out)
