@@ -442,18 +442,26 @@ fn receive_paths_are_counted_where_data_arrives() {
             .sum()
     };
     let packets = sum(".packets_received");
-    assert!(packets >= 50, "{out}");
-    assert!(sum(".payload_bytes_received") >= 50 * 65_536, "{out}");
-    // The receive paths' packets are the connection's (all of them unless
-    // a path was retired: each counts its current generation).
-    let conn = out
-        .lines()
-        .find_map(|l| {
-            let name = l.split_whitespace().next()?;
-            (name.starts_with("conn.") && name.ends_with(".data_packets_received")).then_some(name)
-        })
-        .expect("a connection");
-    assert!(value(conn).is_some_and(|n| n >= packets), "{out}");
+    assert!(packets > 0, "{out}");
+    // The receive paths' packets are the connection's: all of them unless
+    // the peer renewed a path (a spurious failover on a busy host), since
+    // each counts its current generation only.
+    let conn_counter = |suffix: &str| {
+        let name = out
+            .lines()
+            .find_map(|l| {
+                let name = l.split_whitespace().next()?;
+                (name.starts_with("conn.") && name.ends_with(suffix)).then_some(name)
+            })
+            .expect("a connection");
+        value(name).expect("a value")
+    };
+    let conn_packets = conn_counter(".data_packets_received");
+    let conn_bytes = conn_counter(".payload_bytes_received");
+    assert!(conn_packets >= 50, "{out}");
+    assert!(conn_bytes >= 50 * 65_536, "{out}");
+    assert!(conn_packets >= packets, "{out}");
+    assert!(conn_bytes >= sum(".payload_bytes_received"), "{out}");
 }
 
 /// The `name value` counter lines of a `--stats` output.
