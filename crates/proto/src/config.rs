@@ -63,7 +63,9 @@ pub struct EndpointConfig {
     /// or a duplicate is sent twice. `0`: never. Default 1 ms: on the
     /// 128-host permutation at 10 % loss end to end, seeds 1-5, the mean
     /// makespan went from 373.1 to 349.6 µs (70.3 % of loss-free instead of
-    /// 65.9 %); copying every ACK instead gained as much there but took 2 %
+    /// 65.9 %) with the ACK-route rule of c3bf440 (the moved-route rule
+    /// since gives that back: RESULTS.md); copying every ACK instead gained
+    /// as much there but took 2 %
     /// of the bandwidth of a multi-plane permutation (transport spec §3).
     pub ack_copy_horizon_ns: u64,
     /// A drained connection (nothing new queued, the receiver's grant
