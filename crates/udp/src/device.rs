@@ -40,7 +40,7 @@ use socket2::Socket;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -447,6 +447,9 @@ struct Inner {
     state: Mutex<State>,
     /// Signalled when the context's completion channel has an event.
     cq_event: Condvar,
+    /// Threads blocked in [`Device::get_cq_event`]; changed under the
+    /// state lock only, so a notifier holding it sees every waiter.
+    cq_waiters: AtomicUsize,
     shutdown: AtomicBool,
     sleeping: AtomicBool,
     /// When the application last drove progress, ns; while it blocks in
@@ -654,6 +657,7 @@ impl Device {
         let inner = Arc::new(Inner {
             state: Mutex::new(State { ctx, io }),
             cq_event: Condvar::new(),
+            cq_waiters: AtomicUsize::new(0),
             shutdown: AtomicBool::new(false),
             sleeping: AtomicBool::new(false),
             app_active: AtomicU64::new(0),
@@ -926,12 +930,14 @@ impl Device {
             if left.is_zero() {
                 return None;
             }
+            self.inner.cq_waiters.fetch_add(1, Ordering::SeqCst);
             st = self
                 .inner
                 .cq_event
                 .wait_timeout(st, left)
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .0;
+            self.inner.cq_waiters.fetch_sub(1, Ordering::SeqCst);
         }
     }
 
@@ -1126,8 +1132,13 @@ fn engine(inner: &Inner) {
 
 /// Wake threads blocked in `get_cq_event` if a completion raised an event
 /// (called, under the device lock, after anything that may complete work).
+///
+/// Only when a thread waits: an event nobody consumed (a thread armed the
+/// CQ, then found its completion by polling and never slept) stays pending,
+/// and a notify is a system call even without waiters. That call on every
+/// poll was one or two `futex` calls per operation of a small all-reduce.
 fn wake_cq_waiters(inner: &Inner, ctx: &Context) {
-    if ctx.has_cq_events() {
+    if inner.cq_waiters.load(Ordering::SeqCst) > 0 && ctx.has_cq_events() {
         inner.cq_event.notify_all();
     }
 }
