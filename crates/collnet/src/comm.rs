@@ -312,6 +312,10 @@ impl NetComm {
             .values()
             .any(|o| o.send == Some(mr) || o.recv == Some(mr));
         if in_use {
+            // After a failure, the operation stays pending for good: say
+            // why it never finished rather than only that it holds the
+            // buffer.
+            self.check_healthy()?;
             return Err(CollNetError::Buffer(
                 "the buffer is in use by a pending operation".into(),
             ));

@@ -241,8 +241,11 @@ impl Bench {
 pub fn measure_row(comm: &mut NetComm, m: &Measure) -> Result<ResultRow, CollNetError> {
     let bench = Bench::new(comm, m.collective, m.bytes, &[m.dtype])?;
     let row = bench.measure(comm, m);
+    // A failed measurement leaves its operations pending on the buffers,
+    // and freeing them is then refused: report why it failed, not that.
+    let row = row?;
     bench.free(comm)?;
-    row
+    Ok(row)
 }
 
 fn scalar_all_reduce(

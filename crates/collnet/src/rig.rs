@@ -52,6 +52,13 @@ pub const LOCAL_MTU_CAP: u32 = 60 << 10;
 /// loopback address (every peer on this host) and [`AUTO_MTU_CAP`] for any
 /// other (a peer on this host then still gets the local cap only if both
 /// devices take it, see `payload_mtu_toward`).
+///
+/// Packets follow each QP's path MTU whatever the device's MTU, but the
+/// device MTU is also the transport's MSS on every connection (congestion
+/// windows, probe and admission budgets are counted in it): a routable
+/// device at the local cap would run its 8 KiB-packet connections to
+/// other hosts with windows sized for 60 KiB packets, and the netns test
+/// (four ranks over veth, every peer remote) ran no faster for it.
 pub(crate) fn device_mtu(cfg: &NetConfig, ip: IpAddr) -> u32 {
     match cfg.mtu {
         0 if ip.is_loopback() => LOCAL_MTU_CAP,

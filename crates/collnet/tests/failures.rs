@@ -6,7 +6,9 @@
 mod common;
 
 use common::{cfg, free_root, job};
+use metaroce_coll::report::PerfCollective;
 use metaroce_coll::{Collective, DataType, OpSpec, ReduceOp};
+use metaroce_collnet::perf::{self, Measure};
 use metaroce_collnet::{CollNetError, NetComm, NetConfig, connect};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -54,6 +56,43 @@ fn unreachable_root_is_a_clear_error() {
     let e = connect(&job(1, 2, root), &c).expect_err("no root");
     let text = e.to_string();
     assert!(text.contains("cannot reach the root (rank 0)"), "{text}");
+}
+
+/// A measurement that fails says why, not that its buffers, which the
+/// failed operation still holds, cannot be freed. (A transport failure
+/// under collnet's netns test read 'the buffer is in use by a pending
+/// operation'.) Here rank 1 stalls: rank 0 never joins its all-reduce.
+#[test]
+fn a_failed_measurement_reports_its_cause() {
+    let root = free_root();
+    let idle = std::thread::spawn(move || {
+        let comm = connect(&job(0, 2, root), &cfg()).unwrap();
+        std::thread::sleep(Duration::from_secs(3));
+        drop(comm);
+    });
+    let c = NetConfig {
+        stall_timeout: Duration::from_secs(1),
+        ..cfg()
+    };
+    let mut comm = connect(&job(1, 2, root), &c).unwrap();
+    let m = Measure {
+        collective: PerfCollective::AllReduce,
+        bytes: 1 << 20,
+        dtype: DataType::Float32,
+        op: ReduceOp::Sum,
+        root: 0,
+        iters: 1,
+        warmup_iters: 1,
+        agg_iters: 1,
+        check: 0,
+        blocking: 0,
+        average: 1,
+        seed: 1,
+    };
+    let e = perf::measure_row(&mut comm, &m).expect_err("rank 0 never takes part");
+    assert!(matches!(e, CollNetError::Stalled { .. }), "{e}");
+    drop(comm);
+    idle.join().unwrap();
 }
 
 const CHILD_RANK: &str = "COLLNET_TEST_CHILD_RANK";

@@ -99,6 +99,9 @@ pub enum QpError {
     /// restarted): its keys cannot change under live QPs.
     #[error("peer {0} already has a connection under another session id")]
     PeerSessionChanged(SocketAddr),
+    /// A path MTU below 64 bytes of payload or above the device's MTU.
+    #[error("path MTU {0}: must be 64 up to the device MTU")]
+    BadPathMtu(u32),
 }
 
 /// A connection and the endpoint's scheduling marks for it. Replacing the
@@ -444,6 +447,20 @@ impl Endpoint {
         Ok(())
     }
 
+    /// Set the payload bytes per packet of the messages `qp` sends from now
+    /// on (ibverbs' `path_mtu`, part of the INIT→RTR step): its requests'
+    /// segments and the READ responses it returns. At most the device's
+    /// MTU, which is what a QP uses until this is called; messages already
+    /// posted keep the segments they were cut into.
+    pub fn set_qp_path_mtu(&mut self, qp: QpHandle, payload_bytes: u32) -> Result<(), QpError> {
+        if !(64..=self.dev.config.mtu_payload_bytes).contains(&payload_bytes) {
+            return Err(QpError::BadPathMtu(payload_bytes));
+        }
+        let q = self.qp_mut(qp).ok_or(QpError::UnknownQp(qp.qpn()))?;
+        q.path_mtu = Some(payload_bytes);
+        Ok(())
+    }
+
     /// Set the remote operations a QP accepts (ibverbs `qp_access_flags`).
     pub fn set_qp_remote_access(
         &mut self,
@@ -555,9 +572,11 @@ impl Endpoint {
         wr: SendWr,
     ) -> Result<(), PostError> {
         let qpn = qp.qpn();
-        let mtu = self.dev.config.mtu_payload_bytes;
         let max_msg = u64::from(self.dev.config.max_message_bytes);
         let q = self.qp(qp).ok_or(PostError::UnknownQp(qpn))?;
+        // Cut by the QP's path MTU, not the device's: a peer or path that
+        // carries less would never receive the larger segments.
+        let mtu = q.mtu(self.dev.config.mtu_payload_bytes);
         let conn = match q.state {
             QpRunState::Unconnected => return Err(PostError::InvalidState(qpn)),
             QpRunState::Connected | QpRunState::Error => q.conn,

@@ -115,6 +115,10 @@ pub(crate) struct Qp {
     pub(crate) state: QpRunState,
     pub(crate) conn: Option<u32>,
     pub(crate) remote_qpn: u32,
+    /// Payload bytes per packet of the messages this QP sends, requests
+    /// and READ responses alike (ibverbs' `path_mtu`); `None`: the
+    /// device's MTU.
+    pub(crate) path_mtu: Option<u32>,
     // requester
     pub(crate) sq: VecDeque<SqEntry>,
     pub(crate) next_msg_seq: u32,
@@ -144,6 +148,7 @@ impl Qp {
             state: QpRunState::Unconnected,
             conn: None,
             remote_qpn: 0,
+            path_mtu: None,
             sq: VecDeque::new(),
             next_msg_seq: 0,
             next_recv_index: 0,
@@ -155,6 +160,12 @@ impl Qp {
             rx_rnr: None,
             op_ack_dirty: false,
         }
+    }
+
+    /// Payload bytes per packet of the messages this QP sends: its path
+    /// MTU, or the device's (`device_mtu`) where none was set.
+    pub(crate) fn mtu(&self, device_mtu: u32) -> u32 {
+        self.path_mtu.unwrap_or(device_mtu)
     }
 
     /// The send queue entry of `msg_seq`, if still outstanding.

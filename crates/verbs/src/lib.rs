@@ -327,7 +327,7 @@ pub struct QpInitAttr {
 /// | transition | required |
 /// |---|---|
 /// | RESET → INIT | `qp_access_flags`, `port_num` (1) |
-/// | INIT → RTR | `dest_addr`, `dest_qp_num`, `path_mtu` (≤ the device's MTU) |
+/// | INIT → RTR | `dest_addr`, `dest_qp_num`, `path_mtu` (64 up to the device's MTU) |
 /// | RTR → RTS | `timeout` (0..=31), `retry_cnt` (0..=7), `rnr_retry` (0..=7) |
 /// | any → ERR | nothing |
 ///
@@ -379,7 +379,9 @@ pub struct QpAttr {
     pub dest_addr: Option<SocketAddr>,
     /// RTR: the peer's QP number.
     pub dest_qp_num: Option<u32>,
-    /// RTR: path MTU in bytes (must not exceed the device's).
+    /// RTR: path MTU, payload bytes per packet (64 up to the device's):
+    /// the QP's messages, and the READ responses it returns, are cut into
+    /// packets of this size.
     pub path_mtu: Option<u32>,
     /// RTS: ACK timeout exponent (4.096 us x 2^timeout), 0..=31.
     pub timeout: Option<u8>,
@@ -770,10 +772,10 @@ impl Context {
                 let dest = attr.dest_addr.ok_or(missing("dest_addr"))?;
                 let dest_qpn = attr.dest_qp_num.ok_or(missing("dest_qp_num"))?;
                 let mtu = attr.path_mtu.ok_or(missing("path_mtu"))?;
-                if mtu == 0 || mtu > self.endpoint.config().mtu_payload_bytes {
+                if mtu < 64 || mtu > self.endpoint.config().mtu_payload_bytes {
                     return Err(VerbsError::BadAttribute {
                         attr: "path_mtu",
-                        reason: "0 or above the device MTU",
+                        reason: "below 64 or above the device MTU",
                     });
                 }
                 if let Some(&max_datagram) = self.path_max_datagram.get(&dest) {
@@ -788,6 +790,9 @@ impl Context {
                         });
                     }
                 }
+                // The QP's messages are cut into packets of this size (not
+                // the device's MTU, which the peer or the path may not take).
+                self.endpoint.set_qp_path_mtu(qp.0, mtu)?;
                 self.endpoint.connect_qp(qp.0, dest, dest_qpn)?;
             }
             (QpState::Rtr, QpState::Rts) => {

@@ -203,13 +203,13 @@ pub(super) fn on_request(
         OpHeader::ReadRequest { rkey, remote_addr } => {
             match remote_check(dev, rkey, remote_addr, msg_len, AccessFlags::REMOTE_READ) {
                 Ok(span) => {
-                    let to = response_address(live_qp(dev, qp_index), repr.msg_seq);
-                    response = Some(TxMessage::read_response(
-                        to,
-                        repr.msg_len,
-                        span,
-                        dev.config.mtu_payload_bytes,
-                    ));
+                    // The responder's own path MTU, as the requester's is
+                    // for its requests.
+                    let device_mtu = dev.config.mtu_payload_bytes;
+                    let q = live_qp(dev, qp_index);
+                    let to = response_address(q, repr.msg_seq);
+                    let mtu = q.mtu(device_mtu);
+                    response = Some(TxMessage::read_response(to, repr.msg_len, span, mtu));
                 }
                 Err(_) => fatal = Some(Syndrome::RemAccessErr),
             }
@@ -233,12 +233,11 @@ pub(super) fn on_request(
                         // Executed exactly once: the window entry is marked
                         // done below, so a duplicate never gets here.
                         let original = dev.regions.atomic(span, op);
-                        let to = response_address(live_qp(dev, qp_index), repr.msg_seq);
-                        response = Some(TxMessage::atomic_response(
-                            to,
-                            original,
-                            dev.config.mtu_payload_bytes,
-                        ));
+                        let device_mtu = dev.config.mtu_payload_bytes;
+                        let q = live_qp(dev, qp_index);
+                        let to = response_address(q, repr.msg_seq);
+                        let mtu = q.mtu(device_mtu);
+                        response = Some(TxMessage::atomic_response(to, original, mtu));
                     }
                     Err(_) => fatal = Some(Syndrome::RemAccessErr),
                 }
