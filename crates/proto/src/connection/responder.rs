@@ -34,13 +34,17 @@ use metaroce_wire::{DataRepr, Flags, OpHeader, Opcode, Syndrome, seq};
 /// and 256 paths, so a legitimate message never comes near this.
 const MAX_RANGES_PER_MESSAGE: usize = 1 << 16;
 
-/// Where the response to request `msg_seq` of responder QP `qp` goes.
-fn response_address(qp: &Qp, msg_seq: u32) -> MsgAddress {
-    MsgAddress {
+/// Where the response to request `msg_seq` of responder QP `qp` goes, and
+/// the payload bytes per packet it is cut into: the responder QP's own
+/// path MTU (`device_mtu` where none was set), as the requester's is for
+/// its requests.
+fn response_route(qp: &Qp, msg_seq: u32, device_mtu: u32) -> (MsgAddress, u32) {
+    let to = MsgAddress {
         qp: qp.handle.index() as u32,
         dst_qpn: qp.remote_qpn,
         msg_seq,
-    }
+    };
+    (to, qp.mtu(device_mtu))
 }
 
 /// Execute (or refuse) the request a data packet carries. Returns whether
@@ -203,12 +207,9 @@ pub(super) fn on_request(
         OpHeader::ReadRequest { rkey, remote_addr } => {
             match remote_check(dev, rkey, remote_addr, msg_len, AccessFlags::REMOTE_READ) {
                 Ok(span) => {
-                    // The responder's own path MTU, as the requester's is
-                    // for its requests.
                     let device_mtu = dev.config.mtu_payload_bytes;
-                    let q = live_qp(dev, qp_index);
-                    let to = response_address(q, repr.msg_seq);
-                    let mtu = q.mtu(device_mtu);
+                    let (to, mtu) =
+                        response_route(live_qp(dev, qp_index), repr.msg_seq, device_mtu);
                     response = Some(TxMessage::read_response(to, repr.msg_len, span, mtu));
                 }
                 Err(_) => fatal = Some(Syndrome::RemAccessErr),
@@ -234,9 +235,8 @@ pub(super) fn on_request(
                         // done below, so a duplicate never gets here.
                         let original = dev.regions.atomic(span, op);
                         let device_mtu = dev.config.mtu_payload_bytes;
-                        let q = live_qp(dev, qp_index);
-                        let to = response_address(q, repr.msg_seq);
-                        let mtu = q.mtu(device_mtu);
+                        let (to, mtu) =
+                            response_route(live_qp(dev, qp_index), repr.msg_seq, device_mtu);
                         response = Some(TxMessage::atomic_response(to, original, mtu));
                     }
                     Err(_) => fatal = Some(Syndrome::RemAccessErr),
