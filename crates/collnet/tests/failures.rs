@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{cfg, free_root, job};
+use common::{SPAWN_LOCK, cfg, free_root, job};
 use metaroce_coll::report::PerfCollective;
 use metaroce_coll::{Collective, DataType, OpSpec, ReduceOp};
 use metaroce_collnet::perf::{self, Measure};
@@ -65,16 +65,20 @@ fn unreachable_root_is_a_clear_error() {
 #[test]
 fn a_failed_measurement_reports_its_cause() {
     let root = free_root();
-    let idle = std::thread::spawn(move || {
-        let comm = connect(&job(0, 2, root), &cfg()).unwrap();
+    let idle = std::thread::spawn(move || -> Result<(), CollNetError> {
+        let comm = connect(&job(0, 2, root), &cfg())?;
         std::thread::sleep(Duration::from_secs(3));
         drop(comm);
+        Ok(())
     });
     let c = NetConfig {
         stall_timeout: Duration::from_secs(1),
         ..cfg()
     };
-    let mut comm = connect(&job(1, 2, root), &c).unwrap();
+    let mut comm = match connect(&job(1, 2, root), &c) {
+        Ok(comm) => comm,
+        Err(e) => panic!("rank 1: {e}; rank 0: {:?}", idle.join()),
+    };
     let m = Measure {
         collective: PerfCollective::AllReduce,
         bytes: 1 << 20,
@@ -92,7 +96,7 @@ fn a_failed_measurement_reports_its_cause() {
     let e = perf::measure_row(&mut comm, &m).expect_err("rank 0 never takes part");
     assert!(matches!(e, CollNetError::Stalled { .. }), "{e}");
     drop(comm);
-    idle.join().unwrap();
+    idle.join().unwrap().expect("rank 0");
 }
 
 const CHILD_RANK: &str = "COLLNET_TEST_CHILD_RANK";
@@ -130,6 +134,9 @@ fn child(rank: u32, root: &str) {
 fn dead_rank(victim: u32) {
     let root = free_root();
     let test = format!("dead_rank_{victim}");
+    let spawning = SPAWN_LOCK
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let mut kid = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", &test, "--nocapture", "--test-threads", "1"])
         .env(CHILD_RANK, victim.to_string())
@@ -137,6 +144,8 @@ fn dead_rank(victim: u32) {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
+    // `spawn` returns after the child's `exec`, which closed what it inherited.
+    drop(spawning);
     let threads: Vec<_> = (0..WORLD)
         .filter(|&r| r != victim)
         .map(|rank| {
