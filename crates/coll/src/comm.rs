@@ -116,8 +116,11 @@ struct Link {
     rx: Vec<RxSlot>,
     /// Credits owed to the peer (slot, message), oldest first: held until
     /// a data write to the peer can carry one, or the communicator runs out
-    /// of work for now.
+    /// of work for now (see [`Communicator::poll_action`] for the one it
+    /// may keep even then).
     owed: VecDeque<(u8, u64)>,
+    /// The last operation that wrote data to the peer.
+    last_write_op: Option<u64>,
 }
 
 impl Link {
@@ -138,6 +141,7 @@ impl Link {
                 })
                 .collect(),
             owed: VecDeque::new(),
+            last_write_op: None,
         }
     }
 }
@@ -287,6 +291,12 @@ impl Communicator {
         self.stats
     }
 
+    /// Credits owed to peers and not yet sent (kept for a data write to
+    /// carry; see [`poll_action`](Self::poll_action)).
+    pub fn credits_owed(&self) -> usize {
+        self.links.iter().map(|l| l.owed.len()).sum()
+    }
+
     /// True when no operation is running or queued.
     pub fn is_idle(&self) -> bool {
         self.active.is_none() && self.queue.is_empty()
@@ -320,6 +330,22 @@ impl Communicator {
     /// Credits owed to peers come out last: once nothing else is queued and
     /// no computation is outstanding (its end may start a write to the
     /// same peer, which then carries the credit instead).
+    ///
+    /// Even then one credit owed to a peer may stay, for the next data
+    /// write to it to carry, when
+    /// - this rank wrote data to that peer in this operation or the one
+    ///   before (a small all-reduce writes to every partner in every
+    ///   operation; a ring never writes to the rank it receives from, whose
+    ///   credits all go), and
+    /// - the slot it frees is next needed by one of the peer's messages of
+    ///   a later operation than the running one.
+    ///
+    /// A kept credit so never holds up a message of the running operation
+    /// (of any rank's: the messages it holds up are of later operations
+    /// than the holder's own), and the lowest operation any rank runs always
+    /// moves. It halves the datagrams (writes and their acknowledgements)
+    /// of a small all-reduce beyond 2 ranks, where a partner's credit falls
+    /// due while this rank writes to another partner.
     pub fn poll_action(&mut self) -> Option<Action> {
         if self.actions.is_empty() && self.computes.is_empty() {
             self.flush_credits();
@@ -327,16 +353,33 @@ impl Communicator {
         self.actions.pop_front()
     }
 
-    /// Queues every owed credit as a zero-length write of its own. Called
-    /// whenever the communicator runs out of work for now: a rank never
-    /// waits with a credit owed, so holding one cannot deadlock. (Holding
-    /// credits across waits, for the next operation's write to carry, did:
-    /// message `k + slots` needs the very slot message `k`'s credit frees,
-    /// and a peer may want to send it before anything else we wait for.)
+    /// Queues owed credits as zero-length writes of their own, all but the
+    /// one [`poll_action`](Self::poll_action) lets a rank keep. Called
+    /// whenever the communicator runs out of work for now. (Keeping any
+    /// credit across waits deadlocked: message `k + slots` needs the very
+    /// slot message `k`'s credit frees, and a peer may want to send it
+    /// before anything else we wait for. Hence the kept credit's rule.)
     fn flush_credits(&mut self) {
         let op = self.active.as_ref().map_or(OpId(self.next_op), |a| a.id);
+        let slots = u64::from(self.config.slots);
         for peer in 0..self.world {
-            while let Some((slot, seq)) = self.links[peer as usize].owed.pop_front() {
+            let link = &mut self.links[peer as usize];
+            let writes_to_peer = link.last_write_op.is_some_and(|w| w + 1 >= op.0);
+            // The credit kept: the newest message's, and only if the slot it
+            // frees is next needed by a message of a later operation than
+            // the running one (`rx_base` is where the running operation's
+            // messages from the peer end).
+            let keep = link
+                .owed
+                .iter()
+                .enumerate()
+                .max_by_key(|(_, (_, seq))| *seq)
+                .filter(|(_, (_, seq))| writes_to_peer && seq + slots >= link.rx_base)
+                .map(|(i, _)| i);
+            let kept = keep.and_then(|i| link.owed.remove(i));
+            let due: Vec<(u8, u64)> = link.owed.drain(..).collect();
+            link.owed.extend(kept);
+            for (slot, seq) in due {
                 let id = self.write_id();
                 self.writes.insert(id, WriteRecord::Credit);
                 self.stats.credit_writes += 1;
@@ -758,6 +801,7 @@ impl Communicator {
         );
         self.stats.data_writes += 1;
         self.stats.data_bytes += s.len;
+        self.links[s.peer as usize].last_write_op = Some(op.0);
         let imm = match self.links[s.peer as usize].owed.pop_front() {
             Some((cslot, cseq)) => {
                 self.stats.credits_piggybacked += 1;
