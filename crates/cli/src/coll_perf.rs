@@ -55,7 +55,7 @@ const METAROCE_USAGE: &str = "\
   --slots <n>                 staging slots per peer (default 4)
   --slot-bytes <size>         bytes per staging slot (default 256K)
   --bootstrap-timeout <s>     seconds to wait for every rank (default 30)
-  --poll-us <us>              poll this long before sleeping; 0: sleep at once (default 1000, or 50 when ranks share cores)
+  --poll-us <us>              poll this long before sleeping; 0: sleep at once (default 1000)
   --poll spin|yield           spin between polls, or give the CPU up (sched_yield) between them (default: spin
                               when this host has a core per rank (LOCAL_WORLD_SIZE, or --ranks), else yield)
   --sleep socket|event        after polling, sleep on the device's receive socket in the rank's thread, or on
@@ -211,29 +211,32 @@ fn split_args(rest: &[String]) -> Result<(Vec<String>, Extra), String> {
 }
 
 /// How a waiting rank polls by default: for up to 1 ms before it sleeps,
-/// as MPI and NCCL poll, spinning, where every rank on this host has a
-/// core; for [`SHARED_POLL_US`], yielding the CPU between polls, where
-/// ranks share cores (a spinning rank takes the CPU the rank it waits for
-/// needs: on 2 cores, 4 spinning ranks took 2 ms per 8-byte all-reduce,
-/// yielding ones 0.25 ms, sleeping ones 0.45 ms). Ranks per host:
-/// torchrun's `LOCAL_WORLD_SIZE` (which `--ranks` sets for the ranks it
-/// spawns), else one. Returns the window in µs and whether to yield.
+/// as MPI and NCCL poll; spinning where every rank on this host has a
+/// core, and yielding the CPU between polls (`sched_yield`, as Open MPI
+/// does when oversubscribed) where ranks share cores (a spinning rank
+/// takes the CPU the rank it waits for needs: on 2 cores, 4 spinning ranks
+/// took 2 ms per 8-byte all-reduce, yielding ones 0.25 ms, sleeping ones
+/// 0.45 ms). Ranks per host: torchrun's `LOCAL_WORLD_SIZE` (which
+/// `--ranks` sets for the ranks it spawns), else one. Returns the window
+/// in µs and whether to yield.
+///
+/// The window is the same 1 ms when ranks share cores. A 50 µs window
+/// there saved a tenth of the CPU time of a 4 MiB all-reduce at 8 ranks on
+/// 2 cores, but every sleep it adds costs a wake-up: in five interleaved
+/// rounds on 2 cores, 1 ms against 50 µs gave 8-byte all-reduces of 182 /
+/// 190 µs (4 ranks) and 516 / 561 µs (8 ranks), and 1 MiB busbw of 0.34 /
+/// 0.24 GB/s (4 ranks).
 fn poll_defaults() -> (u64, bool) {
     let local = std::env::var("LOCAL_WORLD_SIZE")
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
         .unwrap_or(1);
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
-    let shared = local > cores;
-    (if shared { SHARED_POLL_US } else { 1000 }, shared)
+    (POLL_US, local > cores)
 }
 
-/// The polling window of ranks that share cores, µs: short, because the
-/// sleep after it is cheap (the rank's own thread blocks on its socket and
-/// takes the datagram that wakes it) while every yield costs a context
-/// switch. At 8 ranks on 2 cores, 4 MiB all-reduce, against 1000 µs: 60
-/// against 67 ms of CPU per operation, a third of the context switches.
-const SHARED_POLL_US: u64 = 50;
+/// How long a waiting rank polls before it sleeps, µs.
+const POLL_US: u64 = 1000;
 
 pub(crate) fn run(args: CollPerfArgs) -> Result<ExitCode, String> {
     if matches!(args.collective.as_str(), "-h" | "--help") {
