@@ -42,12 +42,8 @@ fn perf_bad_address_is_exit_2() {
 
 #[test]
 fn perf_unreachable_server_is_exit_2() {
-    // A port nothing listens on: bind one, note it, close it.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    // A port nothing listens on.
+    let port = free_tcp_port();
     assert_one_line_error(
         &["perf", "write-bw", "127.0.0.1", "-p", &port.to_string()],
         &port.to_string(),
@@ -481,12 +477,7 @@ fn perf_json_has_perftests_layout_and_the_parameters() {
 fn different_job_secrets_are_refused_on_both_sides() {
     use std::io::{BufRead, BufReader};
     use std::process::Stdio;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-        .to_string();
+    let port = free_tcp_port().to_string();
     let mut server = Command::new(env!("CARGO_BIN_EXE_metaroce"))
         .args(["perf", "write-bw", "--auth", "-p", &port])
         .env("METAROCE_JOB_SECRET", "11".repeat(32))
@@ -605,4 +596,16 @@ fn suite_only_that_selects_nothing_is_exit_2() {
         &["compare", "--only", "nothing"],
         "no experiment id contains nothing",
     );
+}
+
+/// A port number no one listens on, found by binding a UDP socket: a TCP
+/// listener bound and closed to find one would be copied into any child
+/// another test forks at that moment, and accept (then reset) connections
+/// or keep the port taken until the child's `exec`.
+fn free_tcp_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
