@@ -719,8 +719,10 @@ impl NetComm {
                         Action::Write(w) => {
                             if post_write(ctx, *rank, peers, ops, staging.as_ref(), &w)? {
                                 copied.push(w.id);
+                            } else {
+                                // Only uncopied writes are signaled.
+                                *writes_outstanding += 1;
                             }
-                            *writes_outstanding += 1;
                             stats.writes_posted += 1;
                         }
                         Action::Compute(c) => {
@@ -862,7 +864,10 @@ const COPY_PIECE_BYTES: usize = 4 << 20;
 /// state machine may reuse their source at once.
 const INLINE_MAX_BYTES: u64 = 4096;
 /// Work-request id bit of an inline write (the state machine's write ids
-/// are sequence numbers far below it).
+/// are sequence numbers far below it). Such writes go unsignaled: their
+/// source is free at post time, nothing waits on their completion, and the
+/// peer may then hold their ACK for its own next write to carry
+/// ([`NetConfig::deferred_ack_ns`](crate::NetConfig)).
 const INLINE_WR: u64 = 1 << 63;
 
 /// Posts one WRITE_WITH_IMM; true when its bytes were copied at post time
@@ -885,7 +890,7 @@ fn post_write(
         rkey: link.staging.rkey,
         imm: w.imm,
     };
-    let (wr, copied) = if w.len == 0 {
+    let (mut wr, copied) = if w.len == 0 {
         (SendWr::new(w.id.0 | INLINE_WR, op, Vec::new()), true)
     } else {
         let mr = region_of(ops, staging, w.op, w.src.buf).ok_or_else(|| {
@@ -910,6 +915,7 @@ fn post_write(
             )
         }
     };
+    wr.signaled = !copied;
     ctx.post_send(link.qp, std::slice::from_ref(&wr))
         .map_err(|(_, e)| CollNetError::Verbs(e))?;
     Ok(copied)

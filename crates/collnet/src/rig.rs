@@ -85,6 +85,7 @@ fn endpoint_config(cfg: &NetConfig, ip: IpAddr) -> EndpointConfig {
         // healthy paths (see metaroce-perf's rig for the measurement).
         base_rtt_ns: 50_000,
         rto_min_ns: cfg.rto_min_ns,
+        deferred_ack_ns: cfg.deferred_ack_ns,
         // Dead ranks are found through the control channel in
         // milliseconds; the transport's own give-up may take its time, so
         // that a rank descheduled or busy for a second on a crowded host
@@ -139,7 +140,8 @@ pub(crate) fn rig(
                 max_recv_wr: depth,
             },
             qp_type: QpType::Rc,
-            sq_sig_all: true,
+            // Writes copied at post time go unsignaled (`comm::post_write`).
+            sq_sig_all: false,
         };
         let mut qps = Vec::with_capacity(world as usize);
         for peer in 0..world {

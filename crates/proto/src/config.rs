@@ -58,6 +58,16 @@ pub struct EndpointConfig {
     pub ack_every_packets: u32,
     /// ...or this long after the first unacknowledged packet, whichever is first.
     pub ack_delay_ns: u64,
+    /// How long the ACK that completes an *unsignaled* request (one whose
+    /// sender asked for no completion, so nothing waits on it) may wait for
+    /// data going back to the requester to carry it. `0` (the default):
+    /// never, such an ACK goes at once like any completing one. Both
+    /// devices must agree (like `ack_delay_ns`): the requester's probe
+    /// timeout for such a packet allows for this wait. A small all-reduce
+    /// beyond 2 ranks answers a partner's message with one to the *next*
+    /// partner, so every completing ACK went in a datagram of its own
+    /// (transport spec §3, deferred ACKs).
+    pub deferred_ack_ns: u64,
     /// For how long after a receive path last showed a hole or a duplicate
     /// (packets, or our ACKs, lost on the way) an ACK that answers a resend
     /// or a duplicate is sent twice. `0`: never. Default 1 ms: on the
@@ -184,6 +194,7 @@ impl Default for EndpointConfig {
             path_retire_after_rtos: 2,
             ack_every_packets: 4,
             ack_delay_ns: 4_000,
+            deferred_ack_ns: 0,
             ack_copy_horizon_ns: 1_000_000,
             tail_copy_packets: 4,
             rack_reorder_permille: 500,
@@ -242,6 +253,7 @@ impl EndpointConfig {
         int_knob!(Self, path_retire_after_rtos: u32, 1, 64, "consecutive timeouts after which a path is retired and replaced"),
         int_knob!(Self, ack_every_packets: u32, 1, 255, "the receiver acknowledges at least every this many packets per path"),
         int_knob!(Self, ack_delay_ns: u64, 1, 1_000_000_000, "...or this long after the first unacknowledged packet"),
+        int_knob!(Self, deferred_ack_ns: u64, 0, 1_000_000_000, "the ACK completing an unsignaled request may wait this long for data back to the requester to carry it (0: never), ns"),
         int_knob!(Self, ack_copy_horizon_ns: u64, 0, 1_000_000_000, "an ACK answering a resend or a duplicate goes twice for this long after a hole or a duplicate (0: never), ns"),
         int_knob!(Self, tail_copy_packets: u32, 0, 64, "a drained, uncapped connection copies its last this many outstanding packets onto other paths (0: never)"),
         int_knob!(Self, rack_reorder_permille: u32, 0, 4000, "cross-path RACK: a path is probed once its newest packet is overdue past a later one acknowledged elsewhere by this many per mille of the minimum RTT (0: off)"),

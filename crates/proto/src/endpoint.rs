@@ -655,7 +655,8 @@ impl Endpoint {
                 dst_qpn: q.remote_qpn,
                 msg_seq,
             };
-            let msg = TxMessage::request(to, wire, wr.solicited, source, mtu);
+            let mut msg = TxMessage::request(to, wire, wr.solicited, source, mtu);
+            msg.ack_deferrable = !wr.signaled && self.dev.config.deferred_ack_ns > 0;
             let c = conn.expect("connected QPs have a connection");
             entry.msg = Some(self.conns[c as usize].conn.enqueue(now_ns, &self.dev, msg));
             self.mark_ready(c);

@@ -102,6 +102,10 @@ pub(crate) struct TxMessage {
     pub(crate) rnr_wait: bool,
     /// Queued in the connection's send queue.
     pub(crate) queued: bool,
+    /// Nothing waits on this message's completion (an unsignaled request
+    /// with `deferred_ack_ns` on): its last packet does not ask for an
+    /// immediate ACK, and the receiver may hold that ACK for data going back.
+    pub(crate) ack_deferrable: bool,
 }
 
 /// Which stream a message belongs to and its place in it.
@@ -183,6 +187,7 @@ impl TxMessage {
             attempt: 0,
             rnr_wait: false,
             queued: false,
+            ack_deferrable: false,
         }
     }
 

@@ -9,6 +9,23 @@ use crate::message::{MsgRef, SegRef};
 use crate::rtt::RttEstimator;
 use std::collections::VecDeque;
 
+/// How long a receiver may hold an ACK, from the device configuration
+/// (both ends are configured alike): `ack_delay_ns` and `deferred_ack_ns`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AckWait {
+    pub(crate) delayed_ns: u64,
+    pub(crate) deferred_ns: u64,
+}
+
+impl AckWait {
+    pub(crate) fn of(cfg: &crate::config::EndpointConfig) -> Self {
+        Self {
+            delayed_ns: cfg.ack_delay_ns,
+            deferred_ns: cfg.deferred_ack_ns,
+        }
+    }
+}
+
 /// State of one packet sent on a path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum SentState {
@@ -225,6 +242,9 @@ pub(crate) struct TxPath {
     /// Whether the last packet sent asked for an immediate ACK (then a
     /// probe need not wait for the receiver's delayed-ACK timer).
     pub(crate) last_sent_ack_request: bool,
+    /// Whether the last packet sent completes an unsignaled request whose
+    /// ACK the receiver may hold for `deferred_ack_ns`.
+    pub(crate) last_sent_ack_deferred: bool,
     /// Unanswered probe rounds in a row: each doubles the next wait.
     pub(crate) probe_backoff: u32,
     /// Probe timeouts in a row with evidence that others delivered.
@@ -272,6 +292,7 @@ impl TxPath {
             last_acked_ns: 0,
             last_acked_sent_ns: 0,
             last_sent_ack_request: false,
+            last_sent_ack_deferred: false,
             probe_backoff: 0,
             silent_rounds: 0,
             unproven: false,
@@ -319,17 +340,27 @@ impl TxPath {
     /// delay) after the last transmission without any ACK, once per silence.
     /// Far shorter than the RTO, it recovers a lost ACK or a lost tail
     /// packet on a window-limited path in about one RTT.
+    /// How long the receiver may wait before it acknowledges the last
+    /// packet sent on this path: nothing if it asked for an immediate ACK,
+    /// the deferred-ACK time if it completes an unsignaled request, else
+    /// the delayed-ACK time.
+    pub(crate) fn ack_wait_ns(&self, ack_wait: AckWait) -> u64 {
+        if self.last_sent_ack_request {
+            0
+        } else if self.last_sent_ack_deferred {
+            ack_wait.deferred_ns.max(ack_wait.delayed_ns)
+        } else {
+            ack_wait.delayed_ns
+        }
+    }
+
     /// The probe timeout: how long silence on this path may last before a
     /// tail-loss probe, then before the probe counts as unanswered. RACK-TLP's
     /// rule in datacenter units: a smoothed RTT plus four deviations, plus
     /// the receiver's delayed-ACK time unless the last packet asked for an
     /// immediate ACK; doubled per unanswered round in a row.
-    pub(crate) fn pto_ns(&self, ack_delay_ns: u64, pto_min_ns: u64) -> u64 {
-        let delay = if self.last_sent_ack_request {
-            0
-        } else {
-            ack_delay_ns
-        };
+    pub(crate) fn pto_ns(&self, ack_wait: AckWait, pto_min_ns: u64) -> u64 {
+        let delay = self.ack_wait_ns(ack_wait);
         let base =
             (self.rtt.srtt_ns() + 4 * self.rtt.rttvar_ns().max(self.rtt.srtt_ns() / 8) + delay)
                 .max(pto_min_ns);
@@ -339,7 +370,7 @@ impl TxPath {
     /// When a tail-loss probe is due: a probe timeout after the oldest
     /// packet still outstanding was sent (later sends on a dead route must
     /// not put the question off).
-    pub(crate) fn probe_deadline(&self, ack_delay_ns: u64, pto_min_ns: u64) -> Option<u64> {
+    pub(crate) fn probe_deadline(&self, ack_wait: AckWait, pto_min_ns: u64) -> Option<u64> {
         if self.probe_sent_ns.is_some() {
             return None;
         }
@@ -348,7 +379,7 @@ impl TxPath {
         // is alive, and probing it again at once (its oldest packet is old
         // only because it waits behind a queue) would only feed the queue.
         Some(
-            (oldest_ns.max(self.last_acked_ns) + self.pto_ns(ack_delay_ns, pto_min_ns))
+            (oldest_ns.max(self.last_acked_ns) + self.pto_ns(ack_wait, pto_min_ns))
                 .max(self.probe_hold.until_ns()),
         )
     }
@@ -364,9 +395,9 @@ impl TxPath {
     /// When an unanswered probe proves the path dead (if other paths of
     /// the connection deliver meanwhile) or, on a silent connection, sends
     /// its packets again elsewhere.
-    pub(crate) fn probe_timeout(&self, ack_delay_ns: u64, pto_min_ns: u64) -> Option<u64> {
+    pub(crate) fn probe_timeout(&self, ack_wait: AckWait, pto_min_ns: u64) -> Option<u64> {
         let sent = self.probe_sent_ns.get()?;
-        (!self.inflight.is_empty()).then(|| sent + self.pto_ns(ack_delay_ns, pto_min_ns))
+        (!self.inflight.is_empty()).then(|| sent + self.pto_ns(ack_wait, pto_min_ns))
     }
 
     pub(crate) fn rto_deadline(&self, rto_min_ns: u64, rto_max_ns: u64) -> Option<u64> {

@@ -232,22 +232,36 @@ impl Connection {
         let rx = self.rx_paths[slot as usize]
             .as_mut()
             .expect("created above");
+        // The packet completing a request nobody waits on (its sender
+        // asked for no ACK, and not a resend) may have its ACK held for
+        // data going back to the requester: `deferred_ack_ns`.
+        let deferred = op_event
+            && dev.config.deferred_ack_ns > 0
+            && !repr.base.flags.contains(Flags::ACK_REQUEST)
+            && !repr.base.flags.contains(Flags::RETRANSMIT);
         let immediate = outcome != RxOutcome::InOrder
             || repr.base.flags.contains(Flags::ACK_REQUEST)
-            || op_event
+            || (op_event && !deferred)
             || rx.unacked >= dev.config.ack_every_packets;
         if immediate {
             if !rx.ack_queued {
                 rx.ack_queued = true;
                 self.ack_now.push_back(slot);
             }
-        } else if !rx.ack_deadline.is_some() {
-            let deadline = now_ns + dev.config.ack_delay_ns;
-            rx.ack_deadline = MaybeNs::some(deadline);
-            if !self.ack_pending.contains(&slot) {
-                self.ack_pending.push(slot);
+        } else {
+            let wait_ns = if deferred {
+                dev.config.deferred_ack_ns
+            } else {
+                dev.config.ack_delay_ns
+            };
+            let deadline = now_ns + wait_ns;
+            if rx.ack_deadline.get().is_none_or(|d| deadline < d) {
+                rx.ack_deadline = MaybeNs::some(deadline);
+                if !self.ack_pending.contains(&slot) {
+                    self.ack_pending.push(slot);
+                }
+                self.ack_deadline = Some(self.ack_deadline.map_or(deadline, |d| d.min(deadline)));
             }
-            self.ack_deadline = Some(self.ack_deadline.map_or(deadline, |d| d.min(deadline)));
         }
     }
 

@@ -7,7 +7,7 @@ use super::{Connection, PACKET_OVERHEAD_BYTES, Resend, give_up, requester};
 use crate::device_state::DeviceState;
 use crate::maybe_ns::MaybeNs;
 use crate::message::{MsgKind, SegRef};
-use crate::path::{ProbeHold, SentState, TxPath};
+use crate::path::{AckWait, ProbeHold, SentState, TxPath};
 use crate::probe_budget::ProbeGrant;
 use crate::trace::trace_event;
 use crate::work::WcStatus;
@@ -51,10 +51,10 @@ impl Connection {
             .rto_deadline(self.rto_floor_ns(dev), cfg.rto_max_ns)
             .unwrap_or(u64::MAX);
         let probe = path
-            .probe_deadline(cfg.ack_delay_ns, cfg.probe_timeout_min_ns)
+            .probe_deadline(AckWait::of(cfg), cfg.probe_timeout_min_ns)
             .unwrap_or(u64::MAX);
         let dead = path
-            .probe_timeout(cfg.ack_delay_ns, cfg.probe_timeout_min_ns)
+            .probe_timeout(AckWait::of(cfg), cfg.probe_timeout_min_ns)
             .unwrap_or(u64::MAX);
         let rack = self.rack_deadline(p, dev).unwrap_or(u64::MAX);
         self.path_deadlines[p] = rto.min(probe).min(dead).min(rack);
@@ -91,11 +91,7 @@ impl Connection {
         }
         let reorder_ns = (self.conn_rtt.rtt_ns_min() * u64::from(cfg.rack_reorder_permille) / 1000)
             .max(2 * self.conn_rtt.rttvar_ns());
-        let delay_ns = if path.last_sent_ack_request {
-            0
-        } else {
-            cfg.ack_delay_ns
-        };
+        let delay_ns = path.ack_wait_ns(AckWait::of(cfg));
         Some(newest_ns + self.rack_rtt_ns.max(path.rtt.srtt_ns()) + reorder_ns + delay_ns)
     }
 
@@ -136,9 +132,12 @@ impl Connection {
     /// to a spurious timeout, and halves every `STALL_HALF_LIFE_NS`
     /// without another (`decay_stall_allowance`).
     pub(super) fn rto_floor_ns(&self, dev: &DeviceState) -> u64 {
+        // A receiver may hold an ACK `deferred_ack_ns` (unsignaled
+        // requests): no timeout may be shorter than that wait.
         dev.config
             .rto_min_ns
             .max(self.stall_allowance_ns.min(dev.config.rto_max_ns))
+            + dev.config.deferred_ack_ns
     }
 
     /// Halve the stall allowance for every half-life since it was last
@@ -264,7 +263,7 @@ impl Connection {
             if self.path_deadlines[p] > now_ns {
                 continue;
             }
-            let ack_delay = dev.config.ack_delay_ns;
+            let ack_delay = AckWait::of(&dev.config);
             let pto_min = dev.config.probe_timeout_min_ns;
             let oldest_sent = self.paths[p].oldest_outstanding_sent_ns();
             if self.forget_settled(p) {

@@ -56,6 +56,14 @@ impl Connection {
         dev: &mut DeviceState,
         out: &mut Out<'_>,
     ) -> Option<Transmit> {
+        if dev.config.deferred_ack_ns > 0
+            && !self.ack_pending.is_empty()
+            && !(self.send_queue.is_empty() && self.retransmit_queue.is_empty())
+        {
+            // Data goes to the peer: the ACKs held for it go first, in the
+            // same batch (coalesced into the data's datagram where they fit).
+            self.ack_owed_now();
+        }
         if let Some(t) = self.poll_ack(now_ns, dev, out) {
             return Some(t);
         }
@@ -148,7 +156,11 @@ impl Connection {
                 seg: msg.next_unsent,
                 attempt: msg.attempt,
             };
-            let last = seg.seg + 1 == msg.segs;
+            // The last segment asks for an immediate ACK: completion latency
+            // must not wait for the delayed-ACK timer, unless nothing waits
+            // on the completion (the receiver may then hold the ACK for
+            // data going back).
+            let ask_ack = seg.seg + 1 == msg.segs && !msg.ack_deferrable;
             let bytes = self.wire_bytes(seg);
             let path = self.choose_path(now_ns, dev, bytes, None)?;
             let msg = self.msgs.get_mut(r).expect("checked above");
@@ -157,9 +169,7 @@ impl Connection {
                 msg.queued = false;
                 self.send_queue.pop_front();
             }
-            // The last segment asks for an immediate ACK: completion latency
-            // must not wait for the delayed-ACK timer.
-            let mut flags = if last {
+            let mut flags = if ask_ack {
                 Flags::ACK_REQUEST
             } else {
                 Flags::default()
@@ -321,11 +331,20 @@ impl Connection {
     ) -> Transmit {
         let msg = self.msgs.get(seg.msg).expect("caller checked the message");
         let (offset, payload_len) = msg.seg_range(seg.seg);
+        // A first send of a message's last packet that asks for no ACK: the
+        // receiver may hold the completing ACK for `deferred_ack_ns`.
+        let ack_deferred =
+            msg.ack_deferrable && seg.seg + 1 == msg.segs && !flags.contains(Flags::RETRANSMIT);
         let wire_bytes = payload_len + PACKET_OVERHEAD_BYTES;
         let mss = u64::from(dev.config.mtu_payload_bytes + PACKET_OVERHEAD_BYTES);
         let mut flags = flags;
-        if self.paths[p].inflight_bytes + u64::from(wire_bytes) + mss > self.cc.path_window(p)
-            || self.inflight_bytes + u64::from(wire_bytes) + mss > self.cc.connection_window()
+        // A deferred last packet with nothing queued behind it: the sender
+        // would not idle for want of window, so it need not hurry the ACK.
+        let nothing_behind =
+            ack_deferred && self.send_queue.is_empty() && self.retransmit_queue.is_empty();
+        if !nothing_behind
+            && (self.paths[p].inflight_bytes + u64::from(wire_bytes) + mss > self.cc.path_window(p)
+                || self.inflight_bytes + u64::from(wire_bytes) + mss > self.cc.connection_window())
         {
             // This packet fills the path's or the connection's window: ask
             // for an ACK now rather than after the delayed-ACK timer, or
@@ -427,6 +446,7 @@ impl Connection {
         ));
         path.last_sent_ns = now_ns;
         path.last_sent_ack_request = flags.contains(Flags::ACK_REQUEST);
+        path.last_sent_ack_deferred = ack_deferred && !path.last_sent_ack_request;
         path.inflight_bytes += u64::from(wire_bytes);
         path.stats.packets_sent += 1;
         path.stats.bytes_sent += u64::from(wire_bytes);
