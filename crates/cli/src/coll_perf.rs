@@ -16,7 +16,7 @@
 use metaroce_coll::report::{
     self, DeviceLine, OptionsError, PerfCollective, PerfOptions, ResultRow, RunHeader, USAGE,
 };
-use metaroce_coll::{CommConfig, DataType};
+use metaroce_coll::{Algorithm, CommConfig, DataType};
 use metaroce_collnet::{Impair, Job, NetComm, NetConfig, connect, perf};
 use std::io::Write as _;
 use std::net::TcpListener;
@@ -36,7 +36,8 @@ pub(crate) struct CollPerfArgs {
     /// nccl-tests options (-b -e -f -i -n -w -m -c -o -d -r -z -a) and
     /// --ranks N, --hostfile F, --rank R, --impair SPEC, --json FILE,
     /// --mtu N, --paths N, --slots N, --slot-bytes N, --bootstrap-timeout S,
-    /// --poll-us N, --poll spin|yield, --sleep socket|event, --dev-port P, --stats, --pcap FILE, --pcap-snaplen N.
+    /// --poll-us N, --poll spin|yield, --sleep socket|event, --dev-port P, --stats, --pcap FILE, --pcap-snaplen N,
+    /// --algo NAME.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
     rest: Vec<String>,
 }
@@ -54,6 +55,9 @@ const METAROCE_USAGE: &str = "\
   --paths <n>                 paths per connection (default 8)
   --slots <n>                 staging slots per peer (default 4)
   --slot-bytes <size>         bytes per staging slot (default 256K)
+  --algo <name>               all-reduce algorithm, like NCCL_ALGO: auto (default: rd up to 64 KiB, then ring),
+                              ring, rd (recursive doubling), hd (recursive halving-doubling) or tree;
+                              broadcast: auto, ring (the pipelined chain) or tree
   --bootstrap-timeout <s>     seconds to wait for every rank (default 30)
   --poll-us <us>              poll this long before sleeping; 0: sleep at once (default 1000)
   --poll spin|yield           spin between polls, or give the CPU up (sched_yield) between them (default: spin
@@ -92,6 +96,7 @@ struct Extra {
     icrc: bool,
     pcap: Option<PathBuf>,
     pcap_snaplen: Option<u32>,
+    algo: Option<Algorithm>,
 }
 
 fn split_args(rest: &[String]) -> Result<(Vec<String>, Extra), String> {
@@ -120,6 +125,7 @@ fn split_args(rest: &[String]) -> Result<(Vec<String>, Extra), String> {
             "--dev-port",
             "--pcap",
             "--pcap-snaplen",
+            "--algo",
         ];
         if name == "--stats" && inline.is_none() {
             x.stats = true;
@@ -189,6 +195,7 @@ fn split_args(rest: &[String]) -> Result<(Vec<String>, Extra), String> {
             }
             "--pcap" => x.pcap = Some(PathBuf::from(&v)),
             "--pcap-snaplen" => x.pcap_snaplen = Some(small("--pcap-snaplen")?),
+            "--algo" => x.algo = Some(v.parse::<Algorithm>().map_err(|e| format!("--algo: {e}"))?),
             _ => x.bootstrap_timeout_s = Some(num("--bootstrap-timeout")?),
         }
     }
@@ -264,6 +271,21 @@ pub(crate) fn run(args: CollPerfArgs) -> Result<ExitCode, String> {
         comm_cfg.slot_bytes = b;
     }
     comm_cfg.validate().map_err(|e| e.to_string())?;
+    if let Some(algo) = extra.algo {
+        // Checked before any rank starts: an algorithm the collective does
+        // not implement would only fail at its first operation.
+        let spec = perf::spec_for(
+            collective,
+            1,
+            DataType::Float32,
+            metaroce_coll::ReduceOp::Sum,
+            0,
+            0,
+            2,
+        );
+        algo.resolve(&spec.collective, 0, &comm_cfg)
+            .map_err(|e| format!("--algo {algo}: {e}"))?;
+    }
     let in_env = std::env::var_os("RANK").is_some();
     if let (Some(n), false, None) = (extra.ranks, in_env, &extra.hostfile) {
         return launch(n);
@@ -473,8 +495,16 @@ fn run_rank(
             let _ = std::io::stdout().flush();
         }
     };
-    let rows = perf::run(comm, collective, options, 0x6e63_636c, &mut on_row)
-        .map_err(|e| e.to_string())?;
+    let algorithm = extra.algo.unwrap_or(Algorithm::Auto);
+    let rows = perf::run(
+        comm,
+        collective,
+        algorithm,
+        options,
+        0x6e63_636c,
+        &mut on_row,
+    )
+    .map_err(|e| e.to_string())?;
     let bad = report::out_of_bounds(&rows);
     let avg = report::average_bus_bw(&rows);
     if lead {

@@ -550,6 +550,11 @@ fn sim_values_that_panicked_or_exploded_are_exit_2() {
 #[test]
 fn coll_perf_bad_input_is_exit_2() {
     assert_one_line_error(&["coll-perf", "allreduce"], "unknown collective");
+    assert_one_line_error(&["coll-perf", "all_reduce", "--algo", "fastest"], "fastest");
+    assert_one_line_error(
+        &["coll-perf", "all_gather", "--algo", "hd", "--ranks", "2"],
+        "hd",
+    );
     assert_one_line_error(&["coll-perf", "all_reduce", "-t", "2"], "-t");
     assert_one_line_error(&["coll-perf", "all_reduce", "-d", "float8"], "float8");
     assert_one_line_error(&["coll-perf", "all_reduce", "--impair", "loss=2"], "loss");

@@ -169,6 +169,10 @@ pub enum Algorithm {
     /// Recursive doubling (all-reduce): log2(world) full-size exchanges,
     /// plus one step before and after when world is not a power of two.
     RecursiveDoubling,
+    /// Recursive halving then doubling (all-reduce, Rabenseifner's): a
+    /// reduce-scatter and an all-gather of `log2(world)` exchanges each,
+    /// sending what the ring sends in far fewer steps.
+    HalvingDoubling,
     /// Binomial tree (broadcast; all-reduce as tree reduce then tree
     /// broadcast): 2 log2(world) latency, chunks pipelined.
     Tree,
@@ -183,6 +187,7 @@ impl fmt::Display for Algorithm {
             Self::Auto => "auto",
             Self::Ring => "ring",
             Self::RecursiveDoubling => "rd",
+            Self::HalvingDoubling => "hd",
             Self::Tree => "tree",
             Self::Direct => "direct",
         })
@@ -197,11 +202,14 @@ impl FromStr for Algorithm {
             "auto" => Self::Auto,
             "ring" => Self::Ring,
             "rd" | "recursive-doubling" | "recursive_doubling" => Self::RecursiveDoubling,
+            "hd" | "halving-doubling" | "halving_doubling" | "rabenseifner" => {
+                Self::HalvingDoubling
+            }
             "tree" => Self::Tree,
             "direct" => Self::Direct,
             _ => {
                 return Err(SpecError::Invalid(format!(
-                    "unknown algorithm {s:?} (expected auto, ring, rd, tree or direct)"
+                    "unknown algorithm {s:?} (expected auto, ring, rd, hd, tree or direct)"
                 )));
             }
         })
@@ -224,7 +232,12 @@ impl Algorithm {
         config: &CommConfig,
     ) -> Result<Self, SpecError> {
         let supported: &[Self] = match collective {
-            Collective::AllReduce => &[Self::Ring, Self::RecursiveDoubling, Self::Tree],
+            Collective::AllReduce => &[
+                Self::Ring,
+                Self::RecursiveDoubling,
+                Self::HalvingDoubling,
+                Self::Tree,
+            ],
             Collective::Broadcast { .. } => &[Self::Ring, Self::Tree],
             Collective::ReduceScatter | Collective::AllGather | Collective::Reduce { .. } => {
                 &[Self::Ring]

@@ -29,6 +29,11 @@ fn cases(world: u32) -> Vec<(&'static str, Algorithm, MakeCollective)> {
         ),
         (
             "all_reduce",
+            Algorithm::HalvingDoubling,
+            Box::new(|_, _| Collective::AllReduce),
+        ),
+        (
+            "all_reduce",
             Algorithm::Tree,
             Box::new(|_, _| Collective::AllReduce),
         ),

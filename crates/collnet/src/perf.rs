@@ -13,7 +13,7 @@
 use crate::check::{count_wrong, prepare};
 use crate::{CollNetError, DevBuf, NetComm};
 use metaroce_coll::report::{Measurement, PerfCollective, PerfOptions, ResultRow};
-use metaroce_coll::{Collective, DataType, OpSpec, P2pGroup, Rank, ReduceOp};
+use metaroce_coll::{Algorithm, Collective, DataType, OpSpec, P2pGroup, Rank, ReduceOp};
 use std::time::{Duration, Instant};
 
 /// One row's parameters.
@@ -43,6 +43,8 @@ pub struct Measure {
     pub average: u32,
     /// Seed of the checked inputs.
     pub seed: u64,
+    /// The algorithm (`Auto`: by size, [`Algorithm::resolve`]).
+    pub algorithm: Algorithm,
 }
 
 /// The operation rank `rank` runs for a perf collective of `count`
@@ -162,6 +164,7 @@ impl Bench {
         let (rank, world) = (comm.rank(), comm.world());
         let mut spec = spec_for(m.collective, count, m.dtype, m.op, m.root, rank, world);
         spec.in_place = in_place;
+        spec.algorithm = m.algorithm;
         let (send, recv) = self.buffers(&spec, rank, world)?;
         // Inputs are made, and results checked, in memory of this rank's
         // own, outside the device lock; only the copies take it, a piece
@@ -285,6 +288,7 @@ fn sum_u64(comm: &mut NetComm, v: u64) -> Result<u64, CollNetError> {
 pub fn run(
     comm: &mut NetComm,
     collective: PerfCollective,
+    algorithm: Algorithm,
     options: &PerfOptions,
     seed: u64,
     on_row: &mut dyn FnMut(&ResultRow),
@@ -327,6 +331,7 @@ pub fn run(
                         blocking: options.blocking,
                         average: options.average,
                         seed: seed ^ bytes,
+                        algorithm,
                     };
                     let row = bench.measure(comm, &m)?;
                     on_row(&row);

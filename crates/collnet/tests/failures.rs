@@ -92,6 +92,7 @@ fn a_failed_measurement_reports_its_cause() {
         blocking: 0,
         average: 1,
         seed: 1,
+        algorithm: metaroce_coll::Algorithm::Auto,
     };
     let e = perf::measure_row(&mut comm, &m).expect_err("rank 0 never takes part");
     assert!(matches!(e, CollNetError::Stalled { .. }), "{e}");

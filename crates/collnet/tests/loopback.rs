@@ -41,6 +41,7 @@ fn verify(
                     blocking: 0,
                     average: 1,
                     seed: size ^ 0x5eed,
+                    algorithm: metaroce_coll::Algorithm::Auto,
                 };
                 rows.push((c, size, perf::measure_row(comm, &m)?));
             }

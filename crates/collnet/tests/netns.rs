@@ -141,6 +141,7 @@ fn run_job(ns: &Namespaces, root: SocketAddr, c: &NetConfig, label: &str) {
                             blocking: 0,
                             average: 1,
                             seed: bytes,
+                            algorithm: metaroce_coll::Algorithm::Auto,
                         };
                         let row = perf::measure_row(&mut comm, &m).unwrap_or_else(|e| {
                             panic!("{label} rank {rank} {}: {e}", collective.name())

@@ -371,6 +371,13 @@ mod tests {
                 1024,
                 3 * 1024,
             ),
+            // Halving-doubling sends what the ring sends: 2 (p-1)/p of it.
+            (
+                PerfCollective::AllReduce,
+                Algorithm::HalvingDoubling,
+                8 << 10,
+                14 << 10,
+            ),
             (PerfCollective::SendRecv, Algorithm::Auto, 1024, 1024),
         ] {
             let w = CollectiveWorkload {

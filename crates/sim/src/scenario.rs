@@ -392,7 +392,7 @@ pub struct WorkloadConf {
     #[serde(default)]
     pub collective: String,
     /// `collective`: the library's algorithm (`auto`, `ring`, `tree`,
-    /// `rd`, `direct`).
+    /// `rd`, `hd`, `direct`).
     #[serde(default = "default_algorithm")]
     pub algorithm: String,
     /// `collective` broadcast and reduce: the root, a position in the ranks.

@@ -28,6 +28,7 @@
 mod chain;
 mod direct;
 mod doubling;
+mod halving;
 mod hazard;
 mod ring;
 mod tree;
@@ -627,6 +628,7 @@ pub(crate) fn build(
     match (&spec.collective, algorithm) {
         (Collective::AllReduce, Algorithm::Ring) => ring::all_reduce(&mut b, &ctx),
         (Collective::AllReduce, Algorithm::RecursiveDoubling) => doubling::all_reduce(&mut b, &ctx),
+        (Collective::AllReduce, Algorithm::HalvingDoubling) => halving::all_reduce(&mut b, &ctx),
         (Collective::AllReduce, Algorithm::Tree) => tree::all_reduce(&mut b, &ctx),
         (Collective::ReduceScatter, _) => ring::reduce_scatter(&mut b, &ctx),
         (Collective::AllGather, _) => ring::all_gather(&mut b, &ctx),

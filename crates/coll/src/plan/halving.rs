@@ -1,0 +1,127 @@
+//! Recursive halving-doubling all-reduce (Rabenseifner's): a reduce-scatter
+//! by recursive halving, then an all-gather by recursive doubling.
+//!
+//! Among `p` ranks (a power of two; the others fold in before and get the
+//! result after, as in recursive doubling) the buffer is cut into `p`
+//! blocks. In the reduce-scatter, at distance `p/2, p/4, ..., 1`, each rank
+//! keeps half of the blocks it still reduces (the lower half if its bit at
+//! that distance is clear), sends the other half to its partner and folds
+//! the partner's copy of the half it keeps: after `log2 p` exchanges rank
+//! `v` holds the full reduction of block `v`. The all-gather retraces the
+//! steps at distance `1, 2, ..., p/2`, each rank sending everything it has
+//! and copying in the partner's, so the ranges double back to the whole
+//! buffer.
+//!
+//! Every rank sends `2 (p-1)/p` of the buffer, as in the ring, but in
+//! `2 log2 p` steps instead of `2 (p-1)`: where each step costs more than
+//! its bytes (ranks sharing cores, whose every step waits for the
+//! scheduler), it is the faster of the two. The price is that a step's
+//! blocks all go to one partner, with no pipelining along a ring.
+
+use super::{Blocks, Builder, Ctx, Input, tag};
+
+pub(super) fn all_reduce(b: &mut Builder, ctx: &Ctx) {
+    let (n, r) = (ctx.world, ctx.rank);
+    let (input, output) = (ctx.input(), ctx.output());
+    let whole = Blocks::single(ctx.count, ctx.chunk);
+    let all = whole.whole(0);
+    b.load_own(output.at(all), input.at(all));
+    let p = if n.is_power_of_two() {
+        n
+    } else {
+        n.next_power_of_two() / 2
+    };
+    let rem = n - p;
+    let whole_chunks = |b: &mut Builder, f: &mut dyn FnMut(&mut Builder, u32)| {
+        for j in 0..whole.rounds() {
+            f(b, j);
+        }
+    };
+    // Pre-step, as in recursive doubling: the even rank of each pair below
+    // 2·rem hands its buffer to the odd one and sits out.
+    let new_rank = if r < 2 * rem {
+        if r % 2 == 0 {
+            whole_chunks(b, &mut |b, j| {
+                b.send(r + 1, output.at(whole.chunk(0, j)), tag(0, j))
+            });
+            None
+        } else {
+            whole_chunks(b, &mut |b, j| {
+                let acc = output.at(whole.chunk(0, j));
+                b.recv_fold(r - 1, acc, Input::Partial(acc));
+            });
+            Some(r / 2)
+        }
+    } else {
+        Some(r - rem)
+    };
+    let Some(v) = new_rank else {
+        whole_chunks(b, &mut |b, j| {
+            b.recv_copy(r + 1, output.at(whole.chunk(0, j)))
+        });
+        return;
+    };
+    let real = |v: u32| if v < rem { 2 * v + 1 } else { v + rem };
+    let blocks = Blocks::balanced(ctx.count, p, ctx.chunk);
+    // Every message of a step, in the same order on both ends: blocks in
+    // ascending order, each chunk by chunk.
+    let each_chunk =
+        |b: &mut Builder, lo: u32, hi: u32, f: &mut dyn FnMut(&mut Builder, u32, u32)| {
+            for blk in lo..hi {
+                for j in 0..blocks.rounds() {
+                    if blocks.chunk(blk, j).1 > 0 {
+                        f(b, blk, j);
+                    }
+                }
+            }
+        };
+    let (mut lo, mut hi) = (0u32, p);
+    let mut step = 1;
+    let mut mask = p / 2;
+    while mask >= 1 {
+        let partner = real(v ^ mask);
+        let mid = lo + (hi - lo) / 2;
+        let (keep, give) = if v & mask == 0 {
+            ((lo, mid), (mid, hi))
+        } else {
+            ((mid, hi), (lo, mid))
+        };
+        each_chunk(b, give.0, give.1, &mut |b, blk, j| {
+            b.send(partner, output.at(blocks.chunk(blk, j)), tag(step, j))
+        });
+        each_chunk(b, keep.0, keep.1, &mut |b, blk, j| {
+            let acc = output.at(blocks.chunk(blk, j));
+            b.recv_fold(partner, acc, Input::Partial(acc));
+        });
+        (lo, hi) = keep;
+        mask /= 2;
+        step += 1;
+    }
+    debug_assert_eq!((lo, hi), (v, v + 1));
+    b.post_divide(output.at(blocks.whole(v)));
+    let mut mask = 1;
+    while mask < p {
+        let partner = real(v ^ mask);
+        let size = hi - lo;
+        let theirs = if v & mask == 0 {
+            (hi, hi + size)
+        } else {
+            (lo - size, lo)
+        };
+        each_chunk(b, lo, hi, &mut |b, blk, j| {
+            b.send(partner, output.at(blocks.chunk(blk, j)), tag(step, j))
+        });
+        each_chunk(b, theirs.0, theirs.1, &mut |b, blk, j| {
+            b.recv_copy(partner, output.at(blocks.chunk(blk, j)))
+        });
+        (lo, hi) = (lo.min(theirs.0), hi.max(theirs.1));
+        mask *= 2;
+        step += 1;
+    }
+    // Post-step: the odd rank of each pair below 2·rem hands the result on.
+    if r < 2 * rem {
+        whole_chunks(b, &mut |b, j| {
+            b.send(r - 1, output.at(whole.chunk(0, j)), tag(step, j))
+        });
+    }
+}
