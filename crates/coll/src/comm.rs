@@ -377,9 +377,7 @@ impl Communicator {
                 .filter(|(_, (_, seq))| writes_to_peer && seq + slots >= link.rx_base)
                 .map(|(i, _)| i);
             let kept = keep.and_then(|i| link.owed.remove(i));
-            let due: Vec<(u8, u64)> = link.owed.drain(..).collect();
-            link.owed.extend(kept);
-            for (slot, seq) in due {
+            while let Some((slot, seq)) = self.links[peer as usize].owed.pop_front() {
                 let id = self.write_id();
                 self.writes.insert(id, WriteRecord::Credit);
                 self.stats.credit_writes += 1;
@@ -394,6 +392,7 @@ impl Communicator {
                     purpose: WritePurpose::Credit,
                 }));
             }
+            self.links[peer as usize].owed.extend(kept);
         }
     }
 

@@ -563,14 +563,7 @@ fn a_missing_rank_stalls_visibly() {
 #[test]
 fn two_ranks_by_hand() {
     let config = CommConfig::default();
-    let s = spec(
-        Collective::AllReduce,
-        DataType::Int64,
-        ReduceOp::Sum,
-        1,
-        Algorithm::RecursiveDoubling,
-        false,
-    );
+    let s = small_rd_all_reduce();
     let mut a = Communicator::new(0, 2, config).unwrap();
     a.start(s.clone()).unwrap();
     // First a local copy of the input into the output.
@@ -626,64 +619,82 @@ fn two_ranks_by_hand() {
     assert_eq!(a.stats().credit_writes, 0);
 }
 
-/// Beyond 2 ranks a small all-reduce owes a partner its credit while it
-/// writes to the other partner; the credit waits for the next operation's
-/// write to that partner instead of costing a write (and its
-/// acknowledgement) of its own.
-#[test]
-fn small_all_reduce_credits_ride_at_four_ranks() {
-    use metaroce_coll::imm::Imm;
-    let s = spec(
+/// An 8-byte all-reduce by recursive doubling: the small operation whose
+/// credits the tests below follow.
+fn small_rd_all_reduce() -> OpSpec {
+    spec(
         Collective::AllReduce,
         DataType::Int64,
         ReduceOp::Sum,
         1,
         Algorithm::RecursiveDoubling,
         false,
-    );
+    )
+}
+
+/// Drives `comms` by hand until none has an action: computations done at
+/// once, writes completed and delivered at once. `on_done` sees each
+/// finished operation (and may start another). Returns every write's
+/// sender and immediate, in order.
+fn drive_at_once(
+    comms: &mut [Communicator],
+    mut on_done: impl FnMut(&mut Communicator),
+) -> Vec<(Rank, metaroce_coll::imm::Imm)> {
+    use metaroce_coll::imm::Imm;
+    let mut imms = Vec::new();
+    for _ in 0..10_000 {
+        let mut any = false;
+        for me in 0..comms.len() {
+            while let Some(act) = comms[me].poll_action() {
+                any = true;
+                match act {
+                    Action::Compute(k) => comms[me].on_compute_done(k.id).unwrap(),
+                    Action::Write(w) => {
+                        let imm = Imm::decode(w.imm);
+                        if matches!(imm, Imm::Credit { .. }) {
+                            assert_eq!(w.len, 0, "a credit with a payload");
+                        }
+                        imms.push((me as Rank, imm));
+                        comms[me].on_write_done(w.id).unwrap();
+                        comms[w.peer as usize]
+                            .on_write_arrived(me as Rank, w.imm, w.len)
+                            .unwrap();
+                    }
+                    Action::Done(_) => on_done(&mut comms[me]),
+                }
+            }
+        }
+        if !any {
+            return imms;
+        }
+    }
+    panic!("still busy after 10,000 rounds");
+}
+
+/// Beyond 2 ranks a small all-reduce owes a partner its credit while it
+/// writes to the other partner; the credit waits for the next operation's
+/// write to that partner instead of costing a write (and its
+/// acknowledgement) of its own.
+#[test]
+fn small_all_reduce_credits_ride_at_four_ranks() {
     const WORLD: u32 = 4;
     const OPS: u64 = 10;
     let mut comms: Vec<Communicator> = (0..WORLD)
         .map(|r| Communicator::new(r, WORLD, CommConfig::default()).unwrap())
         .collect();
-    let mut done = vec![0u64; WORLD as usize];
     for c in &mut comms {
-        c.start(s.clone()).unwrap();
+        c.start(small_rd_all_reduce()).unwrap();
     }
     // Each rank starts its next operation when its last one is done, the
-    // way a blocking benchmark loop does; writes land at once.
-    for _ in 0..10_000 {
-        let mut any = false;
-        for me in 0..WORLD {
-            while let Some(act) = comms[me as usize].poll_action() {
-                any = true;
-                match act {
-                    Action::Compute(k) => comms[me as usize].on_compute_done(k.id).unwrap(),
-                    Action::Write(w) => {
-                        comms[me as usize].on_write_done(w.id).unwrap();
-                        comms[w.peer as usize]
-                            .on_write_arrived(me, w.imm, w.len)
-                            .unwrap();
-                        if let Imm::Credit { .. } = Imm::decode(w.imm) {
-                            assert!(w.len == 0);
-                        }
-                    }
-                    Action::Done(_) => {
-                        done[me as usize] += 1;
-                        if done[me as usize] < OPS {
-                            comms[me as usize].start(s.clone()).unwrap();
-                        }
-                    }
-                }
-            }
+    // way a blocking benchmark loop does.
+    drive_at_once(&mut comms, |c| {
+        if c.stats().ops_done < OPS {
+            c.start(small_rd_all_reduce()).unwrap();
         }
-        if !any {
-            break;
-        }
-    }
-    assert_eq!(done, vec![OPS; WORLD as usize]);
+    });
     for c in &comms {
         let st = c.stats();
+        assert_eq!(st.ops_done, OPS);
         // Two partners, one message to each per operation.
         assert_eq!(st.data_writes, 2 * OPS);
         assert_eq!(
@@ -704,49 +715,16 @@ fn small_all_reduce_credits_ride_at_four_ranks() {
 #[test]
 fn credits_ride_on_the_next_write() {
     use metaroce_coll::imm::Imm;
-    let s = spec(
-        Collective::AllReduce,
-        DataType::Int64,
-        ReduceOp::Sum,
-        1,
-        Algorithm::RecursiveDoubling,
-        false,
-    );
-    let mut a = Communicator::new(0, 2, CommConfig::default()).unwrap();
-    let mut b = Communicator::new(1, 2, CommConfig::default()).unwrap();
-    for c in [&mut a, &mut b] {
-        c.start(s.clone()).unwrap();
-        c.start(s.clone()).unwrap();
+    let mut comms: Vec<Communicator> = (0..2)
+        .map(|r| Communicator::new(r, 2, CommConfig::default()).unwrap())
+        .collect();
+    for c in &mut comms {
+        c.start(small_rd_all_reduce()).unwrap();
+        c.start(small_rd_all_reduce()).unwrap();
     }
-    // Drive both by hand: computes at once, writes delivered at once.
-    let mut imms = Vec::new();
-    for _ in 0..64 {
-        let mut any = false;
-        for me in [0u32, 1] {
-            let (c, peer) = if me == 0 {
-                (&mut a, &mut b)
-            } else {
-                (&mut b, &mut a)
-            };
-            while let Some(act) = c.poll_action() {
-                any = true;
-                match act {
-                    Action::Compute(k) => c.on_compute_done(k.id).unwrap(),
-                    Action::Write(w) => {
-                        imms.push((me, Imm::decode(w.imm)));
-                        c.on_write_done(w.id).unwrap();
-                        peer.on_write_arrived(me, w.imm, w.len).unwrap();
-                    }
-                    Action::Done(_) => {}
-                }
-            }
-        }
-        if !any {
-            break;
-        }
-    }
-    assert!(a.is_idle() && b.is_idle());
-    let piggy = a.stats().credits_piggybacked + b.stats().credits_piggybacked;
+    let imms = drive_at_once(&mut comms, |_| {});
+    assert!(comms.iter().all(Communicator::is_idle));
+    let piggy: u64 = comms.iter().map(|c| c.stats().credits_piggybacked).sum();
     assert!(piggy >= 1, "no credit rode on a data write: {imms:?}");
     assert!(
         imms.iter().any(|(_, i)| matches!(
@@ -760,7 +738,7 @@ fn credits_ride_on_the_next_write() {
     );
     // Every consumed message is credited exactly once, one way or the
     // other, or still owed (kept for the next operation's write).
-    for c in [&a, &b] {
+    for c in &comms {
         let st = c.stats();
         assert_eq!(
             st.credit_writes + st.credits_piggybacked + c.credits_owed() as u64,

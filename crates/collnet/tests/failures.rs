@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{SPAWN_LOCK, cfg, free_root, job};
+use common::{cfg, free_root, job};
 use metaroce_coll::report::PerfCollective;
 use metaroce_coll::{Collective, DataType, OpSpec, ReduceOp};
 use metaroce_collnet::perf::{self, Measure};
@@ -135,9 +135,6 @@ fn child(rank: u32, root: &str) {
 fn dead_rank(victim: u32) {
     let root = free_root();
     let test = format!("dead_rank_{victim}");
-    let spawning = SPAWN_LOCK
-        .write()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let mut kid = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", &test, "--nocapture", "--test-threads", "1"])
         .env(CHILD_RANK, victim.to_string())
@@ -145,8 +142,6 @@ fn dead_rank(victim: u32) {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    // `spawn` returns after the child's `exec`, which closed what it inherited.
-    drop(spawning);
     let threads: Vec<_> = (0..WORLD)
         .filter(|&r| r != victim)
         .map(|rank| {

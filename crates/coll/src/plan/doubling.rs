@@ -15,66 +15,110 @@
 //! orders; the kernels are commutative bit for bit (see [`crate::kernels`]),
 //! so every rank ends with identical bytes.
 
-use super::{Blocks, Builder, Ctx, Input, tag};
+use super::{Area, Blocks, Builder, Ctx, Input, tag};
+use crate::action::Rank;
+
+/// How ranks beyond the largest power of two take part in the doubling
+/// algorithms (this one and [`super::halving`]): the first `2·rem` pair
+/// up, each even one folding its buffer into the odd one above it and
+/// sitting out until the odd one hands it the result.
+pub(super) struct Pairing {
+    /// The largest power of two not above `world`: the ranks that exchange.
+    pub(super) p: u32,
+    rem: u32,
+}
+
+impl Pairing {
+    pub(super) fn new(world: u32) -> Self {
+        let p = if world.is_power_of_two() {
+            world
+        } else {
+            world.next_power_of_two() / 2
+        };
+        Self { p, rem: world - p }
+    }
+
+    /// The real rank of exchanging rank `v` (`0..p`).
+    pub(super) fn real(&self, v: u32) -> Rank {
+        if v < self.rem {
+            2 * v + 1
+        } else {
+            v + self.rem
+        }
+    }
+
+    /// The pre-step, on `output` (the whole buffer, chunk by chunk):
+    /// returns this rank's number among the `p` that exchange, or `None`
+    /// for a rank that sits out, whose whole part (handing its buffer
+    /// over, then receiving the result) is emitted here.
+    pub(super) fn fold_in(
+        &self,
+        b: &mut Builder,
+        r: Rank,
+        output: Area,
+        whole: &Blocks,
+    ) -> Option<u32> {
+        if r >= 2 * self.rem {
+            return Some(r - self.rem);
+        }
+        if r.is_multiple_of(2) {
+            for j in 0..whole.rounds() {
+                b.send(r + 1, output.at(whole.chunk(0, j)), tag(0, j));
+            }
+            for j in 0..whole.rounds() {
+                b.recv_copy(r + 1, output.at(whole.chunk(0, j)));
+            }
+            None
+        } else {
+            for j in 0..whole.rounds() {
+                let acc = output.at(whole.chunk(0, j));
+                b.recv_fold(r - 1, acc, Input::Partial(acc));
+            }
+            Some(r / 2)
+        }
+    }
+
+    /// The post-step: an odd rank below `2·rem` hands the result to the
+    /// even rank that sat out.
+    pub(super) fn hand_back(
+        &self,
+        b: &mut Builder,
+        r: Rank,
+        output: Area,
+        whole: &Blocks,
+        step: u32,
+    ) {
+        if r < 2 * self.rem {
+            for j in 0..whole.rounds() {
+                b.send(r - 1, output.at(whole.chunk(0, j)), tag(step, j));
+            }
+        }
+    }
+}
 
 pub(super) fn all_reduce(b: &mut Builder, ctx: &Ctx) {
-    let (n, r) = (ctx.world, ctx.rank);
+    let r = ctx.rank;
     let (input, output) = (ctx.input(), ctx.output());
     let blocks = Blocks::single(ctx.count, ctx.chunk);
     let all = blocks.whole(0);
     // Work in the output buffer from the start.
     b.load_own(output.at(all), input.at(all));
-    let chunks = |b: &mut Builder, f: &mut dyn FnMut(&mut Builder, u32)| {
+    let pairing = Pairing::new(ctx.world);
+    let Some(v) = pairing.fold_in(b, r, output, &blocks) else {
+        return;
+    };
+    let mut mask = 1;
+    let mut step = 1;
+    while mask < pairing.p {
+        let partner = pairing.real(v ^ mask);
         for j in 0..blocks.rounds() {
-            f(b, j);
+            let acc = output.at(blocks.chunk(0, j));
+            b.send(partner, acc, tag(step, j));
+            b.recv_fold(partner, acc, Input::Partial(acc));
         }
-    };
-    let p = if n.is_power_of_two() {
-        n
-    } else {
-        n.next_power_of_two() / 2
-    };
-    let rem = n - p;
-    // Pre-step: fold pairs below 2·rem.
-    let new_rank = if r < 2 * rem {
-        if r % 2 == 0 {
-            chunks(b, &mut |b, j| {
-                b.send(r + 1, output.at(blocks.chunk(0, j)), tag(0, j))
-            });
-            None
-        } else {
-            chunks(b, &mut |b, j| {
-                let acc = output.at(blocks.chunk(0, j));
-                b.recv_fold(r - 1, acc, Input::Partial(acc));
-            });
-            Some(r / 2)
-        }
-    } else {
-        Some(r - rem)
-    };
-    if let Some(v) = new_rank {
-        let real = |v: u32| if v < rem { 2 * v + 1 } else { v + rem };
-        let mut mask = 1;
-        let mut step = 1;
-        while mask < p {
-            let partner = real(v ^ mask);
-            chunks(b, &mut |b, j| {
-                let acc = output.at(blocks.chunk(0, j));
-                b.send(partner, acc, tag(step, j));
-                b.recv_fold(partner, acc, Input::Partial(acc));
-            });
-            mask <<= 1;
-            step += 1;
-        }
-        b.post_divide(output.at(all));
-        if r < 2 * rem {
-            chunks(b, &mut |b, j| {
-                b.send(r - 1, output.at(blocks.chunk(0, j)), tag(step, j))
-            });
-        }
-    } else {
-        chunks(b, &mut |b, j| {
-            b.recv_copy(r + 1, output.at(blocks.chunk(0, j)))
-        });
+        mask <<= 1;
+        step += 1;
     }
+    b.post_divide(output.at(all));
+    pairing.hand_back(b, r, output, &blocks, step);
 }

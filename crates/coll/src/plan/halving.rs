@@ -18,55 +18,25 @@
 //! scheduler), it is the faster of the two. The price is that a step's
 //! blocks all go to one partner, with no pipelining along a ring.
 
+use super::doubling::Pairing;
 use super::{Blocks, Builder, Ctx, Input, tag};
 
 pub(super) fn all_reduce(b: &mut Builder, ctx: &Ctx) {
-    let (n, r) = (ctx.world, ctx.rank);
+    let r = ctx.rank;
     let (input, output) = (ctx.input(), ctx.output());
     let whole = Blocks::single(ctx.count, ctx.chunk);
     let all = whole.whole(0);
     b.load_own(output.at(all), input.at(all));
-    let p = if n.is_power_of_two() {
-        n
-    } else {
-        n.next_power_of_two() / 2
-    };
-    let rem = n - p;
-    let whole_chunks = |b: &mut Builder, f: &mut dyn FnMut(&mut Builder, u32)| {
-        for j in 0..whole.rounds() {
-            f(b, j);
-        }
-    };
-    // Pre-step, as in recursive doubling: the even rank of each pair below
-    // 2·rem hands its buffer to the odd one and sits out.
-    let new_rank = if r < 2 * rem {
-        if r % 2 == 0 {
-            whole_chunks(b, &mut |b, j| {
-                b.send(r + 1, output.at(whole.chunk(0, j)), tag(0, j))
-            });
-            None
-        } else {
-            whole_chunks(b, &mut |b, j| {
-                let acc = output.at(whole.chunk(0, j));
-                b.recv_fold(r - 1, acc, Input::Partial(acc));
-            });
-            Some(r / 2)
-        }
-    } else {
-        Some(r - rem)
-    };
-    let Some(v) = new_rank else {
-        whole_chunks(b, &mut |b, j| {
-            b.recv_copy(r + 1, output.at(whole.chunk(0, j)))
-        });
+    let pairing = Pairing::new(ctx.world);
+    let Some(v) = pairing.fold_in(b, r, output, &whole) else {
         return;
     };
-    let real = |v: u32| if v < rem { 2 * v + 1 } else { v + rem };
+    let p = pairing.p;
     let blocks = Blocks::balanced(ctx.count, p, ctx.chunk);
     // Every message of a step, in the same order on both ends: blocks in
     // ascending order, each chunk by chunk.
     let each_chunk =
-        |b: &mut Builder, lo: u32, hi: u32, f: &mut dyn FnMut(&mut Builder, u32, u32)| {
+        |b: &mut Builder, (lo, hi): (u32, u32), f: &mut dyn FnMut(&mut Builder, u32, u32)| {
             for blk in lo..hi {
                 for j in 0..blocks.rounds() {
                     if blocks.chunk(blk, j).1 > 0 {
@@ -79,17 +49,17 @@ pub(super) fn all_reduce(b: &mut Builder, ctx: &Ctx) {
     let mut step = 1;
     let mut mask = p / 2;
     while mask >= 1 {
-        let partner = real(v ^ mask);
+        let partner = pairing.real(v ^ mask);
         let mid = lo + (hi - lo) / 2;
         let (keep, give) = if v & mask == 0 {
             ((lo, mid), (mid, hi))
         } else {
             ((mid, hi), (lo, mid))
         };
-        each_chunk(b, give.0, give.1, &mut |b, blk, j| {
+        each_chunk(b, give, &mut |b, blk, j| {
             b.send(partner, output.at(blocks.chunk(blk, j)), tag(step, j))
         });
-        each_chunk(b, keep.0, keep.1, &mut |b, blk, j| {
+        each_chunk(b, keep, &mut |b, blk, j| {
             let acc = output.at(blocks.chunk(blk, j));
             b.recv_fold(partner, acc, Input::Partial(acc));
         });
@@ -101,27 +71,22 @@ pub(super) fn all_reduce(b: &mut Builder, ctx: &Ctx) {
     b.post_divide(output.at(blocks.whole(v)));
     let mut mask = 1;
     while mask < p {
-        let partner = real(v ^ mask);
+        let partner = pairing.real(v ^ mask);
         let size = hi - lo;
         let theirs = if v & mask == 0 {
             (hi, hi + size)
         } else {
             (lo - size, lo)
         };
-        each_chunk(b, lo, hi, &mut |b, blk, j| {
+        each_chunk(b, (lo, hi), &mut |b, blk, j| {
             b.send(partner, output.at(blocks.chunk(blk, j)), tag(step, j))
         });
-        each_chunk(b, theirs.0, theirs.1, &mut |b, blk, j| {
+        each_chunk(b, theirs, &mut |b, blk, j| {
             b.recv_copy(partner, output.at(blocks.chunk(blk, j)))
         });
         (lo, hi) = (lo.min(theirs.0), hi.max(theirs.1));
         mask *= 2;
         step += 1;
     }
-    // Post-step: the odd rank of each pair below 2·rem hands the result on.
-    if r < 2 * rem {
-        whole_chunks(b, &mut |b, j| {
-            b.send(r - 1, output.at(whole.chunk(0, j)), tag(step, j))
-        });
-    }
+    pairing.hand_back(b, r, output, &whole, step);
 }

@@ -6,23 +6,18 @@
 
 use metaroce_coll::Rank;
 use metaroce_collnet::{CollNetError, Job, NetComm, NetConfig, connect};
-use std::net::{SocketAddr, TcpListener};
-use std::sync::{Arc, RwLock};
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::Arc;
 
-/// Held for writing while a test spawns a child process, and for reading
-/// while [`free_root`] holds its probe listener. A child forked while the
-/// probe listener is open keeps a copy of it until its `exec`: the root's
-/// own bind then fails, a rank's connection lands in the copy's backlog,
-/// and the `exec` resets it (a CI run saw "Connection reset by peer").
-pub(crate) static SPAWN_LOCK: RwLock<()> = RwLock::new(());
-
-/// A free TCP port on 127.0.0.1 for a root to listen on.
+/// A free port on 127.0.0.1 for a root to listen on, found by binding a
+/// UDP socket. (A TCP listener bound and closed to find it was copied into
+/// a child that another test forked at that moment: until the child's
+/// `exec` the root's own bind failed and a rank's connection landed in the
+/// copy's backlog, then was reset. A CI run saw "Connection reset by
+/// peer".)
 pub(crate) fn free_root() -> SocketAddr {
-    let _no_fork = SPAWN_LOCK
-        .read()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.local_addr().unwrap()
 }
 
 /// A job of `world` ranks around `root`.
