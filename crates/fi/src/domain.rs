@@ -48,6 +48,11 @@ impl<T> Slab<T> {
             .filter(|&i| self.items[i].is_some())
             .collect()
     }
+    /// One past the highest slot: `get(i)` for `i` below it, without the
+    /// allocation of [`ids`](Self::ids) (for the polling path).
+    pub(crate) fn slots(&self) -> usize {
+        self.items.len()
+    }
 }
 
 /// One completion, in the widest (tagged + source) form; the CQ's format
@@ -90,6 +95,13 @@ pub(crate) struct CqState {
     next_text: usize,
     /// The last error handed out by readerr (its `err_data` points here).
     pub(crate) last_err: Option<CString>,
+    /// The last read handed out completions. The read after it, finding
+    /// the queue empty, returns without a progress pass: an application
+    /// reads its queue until it is empty before it acts on what it read
+    /// (Open MPI's progress loop does), and a second pass moments after
+    /// the one that found those completions costs a receive system call
+    /// on the way to the reply and finds nothing.
+    pub(crate) last_read_hit: bool,
 }
 
 impl CqState {
@@ -101,6 +113,7 @@ impl CqState {
             texts: Vec::new(),
             next_text: 0,
             last_err: None,
+            last_read_hit: false,
         }
     }
 
@@ -323,7 +336,7 @@ impl DomainState {
     /// Drive every endpoint once; returns whether anything happened.
     pub(crate) fn progress_all(&mut self) -> bool {
         let mut did = false;
-        for id in self.eps.ids() {
+        for id in 0..self.eps.slots() {
             if let Some((ep, mut s)) = self.ep_and_sinks(id) {
                 did |= ep.progress(&mut s);
             }

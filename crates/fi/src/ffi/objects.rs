@@ -984,11 +984,15 @@ unsafe fn cq_read_into(
     src: *mut sys::fi_addr_t,
 ) -> isize {
     let mut st = obj.shared.lock();
-    let needs_progress = st
-        .cqs
-        .get(obj.id)
-        .is_some_and(|q| q.entries.is_empty() && q.errors.is_empty());
-    if needs_progress {
+    let Some(q) = st.cqs.get_mut(obj.id) else {
+        return neg(flags::EINVAL) as isize;
+    };
+    let empty = q.entries.is_empty() && q.errors.is_empty();
+    if empty && std::mem::take(&mut q.last_read_hit) {
+        // Drained what the last read found: see `CqState::last_read_hit`.
+        return neg(flags::EAGAIN) as isize;
+    }
+    if empty {
         st.progress_all();
     }
     let Some(q) = st.cqs.get_mut(obj.id) else {
@@ -1007,6 +1011,7 @@ unsafe fn cq_read_into(
         super::idle::note_empty();
         return neg(flags::EAGAIN) as isize;
     }
+    q.last_read_hit = true;
     let format = q.format;
     // Straight from the queue into the caller's array.
     for (i, e) in q.entries.drain(..n).enumerate() {
