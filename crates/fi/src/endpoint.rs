@@ -14,11 +14,14 @@
 //! Messages. Up to `eager_limit` bytes travel in one SEND behind the
 //! provider header (`wire`), into one of the receive slots posted on each
 //! QP; the receiver copies the payload out and reposts the slot at once.
-//! Larger messages send an RTS naming a staging region that holds a copy
-//! of the data; the receiver, once a receive matches, RDMA-READs it into
-//! its own staging region, copies it into the receive buffer and answers
-//! FIN, which completes the send. (MetaRoCE's memory regions own their
-//! bytes, so both ends stage; the staging regions are cached for reuse.)
+//! Larger messages send an RTS naming a region that holds the data; the
+//! receiver, once a receive matches, RDMA-READs it into a region of its
+//! own and answers FIN, which completes the send. Where a buffer is one
+//! contiguous segment (as MPI's are), that region is the application's
+//! buffer itself, lent to MetaRoCE for the rendezvous and deregistered
+//! when it ends, so the bytes move with no copy in user space. Scattered
+//! buffers go through staging regions (cached for reuse) and a copy at
+//! each end.
 //!
 //! Order. A QP delivers in order, and each request carries a
 //! per-direction sequence number that the receiver checks, so messages
@@ -162,7 +165,7 @@ enum Op {
         tag: u64,
         wanted: bool,
         qpn: u32,
-        staging: Option<MemoryRegion>,
+        staging: Option<Stage>,
     },
     /// A reply or a control message: nothing to report.
     Control { qpn: u32 },
@@ -172,7 +175,7 @@ enum Op {
         h: Header,
         src: u64,
         qpn: u32,
-        staging: MemoryRegion,
+        staging: Stage,
     },
     /// An RMA write waiting for the target's acknowledgement.
     RmaWrite {
@@ -249,6 +252,23 @@ struct Link {
     dead: Option<String>,
 }
 
+/// The region a rendezvous moves its bytes from (send) or into (receive).
+#[derive(Debug)]
+enum Stage {
+    /// A cached staging region holding a copy.
+    Copy(MemoryRegion),
+    /// The application's own buffer, registered for this rendezvous only.
+    Lent(MemoryRegion),
+}
+
+impl Stage {
+    fn mr(&self) -> &MemoryRegion {
+        match self {
+            Self::Copy(mr) | Self::Lent(mr) => mr,
+        }
+    }
+}
+
 /// Rendezvous staging regions, cached by power-of-two size.
 #[derive(Debug, Default)]
 struct Staging {
@@ -276,6 +296,36 @@ impl Staging {
         )
     }
 
+    /// A region lent for one rendezvous.
+    fn lend(
+        ctx: &mut Context,
+        pd: ProtectionDomain,
+        iov: &UserIov,
+        writable: bool,
+    ) -> Option<Stage> {
+        let memory = iov.lend(writable)?;
+        let access = if writable {
+            AccessFlags::LOCAL_WRITE
+        } else {
+            AccessFlags::REMOTE_READ
+        };
+        // A refusal (the region table full) falls back to staging.
+        ctx.reg_external_mr(pd, Box::new(memory), access)
+            .ok()
+            .map(Stage::Lent)
+    }
+
+    /// Done with a rendezvous' region: a lent one is deregistered (the
+    /// application gets its buffer back), a copy goes back to the cache.
+    fn release(&mut self, ctx: &mut Context, stage: Stage) {
+        match stage {
+            Stage::Copy(mr) => self.put(ctx, mr),
+            Stage::Lent(mr) => {
+                let _ = ctx.dereg_mr(mr);
+            }
+        }
+    }
+
     fn put(&mut self, ctx: &mut Context, mr: MemoryRegion) {
         let class = mr.length as usize;
         if self.cached_bytes + class <= self.max_bytes {
@@ -292,6 +342,11 @@ impl Staging {
 pub(crate) struct EpCounters {
     pub(crate) eager_sent: u64,
     pub(crate) rndv_sent: u64,
+    /// Of those, sent from the application's buffer in place.
+    pub(crate) rndv_sent_in_place: u64,
+    pub(crate) rndv_received: u64,
+    /// Of those, read straight into the application's buffer.
+    pub(crate) rndv_received_in_place: u64,
     pub(crate) unexpected: u64,
     pub(crate) malformed: u64,
     pub(crate) rma_denied: u64,
@@ -455,6 +510,44 @@ impl EpState {
         })
     }
 
+    /// Hand back every application buffer still lent to MetaRoCE for a
+    /// rendezvous in flight (the endpoint is closing: `fi_close` returns
+    /// the buffers of unfinished operations to the application, so no
+    /// late READ or READ response may reach them after this).
+    pub(crate) fn release_lent(&mut self) {
+        let lent: Vec<MemoryRegion> = self
+            .ops
+            .values_mut()
+            .filter_map(|op| match op {
+                Op::Send {
+                    staging: staging @ Some(Stage::Lent(_)),
+                    ..
+                } => match staging.take() {
+                    Some(Stage::Lent(mr)) => Some(mr),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect();
+        let dev = self.dev.clone();
+        dev.with(|ctx, _| {
+            for mr in lent {
+                let _ = ctx.dereg_mr(mr);
+            }
+            // A receive's region goes with its op.
+            self.ops.retain(|_, op| match op {
+                Op::RndvRecv {
+                    staging: Stage::Lent(mr),
+                    ..
+                } => {
+                    let _ = ctx.dereg_mr(*mr);
+                    false
+                }
+                _ => true,
+            });
+        });
+    }
+
     /// The completion channel the blocking waits sleep on.
     pub(crate) fn verbs_cq(&self) -> CompletionQueue {
         self.vcq
@@ -579,8 +672,8 @@ impl EpState {
                 staging,
                 ..
             } => {
-                if let Some(mr) = staging {
-                    self.staging.put(ctx, mr);
+                if let Some(stage) = staging {
+                    self.staging.release(ctx, stage);
                 }
                 let entry = CqEntry {
                     op_context: context,
@@ -611,7 +704,7 @@ impl EpState {
                 staging,
                 ..
             } => {
-                self.staging.put(ctx, staging);
+                self.staging.release(ctx, staging);
                 self.complete_recv(s, recv, src, &h, h.len as usize, err);
             }
             Op::RmaWrite {
@@ -1181,18 +1274,27 @@ impl EpState {
                 self.counters.eager_sent += 1;
                 (m, None)
             } else {
-                let mr = self.staging.get(ctx, self.pd, len).map_err(|e| {
-                    log::warn(&format!("rendezvous staging of {len} bytes: {e}"));
-                    flags::ENOMEM
-                })?;
-                r.iov.gather_to_slice(&mut ctx.mr_bytes_mut(&mr)[..len]);
+                let stage = match Staging::lend(ctx, self.pd, &r.iov, false) {
+                    Some(stage) => stage,
+                    None => {
+                        let mr = self.staging.get(ctx, self.pd, len).map_err(|e| {
+                            log::warn(&format!("rendezvous staging of {len} bytes: {e}"));
+                            flags::ENOMEM
+                        })?;
+                        r.iov.gather_to_slice(&mut ctx.mr_bytes_mut(&mr)[..len]);
+                        Stage::Copy(mr)
+                    }
+                };
+                if matches!(stage, Stage::Lent(_)) {
+                    self.counters.rndv_sent_in_place += 1;
+                }
                 h.kind = Kind::Rts;
-                h.addr = mr.addr;
-                h.key = mr.rkey;
+                h.addr = stage.mr().addr;
+                h.key = stage.mr().rkey;
                 let mut m = Vec::with_capacity(HEADER_BYTES);
                 h.write(&mut m);
                 self.counters.rndv_sent += 1;
-                (m, Some(mr))
+                (m, Some(stage))
             };
             self.peers[peer].next_seq = self.peers[peer].next_seq.wrapping_add(1);
             let qpn = match self.peers[peer].out {
@@ -1448,20 +1550,32 @@ impl EpState {
             self.complete_recv(s, recv, src, &h, 0, Some((flags::EMSGSIZE, text)));
             return;
         };
-        let staging = match self.staging.get(ctx, self.pd, len as usize) {
-            Ok(mr) => mr,
-            Err(e) => {
-                let text = format!(
-                    "{}: staging for a {len}-byte rendezvous: {e}",
-                    self.peer_desc(qpn)
-                );
-                self.send_fin(ctx, s, qpn, h.id, flags::ENOMEM as u16);
-                self.complete_recv(s, recv, src, &h, 0, Some((flags::ENOMEM, text)));
-                return;
-            }
+        // Straight into the receive buffer when it is one segment that
+        // holds the whole message.
+        let lent = (recv.iov.len() >= len as usize)
+            .then(|| Staging::lend(ctx, self.pd, &recv.iov, true))
+            .flatten();
+        let staging = match lent {
+            Some(stage) => stage,
+            None => match self.staging.get(ctx, self.pd, len as usize) {
+                Ok(mr) => Stage::Copy(mr),
+                Err(e) => {
+                    let text = format!(
+                        "{}: staging for a {len}-byte rendezvous: {e}",
+                        self.peer_desc(qpn)
+                    );
+                    self.send_fin(ctx, s, qpn, h.id, flags::ENOMEM as u16);
+                    self.complete_recv(s, recv, src, &h, 0, Some((flags::ENOMEM, text)));
+                    return;
+                }
+            },
         };
+        self.counters.rndv_received += 1;
+        if matches!(staging, Stage::Lent(_)) {
+            self.counters.rndv_received_in_place += 1;
+        }
         let id = self.op_id();
-        let sge = staging.sge(0, len);
+        let sge = staging.mr().sge(0, len);
         self.ops.insert(
             id,
             Op::RndvRecv {
@@ -1736,10 +1850,12 @@ impl EpState {
                     qpn,
                     staging,
                 } => {
-                    let n = (h.len as usize).min(staging.length as usize);
-                    recv.iov.scatter_from(0, &ctx.mr_bytes(&staging)[..n]);
+                    if let Stage::Copy(mr) = &staging {
+                        let n = (h.len as usize).min(mr.length as usize);
+                        recv.iov.scatter_from(0, &ctx.mr_bytes(mr)[..n]);
+                    }
                     self.send_fin(ctx, s, qpn, h.id, 0);
-                    self.staging.put(ctx, staging);
+                    self.staging.release(ctx, staging);
                     self.complete_recv(s, recv, src, &h, h.len as usize, None);
                 }
                 // Waiting for the peer's FIN / acknowledgement / data.
@@ -2257,7 +2373,7 @@ impl EpState {
         format!(
             "endpoint {}: MetaRoCE data packets sent {}, resent {}, lost {}, RTOs {}, tail probes {}, paths retired {}, \
              ACKs sent {}, received datagrams {} (duplicates {}, unknown QP {}, stale path {}, out of window {}), progress gaps over 200 us {}, \
-             ECN-marked {}, impairment drops {}; provider: eager {}, rendezvous {}, unexpected {}, malformed {}, \
+             ECN-marked {}, impairment drops {}; provider: eager {}, rendezvous sent {} ({} in place) / received {} ({} in place), unexpected {}, malformed {}, \
              RMA refused {}, atomics applied {} / refused {}, connections out {} / in {}; \
              unmatched at close: {} receives, {} unexpected",
             self.name,
@@ -2278,6 +2394,9 @@ impl EpState {
             st.io.impair_dropped,
             c.eager_sent,
             c.rndv_sent,
+            c.rndv_sent_in_place,
+            c.rndv_received,
+            c.rndv_received_in_place,
             c.unexpected,
             c.malformed,
             c.rma_denied,

@@ -1,7 +1,8 @@
 //! The provider under libfabric's own tools and Open MPI, as a user runs
 //! them: `fi_info`, `fi_pingpong` (two processes, message and tagged, every
 //! size, data check on), an atomics program against libfabric's API (one
-//! target, two initiators at once), and MPI test programs on 2, 3 and 4
+//! target, two initiators at once), a rendezvous program (contiguous and
+//! scattered buffers at each end), and MPI test programs on 2, 3 and 4
 //! ranks, also with 5 % receive loss, and MPI one-sided atomics.
 //!
 //! Needs Debian's `libfabric-bin`, `openmpi-bin` and `libopenmpi-dev` (and
@@ -273,10 +274,10 @@ fn fi_pingpong_tagged_every_size_with_data_check() {
     }
 }
 
-/// Compile the atomics program against the system's libfabric.
-fn atomic_program() -> PathBuf {
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fi_atomic_check");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/atomic/fi_atomic_check.c");
+/// Compile `tests/DIR/NAME.c` against the system's libfabric.
+fn c_program(dir: &str, name: &str) -> PathBuf {
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/{dir}/{name}.c"));
     let o = run(
         Command::new("cc")
             .args(["-O2", "-Wall", "-o"])
@@ -287,6 +288,11 @@ fn atomic_program() -> PathBuf {
     );
     assert!(o.status.success(), "cc failed:\n{}", text(&o));
     out
+}
+
+/// Compile the atomics program.
+fn atomic_program() -> PathBuf {
+    c_program("atomic", "fi_atomic_check")
 }
 
 /// Run the atomics program: one target, two initiators at once, each with
@@ -373,6 +379,72 @@ fn atomics_with_five_percent_receive_loss() {
         })
         .sum();
     assert!(resent > 0, "no resends under 5 % loss:\n{all}");
+}
+
+/// The provider's close-time counter `key` ("rendezvous sent", "in
+/// place", ...) from each endpoint's summary line in `out`: the number
+/// after the first occurrence of `key` in the line.
+fn counters_after(out: &str, key: &str) -> Vec<u64> {
+    out.lines()
+        .filter(|l| l.contains(" metaroce_fi: endpoint "))
+        .filter_map(|l| {
+            let (_, rest) = l.split_once(key)?;
+            let rest = rest.trim_start_matches([' ', '(']);
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().ok()
+        })
+        .collect()
+}
+
+#[test]
+fn rendezvous_in_place_and_through_staging_every_buffer_shape() {
+    let _g = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !tools(&["cc", "fi_info"]) {
+        return;
+    }
+    let prog = c_program("iov", "fi_iov_check");
+    let o = run(
+        fi(prog.to_str().expect("UTF-8 path")).env("FI_METAROCE_STATS", "1"),
+        Duration::from_secs(120),
+    );
+    let all = text(&o);
+    assert!(o.status.success() && all.contains("ok: "), "{all}");
+    // Twelve rendezvous, each way contiguous half the time: the sender
+    // lends its buffer for those six, the receiver for its six; the rest
+    // went through staging and still checked out byte for byte.
+    let mut sent = counters_after(&all, "rendezvous sent ");
+    sent.sort_unstable();
+    assert_eq!(sent, [0, 12], "{all}");
+    let mut received = counters_after(&all, "/ received ");
+    received.sort_unstable();
+    assert_eq!(received, [0, 12], "{all}");
+    let in_place: Vec<u64> = all
+        .lines()
+        .filter(|l| l.contains(" metaroce_fi: endpoint "))
+        .flat_map(|l| numbers_before(l, " in place)"))
+        .collect();
+    assert_eq!(in_place.iter().sum::<u64>(), 12, "{all}");
+    assert!(in_place.iter().all(|&n| n == 0 || n == 6), "{all}");
+}
+
+/// Every number just before `suffix` in `line` (e.g. "(6 in place)").
+fn numbers_before(line: &str, suffix: &str) -> Vec<u64> {
+    line.match_indices(suffix)
+        .filter_map(|(at, _)| {
+            let before = &line[..at];
+            let digits: String = before
+                .chars()
+                .rev()
+                .take_while(char::is_ascii_digit)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+            digits.parse().ok()
+        })
+        .collect()
 }
 
 /// Compile one of the MPI test programs in `tests/mpi`.

@@ -318,6 +318,19 @@ impl Endpoint {
             .register(pd, length, access, true, &mut self.dev.rng)
     }
 
+    /// Register memory the driver lends for as long as the region lives
+    /// (see [`RegionMemory`](crate::RegionMemory)).
+    pub fn register_external_memory(
+        &mut self,
+        pd: u32,
+        memory: Box<dyn crate::RegionMemory>,
+        access: AccessFlags,
+    ) -> Result<MrInfo, MemoryError> {
+        self.dev
+            .regions
+            .register_external(pd, memory, access, &mut self.dev.rng)
+    }
+
     /// Deregister a region; its keys stop working at once.
     pub fn deregister_memory(&mut self, mr: MrHandle) -> Result<(), MemoryError> {
         self.dev.regions.deregister(mr)

@@ -73,7 +73,7 @@ pub use config::{ConfigError, DEFAULT_DEVICE_PORT, EndpointConfig};
 pub use connection::ConnectionStats;
 pub use ecn::Ecn;
 pub use endpoint::{Endpoint, PostError, QpError};
-pub use memory::{AccessFlags, MemoryError, MrHandle, MrInfo};
+pub use memory::{AccessFlags, MemoryError, MrHandle, MrInfo, RegionMemory};
 pub use packet_repr::{PacketRepr, PacketSlot};
 pub use path::{PathStats, RxPathStats};
 pub use qp::{QpCaps, QpHandle, QpRunState};

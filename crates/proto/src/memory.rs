@@ -133,6 +133,22 @@ pub struct MrInfo {
     pub access: AccessFlags,
 }
 
+/// Memory a region can live in that the endpoint does not own: bytes its
+/// driver was lent by the application for as long as the region stays
+/// registered (a libfabric provider registers a message's own buffer
+/// for a rendezvous, so that the peer reads it, or writes into it, in
+/// place instead of through a copy). The driver guarantees the memory
+/// outlives the registration; the endpoint only ever touches it through
+/// these slices, under the same bounds checks as its own bytes.
+pub trait RegionMemory: Send + std::fmt::Debug {
+    /// The bytes, for reads (sends, remote READs, local gathers).
+    fn bytes(&self) -> &[u8];
+    /// The bytes for writes, or `None` for memory lent read-only (a send
+    /// buffer): writes into such a region are refused like writes into a
+    /// deregistered one.
+    fn bytes_mut(&mut self) -> Option<&mut [u8]>;
+}
+
 /// Where a region's bytes live.
 #[derive(Debug)]
 enum Backing {
@@ -141,6 +157,26 @@ enum Backing {
     /// Only a length: writes are discarded and reads return zeros. The fabric
     /// simulator uses this so a thousand-NIC run copies no payload.
     Virtual,
+    /// Bytes lent by the driver (see [`RegionMemory`]).
+    External(Box<dyn RegionMemory>),
+}
+
+impl Backing {
+    fn get(&self) -> Option<&[u8]> {
+        match self {
+            Self::Bytes(b) => Some(b),
+            Self::Virtual => None,
+            Self::External(m) => Some(m.bytes()),
+        }
+    }
+
+    fn get_mut(&mut self) -> Option<&mut [u8]> {
+        match self {
+            Self::Bytes(b) => Some(b),
+            Self::Virtual => None,
+            Self::External(m) => m.bytes_mut(),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -215,9 +251,45 @@ impl RegionTable {
         rng: &mut impl Rng,
     ) -> Result<MrInfo, MemoryError> {
         access.validate()?;
+        let backing = if virtual_backing {
+            Backing::Virtual
+        } else {
+            // Checked before the allocation, which the length sizes.
+            Self::check_length(length)?;
+            Backing::Bytes(vec![0; length as usize])
+        };
+        self.insert(pd, length, access, backing, rng)
+    }
+
+    /// Register memory lent by the driver; the region is as long as it.
+    pub(crate) fn register_external(
+        &mut self,
+        pd: u32,
+        memory: Box<dyn RegionMemory>,
+        access: AccessFlags,
+        rng: &mut impl Rng,
+    ) -> Result<MrInfo, MemoryError> {
+        access.validate()?;
+        let length = memory.bytes().len() as u64;
+        self.insert(pd, length, access, Backing::External(memory), rng)
+    }
+
+    fn check_length(length: u64) -> Result<(), MemoryError> {
         if length == 0 || length > MAX_REGION_BYTES {
             return Err(MemoryError::BadLength(length));
         }
+        Ok(())
+    }
+
+    fn insert(
+        &mut self,
+        pd: u32,
+        length: u64,
+        access: AccessFlags,
+        backing: Backing,
+        rng: &mut impl Rng,
+    ) -> Result<MrInfo, MemoryError> {
+        Self::check_length(length)?;
         if self.live >= self.limit {
             return Err(MemoryError::TooManyRegions(self.limit));
         }
@@ -249,11 +321,6 @@ impl RegionTable {
         }
         let iova = self.next_iova;
         self.next_iova = iova + length.div_ceil(IOVA_ALIGN) * IOVA_ALIGN + IOVA_ALIGN;
-        let backing = if virtual_backing {
-            Backing::Virtual
-        } else {
-            Backing::Bytes(vec![0; length as usize])
-        };
         self.regions[index as usize] = Some(Region {
             pd,
             iova,
@@ -305,10 +372,7 @@ impl RegionTable {
     }
 
     pub(crate) fn bytes(&self, handle: MrHandle) -> Option<&[u8]> {
-        match &self.region(handle)?.backing {
-            Backing::Bytes(b) => Some(b),
-            Backing::Virtual => None,
-        }
+        self.region(handle)?.backing.get()
     }
 
     pub(crate) fn bytes_mut(&mut self, handle: MrHandle) -> Option<&mut [u8]> {
@@ -317,10 +381,7 @@ impl RegionTable {
             .get_mut(handle.index as usize)?
             .as_mut()
             .filter(|r| r.lkey == handle.lkey)?;
-        match &mut r.backing {
-            Backing::Bytes(b) => Some(b),
-            Backing::Virtual => None,
-        }
+        r.backing.get_mut()
     }
 
     /// The bytes of several distinct regions at once, all writable: `None`
@@ -334,11 +395,9 @@ impl RegionTable {
         let mut out: [Option<&mut [u8]>; N] = [const { None }; N];
         for ((slot, region), handle) in out.iter_mut().zip(regions).zip(handles) {
             match region {
-                Some(Region {
-                    lkey,
-                    backing: Backing::Bytes(b),
-                    ..
-                }) if *lkey == handle.lkey => *slot = Some(b.as_mut_slice()),
+                Some(Region { lkey, backing, .. }) if *lkey == handle.lkey => {
+                    *slot = Some(backing.get_mut()?);
+                }
                 _ => return None,
             }
         }
@@ -404,10 +463,17 @@ impl RegionTable {
         if start + (end - at) > region.len {
             return false;
         }
-        if let Backing::Bytes(b) = &mut region.backing {
-            b[start as usize..(start as usize + data.len())].copy_from_slice(data);
+        match &mut region.backing {
+            Backing::Virtual => true,
+            backing => match backing.get_mut() {
+                Some(b) => {
+                    b[start as usize..(start as usize + data.len())].copy_from_slice(data);
+                    true
+                }
+                // Lent read-only.
+                None => false,
+            },
         }
-        true
     }
 
     /// Copy from the region at `span.offset + at` into `out` (zeros for virtual
@@ -416,16 +482,20 @@ impl RegionTable {
         let ok = at
             .checked_add(out.len() as u64)
             .is_some_and(|e| e <= span.len);
-        match self.regions.get(span.region as usize) {
-            Some(Some(Region {
-                backing: Backing::Bytes(b),
-                len,
-                ..
-            })) if ok && span.offset + at + out.len() as u64 <= *len => {
+        let bytes = match self.regions.get(span.region as usize) {
+            Some(Some(Region { backing, len, .. }))
+                if ok && span.offset + at + out.len() as u64 <= *len =>
+            {
+                backing.get()
+            }
+            _ => None,
+        };
+        match bytes {
+            Some(b) => {
                 let start = (span.offset + at) as usize;
                 out.copy_from_slice(&b[start..start + out.len()]);
             }
-            _ => out.fill(0),
+            None => out.fill(0),
         }
     }
 
@@ -450,13 +520,11 @@ impl RegionTable {
     /// lies inside it.
     pub(crate) fn slice(&self, span: Span) -> Option<&[u8]> {
         match self.regions.get(span.region as usize) {
-            Some(Some(Region {
-                backing: Backing::Bytes(b),
-                len,
-                ..
-            })) if span.offset.checked_add(span.len).is_some_and(|e| e <= *len) => {
+            Some(Some(Region { backing, len, .. }))
+                if span.offset.checked_add(span.len).is_some_and(|e| e <= *len) =>
+            {
                 let start = span.offset as usize;
-                b.get(start..start + span.len as usize)
+                backing.get()?.get(start..start + span.len as usize)
             }
             _ => None,
         }
@@ -608,6 +676,98 @@ mod tests {
             e(mr.addr, 8, mr.lkey, 7, AccessFlags::REMOTE_WRITE),
             MemoryError::UnknownKey(_)
         ));
+    }
+
+    /// Memory lent by a test, writable or not.
+    #[derive(Debug)]
+    struct Lent {
+        bytes: Vec<u8>,
+        writable: bool,
+    }
+
+    impl RegionMemory for Lent {
+        fn bytes(&self) -> &[u8] {
+            &self.bytes
+        }
+        fn bytes_mut(&mut self) -> Option<&mut [u8]> {
+            self.writable.then_some(self.bytes.as_mut_slice())
+        }
+    }
+
+    #[test]
+    fn lent_memory_is_read_in_place_and_written_only_when_writable() {
+        let (mut t, mut rng) = table();
+        let lent = |bytes: &[u8], writable| {
+            Box::new(Lent {
+                bytes: bytes.to_vec(),
+                writable,
+            })
+        };
+        let ro = t
+            .register_external(
+                0,
+                lent(b"abcdef", false),
+                AccessFlags::REMOTE_READ,
+                &mut rng,
+            )
+            .unwrap();
+        assert_eq!(ro.length, 6);
+        let span = t
+            .check(
+                KeyKind::Remote,
+                ro.rkey,
+                0,
+                ro.addr + 1,
+                4,
+                AccessFlags::REMOTE_READ,
+            )
+            .unwrap();
+        // In place: the slice a driver hands the kernel is the lent bytes.
+        assert_eq!(t.slice(span), Some(&b"bcde"[..]));
+        let mut out = [0u8; 4];
+        t.read(span, 0, &mut out);
+        assert_eq!(&out, b"bcde");
+        // Lent read-only: a write is refused and changes nothing.
+        assert!(!t.write(span, 0, b"XY"));
+        assert_eq!(t.bytes(ro.handle), Some(&b"abcdef"[..]));
+        assert!(t.bytes_mut(ro.handle).is_none());
+        // The same bounds checks as owned bytes.
+        assert!(matches!(
+            t.check(
+                KeyKind::Remote,
+                ro.rkey,
+                0,
+                ro.addr + 3,
+                4,
+                AccessFlags::REMOTE_READ
+            ),
+            Err(MemoryError::OutOfBounds { .. })
+        ));
+        let rw = t
+            .register_external(0, lent(&[0; 8], true), AccessFlags::LOCAL_WRITE, &mut rng)
+            .unwrap();
+        let span = t
+            .check(
+                KeyKind::Local,
+                rw.lkey,
+                0,
+                rw.addr + 2,
+                3,
+                AccessFlags::LOCAL_WRITE,
+            )
+            .unwrap();
+        assert!(t.scatter(&[span], 0, b"xyz"));
+        assert_eq!(t.bytes(rw.handle), Some(&b"\0\0xyz\0\0\0"[..]));
+        // Empty memory is no region; deregistering gives the memory back.
+        assert_eq!(
+            t.register_external(0, lent(&[], true), AccessFlags::LOCAL_WRITE, &mut rng)
+                .unwrap_err(),
+            MemoryError::BadLength(0)
+        );
+        assert_eq!(t.live(), 2);
+        t.deregister(ro.handle).unwrap();
+        t.deregister(rw.handle).unwrap();
+        assert_eq!((t.live(), t.bytes_registered()), (0, 0));
     }
 
     #[test]

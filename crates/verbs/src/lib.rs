@@ -136,8 +136,9 @@ use std::net::SocketAddr;
 pub use metaroce_proto::{
     AccessFlags, AuthConfig, CcMetrics, ConfigError, ConnectionStats, Counters,
     DEFAULT_DEVICE_PORT, Ecn, EndpointConfig, EndpointStats, Layout, MemoryError, PacketKind,
-    PathStats, PayloadRef, PeerCounters, PostError, QpCaps, QpError, RecvWr, RxPathStats, SendWr,
-    Sge, Transmit, WcOpcode, WcStatus, WorkCompletion, WrOp, format_counter_lines,
+    PathStats, PayloadRef, PeerCounters, PostError, QpCaps, QpError, RecvWr, RegionMemory,
+    RxPathStats, SendWr, Sge, Transmit, WcOpcode, WcStatus, WorkCompletion, WrOp,
+    format_counter_lines,
 };
 
 /// A verbs call failed.
@@ -575,6 +576,22 @@ impl Context {
         self.check_pd(pd)?;
         Ok(Self::region(
             self.endpoint.register_memory(pd.0, length, access)?,
+        ))
+    }
+
+    /// A region over memory the caller lends for as long as the region is
+    /// registered (what `ibv_reg_mr` of application memory is; the plain
+    /// [`reg_mr`](Self::reg_mr) allocates). Its length is the memory's.
+    pub fn reg_external_mr(
+        &mut self,
+        pd: ProtectionDomain,
+        memory: Box<dyn RegionMemory>,
+        access: AccessFlags,
+    ) -> Result<MemoryRegion, VerbsError> {
+        self.check_pd(pd)?;
+        Ok(Self::region(
+            self.endpoint
+                .register_external_memory(pd.0, memory, access)?,
         ))
     }
 

@@ -300,6 +300,7 @@ unsafe extern "C" fn ep_close(f: *mut sys::fid) -> c_int {
         let quiet = std::time::Duration::from_millis(e.cfg.linger_ms);
         e.dev
             .linger(quiet, std::time::Duration::from_secs(1).max(quiet));
+        e.release_lent();
         let summary = e.summary();
         super::log::info(&summary);
         // Shown on stderr with FI_METAROCE_STATS=1 (or a log filter

@@ -95,6 +95,55 @@ impl UserIov {
     }
 }
 
+impl UserIov {
+    /// The list's memory lent to MetaRoCE as one region, when it is a
+    /// single segment: a rendezvous then moves the bytes straight between
+    /// the application's buffers (the peer READs the send buffer; the READ
+    /// lands in the receive buffer) instead of through staging copies.
+    /// `writable` for a receive buffer.
+    ///
+    /// The caller deregisters the region before the operation this list
+    /// belongs to completes or is dropped (at the latest when the endpoint
+    /// closes), which keeps it inside `new`'s contract.
+    pub(crate) fn lend(&self, writable: bool) -> Option<LentMemory> {
+        match self.segs[..] {
+            [(addr, len)] => Some(LentMemory {
+                addr,
+                len,
+                writable,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// A send or receive buffer registered with MetaRoCE for the length of one
+/// rendezvous (see [`UserIov::lend`]).
+#[derive(Debug)]
+pub(crate) struct LentMemory {
+    addr: usize,
+    len: usize,
+    writable: bool,
+}
+
+impl metaroce_verbs::RegionMemory for LentMemory {
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `UserIov::new`'s contract keeps the buffer readable
+        // while its operation lives, and `lend`'s caller deregisters the
+        // region (dropping this) before the operation ends.
+        unsafe { std::slice::from_raw_parts(self.addr as *const u8, self.len) }
+    }
+
+    fn bytes_mut(&mut self) -> Option<&mut [u8]> {
+        if !self.writable {
+            return None;
+        }
+        // SAFETY: as in `bytes`; a receive buffer is also writable and the
+        // application leaves it alone until the receive completes.
+        Some(unsafe { std::slice::from_raw_parts_mut(self.addr as *mut u8, self.len) })
+    }
+}
+
 /// A registered memory region (`fi_mr_reg`) that peers read and write
 /// with RMA.
 #[derive(Debug, Clone, Copy)]
