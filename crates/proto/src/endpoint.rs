@@ -995,6 +995,16 @@ impl Endpoint {
         }
     }
 
+    /// Whether [`poll_transmit`](Self::poll_transmit) may have something
+    /// to send: an ACK is due or a connection is queued to send (which may
+    /// still find no window). `false` means it has nothing. A driver that
+    /// holds its sends back for a moment (to let a reply carry an ACK)
+    /// times the hold from when this first became true, not from when it
+    /// last looked.
+    pub fn wants_to_transmit(&self) -> bool {
+        !self.ack_ready.is_empty() || !self.ready.is_empty()
+    }
+
     /// Write the next datagram to send into `buf` (at least
     /// [`max_datagram_len`](Self::max_datagram_len) bytes). Call until `None`.
     pub fn poll_transmit(&mut self, now_ns: u64, buf: &mut [u8]) -> Option<Transmit> {

@@ -312,8 +312,19 @@ const TIMER_DEFER_MAX_NS: u64 = 20_000_000;
 /// completion it answers, and past this the holding only delays a
 /// stream's sender, which waits on these ACKs.
 const HOLD_MAX_NS: u64 = 10_000;
-/// The engine stands aside this long after the application drove progress.
+/// The engine stands aside this long after the application drove progress
+/// (and a post after a quieter spell wakes it at once).
 const APP_HOLD_NS: u64 = 1_000_000;
+/// While the application keeps polling, each time the engine wakes to
+/// look and finds it still at it, the engine's next look is twice as far
+/// off, up to this. A wake-up is a timer interrupt and two context switches
+/// on a CPU a polling thread needs (on a VM, exits to the hypervisor too):
+/// two ranks ping-ponging over the libfabric provider woke their engines
+/// ~1,200 times a second each at a fixed 1 ms, ~300 with the doubling.
+/// The price: an application that stops polling without posting anything
+/// leaves the device to itself for up to this long, about one RTO floor of
+/// the real datapath.
+const APP_HOLD_MAX_NS: u64 = 4_000_000;
 /// An engine that was taken off its CPU while it spun (another runnable
 /// thread wanted that CPU: a hog, the peer, its own device's application)
 /// does not spin for this long: an empty pass blocks until input or a
@@ -1071,11 +1082,15 @@ fn engine(inner: &Inner) {
     let mut last_active = now_ns();
     let mut deadline = None;
     let mut guard = SpinGuard::default();
+    // How long the application may be quiet before the engine takes over:
+    // `APP_HOLD_NS`, doubling towards `APP_HOLD_MAX_NS` while it polls on.
+    let mut hold_ns = APP_HOLD_NS;
     while !inner.shutdown.load(Ordering::SeqCst) {
         let now = now_ns();
         let app_polled = inner.app_active.load(Ordering::Relaxed);
-        let app_recent = now.saturating_sub(app_polled) < APP_HOLD_NS;
+        let app_recent = now.saturating_sub(app_polled) < hold_ns;
         if !app_recent {
+            hold_ns = APP_HOLD_NS;
             // Block on the lock rather than try it: an application thread
             // preempted while holding it needs this CPU to finish its pass,
             // and retrying would burn the CPU it is waiting for.
@@ -1110,13 +1125,12 @@ fn engine(inner: &Inner) {
         let (fds, timeout): (&[_], u64) = if app_recent {
             // The application drives (polls, or blocks in `poll_cq_wait`
             // until `app_polled`); wake when it goes quiet.
-            let quiet_at = app_polled.saturating_add(APP_HOLD_NS);
-            (
-                &[inner.wake.raw()][..],
-                quiet_at
-                    .saturating_sub(now)
-                    .clamp(1, APP_WAIT_MAX_NS + APP_HOLD_NS),
-            )
+            let quiet_at = app_polled.saturating_add(hold_ns);
+            let timeout = quiet_at
+                .saturating_sub(now)
+                .clamp(1, APP_WAIT_MAX_NS + hold_ns);
+            hold_ns = (hold_ns * 2).min(APP_HOLD_MAX_NS);
+            (&[inner.wake.raw()][..], timeout)
         } else {
             // Nobody drives: sleep until a datagram, a post or a deadline.
             let t = deadline.map_or(100_000_000, |d: u64| d.saturating_sub(now));
@@ -1335,9 +1349,15 @@ fn deliver(
 /// Drain the core's transmits and send them, grouped per source port into
 /// GSO messages where possible. Returns datagrams drained.
 /// Sends are held back for the application's reply: start the clock, or
-/// send them now when they have waited `HOLD_MAX_NS` already.
+/// send them now when they have waited `HOLD_MAX_NS` already. The clock
+/// runs only while something is held: a completion with nothing to send
+/// behind it (an ACK that completed a send) starting it would make the
+/// ACK for the next message, moments later, look old and leave alone,
+/// a system call ahead of the reply that would have carried it.
 fn hold(ctx: &mut Context, io: &mut Io, now: u64) {
-    if io.held_since_ns == 0 {
+    if !ctx.wants_to_transmit() {
+        io.held_since_ns = 0;
+    } else if io.held_since_ns == 0 {
         io.held_since_ns = now.max(1);
     } else if now.saturating_sub(io.held_since_ns) >= HOLD_MAX_NS {
         flush(ctx, io, now);

@@ -919,6 +919,12 @@ impl Context {
         self.dispatch_completions();
     }
 
+    /// Whether [`poll_transmit`](Self::poll_transmit) may have something
+    /// to send (see [`Endpoint::wants_to_transmit`]).
+    pub fn wants_to_transmit(&self) -> bool {
+        self.endpoint.wants_to_transmit()
+    }
+
     /// Next datagram to send (see [`Endpoint::poll_transmit`]).
     pub fn poll_transmit(&mut self, now_ns: u64, buf: &mut [u8]) -> Option<Transmit> {
         self.endpoint.poll_transmit(now_ns, buf)
