@@ -603,14 +603,16 @@ fn suite_only_that_selects_nothing_is_exit_2() {
     );
 }
 
-/// A port number no one listens on, found by binding a UDP socket: a TCP
-/// listener bound and closed to find one would be copied into any child
-/// another test forks at that moment, and accept (then reset) connections
-/// or keep the port taken until the child's `exec`.
+/// A TCP port on 127.0.0.1 no one listens on, below the kernel's
+/// ephemeral range (32768-60999 by default), where no connection's local
+/// port can be: a UDP-probed port can be held by another test's TCP
+/// connection, and a TCP listener bound and closed to find one would be
+/// copied into any child another test forks at that moment (and accept,
+/// then reset, connections until the child's `exec`). Each call takes the
+/// next of this process's 100 ports; the block depends on the process id.
 fn free_tcp_port() -> u16 {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let block = 20_000 + (std::process::id() % 120) as u16 * 100;
+    block + NEXT.fetch_add(1, Ordering::Relaxed) % 100
 }

@@ -6,18 +6,23 @@
 
 use metaroce_coll::Rank;
 use metaroce_collnet::{CollNetError, Job, NetComm, NetConfig, connect};
-use std::net::{SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU16, Ordering};
 
-/// A free port on 127.0.0.1 for a root to listen on, found by binding a
-/// UDP socket. (A TCP listener bound and closed to find it was copied into
-/// a child that another test forked at that moment: until the child's
-/// `exec` the root's own bind failed and a rank's connection landed in the
-/// copy's backlog, then was reset. A CI run saw "Connection reset by
-/// peer".)
+/// A port on 127.0.0.1 for a root to listen on, below the kernel's
+/// ephemeral range (32768-60999 by default), where no connection's local
+/// port can be: a port found by binding a UDP socket was once held by a
+/// TCP connection of another test ("Address already in use"), and one
+/// found by binding and closing a TCP listener was copied into a child
+/// another test forked at that moment ("Connection reset by peer"). Each
+/// call in a process takes the next of its 100 ports; the block depends on
+/// the process id.
 pub(crate) fn free_root() -> SocketAddr {
-    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
-    s.local_addr().unwrap()
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let block = 20_000 + (std::process::id() % 120) as u16 * 100;
+    let port = block + NEXT.fetch_add(1, Ordering::Relaxed) % 100;
+    SocketAddr::from(([127, 0, 0, 1], port))
 }
 
 /// A job of `world` ranks around `root`.
