@@ -43,15 +43,11 @@ impl<T> Slab<T> {
     pub(crate) fn remove(&mut self, i: usize) -> Option<T> {
         self.items.get_mut(i)?.take()
     }
-    pub(crate) fn ids(&self) -> Vec<usize> {
-        (0..self.items.len())
-            .filter(|&i| self.items[i].is_some())
-            .collect()
-    }
-    /// One past the highest slot: `get(i)` for `i` below it, without the
-    /// allocation of [`ids`](Self::ids) (for the polling path).
-    pub(crate) fn slots(&self) -> usize {
-        self.items.len()
+    /// Every slot's index, free ones too (`get` gives `None` for those):
+    /// a range, so the caller can change the slab while it walks it, and
+    /// nothing is allocated on the polling path.
+    pub(crate) fn slots(&self) -> std::ops::Range<usize> {
+        0..self.items.len()
     }
 }
 
@@ -336,7 +332,7 @@ impl DomainState {
     /// Drive every endpoint once; returns whether anything happened.
     pub(crate) fn progress_all(&mut self) -> bool {
         let mut did = false;
-        for id in 0..self.eps.slots() {
+        for id in self.eps.slots() {
             if let Some((ep, mut s)) = self.ep_and_sinks(id) {
                 did |= ep.progress(&mut s);
             }

@@ -510,41 +510,27 @@ impl EpState {
         })
     }
 
-    /// Hand back every application buffer still lent to MetaRoCE for a
-    /// rendezvous in flight (the endpoint is closing: `fi_close` returns
-    /// the buffers of unfinished operations to the application, so no
-    /// late READ or READ response may reach them after this).
+    /// The endpoint is closing: drop the operations still in flight and
+    /// hand back every application buffer lent to MetaRoCE for one of
+    /// their rendezvous (`fi_close` returns the buffers of unfinished
+    /// operations to the application, so no late READ or READ response
+    /// may reach them after this).
     pub(crate) fn release_lent(&mut self) {
-        let lent: Vec<MemoryRegion> = self
-            .ops
-            .values_mut()
-            .filter_map(|op| match op {
-                Op::Send {
-                    staging: staging @ Some(Stage::Lent(_)),
-                    ..
-                } => match staging.take() {
-                    Some(Stage::Lent(mr)) => Some(mr),
-                    _ => None,
-                },
-                _ => None,
-            })
-            .collect();
         let dev = self.dev.clone();
         dev.with(|ctx, _| {
-            for mr in lent {
-                let _ = ctx.dereg_mr(mr);
-            }
-            // A receive's region goes with its op.
-            self.ops.retain(|_, op| match op {
-                Op::RndvRecv {
+            for (_, op) in self.ops.drain() {
+                if let Op::Send {
+                    staging: Some(Stage::Lent(mr)),
+                    ..
+                }
+                | Op::RndvRecv {
                     staging: Stage::Lent(mr),
                     ..
-                } => {
-                    let _ = ctx.dereg_mr(*mr);
-                    false
+                } = op
+                {
+                    let _ = ctx.dereg_mr(mr);
                 }
-                _ => true,
-            });
+            }
         });
     }
 

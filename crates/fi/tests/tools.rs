@@ -370,14 +370,7 @@ fn atomics_with_five_percent_receive_loss() {
         ("FI_METAROCE_STATS", "1"),
     ]);
     // Requests and replies were lost and resent, and every check held.
-    let resent: u64 = all
-        .lines()
-        .filter(|l| l.contains(" metaroce_fi: endpoint "))
-        .filter_map(|l| {
-            let (_, rest) = l.split_once(", resent ")?;
-            rest.split(',').next()?.trim().parse::<u64>().ok()
-        })
-        .sum();
+    let resent: u64 = counters_after(&all, ", resent ").iter().sum();
     assert!(resent > 0, "no resends under 5 % loss:\n{all}");
 }
 
@@ -433,16 +426,11 @@ fn rendezvous_in_place_and_through_staging_every_buffer_shape() {
 fn numbers_before(line: &str, suffix: &str) -> Vec<u64> {
     line.match_indices(suffix)
         .filter_map(|(at, _)| {
-            let before = &line[..at];
-            let digits: String = before
-                .chars()
-                .rev()
-                .take_while(char::is_ascii_digit)
-                .collect::<Vec<_>>()
-                .into_iter()
-                .rev()
-                .collect();
-            digits.parse().ok()
+            line[..at]
+                .rsplit(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse()
+                .ok()
         })
         .collect()
 }
@@ -539,14 +527,7 @@ fn open_mpi_with_five_percent_receive_loss() {
             ("FI_METAROCE_STATS", "1"),
         ],
     );
-    let resent: Vec<u64> = t
-        .lines()
-        .filter(|l| l.contains(" metaroce_fi: endpoint "))
-        .filter_map(|l| {
-            let (_, rest) = l.split_once(", resent ")?;
-            rest.split(',').next()?.trim().parse().ok()
-        })
-        .collect();
+    let resent = counters_after(&t, ", resent ");
     // Each rank prints its counters when it closes; on a loaded machine
     // mpirun has been seen to tear the job down before the second rank's
     // line reached it (the check itself had passed). One line is enough to

@@ -38,6 +38,21 @@ impl Pairing {
         Self { p, rem: world - p }
     }
 
+    /// The start both doubling plans share: the input loaded into the
+    /// output buffer (they work in it from the start), then the pre-step
+    /// over the whole buffer as one block. `None` for a rank that sits
+    /// out (its whole part is emitted here); else the pairing, this rank's
+    /// number among the `p` that exchange, and that one block.
+    pub(super) fn begin(b: &mut Builder, ctx: &Ctx) -> Option<(Self, u32, Blocks)> {
+        let (input, output) = (ctx.input(), ctx.output());
+        let whole = Blocks::single(ctx.count, ctx.chunk);
+        let all = whole.whole(0);
+        b.load_own(output.at(all), input.at(all));
+        let pairing = Self::new(ctx.world);
+        let v = pairing.fold_in(b, ctx.rank, output, &whole)?;
+        Some((pairing, v, whole))
+    }
+
     /// The real rank of exchanging rank `v` (`0..p`).
     pub(super) fn real(&self, v: u32) -> Rank {
         if v < self.rem {
@@ -97,16 +112,11 @@ impl Pairing {
 }
 
 pub(super) fn all_reduce(b: &mut Builder, ctx: &Ctx) {
-    let r = ctx.rank;
-    let (input, output) = (ctx.input(), ctx.output());
-    let blocks = Blocks::single(ctx.count, ctx.chunk);
-    let all = blocks.whole(0);
-    // Work in the output buffer from the start.
-    b.load_own(output.at(all), input.at(all));
-    let pairing = Pairing::new(ctx.world);
-    let Some(v) = pairing.fold_in(b, r, output, &blocks) else {
+    let Some((pairing, v, blocks)) = Pairing::begin(b, ctx) else {
         return;
     };
+    let output = ctx.output();
+    let all = blocks.whole(0);
     let mut mask = 1;
     let mut step = 1;
     while mask < pairing.p {
@@ -120,5 +130,5 @@ pub(super) fn all_reduce(b: &mut Builder, ctx: &Ctx) {
         step += 1;
     }
     b.post_divide(output.at(all));
-    pairing.hand_back(b, r, output, &blocks, step);
+    pairing.hand_back(b, ctx.rank, output, &blocks, step);
 }

@@ -22,15 +22,10 @@ use super::doubling::Pairing;
 use super::{Blocks, Builder, Ctx, Input, tag};
 
 pub(super) fn all_reduce(b: &mut Builder, ctx: &Ctx) {
-    let r = ctx.rank;
-    let (input, output) = (ctx.input(), ctx.output());
-    let whole = Blocks::single(ctx.count, ctx.chunk);
-    let all = whole.whole(0);
-    b.load_own(output.at(all), input.at(all));
-    let pairing = Pairing::new(ctx.world);
-    let Some(v) = pairing.fold_in(b, r, output, &whole) else {
+    let Some((pairing, v, whole)) = Pairing::begin(b, ctx) else {
         return;
     };
+    let output = ctx.output();
     let p = pairing.p;
     let blocks = Blocks::balanced(ctx.count, p, ctx.chunk);
     // Every message of a step, in the same order on both ends: blocks in
@@ -88,5 +83,5 @@ pub(super) fn all_reduce(b: &mut Builder, ctx: &Ctx) {
         mask *= 2;
         step += 1;
     }
-    pairing.hand_back(b, r, output, &whole, step);
+    pairing.hand_back(b, ctx.rank, output, &whole, step);
 }

@@ -588,7 +588,7 @@ unsafe extern "C" fn av_close(f: *mut sys::fid) -> c_int {
     let obj = unsafe { reclaim(f.cast::<AvObj>()) };
     let mut st = obj.shared.lock();
     st.avs.remove(obj.id);
-    for id in st.eps.ids() {
+    for id in st.eps.slots() {
         if let Some(e) = st.eps.get_mut(id)
             && e.av == Some(obj.id)
         {
@@ -904,7 +904,7 @@ unsafe extern "C" fn cq_close(f: *mut sys::fid) -> c_int {
     let obj = unsafe { reclaim(f.cast::<CqObj>()) };
     let mut st = obj.shared.lock();
     st.cqs.remove(obj.id);
-    for id in st.eps.ids() {
+    for id in st.eps.slots() {
         if let Some(e) = st.eps.get_mut(id) {
             if e.tx_cq.is_some_and(|b| b.cq == obj.id) {
                 e.tx_cq = None;
@@ -1048,9 +1048,8 @@ pub(super) fn wait_for_progress(shared: &DomainShared, slice: Duration) {
     let handle = {
         let st = shared.lock();
         st.eps
-            .ids()
-            .first()
-            .and_then(|&i| st.eps.get(i))
+            .slots()
+            .find_map(|i| st.eps.get(i))
             .map(|e| (Arc::clone(&e.dev), e.verbs_cq()))
     };
     match handle {
@@ -1275,7 +1274,7 @@ unsafe extern "C" fn cntr_close(f: *mut sys::fid) -> c_int {
     let obj = unsafe { reclaim(f.cast::<CntrObj>()) };
     let mut st = obj.shared.lock();
     st.cntrs.remove(obj.id);
-    for id in st.eps.ids() {
+    for id in st.eps.slots() {
         if let Some(e) = st.eps.get_mut(id) {
             let c = &mut e.cntrs;
             for slot in [

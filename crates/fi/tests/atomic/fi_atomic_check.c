@@ -31,6 +31,8 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 
+#include "../fi_check.h"
+
 #define ITER 200
 #define MEM_BYTES 4096
 #define SHARED_ADD 0        /* u64: every client's fetch-adds */
@@ -39,32 +41,6 @@
 #define AREA(i) (128 + 512 * (i))       /* 512 bytes per client */
 #define INJECT_WORD(i) (3072 + 8 * (i)) /* u64 per client */
 #define MAX_CLIENTS 4
-
-static const char *role = "?";
-static int checks;
-
-static void fail(int line, const char *fmt, ...)
-{
-	va_list ap;
-	fprintf(stderr, "%s: FAILED at line %d: ", role, line);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "\n");
-	exit(1);
-}
-
-#define CHECK(cond, ...)                                                       \
-	do {                                                                   \
-		checks++;                                                      \
-		if (!(cond))                                                   \
-			fail(__LINE__, __VA_ARGS__);                           \
-	} while (0)
-#define RC(call)                                                               \
-	do {                                                                   \
-		int rc_ = (int)(call);                                         \
-		CHECK(rc_ == 0, "%s = %d (%s)", #call, rc_, fi_strerror(-rc_)); \
-	} while (0)
 
 static struct fi_info *info;
 static struct fid_fabric *fabric;

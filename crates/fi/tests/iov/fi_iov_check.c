@@ -12,7 +12,6 @@
  * Exit status 0 and an "ok" line mean every check passed.
  */
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,33 +25,10 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
 
+#include "../fi_check.h"
+
 #define MSG_BYTES (200 * 1024 + 13) /* above the eager limit, odd length */
 #define SEGS 3
-
-static int checks;
-
-static void fail(int line, const char *fmt, ...)
-{
-	va_list ap;
-	fprintf(stderr, "fi_iov_check: FAILED at line %d: ", line);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "\n");
-	exit(1);
-}
-
-#define CHECK(cond, ...)                                                       \
-	do {                                                                   \
-		checks++;                                                      \
-		if (!(cond))                                                   \
-			fail(__LINE__, __VA_ARGS__);                           \
-	} while (0)
-#define RC(call)                                                               \
-	do {                                                                   \
-		int rc_ = (int)(call);                                         \
-		CHECK(rc_ == 0, "%s = %d (%s)", #call, rc_, fi_strerror(-rc_)); \
-	} while (0)
 
 struct side {
 	struct fid_ep *ep;
@@ -100,35 +76,30 @@ static void setup(void)
 	CHECK(fi_av_insert(av, name, 1, &b.peer, 0, NULL) == 1, "fi_av_insert of a");
 }
 
+/* One poll of `cq`: 1 and the entry in `e`, or 0; an error completion
+ * fails the check, naming `what`. */
+static int poll_one(struct fid_cq *cq, struct fi_cq_tagged_entry *e, const char *what)
+{
+	ssize_t n = fi_cq_read(cq, e, 1);
+	if (n == -FI_EAVAIL) {
+		struct fi_cq_err_entry ee;
+		memset(&ee, 0, sizeof(ee));
+		fi_cq_readerr(cq, &ee, 0);
+		fail(__LINE__, "%s completion error %d (%s)", what, ee.err, fi_strerror(ee.err));
+	}
+	CHECK(n == 1 || n == -FI_EAGAIN, "fi_cq_read(%s) = %zd", what, n);
+	return n == 1;
+}
+
 /* Poll both queues (progress is manual) until each has one completion. */
 static void both_done(struct fi_cq_tagged_entry *tx, struct fi_cq_tagged_entry *rx)
 {
 	int got_tx = 0, got_rx = 0;
 	while (!got_tx || !got_rx) {
-		struct fi_cq_err_entry ee;
-		ssize_t n;
-		if (!got_tx) {
-			n = fi_cq_read(a.cq, tx, 1);
-			if (n == -FI_EAVAIL) {
-				memset(&ee, 0, sizeof(ee));
-				fi_cq_readerr(a.cq, &ee, 0);
-				fail(__LINE__, "send completion error %d (%s)", ee.err,
-				     fi_strerror(ee.err));
-			}
-			CHECK(n == 1 || n == -FI_EAGAIN, "fi_cq_read(a) = %zd", n);
-			got_tx = n == 1;
-		}
-		if (!got_rx) {
-			n = fi_cq_read(b.cq, rx, 1);
-			if (n == -FI_EAVAIL) {
-				memset(&ee, 0, sizeof(ee));
-				fi_cq_readerr(b.cq, &ee, 0);
-				fail(__LINE__, "receive completion error %d (%s)", ee.err,
-				     fi_strerror(ee.err));
-			}
-			CHECK(n == 1 || n == -FI_EAGAIN, "fi_cq_read(b) = %zd", n);
-			got_rx = n == 1;
-		}
+		if (!got_tx)
+			got_tx = poll_one(a.cq, tx, "send");
+		if (!got_rx)
+			got_rx = poll_one(b.cq, rx, "receive");
 	}
 }
 
@@ -188,6 +159,7 @@ static void one_case(int send_scattered, int recv_scattered, uint64_t tag)
 
 int main(void)
 {
+	role = "fi_iov_check";
 	setup();
 	uint64_t tag = 1;
 	for (int round = 0; round < 3; round++) {
