@@ -12,6 +12,7 @@ use crate::config::EndpointConfig;
 use crate::memory::RegionTable;
 use crate::probe_budget::ProbeBudget;
 use crate::qp::{Qp, QpTable};
+use crate::reorder::ReorderWindow;
 use crate::seeded_rng::SeededRng;
 use crate::stats::EndpointStats;
 use crate::work::Completion;
@@ -32,6 +33,8 @@ pub(crate) struct DeviceState {
     pub(crate) admission: Admission,
     /// What this device may spend on speculative packets.
     pub(crate) probe_budget: ProbeBudget,
+    /// How long a SACK gap waits before it is a loss (reordering fabrics).
+    pub(crate) reorder: ReorderWindow,
 }
 
 impl DeviceState {
@@ -57,6 +60,7 @@ impl DeviceState {
                 u64::from(config.mtu_payload_bytes) + 64,
                 config.base_rtt_ns,
             ),
+            reorder: ReorderWindow::default(),
             config,
         }
     }

@@ -56,6 +56,7 @@ mod probe_budget;
 pub mod qp;
 pub mod range_set;
 mod recent_ports;
+mod reorder;
 pub mod rtt;
 mod rtt_histogram;
 pub mod sack;

@@ -69,6 +69,10 @@ pub struct EndpointStats {
     pub spurious_failovers: u64,
     /// RTOs proved spurious afterwards, and undone.
     pub spurious_rtos: u64,
+    /// Packets given up on for a SACK gap that arrived after all: the
+    /// fabric reorders within a route (each proof widens the connection's
+    /// reordering window).
+    pub spurious_gap_losses: u64,
     /// Unanswered probes on silent connections (packets sent again elsewhere).
     pub probe_timeouts: u64,
     /// Losses not taken as congestion (no recent ECN on their path).
@@ -139,6 +143,7 @@ named_counters!(EndpointStats {
     path_failovers,
     spurious_failovers,
     spurious_rtos,
+    spurious_gap_losses,
     probe_timeouts,
     random_losses,
     rnr_naks_sent,
@@ -172,6 +177,7 @@ named_counters!(ConnectionStats {
     path_failovers,
     spurious_failovers,
     spurious_rtos,
+    spurious_gap_losses,
     probe_timeouts,
     rnr_naks,
     rtt_samples,

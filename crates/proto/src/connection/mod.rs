@@ -244,6 +244,9 @@ pub struct ConnectionStats {
     /// RTOs proved spurious afterwards (the packets were late, not lost),
     /// and their window cut undone.
     pub spurious_rtos: u64,
+    /// Packets given up on for a SACK gap that arrived after all
+    /// (reordering within a route).
+    pub spurious_gap_losses: u64,
     /// Unanswered probes on a silent connection: the path's packets went
     /// again elsewhere (an RTO's work at the probe's timescale, without
     /// its window cut).
@@ -351,6 +354,10 @@ pub(crate) struct Connection {
     /// (plus a reordering window) is suspect: see `rack_deadline`.
     rack_sent_ns: u64,
     rack_rtt_ns: u64,
+    /// The latest packet given up on for a SACK gap: (path, generation,
+    /// psn, the path's next psn at the verdict). If a later ACK of that
+    /// path reports it received, the gap was reordering, not loss.
+    gap_lost: Option<(u8, u16, u32, u32)>,
     /// Every RTT sample of the connection, for its percentiles.
     rtt_histogram: RttHistogram,
     /// When the connection last made progress (the retry timer's origin).
@@ -542,6 +549,7 @@ impl Connection {
             conn_rtt: RttEstimator::new(cfg.base_rtt_ns),
             rack_sent_ns: 0,
             rack_rtt_ns: 0,
+            gap_lost: None,
             rtt_histogram: RttHistogram::default(),
             last_progress_ns: 0,
             blind_retired: false,

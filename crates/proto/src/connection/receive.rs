@@ -287,6 +287,32 @@ impl Connection {
         }
         let highest = sack_highest(ack.ack_psn, &ack.sack);
         let limit = highest.map_or(ack.ack_psn, |h| h.wrapping_add(1));
+        self.check_gap_loss_undone(now_ns, dev, p, ack, limit);
+        // On a fabric that reorders (crate::reorder), a gap is a loss only
+        // once a packet sent the reordering window after it was delivered,
+        // or once it is a round trip and that window old (RFC 8985's rule
+        // within a path).
+        let reorder_ns = dev.reorder.window_ns(now_ns, self.conn_rtt.srtt_ns());
+        let gap_cutoff_ns = if reorder_ns == 0 {
+            u64::MAX
+        } else {
+            let path = &self.paths[p];
+            let first_psn = path.first_inflight_psn();
+            let newest_delivered_ns = path
+                .inflight
+                .iter()
+                .enumerate()
+                .map(|(i, x)| (first_psn.wrapping_add(i as u32), x))
+                .take_while(|(psn, _)| seq::seq_lt(*psn, limit))
+                .filter(|(psn, _)| sack_contains(ack.ack_psn, &ack.sack, *psn))
+                .map(|(_, x)| x.sent_ns)
+                .max()
+                .unwrap_or(0)
+                .max(path.last_acked_sent_ns);
+            newest_delivered_ns
+                .saturating_sub(reorder_ns)
+                .max(now_ns.saturating_sub(path.rtt.srtt_ns() + reorder_ns))
+        };
         let mut acked_bytes = 0u64;
         let mut acked_packets = 0u32;
         let mut lost_bytes = 0u64;
@@ -315,12 +341,13 @@ impl Connection {
                     path.consecutive_losses = 0;
                     path.last_acked_sent_ns = path.last_acked_sent_ns.max(sent.sent_ns);
                     latest_acked_sent_ns = latest_acked_sent_ns.max(sent.sent_ns);
-                } else {
+                } else if gap_cutoff_ns == u64::MAX || sent.sent_ns <= gap_cutoff_ns {
                     path.consecutive_losses += 1;
                     // Below the highest PSN received on an in-order route:
                     // this one is lost. Resend it at once on another path.
                     lost_bytes += give_up(sent, p, &mut path.stats, &mut self.retransmit_queue);
                     lost_packets += 1;
+                    self.gap_lost = Some((p as u8, path.generation, psn, path.next_psn));
                 }
             }
             // A trim NACK: these packets reached the receiver as headers
@@ -480,6 +507,50 @@ impl Connection {
         }
         self.refresh_path_deadline(p, dev);
         self.rack_advance(latest_acked_sent_ns, now_ns, dev);
+    }
+
+    /// Whether the latest packet given up on for a SACK gap of path `p`
+    /// arrived after all: then the fabric reorders (a switch that routes
+    /// each packet on its own), and gaps must wait before they are losses
+    /// (`crate::reorder`).
+    ///
+    /// Its arrival shows as its SACK bit, or as a cumulative ACK past it
+    /// while nothing sent after the verdict has arrived: only a packet
+    /// sent after it carries the PSN floor that could have skipped it.
+    fn check_gap_loss_undone(
+        &mut self,
+        now_ns: u64,
+        dev: &mut DeviceState,
+        p: usize,
+        ack: &AckRepr,
+        limit: u32,
+    ) {
+        let Some((slot, generation, psn, next_at_verdict)) = self.gap_lost else {
+            return;
+        };
+        if usize::from(slot) != p {
+            return;
+        }
+        if self.paths[p].generation != generation {
+            self.gap_lost = None;
+            return;
+        }
+        let later_arrived = !seq::seq_lt(limit, next_at_verdict.wrapping_add(1));
+        let d = seq::seq_diff(psn, ack.ack_psn);
+        let arrived = if d < 0 {
+            !later_arrived
+        } else {
+            d > 0 && sack_contains(ack.ack_psn, &ack.sack, psn)
+        };
+        if arrived {
+            self.gap_lost = None;
+            self.stats.spurious_gap_losses += 1;
+            dev.stats.spurious_gap_losses += 1;
+            dev.reorder.on_proof(now_ns, self.conn_rtt.rtt_ns_min());
+        } else if later_arrived || d < 0 {
+            // Too late to tell.
+            self.gap_lost = None;
+        }
     }
 
     /// Whether some path other than `p` had packets acknowledged within the
