@@ -31,6 +31,29 @@ pub(crate) const MEMORY_RTTS: u64 = 64;
 /// Below this the window is closed (exact verdicts).
 const CLOSED_BELOW_NS: u64 = 100;
 
+/// The latest packet a connection gave up on for a SACK gap, kept until an
+/// ACK of its path tells whether it arrived after all (8 bytes: it sits in
+/// every connection, idle ones too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct GapVerdict {
+    pub(crate) psn: u32,
+    /// The path's generation at the verdict (a renewed path is another
+    /// route, and its PSNs another space).
+    pub(crate) generation: u16,
+    pub(crate) slot: u8,
+    /// Packets the path had sent after it when the verdict came (fewer
+    /// than the 256-PSN window): only those, and later ones, can carry the
+    /// PSN floor that would skip it.
+    pub(crate) sent_after: u8,
+}
+
+impl GapVerdict {
+    /// The path's next PSN when the verdict came.
+    pub(crate) fn next_psn(&self) -> u32 {
+        self.psn.wrapping_add(1 + u32::from(self.sent_after))
+    }
+}
+
 /// See the module documentation.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ReorderWindow {

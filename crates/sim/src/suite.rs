@@ -637,7 +637,13 @@ pub fn markdown(transports: &[String], results: &[ExperimentResult]) -> String {
             }
             let _ = writeln!(s);
         }
-        let _ = writeln!(s, "\n| row | target | MetaRoCE | met |\n|---|---|---|---|");
+        let judged = e
+            .rows
+            .iter()
+            .any(|r| !r.targets.is_empty() || !r.errors.is_empty());
+        if judged {
+            let _ = writeln!(s, "\n| row | target | MetaRoCE | met |\n|---|---|---|---|");
+        }
         for r in &e.rows {
             for (label, v, ok) in &r.targets {
                 total += 1;

@@ -43,6 +43,7 @@ use crate::message::{MessageSlab, MsgRef, SegRef, TxMessage};
 use crate::path::{PathStats, RxPathStats, SentPacket, SentState, TxPath, initial_psn};
 use crate::qp::Qp;
 use crate::recent_ports::RecentPorts;
+use crate::reorder::GapVerdict;
 use crate::rtt::RttEstimator;
 use crate::rtt_histogram::RttHistogram;
 use crate::sack::SackBitmap;
@@ -354,10 +355,9 @@ pub(crate) struct Connection {
     /// (plus a reordering window) is suspect: see `rack_deadline`.
     rack_sent_ns: u64,
     rack_rtt_ns: u64,
-    /// The latest packet given up on for a SACK gap: (path, generation,
-    /// psn, the path's next psn at the verdict). If a later ACK of that
-    /// path reports it received, the gap was reordering, not loss.
-    gap_lost: Option<(u8, u16, u32, u32)>,
+    /// The latest packet given up on for a SACK gap. If a later ACK of
+    /// its path reports it received, the gap was reordering, not loss.
+    gap_lost: Option<GapVerdict>,
     /// Every RTT sample of the connection, for its percentiles.
     rtt_histogram: RttHistogram,
     /// When the connection last made progress (the retry timer's origin).

@@ -15,6 +15,7 @@ use crate::ecn::Ecn;
 use crate::maybe_ns::MaybeNs;
 use crate::message::{MsgKind, SegRef};
 use crate::path::{ProbeHold, SentState};
+use crate::reorder::GapVerdict;
 use crate::sack::{RxOutcome, sack_contains, sack_highest};
 use crate::trace::trace_event;
 use metaroce_wire::{AckRepr, DataRepr, Flags, OpHeader, SACK_BITS, seq};
@@ -347,7 +348,14 @@ impl Connection {
                     // this one is lost. Resend it at once on another path.
                     lost_bytes += give_up(sent, p, &mut path.stats, &mut self.retransmit_queue);
                     lost_packets += 1;
-                    self.gap_lost = Some((p as u8, path.generation, psn, path.next_psn));
+                    self.gap_lost = Some(GapVerdict {
+                        psn,
+                        generation: path.generation,
+                        slot: p as u8,
+                        // Fewer than the 256-PSN window (`psn_span`).
+                        sent_after: u8::try_from(path.next_psn.wrapping_sub(psn) - 1)
+                            .unwrap_or(u8::MAX),
+                    });
                 }
             }
             // A trim NACK: these packets reached the receiver as headers
@@ -525,13 +533,15 @@ impl Connection {
         ack: &AckRepr,
         limit: u32,
     ) {
-        let Some((slot, generation, psn, next_at_verdict)) = self.gap_lost else {
+        let Some(verdict) = self.gap_lost else {
             return;
         };
-        if usize::from(slot) != p {
+        if usize::from(verdict.slot) != p {
             return;
         }
-        if self.paths[p].generation != generation {
+        let psn = verdict.psn;
+        let next_at_verdict = verdict.next_psn();
+        if self.paths[p].generation != verdict.generation {
             self.gap_lost = None;
             return;
         }
