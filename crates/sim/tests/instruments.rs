@@ -284,6 +284,29 @@ fn incasts_settle_at_once_and_drain_at_line_rate() {
     }
 }
 
+/// Senders a few microseconds from their receiver (its own ToR and pod)
+/// run at their grants: the window a grant gives covers the round trip and
+/// the receiver's ACK delay. With a round trip's worth alone (6.7 packets
+/// at 47.5 Gb/s over 4.7 µs) and ACKs every four packets or 4 µs, they
+/// ran at about 35 Gb/s: 2 and 3 senders of 1 MB took 1.41 and 1.46 x the
+/// receiver link's drain time, now 1.20 and 1.17 x.
+#[test]
+fn near_senders_run_at_their_grants() {
+    for senders in [2u32, 3] {
+        let o = run(&format!(
+            "{FT16}latency_ns = 1000\n[switch]\necn_kmin_bytes = 30000\necn_kmax_bytes = 120000\n\
+             [[workload]]\nkind = \"incast\"\nbytes = 1000000\nreceiver = 0\nsenders = {senders}\n"
+        ));
+        let inc = &o.results.collectives[0];
+        let ideal_us = f64::from(senders) * 1e6 * 8.0 / 100e3;
+        assert!(
+            inc.time_us <= 1.25 * ideal_us,
+            "{senders}: {} us against an ideal {ideal_us} us",
+            inc.time_us
+        );
+    }
+}
+
 /// Small-scale lock on the trimming incast (RESULTS.md, `incast-1023`):
 /// 127 senders of 100 KB into one host through switches that trim, with
 /// htsim's scenario-C buffers. Trimmed headers come back as NACKs (no RTO,

@@ -311,6 +311,8 @@ pub struct MetaRoceCc {
     /// Nothing heard from the receiver yet: the next ACK's grant sets the
     /// window outright.
     cold: bool,
+    /// The receiver's longest ACK hold (`CcConfig::ack_delay_ns`).
+    ack_delay_ns: u64,
     /// Losses not taken as congestion (no recent ECN on their path).
     random_losses: u64,
 }
@@ -376,6 +378,7 @@ impl MetaRoceCc {
             conn_ai_cap_mss_per_rtt: params.max_conn_ai_mss_per_rtt
                 * f64::from(config.planes.max(1)),
             cold: params.initial_window_mss != 0,
+            ack_delay_ns: config.ack_delay_ns,
             random_losses: 0,
         }
     }
@@ -472,6 +475,24 @@ impl MetaRoceCc {
     fn may_cut(last: MaybeNs, now_ns: u64, srtt_ns: u64) -> bool {
         last.get()
             .is_none_or(|t| now_ns.saturating_sub(t) >= srtt_ns)
+    }
+
+    /// The window a grant of `rate_bps` needs over a round trip of
+    /// `rtt_ns`: the grant's bytes in one round trip and in the longest
+    /// the receiver may hold its ACK. Without the second part a sender
+    /// near its receiver stalls below its grant: two senders into one host
+    /// of their own ToR (4.7 µs apart, 47.5 Gb/s each) got windows of 6.7
+    /// packets, and with ACKs every four packets or 4 µs they ran at
+    /// 35 Gb/s. The sender is paced at the grant, so the larger window
+    /// cannot raise its rate, and at many senders it adds little (a
+    /// 256-sender incast: 185 bytes each).
+    fn grant_window(&self, rate_bps: u64, rtt_ns: u64) -> u64 {
+        mul_div(
+            rate_bps,
+            rtt_ns.saturating_add(self.ack_delay_ns),
+            8_000_000_000,
+        )
+        .max(self.mss)
     }
 
     fn fair_share(&self) -> u64 {
@@ -667,7 +688,7 @@ impl CongestionController for MetaRoceCc {
             let target = if rate_bps == 0 {
                 self.bdp
             } else {
-                mul_div(rate_bps, rtt, 8_000_000_000).max(self.mss)
+                self.grant_window(rate_bps, rtt)
             };
             self.conn_window = self.conn_window.max(target).min(self.max_conn);
         }
@@ -686,9 +707,7 @@ impl CongestionController for MetaRoceCc {
                 (s, None) => s,
             };
             let headroom = self.mss.saturating_mul(self.params.rate_cap_headroom_mss);
-            let cap = mul_div(rate_bps, rtt, 8_000_000_000)
-                .saturating_add(headroom)
-                .max(self.mss);
+            let cap = self.grant_window(rate_bps, rtt).saturating_add(headroom);
             self.rate_cap_bytes = Some(cap);
             self.rate_cap_bps = rate_bps;
         }
@@ -810,6 +829,7 @@ mod tests {
             path_count,
             max_path_window_bytes: 256 * MSS,
             planes: 1,
+            ack_delay_ns: 0,
         }
     }
 
@@ -1080,6 +1100,30 @@ mod tests {
     }
 
     #[test]
+    fn a_grant_covers_the_round_trip_and_the_receivers_ack_delay() {
+        // Two senders into a host 4.7 µs away, 47.5 Gb/s each, ACKs held
+        // up to 4 µs: the grant's bytes over 8.7 µs, not over 4.7 µs (6.7
+        // packets, which the receiver's ACK batching stalled at 35 Gb/s).
+        let mut cc = MetaRoceCc::new(
+            CcConfig {
+                ack_delay_ns: 4_000,
+                ..cfg(100_000_000_000, 16)
+            },
+            warm(),
+        );
+        cc.on_ack(0, &ack(0, 1, 0, 0));
+        cc.on_rate_hint(47_500_000_000, 4_700, 0);
+        let headroom = cc.params.rate_cap_headroom_mss * MSS;
+        assert_eq!(
+            cc.connection_window(),
+            47_500_000_000 * 8_700 / 8_000_000_000 + headroom
+        );
+        // It paces at the grant: the window cannot raise its rate.
+        assert_eq!(cc.pacing_rate_bps(), Some(47_500_000_000));
+        check_invariants(&cc);
+    }
+
+    #[test]
     fn rate_hint_caps_within_one_call_and_lifts() {
         let mut cc = cc400();
         let headroom = cc.params.rate_cap_headroom_mss * MSS;
@@ -1251,6 +1295,7 @@ mod tests {
                 path_count: 0,
                 max_path_window_bytes: 0,
                 planes: 1,
+                ack_delay_ns: 0,
             },
             CcConfig {
                 mss_bytes: 9000,
@@ -1259,6 +1304,7 @@ mod tests {
                 path_count: 256,
                 max_path_window_bytes: u64::MAX,
                 planes: 1,
+                ack_delay_ns: u64::MAX,
             },
             CcConfig {
                 mss_bytes: 4096,
@@ -1267,6 +1313,7 @@ mod tests {
                 path_count: 3,
                 max_path_window_bytes: 100,
                 planes: 1,
+                ack_delay_ns: 4_000,
             },
         ];
         let params = MetaRoceParams {

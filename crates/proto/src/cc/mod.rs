@@ -60,6 +60,10 @@ pub struct CcConfig {
     pub path_count: usize,
     /// Hard cap per path (the 256-packet SACK window x mss).
     pub max_path_window_bytes: u64,
+    /// The longest the receiver may hold an ACK (`ack_delay_ns`): a window
+    /// sized from a grant must cover a round trip and that wait, or the
+    /// ACK clock stalls below the grant.
+    pub ack_delay_ns: u64,
     /// NIC planes the paths are spread over (1: one fabric). Each plane is
     /// a fabric of its own, with its own queues and ECN marks.
     pub planes: u16,

@@ -513,6 +513,7 @@ impl Connection {
                     path_count: n,
                     max_path_window_bytes: u64::from(PATH_PSN_WINDOW) * mss,
                     planes: cfg.port_planes,
+                    ack_delay_ns: cfg.ack_delay_ns,
                 },
                 &cfg.cc_params,
             )
