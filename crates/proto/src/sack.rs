@@ -170,11 +170,56 @@ pub fn sack_highest(ack_psn: u32, sack: &SackBits) -> Option<u32> {
     Some(ack_psn.wrapping_add(1 + bit as u32))
 }
 
+/// What an ACK says of PSNs `[first, end)` the sender gave up on (an RTO,
+/// a SACK gap), when `next` was the first PSN it sent after giving up and
+/// `limit` is one past the highest PSN the ACK reports.
+///
+/// `Some(true)`: one of them arrived after all. `Some(false)`: too late to
+/// tell. `None`: not yet known. A SACK bit is proof; a cumulative
+/// `ack_psn` past `first` is proof only while nothing from `next` on has
+/// arrived, because only those later packets carry a PSN floor
+/// (`psn_floor_delta`) that makes the receiver skip what was given up.
+pub fn gave_up_arrived(
+    ack_psn: u32,
+    sack: &SackBits,
+    limit: u32,
+    (first, end): (u32, u32),
+    next: u32,
+) -> Option<bool> {
+    let in_bitmap = (0..seq::seq_diff(end, first).clamp(0, SACK_BITS as i32 + 1) as u32)
+        .map(|k| first.wrapping_add(k))
+        .any(|psn| seq::seq_diff(psn, ack_psn) > 0 && sack_contains(ack_psn, sack, psn));
+    let later_arrived = seq::seq_lt(next, limit);
+    if in_bitmap {
+        Some(true)
+    } else if seq::seq_lt(first, ack_psn) {
+        Some(!later_arrived)
+    } else {
+        later_arrived.then_some(false)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
     use std::collections::BTreeSet;
+
+    #[test]
+    fn a_floor_is_not_taken_for_an_arrival() {
+        let none = SackBits::EMPTY;
+        // Gave up on 10..12; 12 was the next PSN sent. ack_psn 11: 10 came.
+        assert_eq!(gave_up_arrived(11, &none, 11, (10, 12), 12), Some(true));
+        // ack_psn 13 with 12 received: 12's floor may have skipped 10..12.
+        assert_eq!(gave_up_arrived(13, &none, 13, (10, 12), 12), Some(false));
+        // 11 in the bitmap beside a hole at 10: proof, whatever came later.
+        let mut bits = SackBits::EMPTY;
+        bits.set(0);
+        bits.set(2);
+        assert_eq!(gave_up_arrived(10, &bits, 14, (10, 12), 12), Some(true));
+        // Nothing said yet of 10..12, nothing later arrived: wait.
+        assert_eq!(gave_up_arrived(10, &none, 10, (10, 12), 12), None);
+    }
 
     #[test]
     fn in_order_and_gaps() {

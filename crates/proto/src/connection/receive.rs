@@ -16,7 +16,7 @@ use crate::maybe_ns::MaybeNs;
 use crate::message::{MsgKind, SegRef};
 use crate::path::{ProbeHold, SentState};
 use crate::reorder::GapVerdict;
-use crate::sack::{RxOutcome, sack_contains, sack_highest};
+use crate::sack::{RxOutcome, gave_up_arrived, sack_contains, sack_highest};
 use crate::trace::trace_event;
 use metaroce_wire::{AckRepr, DataRepr, Flags, OpHeader, SACK_BITS, seq};
 use rand_core::Rng;
@@ -297,20 +297,16 @@ impl Connection {
         let gap_cutoff_ns = if reorder_ns == 0 {
             u64::MAX
         } else {
+            // A path's packets are sent in PSN order, so the newest one
+            // delivered is the highest PSN the ACK reports (when there is a
+            // gap below it, it is in the list).
             let path = &self.paths[p];
-            let first_psn = path.first_inflight_psn();
-            let newest_delivered_ns = path
-                .inflight
-                .iter()
-                .enumerate()
-                .map(|(i, x)| (first_psn.wrapping_add(i as u32), x))
-                .take_while(|(psn, _)| seq::seq_lt(*psn, limit))
-                .filter(|(psn, _)| sack_contains(ack.ack_psn, &ack.sack, *psn))
-                .map(|(_, x)| x.sent_ns)
-                .max()
-                .unwrap_or(0)
-                .max(path.last_acked_sent_ns);
-            newest_delivered_ns
+            let highest_sent_ns = highest
+                .and_then(|h| usize::try_from(seq::seq_diff(h, path.first_inflight_psn())).ok())
+                .and_then(|i| path.inflight.get(i))
+                .map_or(0, |x| x.sent_ns);
+            highest_sent_ns
+                .max(path.last_acked_sent_ns)
                 .saturating_sub(reorder_ns)
                 .max(now_ns.saturating_sub(path.rtt.srtt_ns() + reorder_ns))
         };
@@ -342,7 +338,7 @@ impl Connection {
                     path.consecutive_losses = 0;
                     path.last_acked_sent_ns = path.last_acked_sent_ns.max(sent.sent_ns);
                     latest_acked_sent_ns = latest_acked_sent_ns.max(sent.sent_ns);
-                } else if gap_cutoff_ns == u64::MAX || sent.sent_ns <= gap_cutoff_ns {
+                } else if sent.sent_ns <= gap_cutoff_ns {
                     path.consecutive_losses += 1;
                     // Below the highest PSN received on an in-order route:
                     // this one is lost. Resend it at once on another path.
@@ -386,10 +382,9 @@ impl Connection {
             // An RTO undone: one of the packets it gave up on arrived after
             // all (the receiver reports it), so the path was only late.
             if let Some((first, end)) = path.rto_psns {
-                let arrived = seq::seq_lt(first, ack.ack_psn)
-                    || (0..seq::seq_diff(end, first).clamp(0, 256) as u32)
-                        .any(|k| sack_contains(ack.ack_psn, &ack.sack, first.wrapping_add(k)));
-                if arrived {
+                // `end` was the path's next PSN at the RTO.
+                let fate = gave_up_arrived(ack.ack_psn, &ack.sack, limit, (first, end), end);
+                if fate == Some(true) {
                     path.rto_psns = None;
                     path.consecutive_rtos = 0;
                     self.stats.spurious_rtos += 1;
@@ -403,7 +398,7 @@ impl Connection {
                     self.cc.on_spurious_rto(p, now_ns);
                     let sent = path.rto_oldest_sent_ns;
                     self.note_stall(now_ns, sent);
-                } else if !seq::seq_lt(ack.ack_psn, end) {
+                } else if fate == Some(false) || !seq::seq_lt(ack.ack_psn, end) {
                     path.rto_psns = None;
                 }
             }
@@ -522,9 +517,7 @@ impl Connection {
     /// each packet on its own), and gaps must wait before they are losses
     /// (`crate::reorder`).
     ///
-    /// Its arrival shows as its SACK bit, or as a cumulative ACK past it
-    /// while nothing sent after the verdict has arrived: only a packet
-    /// sent after it carries the PSN floor that could have skipped it.
+    /// Read as an RTO's given-up PSNs are (`gave_up_arrived`).
     fn check_gap_loss_undone(
         &mut self,
         now_ns: u64,
@@ -539,26 +532,18 @@ impl Connection {
         if usize::from(verdict.slot) != p {
             return;
         }
-        let psn = verdict.psn;
-        let next_at_verdict = verdict.next_psn();
         if self.paths[p].generation != verdict.generation {
             self.gap_lost = None;
             return;
         }
-        let later_arrived = !seq::seq_lt(limit, next_at_verdict.wrapping_add(1));
-        let d = seq::seq_diff(psn, ack.ack_psn);
-        let arrived = if d < 0 {
-            !later_arrived
-        } else {
-            d > 0 && sack_contains(ack.ack_psn, &ack.sack, psn)
-        };
-        if arrived {
+        let range = (verdict.psn, verdict.psn.wrapping_add(1));
+        let fate = gave_up_arrived(ack.ack_psn, &ack.sack, limit, range, verdict.next_psn());
+        if fate == Some(true) {
             self.gap_lost = None;
             self.stats.spurious_gap_losses += 1;
             dev.stats.spurious_gap_losses += 1;
             dev.reorder.on_proof(now_ns, self.conn_rtt.rtt_ns_min());
-        } else if later_arrived || d < 0 {
-            // Too late to tell.
+        } else if fate == Some(false) {
             self.gap_lost = None;
         }
     }
