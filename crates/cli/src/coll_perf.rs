@@ -49,7 +49,7 @@ const METAROCE_USAGE: &str = "\
   --impair <spec>             receive-side impairment of every rank, e.g. loss=0.01
   --json <file>               also write the results as JSON
   --mtu <bytes>               MTU payload bytes (default: sized toward each peer from the path, the largest
-                              whose packets leave unfragmented, at most 8192; more than the path carries is an error)
+                              whose packets leave unfragmented, at most 8192, or 61440 toward a rank on this host; more than the path carries is an error)
   --icrc                      compute and check the ICRC on every data packet (default: ranks agree to leave it
                               to the UDP checksum)
   --paths <n>                 paths per connection (default 8)

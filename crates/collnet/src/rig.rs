@@ -35,17 +35,13 @@ pub(crate) struct Rig {
 }
 
 /// The largest payload per packet a path-sized MTU takes ([`NetConfig::mtu`]
-/// 0) toward a peer on another host: larger packets gain little on a real
-/// network and a lost one costs more to resend.
-pub const AUTO_MTU_CAP: u32 = 8192;
+/// 0) toward a peer on another host.
+pub const AUTO_MTU_CAP: u32 = metaroce_udp::pmtu::AUTO_PAYLOAD_CAP;
 
-/// The same cap toward a peer on this host (its device on a loopback
-/// address, or on this device's own address), whose datagrams never leave
-/// the kernel: nothing is lost on a wire, and every packet costs a pass
-/// through the protocol, an ACK share and a slice of a syscall on the CPUs
-/// the ranks share. 60 KiB payloads cut a 4 MiB all-reduce's CPU time at 8
-/// ranks on 2 cores by about a fifth against 8 KiB (BENCHMARKS.md).
-pub const LOCAL_MTU_CAP: u32 = 60 << 10;
+/// The same cap toward a peer on this host. 60 KiB payloads cut a 4 MiB
+/// all-reduce's CPU time at 8 ranks on 2 cores by about a fifth against
+/// 8 KiB (BENCHMARKS.md).
+pub const LOCAL_MTU_CAP: u32 = metaroce_udp::pmtu::LOCAL_PAYLOAD_CAP;
 
 /// The device's own largest payload: the configured MTU, or, when packets
 /// are sized per peer from the path, the local cap for a device bound to a
@@ -65,11 +61,6 @@ pub(crate) fn device_mtu(cfg: &NetConfig, ip: IpAddr) -> u32 {
         0 => AUTO_MTU_CAP,
         m => m,
     }
-}
-
-/// Whether `peer` is a device on this host as seen from `own`.
-fn is_local(own: SocketAddr, peer: SocketAddr) -> bool {
-    peer.ip().is_loopback() || peer.ip() == own.ip()
 }
 
 fn endpoint_config(cfg: &NetConfig, ip: IpAddr) -> EndpointConfig {
@@ -223,7 +214,9 @@ fn payload_mtu_toward(
         )));
     }
     let cap = match cfg.mtu {
-        0 if is_local(rig.dev.addr(), to.device) => LOCAL_MTU_CAP,
+        0 if metaroce_udp::pmtu::is_local_peer(rig.dev.addr().ip(), to.device.ip()) => {
+            LOCAL_MTU_CAP
+        }
         0 => AUTO_MTU_CAP,
         m => m,
     };

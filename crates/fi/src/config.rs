@@ -47,7 +47,7 @@ pub const PARAMS: &[Param] = &[
     Param {
         name: "mtu",
         default: "0",
-        help: "MetaRoCE payload bytes per datagram; 0: sized toward each peer from the path, the largest whose datagrams leave unfragmented, at most 8192 (a value the path cannot carry whole fails the connection, naming the path)",
+        help: "MetaRoCE payload bytes per datagram; 0: sized toward each peer from the path, the largest whose datagrams leave unfragmented, at most 8192, or 61440 for a device bound to a loopback address (a value the path cannot carry whole fails the connection, naming the path)",
     },
     Param {
         name: "icrc",

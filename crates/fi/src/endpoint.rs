@@ -57,7 +57,7 @@ use metaroce_verbs::{
     WorkCompletion, WrOp,
 };
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 /// Work request ids of receive slots have this bit; the rest are op ids.
 const RECV_BIT: u64 = 1 << 63;
@@ -436,11 +436,18 @@ fn wc_error(status: WcStatus) -> (i32, &'static str) {
     }
 }
 
-/// The device's own largest payload: the configured MTU, or 8 KiB when
-/// packets are sized per peer from the path (larger packets gain little
+/// The device's own largest payload: the configured MTU, or, when packets
+/// are sized per peer from the path, 60 KiB for a device bound to a
+/// loopback address (every peer is on this host: nothing is lost on a
+/// wire and every packet costs a protocol pass on the CPUs the ranks
+/// share) and 8 KiB for any other (larger packets gain little on a wire
 /// and cost more to resend).
-fn device_mtu(configured: u32) -> u32 {
-    if configured == 0 { 8192 } else { configured }
+fn device_mtu(configured: u32, bind_ip: Ipv4Addr) -> u32 {
+    match configured {
+        0 if bind_ip.is_loopback() => metaroce_udp::pmtu::LOCAL_PAYLOAD_CAP,
+        0 => metaroce_udp::pmtu::AUTO_PAYLOAD_CAP,
+        m => m,
+    }
 }
 
 impl EpState {
@@ -449,7 +456,7 @@ impl EpState {
     pub(crate) fn open(cfg: std::sync::Arc<Tunables>, instance: u64) -> Result<Self, String> {
         let ep_cfg = EndpointConfig {
             device_port: cfg.dev_port,
-            mtu_payload_bytes: device_mtu(cfg.mtu),
+            mtu_payload_bytes: device_mtu(cfg.mtu, cfg.bind_ip),
             accept_icrc_omitted: !cfg.icrc,
             paths_per_connection: usize::from(cfg.paths),
             path_port_span: cfg.paths.max(2),
@@ -956,7 +963,7 @@ impl EpState {
         CmEndpoint {
             device_port: ctx.device_port(),
             path_port_span: self.cfg.paths.max(2),
-            mtu: device_mtu(self.cfg.mtu),
+            mtu: device_mtu(self.cfg.mtu, self.cfg.bind_ip),
             qpns: vec![qpn],
             buf: RemoteBuf {
                 addr: 0,

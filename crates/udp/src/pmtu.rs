@@ -29,6 +29,22 @@ pub const UDP_HEADER_LEN: usize = 8;
 /// peer it knows, to follow changes no send has run into yet.
 pub const RECHECK_NS: u64 = 1_000_000_000;
 
+/// The largest payload per packet a path-sized MTU takes toward a peer on
+/// another host: larger packets gain little on a real network (fewer
+/// headers and protocol passes per byte) and lose more to one drop.
+pub const AUTO_PAYLOAD_CAP: u32 = 8192;
+
+/// The same cap toward a peer on this host (a loopback address, or this
+/// device's own address), whose datagrams never leave the kernel: nothing
+/// is lost on a wire, and every packet costs a protocol pass, an ACK share
+/// and a slice of a system call on the CPUs both ends share.
+pub const LOCAL_PAYLOAD_CAP: u32 = 60 << 10;
+
+/// Whether `peer` is on this host as seen from a device bound to `own`.
+pub fn is_local_peer(own: IpAddr, peer: IpAddr) -> bool {
+    peer.is_loopback() || peer == own
+}
+
 /// What the kernel knows of the path from a local address to a peer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PathMtu {
