@@ -4,7 +4,10 @@
 # (metaroce perf udp-bw / udp-lat), a TCP stream (iperf3) and libfabric's
 # reliable-datagram provider over UDP (fi_pingpong -p "udp;ofi_rxd"), all
 # interleaved round by round so a drifting machine moves every column
-# alike; prints the median of ROUNDS runs of each.
+# alike; prints the median of ROUNDS runs of each. write-bw and read-bw
+# rewrite perftest's one-message buffer, as iperf3 and udp-bw rewrite
+# theirs; the "64 MiB buffer" column cycles write-bw through 64 MiB per
+# side instead (--buffer-bytes), cold caches.
 #
 #   cargo build --release -p metaroce
 #   scripts/bench-udp.sh [ROUNDS] [SECONDS]      # defaults: 5 rounds, 3 s
@@ -54,6 +57,7 @@ for r in $(seq "$ROUNDS"); do
     for s in 4096 65536 1048576; do
         rec "write-bw-$s" bw write-bw "$s"
         rec "write-bw-icrc-$s" bw write-bw "$s" --icrc
+        rec "write-bw-cold-$s" bw write-bw "$s" --buffer-bytes 67108864
         rec "read-bw-$s" bw read-bw "$s"
         rec "udp-bw-$s" bw udp-bw "$s"
         rec "fi-bw-$s" fabric "$s" $((s > 65536 ? 300 : 2000)) bw
@@ -75,13 +79,13 @@ runs() { [ -f "$OUT/$1" ] && paste -sd' ' "$OUT/$1" || echo n/a; }
 
 echo
 echo "Bandwidth, Gb/s (BW average; medians of $ROUNDS, ${SECS}s runs)"
-echo "| size | write-bw | write-bw --icrc | read-bw | udp-bw | write-bw / udp-bw | iperf3 TCP | write-bw / iperf3 | fi_pingpong udp;ofi_rxd |"
-echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+echo "| size | write-bw | write-bw --icrc | write-bw, 64 MiB buffer | read-bw | udp-bw | write-bw / udp-bw | read-bw / udp-bw | iperf3 TCP | write-bw / iperf3 | read-bw / iperf3 | fi_pingpong udp;ofi_rxd |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 for s in 4096 65536 1048576; do
-    w=$(median "write-bw-$s"); u=$(median "udp-bw-$s"); t=$(median iperf3)
-    ratio=$(awk -v w="$w" -v u="$u" 'BEGIN {if (u+0>0 && w+0>0) printf "%.0f %%", 100*w/u; else print "n/a"}')
-    tcp=$(awk -v w="$w" -v t="$t" 'BEGIN {if (t+0>0 && w+0>0) printf "%.2f x", w/t; else print "n/a"}')
-    echo "| $s | $w | $(median "write-bw-icrc-$s") | $(median "read-bw-$s") | $u | $ratio | $t | $tcp | $(median "fi-bw-$s") |"
+    w=$(median "write-bw-$s"); rd=$(median "read-bw-$s"); u=$(median "udp-bw-$s"); t=$(median iperf3)
+    pct() { awk -v a="$1" -v b="$2" 'BEGIN {if (a+0>0 && b+0>0) printf "%.0f %%", 100*a/b; else print "n/a"}'; }
+    times() { awk -v a="$1" -v b="$2" 'BEGIN {if (a+0>0 && b+0>0) printf "%.2f x", a/b; else print "n/a"}'; }
+    echo "| $s | $w | $(median "write-bw-icrc-$s") | $(median "write-bw-cold-$s") | $rd | $u | $(pct "$w" "$u") | $(pct "$rd" "$u") | $t | $(times "$w" "$t") | $(times "$rd" "$t") | $(median "fi-bw-$s") |"
 done
 echo
 echo "Latency, one-way us (t_typical = median of the run; medians of $ROUNDS runs)"

@@ -90,6 +90,11 @@ pub(crate) struct PerfArgs {
     /// every -D seconds [default interval: 5 s].
     #[arg(long = "run_infinitely")]
     run_infinitely: bool,
+    /// Bytes of buffer per side that successive messages cycle through,
+    /// up to 64 MiB, for a run with cold caches (at least one message)
+    /// [default: perftest's, one page or one message if larger].
+    #[arg(long = "buffer-bytes", value_name = "BYTES")]
+    buffer_bytes: Option<u64>,
     /// Report Gb/s instead of MiB/s.
     #[arg(long = "report_gbits")]
     report_gbits: bool,
@@ -102,7 +107,7 @@ pub(crate) struct PerfArgs {
     /// MTU: payload bytes per packet, 64..=65000 (perftest's -m); a value
     /// the path to the peer cannot carry unfragmented is an error
     /// [default: sized from the path, the largest whose packets leave
-    /// unfragmented, at most 8192].
+    /// unfragmented, at most 8192, or 61440 toward a peer on this host].
     #[arg(short = 'm', long)]
     mtu: Option<u32>,
     /// Write the results as JSON, in perftest's --out_json layout plus the
@@ -408,6 +413,7 @@ fn rdma_test(args: &PerfArgs, json: Option<JsonOut>) -> Result<ExitCode, String>
         paths: args.paths,
         pattern_seed: seed,
         run_infinitely: args.run_infinitely,
+        buffer_bytes: args.buffer_bytes,
     };
     p.validate(test)?;
     let measure = Measure {
@@ -755,7 +761,7 @@ fn raw_mtu(args: &PerfArgs) -> Result<u32, String> {
     };
     let path = metaroce_udp::pmtu::probe_path(local, peer)
         .map_err(|e| format!("path MTU to {peer}: {e}"))?;
-    perf::payload_mtu(args.mtu.unwrap_or(0), &path, false, peer)
+    perf::payload_mtu(args.mtu.unwrap_or(0), &path, false, local, peer)
 }
 
 fn raw_baseline(args: &PerfArgs, json: Option<JsonOut>) -> Result<ExitCode, String> {

@@ -30,6 +30,10 @@ fn assert_one_line_error(args: &[&str], needle: &str) {
 fn perf_bad_size_is_exit_2() {
     assert_one_line_error(&["perf", "write-bw", "--loopback", "-s", "12Q"], "12Q");
     assert_one_line_error(&["perf", "write-bw", "--loopback", "-s", "0"], "size");
+    assert_one_line_error(
+        &["perf", "write-bw", "--loopback", "--buffer-bytes", "0"],
+        "--buffer-bytes",
+    );
 }
 
 #[test]

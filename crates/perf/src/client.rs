@@ -62,11 +62,7 @@ pub fn run_client_with(
     let my_ip = tcp.local_addr()?.ip();
     let peer_ip = tcp.peer_addr()?.ip();
     let slots = p.slots(test);
-    let buf_len = if test.is_atomic() {
-        slots * 8
-    } else {
-        slots * p.size
-    };
+    let buf_len = p.buffer_len(test);
     let fill = matches!(
         test,
         Test::WriteBw | Test::SendBw | Test::WriteLat | Test::SendLat

@@ -202,7 +202,8 @@ fn test_info(r: &JsonRun<'_>) -> TestInfo {
 /// Everything that chose how the run went, under the command's own option
 /// names: with the same values (and hosts) the run can be repeated. `mtu`
 /// is the MTU used, `mtu_from_path` whether `-m` was left out so the path
-/// sized it; `icrc` is the `--icrc` flag and `icrc_omitted` what the two
+/// sized it; `buffer_bytes` the bytes each side's messages cycle
+/// through; `icrc` is the `--icrc` flag and `icrc_omitted` what the two
 /// sides agreed; `rto_min_us` is the floor in force.
 #[derive(Debug, Clone, Serialize)]
 struct Parameters {
@@ -212,6 +213,7 @@ struct Parameters {
     iters: u64,
     duration_s: u64,
     run_infinitely: bool,
+    buffer_bytes: u64,
     qps: u32,
     tx_depth: u32,
     mtu: u32,
@@ -245,6 +247,7 @@ fn parameters(r: &JsonRun<'_>) -> Parameters {
         iters: p.iters,
         duration_s: p.duration_s,
         run_infinitely: p.run_infinitely,
+        buffer_bytes: p.buffer_len(r.test),
         qps: p.qps,
         tx_depth: p.tx_depth,
         mtu: r.mtu,
@@ -324,6 +327,7 @@ mod tests {
             paths: 16,
             pattern_seed: 9,
             run_infinitely: false,
+            buffer_bytes: None,
         }
     }
 

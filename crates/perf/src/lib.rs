@@ -37,10 +37,10 @@ pub use figures::{BwFigures, Figures, LatFigures, PEAK_WINDOW_NS};
 pub use json::{JSON_SCHEMA_VERSION, JsonReport, JsonResults, JsonRun, json_report, json_results};
 pub use loopback::run_loopback;
 pub use params::{
-    AuthOpts, CQ_MOD, CQ_MOD_SIZE_LIMIT, INFINITE_REPORT_S, LocalOpts, MAX_CQ_MOD, MAX_INLINE,
-    MAX_SIZE, Measure, POST_LIST, Params,
+    AuthOpts, CQ_MOD, CQ_MOD_SIZE_LIMIT, CYCLE_BUFFER_BYTES, INFINITE_REPORT_S, LocalOpts,
+    MAX_BUFFER_BYTES, MAX_CQ_MOD, MAX_INLINE, MAX_SIZE, Measure, POST_LIST, Params,
 };
-pub use rig::{AUTO_MTU_CAP, RTO_MIN_NS, payload_mtu};
+pub use rig::{AUTO_MTU_CAP, LOCAL_MTU_CAP, RTO_MIN_NS, payload_mtu};
 pub use server::serve;
 pub use session::{AddrLine, Progress, ServerSession, Session};
 pub use table::{

@@ -53,6 +53,7 @@ mod tests {
                 paths: 16,
                 pattern_seed: 9,
                 run_infinitely: false,
+                buffer_bytes: None,
             },
             endpoint: Endpoint {
                 device_port: 4791,

@@ -23,7 +23,9 @@ pub struct Params {
     pub verify: bool,
     /// Payload bytes per packet; 0: each side sizes it from its path to
     /// the other (the largest that leaves unfragmented, at most
-    /// [`AUTO_MTU_CAP`](crate::AUTO_MTU_CAP)), and the smaller one is used.
+    /// [`AUTO_MTU_CAP`](crate::AUTO_MTU_CAP), or
+    /// [`LOCAL_MTU_CAP`](crate::LOCAL_MTU_CAP) toward a peer on this host),
+    /// and the smaller one is used.
     pub mtu: u32,
     /// Paths per connection.
     pub paths: u32,
@@ -34,12 +36,24 @@ pub struct Params {
     /// side channel's close as the end of the run. Absent: false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub run_infinitely: bool,
+    /// Bytes of buffer per side that successive messages cycle through
+    /// (`--buffer-bytes`). Absent: perftest's cycle buffer, one page or
+    /// one message if larger, so that a bandwidth test rewrites the same
+    /// cache-warm bytes as `ib_write_bw` does (and as iperf3 and the raw
+    /// UDP tests do). A larger buffer measures with cold caches; one
+    /// smaller than a message holds one message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub buffer_bytes: Option<u64>,
 }
 
 /// Largest message size.
 pub const MAX_SIZE: u64 = 64 << 20;
-/// Most bytes of buffer per side.
-const BUF_CAP: u64 = 64 << 20;
+/// Most bytes of buffer per side (`--buffer-bytes`).
+pub const MAX_BUFFER_BYTES: u64 = 64 << 20;
+/// perftest's cycle buffer: messages smaller than a page share one page,
+/// a larger message is rewritten in place (perftest sizes each QP's buffer
+/// as the larger of the message and the page size).
+pub const CYCLE_BUFFER_BYTES: u64 = 4096;
 /// Most slots per buffer.
 const MAX_SLOTS: u64 = 1024;
 /// perftest's default CQ moderation: one signaled work request in 100.
@@ -91,6 +105,13 @@ impl Params {
         if !(1..=128).contains(&self.paths) {
             return Err(format!("--paths {} must be 1..=128", self.paths));
         }
+        if let Some(b) = self.buffer_bytes
+            && !(1..=MAX_BUFFER_BYTES).contains(&b)
+        {
+            return Err(format!(
+                "--buffer-bytes {b} must be 1 ..= {MAX_BUFFER_BYTES}"
+            ));
+        }
         if self.run_infinitely && (test.is_lat() || self.duration_s == 0) {
             return Err(
                 "--run_infinitely runs bandwidth tests only, reporting every -D seconds".into(),
@@ -99,8 +120,23 @@ impl Params {
         Ok(())
     }
 
+    /// Bytes of each side's buffer: [`slots`](Self::slots) messages (or
+    /// atomic operands).
+    pub fn buffer_len(&self, test: Test) -> u64 {
+        let slots = self.slots(test);
+        if test.is_atomic() {
+            slots * 8
+        } else {
+            slots * self.size
+        }
+    }
+
     pub(crate) fn slots(&self, test: Test) -> u64 {
-        let by_cap = (BUF_CAP / self.size).clamp(1, MAX_SLOTS);
+        let buffer = self
+            .buffer_bytes
+            .unwrap_or(CYCLE_BUFFER_BYTES.max(self.size))
+            .min(MAX_BUFFER_BYTES);
+        let by_cap = (buffer / self.size).clamp(1, MAX_SLOTS);
         let mut s = if self.duration_s == 0 {
             by_cap.min(self.iters)
         } else {
@@ -258,6 +294,59 @@ impl Default for LocalOpts {
             rto_min_ns: 0,
             engine_nice: None,
             block_when_contended: false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(size: u64, buffer_bytes: Option<u64>) -> Params {
+        Params {
+            size,
+            iters: 5000,
+            duration_s: 3,
+            qps: 1,
+            tx_depth: 128,
+            verify: true,
+            mtu: 0,
+            paths: 16,
+            pattern_seed: 1,
+            run_infinitely: false,
+            buffer_bytes,
+        }
+    }
+
+    /// perftest's cycle buffer: one page shared by small messages, one
+    /// message rewritten in place above a page.
+    #[test]
+    fn the_default_buffer_is_perftests() {
+        assert_eq!(params(8, None).buffer_len(Test::WriteBw), 4096);
+        assert_eq!(params(65_536, None).buffer_len(Test::WriteBw), 65_536);
+        assert_eq!(params(65_536, None).slots(Test::ReadBw), 1);
+        assert_eq!(params(1 << 20, None).buffer_len(Test::SendBw), 1 << 20);
+    }
+
+    #[test]
+    fn a_larger_buffer_cycles_messages_through_it() {
+        let p = params(65_536, Some(MAX_BUFFER_BYTES));
+        assert_eq!(p.slots(Test::WriteBw), 1024);
+        assert_eq!(p.buffer_len(Test::WriteBw), MAX_BUFFER_BYTES);
+        // Smaller than a message: one message.
+        assert_eq!(params(65_536, Some(100)).buffer_len(Test::WriteBw), 65_536);
+        // By iterations, no more slots than messages.
+        let mut q = params(4096, Some(1 << 20));
+        q.duration_s = 0;
+        q.iters = 10;
+        assert_eq!(q.slots(Test::WriteBw), 10);
+    }
+
+    #[test]
+    fn a_buffer_out_of_range_is_refused_naming_the_option() {
+        for b in [0, MAX_BUFFER_BYTES + 1] {
+            let err = params(65_536, Some(b)).validate(Test::WriteBw).unwrap_err();
+            assert!(err.starts_with("--buffer-bytes"), "{err}");
         }
     }
 }

@@ -17,10 +17,15 @@ use std::net::{IpAddr, SocketAddr};
 
 const ACCESS_ALL: AccessFlags = AccessFlags(0xf);
 
-/// The largest payload per packet `--mtu` defaults to where the path
-/// carries more: bigger packets cost less per byte (fewer headers, system
-/// calls and protocol passes) but lose more to one drop.
-pub const AUTO_MTU_CAP: u32 = 8192;
+/// The largest payload per packet `--mtu` defaults to toward a peer on
+/// another host where the path carries more: bigger packets cost less per
+/// byte (fewer headers, system calls and protocol passes) but lose more to
+/// one drop.
+pub const AUTO_MTU_CAP: u32 = pmtu::AUTO_PAYLOAD_CAP;
+
+/// The same default toward a peer on this host, whose datagrams never
+/// leave the kernel.
+pub const LOCAL_MTU_CAP: u32 = pmtu::LOCAL_PAYLOAD_CAP;
 
 /// Payload bytes of the largest data packet (no extension, ICRC) whose
 /// datagram is `datagram` bytes long, for an endpoint with or without
@@ -39,10 +44,17 @@ fn packet_overhead(auth: bool) -> usize {
         .unwrap_or(96)
 }
 
-/// The payload MTU a run uses on `path`: `asked` when it fits (an error
-/// naming the path when it does not), or, for `asked == 0`, the largest
-/// payload that fits, capped at [`AUTO_MTU_CAP`].
-pub fn payload_mtu(asked: u32, path: &PathMtu, auth: bool, peer: IpAddr) -> Result<u32, String> {
+/// The payload MTU a run from `local` uses on `path`: `asked` when it fits
+/// (an error naming the path when it does not), or, for `asked == 0`, the
+/// largest payload that fits, capped at [`LOCAL_MTU_CAP`] toward a peer on
+/// this host and [`AUTO_MTU_CAP`] toward any other.
+pub fn payload_mtu(
+    asked: u32,
+    path: &PathMtu,
+    auth: bool,
+    local: IpAddr,
+    peer: IpAddr,
+) -> Result<u32, String> {
     let overhead = packet_overhead(auth);
     let fits = path.max_datagram.saturating_sub(overhead);
     let fits = u32::try_from(fits).unwrap_or(u32::MAX).min(65_000);
@@ -53,7 +65,12 @@ pub fn payload_mtu(asked: u32, path: &PathMtu, auth: bool, peer: IpAddr) -> Resu
                 path.describe()
             ));
         }
-        return Ok(fits.min(AUTO_MTU_CAP));
+        let cap = if pmtu::is_local_peer(local, peer) {
+            LOCAL_MTU_CAP
+        } else {
+            AUTO_MTU_CAP
+        };
+        return Ok(fits.min(cap));
     }
     if asked > fits {
         return Err(format!(
@@ -143,7 +160,8 @@ pub(crate) fn rig(
 ) -> Result<Rig, PerfError> {
     let path = pmtu::probe_path(bind_ip, peer_ip)
         .map_err(|e| PerfError::Other(format!("path MTU from {bind_ip} to {peer_ip}: {e}")))?;
-    let mtu = payload_mtu(p.mtu, &path, local.auth.is_some(), peer_ip).map_err(PerfError::Other)?;
+    let mtu = payload_mtu(p.mtu, &path, local.auth.is_some(), bind_ip, peer_ip)
+        .map_err(PerfError::Other)?;
     let mut ep = endpoint_config(p, local, mtu);
     ep.accept_icrc_omitted = offers_icrc_omission(local);
     ep.auth = local.auth.map(|a| AuthConfig {

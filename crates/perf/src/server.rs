@@ -80,11 +80,7 @@ fn server_session(
     let my_ip = tcp.local_addr()?.ip();
     let peer_ip = tcp.peer_addr()?.ip();
     let slots = p.slots(test);
-    let buf_len = if test.is_atomic() {
-        slots * 8
-    } else {
-        slots * p.size
-    };
+    let buf_len = p.buffer_len(test);
     let fill = matches!(test, Test::ReadBw | Test::ReadLat).then_some(p.pattern_seed);
     // A server that cannot set up (ports taken, a path too small for the
     // MTU asked) says why before closing, so the client reports the reason

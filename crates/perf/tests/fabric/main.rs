@@ -56,6 +56,7 @@ fn params(duration_s: u64, mtu: u32) -> Params {
         paths: PATHS,
         pattern_seed: 0xfab,
         run_infinitely: false,
+        buffer_bytes: None,
     }
 }
 

@@ -21,6 +21,7 @@ fn params(_test: Test, size: u64, iters: u64) -> Params {
         paths: 8,
         pattern_seed: 0xfeed,
         run_infinitely: false,
+        buffer_bytes: None,
     }
 }
 
