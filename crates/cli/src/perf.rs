@@ -155,6 +155,10 @@ pub(crate) struct PerfArgs {
     /// Turn off UDP GSO and GRO.
     #[arg(long = "no-offload")]
     no_offload: bool,
+    /// Copy every received payload from a receive buffer into its memory
+    /// region, instead of receiving large WRITE payloads straight into it.
+    #[arg(long = "no-direct")]
+    no_direct: bool,
     /// Authenticate every packet (AES-256-GCM) with the job secret in
     /// METAROCE_JOB_SECRET (64 hex digits; both sides must have the same,
     /// which the handshake checks; with --loopback and no secret set, a
@@ -451,6 +455,7 @@ fn rdma_test(args: &PerfArgs, json: Option<JsonOut>) -> Result<ExitCode, String>
         dev_port_fallback: args.dev_port.is_none(),
         capture: None,
         offload: !args.no_offload,
+        direct_placement: !args.no_direct,
         engine_nice: args.engine_nice,
         block_when_contended: args.block_when_contended,
         icrc_omission: !args.icrc,

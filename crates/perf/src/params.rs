@@ -234,6 +234,9 @@ pub struct LocalOpts {
     pub capture: Option<std::sync::Arc<dyn metaroce_udp::CaptureHook>>,
     /// GSO / GRO allowed.
     pub offload: bool,
+    /// Large WRITE payloads received straight into the memory region
+    /// (off: `--no-direct`; see `DeviceConfig::direct_placement`).
+    pub direct_placement: bool,
     /// Packet authentication (and optionally encryption) with this job
     /// secret; both sides must run the same.
     pub auth: Option<AuthOpts>,
@@ -289,6 +292,7 @@ impl Default for LocalOpts {
             dev_port_fallback: true,
             capture: None,
             offload: true,
+            direct_placement: true,
             auth: None,
             icrc_omission: true,
             rto_min_ns: 0,

@@ -173,6 +173,7 @@ pub(crate) fn rig(
     dc.impair = local.impair;
     dc.gso = local.offload;
     dc.gro = local.offload;
+    dc.direct_placement = local.direct_placement;
     dc.port_fallback = local.dev_port_fallback;
     dc.capture = local.capture.clone();
     dc.engine_nice = local.engine_nice;

@@ -21,6 +21,7 @@ use crate::auth::{ConnectionAuth, Reject};
 use crate::config::{ConfigError, EndpointConfig};
 use crate::connection::{Connection, ConnectionStats};
 use crate::device_state::DeviceState;
+use crate::direct::DirectTarget;
 use crate::ecn::Ecn;
 use crate::memory::{AccessFlags, KeyKind, MemoryError, MrHandle, MrInfo, Span};
 use crate::message::{MsgAddress, Source, TxMessage};
@@ -775,6 +776,77 @@ impl Endpoint {
             if rest.is_empty() {
                 return;
             }
+        }
+    }
+
+    /// Direct placement, first step (see `direct.rs`): `head` is the start
+    /// of a datagram of `datagram_len` bytes from `src`, still in the
+    /// driver's socket. If it is one WRITE packet whose payload may go
+    /// straight into its region, where: the driver then receives the
+    /// headers ([`DirectTarget::header_len`] bytes) into its own buffer,
+    /// the payload into [`direct_buffer`](Self::direct_buffer) and the
+    /// trailer behind it, and calls [`handle_direct`](Self::handle_direct).
+    /// None: receive it as usual.
+    pub fn direct_target(
+        &mut self,
+        src: SocketAddr,
+        head: &[u8],
+        datagram_len: usize,
+    ) -> Option<DirectTarget> {
+        if self.dev.config.auth.is_some() || self.icrc_policy != wire::IcrcPolicy::OmittedAccepted {
+            return None;
+        }
+        let header = wire::BaseHeader::new_checked(head).ok()?;
+        if header.packet_type() != wire::PacketType::Data as u8
+            || !header.flags().contains(wire::Flags::ICRC_OMITTED)
+            || header.flags().contains(wire::Flags::AUTHENTICATED)
+        {
+            return None;
+        }
+        let repr = wire::DataRepr::parse_head(head, datagram_len).ok()?;
+        let peer = SocketAddr::new(src.ip(), repr.base.src_device_port);
+        let c = *self.conn_by_peer.get(&peer)?;
+        let conn_index = self.conns[c as usize].conn.index();
+        let (span, at) = crate::connection::direct_write_target(&mut self.dev, conn_index, &repr)?;
+        let target = DirectTarget {
+            repr,
+            span,
+            at,
+            header_len: repr.header_len(),
+            datagram_len,
+        };
+        self.direct_buffer(&target)?;
+        Some(target)
+    }
+
+    /// The region bytes a [`DirectTarget`]'s payload is received into.
+    pub fn direct_buffer(&mut self, target: &DirectTarget) -> Option<&mut [u8]> {
+        self.dev
+            .regions
+            .span_bytes_mut(target.span, target.at, target.repr.payload_len.into())
+    }
+
+    /// Direct placement, last step: the datagram `target` was given for
+    /// came in, its payload in the region and `head` its headers as read.
+    /// The packet is handled as [`handle_datagram`](Self::handle_datagram)
+    /// would, without copying the payload. Headers that differ from the
+    /// peeked ones (another datagram was read) drop the packet as
+    /// malformed: what it left in the region is in bytes still to come.
+    pub fn handle_direct(
+        &mut self,
+        now_ns: u64,
+        src: SocketAddr,
+        ecn: Ecn,
+        head: &[u8],
+        target: &DirectTarget,
+    ) {
+        self.set_time(now_ns);
+        self.dev.stats.rx_datagrams += 1;
+        self.dev.stats.rx_bytes += target.datagram_len as u64;
+        self.dev.stats.rx_ce_marked += u64::from(ecn == Ecn::Ce);
+        match wire::DataRepr::parse_head(head, target.datagram_len) {
+            Ok(repr) if repr == target.repr => self.dispatch_data(now_ns, src, ecn, &repr, &[]),
+            _ => self.dev.stats.rx_malformed += 1,
         }
     }
 

@@ -449,6 +449,21 @@ impl RegionTable {
         })
     }
 
+    /// The `len` bytes at `span.offset + at`, mutably: where a driver may
+    /// receive a payload straight from its socket (see
+    /// `Endpoint::direct_target`). None for virtual regions, memory lent
+    /// read-only, or a range outside the span.
+    pub(crate) fn span_bytes_mut(&mut self, span: Span, at: u64, len: u64) -> Option<&mut [u8]> {
+        let region = self.regions.get_mut(span.region as usize)?.as_mut()?;
+        let end = at.checked_add(len).filter(|&e| e <= span.len)?;
+        let start = span.offset.checked_add(at)?;
+        if span.offset + end > region.len {
+            return None;
+        }
+        let bytes = region.backing.get_mut()?;
+        bytes.get_mut(start as usize..(start + len) as usize)
+    }
+
     /// Copy `data` into the region at `span.offset + at`. The span was checked
     /// when it was resolved; a region deregistered since then (a caller bug
     /// ibverbs leaves undefined) makes this a no-op returning false.

@@ -73,6 +73,12 @@ impl RangeSet {
         added
     }
 
+    /// Whether any byte of `start..end` is covered.
+    pub fn overlaps(&self, start: u64, end: u64) -> bool {
+        let i = self.ranges.partition_point(|&(_, e)| e <= start);
+        self.ranges.get(i).is_some_and(|&(s, _)| s < end)
+    }
+
     /// Whether `start..end` is entirely covered.
     pub fn contains(&self, start: u64, end: u64) -> bool {
         let i = self.ranges.partition_point(|&(_, e)| e < end);

@@ -120,6 +120,14 @@ pub struct DeviceConfig {
     /// trailer from a buffer, payload in place) instead of copying them
     /// into a datagram buffer first.
     pub gather: bool,
+    /// Receive the payload of a large WRITE packet straight into its memory
+    /// region (peek at the headers, ask the core where the payload goes,
+    /// then read headers, payload and trailer into their places: no copy
+    /// from a receive buffer; see the core's `direct.rs`). Taken only where
+    /// the core allows it (no authentication, ICRC left to the UDP
+    /// checksum), and never with `impair` or `capture`, which need whole
+    /// datagrams.
+    pub direct_placement: bool,
     /// Sees every datagram sent and received (a packet capture, e.g.
     /// [`PcapCapture`](crate::PcapCapture)); `None` costs nothing.
     pub capture: Option<Arc<dyn CaptureHook>>,
@@ -161,6 +169,7 @@ impl DeviceConfig {
             busy_poll_ns: 2_000_000,
             rx_queue_mark_bytes: 512 << 10,
             gather: true,
+            direct_placement: true,
             capture: None,
             engine_nice: None,
             coalesce: true,
@@ -178,6 +187,9 @@ pub struct IoStats {
     pub rx_datagrams: u64,
     /// Received super-datagrams that GRO coalesced.
     pub rx_gro_msgs: u64,
+    /// Datagrams whose payload was received straight into its memory
+    /// region (direct placement; counted in `rx_datagrams` too).
+    pub rx_direct: u64,
     /// Datagrams dropped by `--impair`.
     pub impair_dropped: u64,
     /// Datagrams duplicated by `--impair`.
@@ -246,6 +258,7 @@ impl IoStats {
             ("rx_batches", self.rx_batches),
             ("rx_datagrams", self.rx_datagrams),
             ("rx_gro_msgs", self.rx_gro_msgs),
+            ("rx_direct", self.rx_direct),
             ("impair_dropped", self.impair_dropped),
             ("impair_duplicated", self.impair_duplicated),
             ("impair_reordered", self.impair_reordered),
@@ -300,6 +313,17 @@ const TX_BATCH: usize = 256;
 const RX_BATCH: usize = 32;
 /// Receive batches per progress pass (bounded for fairness with timers and sends).
 const RX_ROUNDS: usize = 8;
+/// Smallest datagram worth direct placement: below it, the peek costs
+/// more than the copy it saves.
+const DIRECT_MIN_BYTES: usize = 16 << 10;
+/// Most datagrams one pass reads this way before the batch read.
+const DIRECT_MAX_PER_PASS: usize = 32;
+/// Datagrams in a row not for direct placement that hand the rest of the
+/// queue over to the batch read.
+const DIRECT_MAX_MISSES: usize = 2;
+/// Room for a data packet's headers and trailer (the largest extension
+/// and the ICRC are well inside it).
+const DIRECT_HEAD_LEN: usize = 256;
 /// Longest a due timer waits for the receive socket to be drained. While
 /// datagrams wait unread, a due retransmission timer is held back: after
 /// this host was off its CPU, the ACKs that answer the timer are usually
@@ -425,6 +449,16 @@ struct Io {
     last_progress_ns: u64,
     rx_queue_mark_bytes: u32,
     gather: bool,
+    /// Direct placement is allowed (configured, no impairment, no capture).
+    direct: bool,
+    /// The last datagram read was large: peek at the next one's headers
+    /// before a batch read, for direct placement. Small traffic (a
+    /// latency test) never pays the peek.
+    direct_hint: bool,
+    /// Headers (and the trailer) of a directly placed datagram.
+    direct_head: Vec<u8>,
+    /// A datagram read on the way that was not for direct placement.
+    direct_scratch: Vec<u8>,
     capture: Option<Arc<dyn CaptureHook>>,
     /// Peers whose path MTU this device follows, with what it last learned.
     paths: Vec<(SocketAddr, PathMtu)>,
@@ -654,6 +688,19 @@ impl Device {
             last_progress_ns: 0,
             rx_queue_mark_bytes: cfg.rx_queue_mark_bytes,
             gather: cfg.gather,
+            direct: cfg.direct_placement
+                && cfg.capture.is_none()
+                && !cfg.impair.is_some_and(|i| i.is_active()),
+            direct_hint: false,
+            direct_head: vec![0; DIRECT_HEAD_LEN],
+            direct_scratch: vec![
+                0;
+                if cfg.direct_placement {
+                    sys::RX_BUF_LEN
+                } else {
+                    0
+                }
+            ],
             capture: cfg.capture.clone(),
             paths: Vec::new(),
             pmtu_recheck_at_ns: 0,
@@ -1191,6 +1238,10 @@ fn take_input(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
     let mut did = false;
     let mut now = now;
     let mut drained = false;
+    if io.direct && io.direct_hint && take_direct(ctx, io, now) {
+        did = true;
+        now = now_ns();
+    }
     for round in 0..RX_ROUNDS {
         // A pass can outlast a scheduler tick: stamp each batch with the
         // time it was really taken in, or RTT samples come out short.
@@ -1231,6 +1282,7 @@ fn take_input(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
             }
             let data = io.rxb.data(i);
             let seg = m.segment.unwrap_or(data.len()).max(1);
+            io.direct_hint = seg >= DIRECT_MIN_BYTES;
             if data.len() > seg {
                 io.stats.rx_gro_msgs += 1;
             }
@@ -1293,6 +1345,100 @@ fn take_input(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
     io.deadline_at_last_pass = ctx.poll_timeout();
     io.busy_at_last_pass = io.deadline_at_last_pass.is_some();
     did
+}
+
+/// Direct placement (the core's `direct.rs`): while the datagram at the
+/// head of the receive socket is one large WRITE packet the core has a
+/// target for, read its headers and trailer into `direct_head` and its
+/// payload straight into the region. Stops at the first datagram that is
+/// small, coalesced by GRO, or has no target (the batch read takes it), or
+/// after `DIRECT_MAX_PER_PASS`. Returns whether it took any.
+fn take_direct(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
+    let mut taken = 0;
+    let mut misses = 0;
+    let mut queue_long = false;
+    while taken < DIRECT_MAX_PER_PASS && misses < DIRECT_MAX_MISSES {
+        let peeked = {
+            let mut parts: [&mut [u8]; 1] = [&mut io.direct_head[..]];
+            sys::recv_one(&io.rx, &mut parts, true)
+        };
+        let Ok(Some(peek)) = peeked else { break };
+        let Some(src) = peek.src else { break };
+        taken += 1;
+        // The receive-queue mark of the batch read, asked every eighth
+        // datagram.
+        if taken % 8 == 1 {
+            queue_long = io.rx_queue_mark_bytes > 0
+                && sys::rx_queue(&io.rx).is_some_and(|(q, _)| q > io.rx_queue_mark_bytes);
+        }
+        let gro = peek.segment.is_some_and(|seg| seg < peek.len);
+        let head_len = peek.len.min(io.direct_head.len());
+        let target = (peek.len >= DIRECT_MIN_BYTES && !gro)
+            .then(|| ctx.direct_target(src, &io.direct_head[..head_len], peek.len))
+            .flatten()
+            .filter(|t| t.header_len() + t.trailer_len() <= io.direct_head.len());
+        let Some(target) = target else {
+            // Not for direct placement (small, coalesced, an ACK, no
+            // target): read and handled as the batch read would. A run of
+            // them hands over to the batch read.
+            misses += 1;
+            io.direct_hint = peek.len >= DIRECT_MIN_BYTES;
+            let got = {
+                let mut parts: [&mut [u8]; 1] = [&mut io.direct_scratch[..]];
+                sys::recv_one(&io.rx, &mut parts, false)
+            };
+            let Ok(Some(m)) = got else { break };
+            let Some(src) = m.src else { continue };
+            let ecn = mark(sys::ecn_of_tos(m.tos), queue_long, &mut io.stats);
+            let data = &io.direct_scratch[..m.len.min(io.direct_scratch.len())];
+            let seg = m.segment.unwrap_or(data.len()).max(1);
+            if data.len() > seg {
+                io.stats.rx_gro_msgs += 1;
+            }
+            for d in data.chunks(seg) {
+                io.stats.rx_datagrams += 1;
+                ctx.handle_datagram(now, src, ecn, d);
+            }
+            continue;
+        };
+        misses = 0;
+        let hl = target.header_len();
+        let tl = target.trailer_len();
+        let got = {
+            let (head, rest) = io.direct_head.split_at_mut(hl);
+            let Some(payload) = ctx.direct_buffer(&target) else {
+                break;
+            };
+            let mut parts: [&mut [u8]; 3] = [head, payload, &mut rest[..tl]];
+            sys::recv_one(&io.rx, &mut parts, false)
+        };
+        // The datagram was consumed whatever happens next (or an error left
+        // it queued for the batch read).
+        let Ok(Some(m)) = got else { break };
+        io.stats.rx_datagrams += 1;
+        io.stats.rx_direct += 1;
+        let ecn = mark(sys::ecn_of_tos(m.tos), queue_long, &mut io.stats);
+        if m.len == target.datagram_len() && m.src == Some(src) {
+            ctx.handle_direct(now, src, ecn, &io.direct_head[..hl], &target);
+        } else {
+            // Another datagram than the peeked one: its bytes went into
+            // the target's range of an unfinished message, which a
+            // checked packet must still fill; this one is lost.
+            ctx.handle_direct(now, src, ecn, &[], &target);
+        }
+    }
+    taken > 0
+}
+
+/// An ECN-capable datagram taken from a long receive queue counts as CE
+/// marked (`DeviceConfig::rx_queue_mark_bytes`).
+fn mark(ecn: Ecn, queue_long: bool, stats: &mut IoStats) -> Ecn {
+    if queue_long && ecn == Ecn::Ect0 {
+        stats.rx_queue_ce_marks += 1;
+        Ecn::Ce
+    } else {
+        ecn
+    }
 }
 
 /// Ask the kernel again for the path MTU of every peer the device follows

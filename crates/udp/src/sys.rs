@@ -559,36 +559,7 @@ impl RxBatch {
         for i in 0..got {
             let h = &hdrs[i].msg_hdr;
             let len = (hdrs[i].msg_len as usize).min(RX_BUF_LEN);
-            let mut tos = 0u8;
-            let mut segment = None;
-            // SAFETY: the kernel filled msg_control up to msg_controllen
-            // (within RX_CMSG_SPACE); CMSG_FIRSTHDR/NXTHDR only return headers
-            // inside that length, and each data read is bounded by cmsg_len.
-            unsafe {
-                let mut c = libc::CMSG_FIRSTHDR(h);
-                while !c.is_null() {
-                    let data_len = (*c).cmsg_len.saturating_sub(libc::CMSG_LEN(0) as usize);
-                    let data = libc::CMSG_DATA(c);
-                    match ((*c).cmsg_level, (*c).cmsg_type) {
-                        (libc::IPPROTO_IP, libc::IP_TOS) if data_len >= 1 => tos = *data,
-                        (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) if data_len >= 4 => {
-                            tos = std::ptr::read_unaligned(data.cast::<libc::c_int>()) as u8;
-                        }
-                        (SOL_UDP, UDP_GRO) if data_len >= 2 => {
-                            let seg = if data_len >= 4 {
-                                std::ptr::read_unaligned(data.cast::<libc::c_int>()) as usize
-                            } else {
-                                usize::from(std::ptr::read_unaligned(data.cast::<u16>()))
-                            };
-                            if seg > 0 {
-                                segment = Some(seg);
-                            }
-                        }
-                        _ => {}
-                    }
-                    c = libc::CMSG_NXTHDR(h, c);
-                }
-            }
+            let (tos, segment) = read_cmsgs(h);
             let src = sockaddr_to_std(&names[i], h.msg_namelen);
             self.meta.push(InMeta {
                 src,
@@ -599,6 +570,100 @@ impl RxBatch {
         }
         Ok(got)
     }
+}
+
+/// The TOS byte and the GRO segment size from the control messages the
+/// kernel filled into `h` (by `recvmsg` or `recvmmsg`).
+fn read_cmsgs(h: &libc::msghdr) -> (u8, Option<usize>) {
+    let mut tos = 0u8;
+    let mut segment = None;
+    // SAFETY: the kernel filled msg_control up to msg_controllen (within
+    // the control buffer the caller gave it); CMSG_FIRSTHDR/NXTHDR only
+    // return headers inside that length, and each data read is bounded by
+    // cmsg_len.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(h);
+        while !c.is_null() {
+            let data_len = (*c).cmsg_len.saturating_sub(libc::CMSG_LEN(0) as usize);
+            let data = libc::CMSG_DATA(c);
+            match ((*c).cmsg_level, (*c).cmsg_type) {
+                (libc::IPPROTO_IP, libc::IP_TOS) if data_len >= 1 => tos = *data,
+                (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) if data_len >= 4 => {
+                    tos = std::ptr::read_unaligned(data.cast::<libc::c_int>()) as u8;
+                }
+                (SOL_UDP, UDP_GRO) if data_len >= 2 => {
+                    let seg = if data_len >= 4 {
+                        std::ptr::read_unaligned(data.cast::<libc::c_int>()) as usize
+                    } else {
+                        usize::from(std::ptr::read_unaligned(data.cast::<u16>()))
+                    };
+                    if seg > 0 {
+                        segment = Some(seg);
+                    }
+                }
+                _ => {}
+            }
+            c = libc::CMSG_NXTHDR(h, c);
+        }
+    }
+    (tos, segment)
+}
+
+/// One non-blocking `recvmsg` of the next datagram into `parts`, in
+/// order. With `peek`, the datagram stays queued (`MSG_PEEK`) and the
+/// length returned is its whole length even where `parts` hold less
+/// (`MSG_TRUNC`); without, a datagram longer than `parts` is cut (its
+/// length says so). None when nothing is waiting.
+pub(crate) fn recv_one(
+    sock: &Socket,
+    parts: &mut [&mut [u8]],
+    peek: bool,
+) -> io::Result<Option<InMeta>> {
+    let mut iovs: [libc::iovec; 4] = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; 4];
+    let n = parts.len().min(iovs.len());
+    for (iov, part) in iovs.iter_mut().zip(parts.iter_mut()) {
+        iov.iov_base = part.as_mut_ptr().cast();
+        iov.iov_len = part.len();
+    }
+    // SAFETY: all-zero is a valid value for these plain C structs.
+    let mut name: libc::sockaddr_storage = unsafe { zeroed() };
+    let mut cmsg = CmsgBuf([0; RX_CMSG_SPACE]);
+    // SAFETY: as above.
+    let mut h: libc::msghdr = unsafe { zeroed() };
+    h.msg_name = (&raw mut name).cast();
+    h.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    h.msg_iov = iovs.as_mut_ptr();
+    h.msg_iovlen = n;
+    h.msg_control = cmsg.0.as_mut_ptr().cast();
+    h.msg_controllen = RX_CMSG_SPACE;
+    let flags = libc::MSG_DONTWAIT
+        | if peek {
+            libc::MSG_PEEK | libc::MSG_TRUNC
+        } else {
+            0
+        };
+    // SAFETY: `h` points at `n` iovecs, each covering one of `parts` (live
+    // mutable slices for the whole call, at their true lengths), and at a
+    // name and a control buffer of the sizes given; the kernel writes
+    // within those sizes only.
+    let r = unsafe { libc::recvmsg(sock.as_raw_fd(), &raw mut h, flags) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::WouldBlock {
+            return Ok(None);
+        }
+        return Err(e);
+    }
+    let (tos, segment) = read_cmsgs(&h);
+    Ok(Some(InMeta {
+        src: sockaddr_to_std(&name, h.msg_namelen),
+        len: r as usize,
+        tos,
+        segment,
+    }))
 }
 
 fn sockaddr_to_std(s: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {

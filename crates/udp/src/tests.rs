@@ -31,6 +31,18 @@ fn two_devices_sized(
     capture: [Option<Arc<dyn CaptureHook>>; 2],
     coalesce: bool,
 ) -> (Device, Device, Ends) {
+    two_devices_with(device_mtu, path_mtu, capture, coalesce, |_| {})
+}
+
+/// [`two_devices_sized`], each device's configuration passed through
+/// `tweak` before it starts.
+fn two_devices_with(
+    device_mtu: u32,
+    path_mtu: u32,
+    capture: [Option<Arc<dyn CaptureHook>>; 2],
+    coalesce: bool,
+    tweak: impl Fn(&mut DeviceConfig),
+) -> (Device, Device, Ends) {
     let cfg = EndpointConfig {
         device_port: 0,
         path_port_span: 16,
@@ -50,10 +62,12 @@ fn two_devices_sized(
     );
     dc.capture = cap_a;
     dc.coalesce = coalesce;
+    tweak(&mut dc);
     let a = Device::start(dc).unwrap();
     let mut dc = DeviceConfig::new(EndpointConfig { seed: 2, ..cfg }, ip);
     dc.capture = cap_b;
     dc.coalesce = coalesce;
+    tweak(&mut dc);
     let b = Device::start(dc).unwrap();
     let mk = |d: &Device| {
         d.with(|ctx, _| {
@@ -607,4 +621,60 @@ fn idle_device_uses_under_one_percent_of_a_cpu() {
             assert!(pct < 1.0, "{name} used {pct:.2} % of a CPU while idle");
         }
     });
+}
+
+/// Large WRITEs whose payloads the receiver takes straight into the region
+/// (direct placement) arrive intact, as with the copy; a datagram that is
+/// not a WRITE (the READ responses) goes the usual way beside them.
+#[test]
+fn direct_placement_receives_writes_into_the_region() {
+    const MTU: u32 = 60 << 10;
+    const LEN: u32 = 4 << 20;
+    for direct in [true, false] {
+        let (a, b, [(qa, ca, pa), (_qb, _cb, pb)]) =
+            two_devices_with(MTU, MTU, [None, None], true, |dc| {
+                dc.endpoint.accept_icrc_omitted = true;
+                dc.direct_placement = direct;
+            });
+        let (aa, ba) = (a.addr(), b.addr());
+        a.with(|ctx, _| ctx.set_peer_icrc_omission(ba, true));
+        b.with(|ctx, _| ctx.set_peer_icrc_omission(aa, true));
+        let src = a.with(|ctx, _| ctx.reg_mr(pa, u64::from(LEN), AccessFlags(0xf)).unwrap());
+        let dst = b.with(|ctx, _| ctx.reg_mr(pb, u64::from(LEN), AccessFlags(0xf)).unwrap());
+        let pattern: Vec<u8> = (0..LEN).map(|i| (i % 253) as u8).collect();
+        a.with(|ctx, _| ctx.mr_bytes_mut(&src).copy_from_slice(&pattern));
+        for round in 0..4u64 {
+            a.with(|ctx, _| {
+                let op = WrOp::Write {
+                    remote_addr: dst.addr,
+                    rkey: dst.rkey,
+                };
+                let wr = SendWr::new(round, op, vec![src.sge(0, LEN)]);
+                ctx.post_send(qa, &[wr]).unwrap();
+            });
+            let wc = wait_one(&a, ca);
+            assert_eq!((wc.wr_id, wc.status), (round, WcStatus::Success), "{wc:?}");
+        }
+        assert!(b.with(|ctx, _| ctx.mr_bytes(&dst) == &pattern[..]));
+        // And back by READ: its responses are not WRITEs, copied as ever.
+        a.with(|ctx, _| ctx.mr_bytes_mut(&src).fill(0));
+        a.with(|ctx, _| {
+            let op = WrOp::Read {
+                remote_addr: dst.addr,
+                rkey: dst.rkey,
+            };
+            let wr = SendWr::new(9, op, vec![src.sge(0, LEN)]);
+            ctx.post_send(qa, &[wr]).unwrap();
+        });
+        let wc = wait_one(&a, ca);
+        assert_eq!((wc.wr_id, wc.status), (9, WcStatus::Success), "{wc:?}");
+        assert!(a.with(|ctx, _| ctx.mr_bytes(&src) == &pattern[..]));
+        let placed = b.stats().io.rx_direct;
+        if direct {
+            assert!(placed > 0, "no datagram placed directly");
+        } else {
+            assert_eq!(placed, 0);
+        }
+        assert_eq!(b.stats().endpoint.rx_malformed, 0);
+    }
 }

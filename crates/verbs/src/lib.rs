@@ -135,9 +135,9 @@ use std::net::SocketAddr;
 
 pub use metaroce_proto::{
     AccessFlags, AuthConfig, CcMetrics, ConfigError, ConnectionStats, Counters,
-    DEFAULT_DEVICE_PORT, Ecn, EndpointConfig, EndpointStats, Layout, MemoryError, PacketKind,
-    PathStats, PayloadRef, PeerCounters, PostError, QpCaps, QpError, RecvWr, RegionMemory,
-    RxPathStats, SendWr, Sge, Transmit, WcOpcode, WcStatus, WorkCompletion, WrOp,
+    DEFAULT_DEVICE_PORT, DirectTarget, Ecn, EndpointConfig, EndpointStats, Layout, MemoryError,
+    PacketKind, PathStats, PayloadRef, PeerCounters, PostError, QpCaps, QpError, RecvWr,
+    RegionMemory, RxPathStats, SendWr, Sge, Transmit, WcOpcode, WcStatus, WorkCompletion, WrOp,
     format_counter_lines,
 };
 
@@ -916,6 +916,36 @@ impl Context {
     /// Feed a received datagram (see [`Endpoint::handle_datagram`]).
     pub fn handle_datagram(&mut self, now_ns: u64, src: SocketAddr, ecn: Ecn, data: &[u8]) {
         self.endpoint.handle_datagram(now_ns, src, ecn, data);
+        self.dispatch_completions();
+    }
+
+    /// Where a waiting datagram's payload may be received directly (see
+    /// [`Endpoint::direct_target`]).
+    pub fn direct_target(
+        &mut self,
+        src: SocketAddr,
+        head: &[u8],
+        datagram_len: usize,
+    ) -> Option<DirectTarget> {
+        self.endpoint.direct_target(src, head, datagram_len)
+    }
+
+    /// The region bytes a [`DirectTarget`]'s payload goes into.
+    pub fn direct_buffer(&mut self, target: &DirectTarget) -> Option<&mut [u8]> {
+        self.endpoint.direct_buffer(target)
+    }
+
+    /// Feed a datagram received by direct placement (see
+    /// [`Endpoint::handle_direct`]).
+    pub fn handle_direct(
+        &mut self,
+        now_ns: u64,
+        src: SocketAddr,
+        ecn: Ecn,
+        head: &[u8],
+        target: &DirectTarget,
+    ) {
+        self.endpoint.handle_direct(now_ns, src, ecn, head, target);
         self.dispatch_completions();
     }
 

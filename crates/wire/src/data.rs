@@ -607,6 +607,44 @@ impl DataRepr {
         Ok(repr)
     }
 
+    /// Decode and validate the headers of a data packet of which only the
+    /// first bytes, `head`, were read, out of a datagram of `datagram_len`
+    /// bytes (the payload's length follows from the datagram's, as in
+    /// [`DataRepr::parse`]): for a receiver that reads the headers first and
+    /// then lets the payload go straight where it belongs. `head` must hold
+    /// the data header and the opcode's extension; the trailer is not read.
+    pub fn parse_head(head: &[u8], datagram_len: usize) -> Result<Self> {
+        if head.len() < DATA_HEADER_LEN {
+            return Err(Error::Truncated);
+        }
+        let packet = DataPacket::new_unchecked(head);
+        let opcode = packet.opcode()?;
+        let header_len = DATA_HEADER_LEN + opcode.ext_len();
+        let trailer = packet.trailer_len();
+        if head.len() < header_len || datagram_len < header_len + trailer {
+            return Err(Error::Truncated);
+        }
+        let base = BaseRepr::parse(&packet.base(), PacketType::Data)?;
+        let op = OpHeader::parse(opcode, packet.ext())?;
+        let payload_len = u32::try_from(datagram_len - header_len - trailer)
+            .map_err(|_| Error::Malformed("payload_len"))?;
+        let repr = Self {
+            base,
+            psn: packet.psn(),
+            timestamp_ns: packet.timestamp_ns(),
+            dst_qpn: packet.dst_qpn(),
+            msg_seq: packet.msg_seq(),
+            solicited: packet.solicited(),
+            psn_floor_delta: packet.psn_floor_delta(),
+            msg_len: packet.msg_len(),
+            offset: packet.offset(),
+            op,
+            payload_len,
+        };
+        repr.validate()?;
+        Ok(repr)
+    }
+
     /// Check the rules between fields that [`DataRepr::parse`] enforces:
     ///
     /// * the payload lies inside the message: `offset + payload_len <= msg_len`;

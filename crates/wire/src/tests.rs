@@ -787,3 +787,24 @@ fn icrc_omission_is_the_receivers_choice() {
         Err(Error::BadChecksum)
     );
 }
+
+/// The headers read alone, with the datagram's length, decode as the whole
+/// datagram does; a head cut inside the headers, or a datagram too short
+/// for its headers and trailer, is refused.
+#[test]
+fn parse_head_matches_parse() {
+    for repr in every_opcode() {
+        let datagram = emit(&repr);
+        let hl = repr.header_len();
+        let head = DataRepr::parse_head(&datagram[..hl], datagram.len()).unwrap();
+        assert_eq!(head, repr);
+        // More of the datagram than the headers changes nothing.
+        let more = (hl + 16).min(datagram.len());
+        assert_eq!(
+            DataRepr::parse_head(&datagram[..more], datagram.len()).unwrap(),
+            repr
+        );
+        assert!(DataRepr::parse_head(&datagram[..hl - 1], datagram.len()).is_err());
+        assert!(DataRepr::parse_head(&datagram[..hl], hl + ICRC_LEN - 1).is_err());
+    }
+}

@@ -31,6 +31,7 @@
 mod receive;
 mod requester;
 mod responder;
+pub(crate) use responder::direct_write_target;
 mod timers;
 mod transmit;
 
@@ -814,7 +815,7 @@ impl Connection {
     // All the responder and the requester touch of a connection.
 
     /// The connection's slot in the endpoint (QPs name it when bound).
-    fn index(&self) -> u32 {
+    pub(crate) fn index(&self) -> u32 {
         self.index
     }
 

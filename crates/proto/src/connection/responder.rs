@@ -22,7 +22,7 @@
 
 use super::{Connection, live_qp};
 use crate::device_state::DeviceState;
-use crate::memory::{AccessFlags, AtomicOp, KeyKind, MemoryError};
+use crate::memory::{AccessFlags, AtomicOp, KeyKind, MemoryError, Span};
 use crate::message::{MsgAddress, TxMessage};
 use crate::qp::{Qp, QpRunState, RxMessage};
 use crate::range_set::RangeSet;
@@ -45,6 +45,75 @@ fn response_route(qp: &Qp, msg_seq: u32, device_mtu: u32) -> (MsgAddress, u32) {
         msg_seq,
     };
     (to, qp.mtu(device_mtu))
+}
+
+/// Where the payload of WRITE packet `repr` from connection `conn_index`
+/// would be placed, if a driver may receive it there straight from its
+/// socket, before the packet has been read whole and checked: the span of
+/// the target region and the offset in it.
+///
+/// Only into bytes no check could keep from being written later: a WRITE
+/// (or WRITE-with-immediate with its receive posted) of an open message of
+/// a live QP, inside the window of messages this responder takes, to a
+/// region the rkey lets the peer write, and into a range of the message
+/// that has not arrived yet. Whatever then happens to the packet (a
+/// checksum the kernel rejects, a PSN out of the path's window, a header
+/// that did not survive the trip), the bytes it left there belong to a
+/// part of an unfinished message that a checked packet must still bring:
+/// the message cannot complete before that packet has overwritten them.
+pub(crate) fn direct_write_target(
+    dev: &mut DeviceState,
+    conn_index: u32,
+    repr: &DataRepr,
+) -> Option<(Span, u64)> {
+    let (rkey, remote_addr) = match repr.op {
+        OpHeader::Write { rkey, remote_addr } => (rkey, remote_addr),
+        OpHeader::WriteImm {
+            rkey, remote_addr, ..
+        } => (rkey, remote_addr),
+        _ => return None,
+    };
+    let window = dev.config.max_incoming_ops_per_qp;
+    let qp = dev.qps.for_packet(repr.dst_qpn, conn_index)?;
+    if qp.state == QpRunState::Error || qp.rx_fatal.is_some() {
+        return None;
+    }
+    let ahead = repr.msg_seq.wrapping_sub(qp.rx_msn);
+    if ahead >= window {
+        return None;
+    }
+    if let OpHeader::WriteImm { recv_index, .. } = repr.op
+        && recv_index.wrapping_sub(qp.rq_base) as usize >= qp.rq.len()
+    {
+        return None;
+    }
+    let start = u64::from(repr.offset);
+    let end = start + u64::from(repr.payload_len);
+    if let Some(Some(m)) = qp.rx_window.get(ahead as usize)
+        && (m.done
+            || m.opcode != repr.op.opcode()
+            || m.len != repr.msg_len
+            || m.ranges.len() >= MAX_RANGES_PER_MESSAGE
+            || m.ranges.overlaps(start, end))
+    {
+        return None;
+    }
+    if !qp.remote_access.contains(AccessFlags::REMOTE_WRITE) {
+        return None;
+    }
+    let pd = qp.pd;
+    let span = dev
+        .regions
+        .check(
+            KeyKind::Remote,
+            rkey,
+            pd,
+            remote_addr,
+            u64::from(repr.msg_len),
+            AccessFlags::REMOTE_WRITE,
+        )
+        .ok()?;
+    Some((span, start))
 }
 
 /// Execute (or refuse) the request a data packet carries. Returns whether
@@ -176,8 +245,10 @@ pub(super) fn on_request(
         } => {
             match remote_check(dev, rkey, remote_addr, msg_len, AccessFlags::REMOTE_WRITE) {
                 Ok(span) => {
+                    // Empty when the driver received the payload in place
+                    // (`direct_write_target`); the header says how much came.
                     dev.regions.write(span, u64::from(repr.offset), payload);
-                    arrived_bytes = Some(payload.len());
+                    arrived_bytes = Some(repr.payload_len as usize);
                 }
                 Err(_) => fatal = Some(Syndrome::RemAccessErr),
             }
