@@ -55,6 +55,11 @@ pub const PARAMS: &[Param] = &[
         help: "1: compute and check the ICRC on every data packet; 0: endpoints agree to leave it to the UDP checksum (packets are not authenticated)",
     },
     Param {
+        name: "direct",
+        default: "1",
+        help: "1: receive large WRITE and READ-response payloads straight into their buffers (a peek at the headers, then one read); 0: copy every payload from a receive buffer",
+    },
+    Param {
         name: "rto_min_us",
         default: "4000",
         help: "Lowest retransmission timeout in microseconds (a VM's scheduler tick makes lower values fire on healthy paths)",
@@ -107,6 +112,8 @@ pub struct Tunables {
     pub mtu: u32,
     /// Always compute the ICRC (else offer peers to omit it).
     pub icrc: bool,
+    /// Direct placement of large payloads (`DeviceConfig::direct_placement`).
+    pub direct: bool,
     /// Lowest RTO, µs.
     pub rto_min_us: u64,
     /// Receive-side impairment.
@@ -149,6 +156,7 @@ impl Tunables {
             paths: 8,
             mtu: 0,
             icrc: false,
+            direct: true,
             rto_min_us: 4000,
             impair: None,
             stats: false,
@@ -236,6 +244,7 @@ impl Tunables {
         };
         out.stats = flag("stats").unwrap_or(false);
         out.icrc = flag("icrc").unwrap_or(false);
+        out.direct = flag("direct").unwrap_or(true);
         let (v, src) = get("staging_cache_mb");
         match v.trim().parse::<usize>() {
             Ok(n) if n <= 1 << 20 => {

@@ -469,6 +469,7 @@ impl EpState {
         };
         let mut dc = DeviceConfig::new(ep_cfg, IpAddr::V4(cfg.bind_ip));
         dc.impair = cfg.impair;
+        dc.direct_placement = cfg.direct;
         dc.port_fallback = true;
         let dev =
             Device::start(dc).map_err(|e| format!("MetaRoCE device on {}: {e}", cfg.bind_ip))?;

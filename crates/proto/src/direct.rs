@@ -2,7 +2,8 @@
 //!
 //! A driver that reads datagrams into its own buffers pays a second copy
 //! for every payload, from that buffer into the region the packet targets.
-//! For large WRITE packets it can instead peek at the headers, ask the
+//! For large WRITE packets and READ responses it can instead peek at the
+//! headers, ask the
 //! endpoint where the payload goes ([`Endpoint::direct_target`]), and
 //! receive the datagram as three parts: the headers into its buffer, the
 //! payload into the region ([`Endpoint::direct_buffer`]), the trailer into
@@ -12,7 +13,9 @@
 //! The payload lands before the packet has been checked whole, so a target
 //! is given only where no later verdict can matter: bytes of an open WRITE
 //! message that have not arrived yet, in a region the peer's rkey lets it
-//! write (see `connection::responder::direct_write_target`). A packet that
+//! write (see `connection::responder::direct_write_target`), or bytes of an
+//! outstanding READ's local buffer that no response has brought yet
+//! (`connection::requester::direct_read_target`). A packet that
 //! is then refused (its checksum, its PSN, headers that changed between
 //! the peek and the read) leaves bytes that a checked packet must still
 //! bring before the message can complete. Packets with an ICRC to check

@@ -781,7 +781,8 @@ impl Endpoint {
 
     /// Direct placement, first step (see `direct.rs`): `head` is the start
     /// of a datagram of `datagram_len` bytes from `src`, still in the
-    /// driver's socket. If it is one WRITE packet whose payload may go
+    /// driver's socket. If it is one WRITE packet or READ response whose
+    /// payload may go
     /// straight into its region, where: the driver then receives the
     /// headers ([`DirectTarget::header_len`] bytes) into its own buffer,
     /// the payload into [`direct_buffer`](Self::direct_buffer) and the
@@ -807,7 +808,10 @@ impl Endpoint {
         let peer = SocketAddr::new(src.ip(), repr.base.src_device_port);
         let c = *self.conn_by_peer.get(&peer)?;
         let conn_index = self.conns[c as usize].conn.index();
-        let (span, at) = crate::connection::direct_write_target(&mut self.dev, conn_index, &repr)?;
+        let (span, at) = crate::connection::direct_write_target(&mut self.dev, conn_index, &repr)
+            .or_else(|| {
+            crate::connection::direct_read_target(&mut self.dev, conn_index, &repr)
+        })?;
         let target = DirectTarget {
             repr,
             span,

@@ -597,7 +597,7 @@ impl RegionTable {
 
 /// The spans at or after message offset `offset`, each with the number of
 /// its leading bytes to skip.
-fn spans_from(spans: &[Span], offset: u64) -> impl Iterator<Item = (&Span, u64)> {
+pub(crate) fn spans_from(spans: &[Span], offset: u64) -> impl Iterator<Item = (&Span, u64)> {
     let mut skip = offset;
     spans.iter().filter_map(move |span| {
         if skip >= span.len {

@@ -1,6 +1,6 @@
-//! Direct placement (`direct.rs`): a driver may receive a WRITE payload
-//! straight into its region, but only into bytes of an open message that
-//! have not arrived. Driven by hand here: every data datagram `a` sends is
+//! Direct placement (`direct.rs`): a driver may receive a WRITE payload or
+//! a READ response straight into its region, but only into bytes of an
+//! open message that have not arrived. Driven by hand here: every data datagram `a` sends is
 //! offered to `b` as a driver would (its headers, then the payload copied
 //! into the buffer `b` names), and the refusals are checked one by one.
 
@@ -213,4 +213,56 @@ fn headers_that_changed_after_the_peek_drop_the_packet_and_it_comes_again() {
     }
     assert!(net.settle(100, 5_000));
     assert_eq!(net.b.memory(mr_b.handle).unwrap(), &pattern()[..]);
+}
+
+/// READ responses go straight into the READ's local buffer; a response
+/// whose bytes arrived already has no target.
+#[test]
+fn read_responses_placed_directly_complete_the_read() {
+    let (mut net, qa, mr_a, mr_b) = pair(true);
+    net.b
+        .memory_mut(mr_b.handle)
+        .unwrap()
+        .copy_from_slice(&pattern());
+    let read = WrOp::Read {
+        remote_addr: mr_b.addr,
+        rkey: mr_b.rkey,
+    };
+    let sge = Sge {
+        addr: mr_a.addr,
+        length: LEN as u32,
+        lkey: mr_a.lkey,
+    };
+    net.a
+        .post_send(qa, SendWr::new(7, read, vec![sge]))
+        .unwrap();
+    let src = net.addr(Side::B);
+    let mut placed = 0;
+    let mut refused_copy = false;
+    for _ in 0..100 {
+        net.transfer(Side::A);
+        net.advance(2_000);
+        for (t, bytes) in net.poll_transmits(Side::B) {
+            let now = net.now();
+            let head = bytes[..bytes.len().min(256)].to_vec();
+            match net.a.direct_target(src, &head, bytes.len()) {
+                Some(target) => {
+                    let hl = target.header_len();
+                    let buf = net.a.direct_buffer(&target).unwrap();
+                    buf.copy_from_slice(&bytes[hl..hl + target.payload_len()]);
+                    net.a
+                        .handle_direct(now, src, Ecn::NotEct, &bytes[..hl], &target);
+                    placed += 1;
+                    // The same response again: its bytes are in.
+                    refused_copy |= net.a.direct_target(src, &head, bytes.len()).is_none();
+                }
+                None => net.deliver(Side::B, &t, &bytes),
+            }
+        }
+    }
+    assert_eq!(placed, LEN / MTU as usize, "every response placed directly");
+    assert!(refused_copy, "a copy of a placed response had a target");
+    assert_eq!(net.a.memory(mr_a.handle).unwrap(), &pattern()[..]);
+    let wc = net.a.poll_completion().expect("the READ completes").wc;
+    assert_eq!((wc.wr_id, wc.status), (7, WcStatus::Success));
 }

@@ -624,8 +624,8 @@ fn idle_device_uses_under_one_percent_of_a_cpu() {
 }
 
 /// Large WRITEs whose payloads the receiver takes straight into the region
-/// (direct placement) arrive intact, as with the copy; a datagram that is
-/// not a WRITE (the READ responses) goes the usual way beside them.
+/// (direct placement) arrive intact, as with the copy, and so do READ
+/// responses taken straight into the READ's buffer.
 #[test]
 fn direct_placement_receives_writes_into_the_region() {
     const MTU: u32 = 60 << 10;
@@ -656,7 +656,7 @@ fn direct_placement_receives_writes_into_the_region() {
             assert_eq!((wc.wr_id, wc.status), (round, WcStatus::Success), "{wc:?}");
         }
         assert!(b.with(|ctx, _| ctx.mr_bytes(&dst) == &pattern[..]));
-        // And back by READ: its responses are not WRITEs, copied as ever.
+        // And back by READ.
         a.with(|ctx, _| ctx.mr_bytes_mut(&src).fill(0));
         a.with(|ctx, _| {
             let op = WrOp::Read {
@@ -669,11 +669,11 @@ fn direct_placement_receives_writes_into_the_region() {
         let wc = wait_one(&a, ca);
         assert_eq!((wc.wr_id, wc.status), (9, WcStatus::Success), "{wc:?}");
         assert!(a.with(|ctx, _| ctx.mr_bytes(&src) == &pattern[..]));
-        let placed = b.stats().io.rx_direct;
+        let placed = [b.stats().io.rx_direct, a.stats().io.rx_direct];
         if direct {
-            assert!(placed > 0, "no datagram placed directly");
+            assert!(placed.iter().all(|&p| p > 0), "placed directly: {placed:?}");
         } else {
-            assert_eq!(placed, 0);
+            assert_eq!(placed, [0, 0]);
         }
         assert_eq!(b.stats().endpoint.rx_malformed, 0);
     }

@@ -30,6 +30,7 @@
 
 mod receive;
 mod requester;
+pub(crate) use requester::direct_read_target;
 mod responder;
 pub(crate) use responder::direct_write_target;
 mod timers;

@@ -15,9 +15,43 @@
 
 use super::{Connection, live_qp};
 use crate::device_state::DeviceState;
+use crate::memory::{Span, spans_from};
 use crate::qp::{QpRunState, SqState};
 use crate::work::{Completion, WcOpcode, WcStatus};
 use metaroce_wire::{DataRepr, OpAck, OpHeader, Syndrome, seq};
+
+/// Where the payload of READ response `repr` on connection `conn_index`
+/// would be placed, if a driver may receive it there straight from its
+/// socket (see `direct.rs`): the span of the READ's local buffer and the
+/// offset in it. Only into bytes of an outstanding READ that have not
+/// arrived, and only where the payload fits in one entry of the scatter
+/// list; the READ completes only once checked responses cover them all.
+pub(crate) fn direct_read_target(
+    dev: &mut DeviceState,
+    conn_index: u32,
+    repr: &DataRepr,
+) -> Option<(Span, u64)> {
+    if repr.op != OpHeader::ReadResponse {
+        return None;
+    }
+    let qp = dev.qps.for_packet(repr.dst_qpn, conn_index)?;
+    if qp.state == QpRunState::Error {
+        return None;
+    }
+    let entry = qp
+        .sq_entry_mut(repr.msg_seq)
+        .filter(|e| e.state == SqState::Active)?;
+    if entry.opcode != WcOpcode::RdmaRead || repr.msg_len != entry.len {
+        return None;
+    }
+    let off = u64::from(repr.offset);
+    let len = u64::from(repr.payload_len);
+    if entry.read_ranges.overlaps(off, off + len) {
+        return None;
+    }
+    let (span, skip) = spans_from(&entry.sink, off).next()?;
+    (span.len - skip >= len).then_some((*span, skip))
+}
 
 /// Place a READ or atomic response. Returns whether it completed its work
 /// request (the peer should hear at once that the response arrived).
@@ -49,8 +83,10 @@ pub(super) fn on_response(
     let off = u64::from(repr.offset);
     let placed = match repr.op {
         OpHeader::ReadResponse if opcode == WcOpcode::RdmaRead && repr.msg_len == len => {
+            // Empty when the driver received the payload in place
+            // (`direct_read_target`); the header says how much came.
             dev.regions.scatter(&sink, off, payload);
-            Some(payload.len() as u64)
+            Some(u64::from(repr.payload_len))
         }
         OpHeader::AtomicResponse { original }
             if matches!(opcode, WcOpcode::FetchAdd | WcOpcode::CompSwap) =>
