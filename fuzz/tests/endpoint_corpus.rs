@@ -169,6 +169,27 @@ fn seeds() -> Vec<(&'static str, Vec<Step>)> {
             )],
         ),
         (
+            // ICRC left to the UDP checksum: the payloads are placed
+            // directly; the repeated segment (its bytes arrived) and the
+            // canary (no remote right) are not.
+            "direct-write-segments",
+            [
+                (0, 0, 256, Key::Main, main(0)),
+                (1, 0, 0, Key::Main, main(0)),
+                (1, 0, 0, Key::Main, main(0)),
+                (2, 1, 0, Key::Canary, Addr::Canary(0)),
+            ]
+            .into_iter()
+            .map(|(psn, seq, off, key, addr)| {
+                let mut step = data(o, seq, psn, 512, off, 256, OpStep::Write { key, addr });
+                if let Step::Data(d) = &mut step {
+                    d.flags |= 0x10;
+                }
+                step
+            })
+            .collect(),
+        ),
+        (
             "write-past-end",
             vec![data(
                 o,
