@@ -33,8 +33,8 @@ use crate::impair::{Impair, ImpairState, Verdict};
 use crate::pmtu::{self, PathMtu};
 use crate::sys::{self, EventFd, OutMsg, RxBatch};
 use metaroce_verbs::{
-    CompletionQueue, Context, Counters, Ecn, EndpointConfig, EndpointStats, Layout, PacketKind,
-    Transmit, VerbsError, WorkCompletion,
+    CompletionQueue, Context, Counters, DirectTarget, Ecn, EndpointConfig, EndpointStats, Layout,
+    PacketKind, Transmit, VerbsError, WorkCompletion,
 };
 use socket2::Socket;
 use std::io;
@@ -120,13 +120,13 @@ pub struct DeviceConfig {
     /// trailer from a buffer, payload in place) instead of copying them
     /// into a datagram buffer first.
     pub gather: bool,
-    /// Receive the payload of a large WRITE packet straight into its memory
-    /// region (peek at the headers, ask the core where the payload goes,
-    /// then read headers, payload and trailer into their places: no copy
-    /// from a receive buffer; see the core's `direct.rs`). Taken only where
-    /// the core allows it (no authentication, ICRC left to the UDP
-    /// checksum), and never with `impair` or `capture`, which need whole
-    /// datagrams.
+    /// Receive the payload of a large WRITE packet or READ response
+    /// straight into its memory region (peek at the headers, ask the core
+    /// where the payload goes, then read headers, payload and trailer into
+    /// their places: no copy from a receive buffer; see the core's
+    /// `direct.rs`). Taken only where the core allows it (no
+    /// authentication, ICRC left to the UDP checksum). `capture` and
+    /// `impair` see such datagrams as they see others.
     pub direct_placement: bool,
     /// Sees every datagram sent and received (a packet capture, e.g.
     /// [`PcapCapture`](crate::PcapCapture)); `None` costs nothing.
@@ -449,7 +449,7 @@ struct Io {
     last_progress_ns: u64,
     rx_queue_mark_bytes: u32,
     gather: bool,
-    /// Direct placement is allowed (configured, no impairment, no capture).
+    /// Direct placement is allowed (`DeviceConfig::direct_placement`).
     direct: bool,
     /// The last datagram read was large: peek at the next one's headers
     /// before a batch read, for direct placement. Small traffic (a
@@ -688,9 +688,7 @@ impl Device {
             last_progress_ns: 0,
             rx_queue_mark_bytes: cfg.rx_queue_mark_bytes,
             gather: cfg.gather,
-            direct: cfg.direct_placement
-                && cfg.capture.is_none()
-                && !cfg.impair.is_some_and(|i| i.is_active()),
+            direct: cfg.direct_placement,
             direct_hint: false,
             direct_head: vec![0; DIRECT_HEAD_LEN],
             direct_scratch: vec![
@@ -1397,7 +1395,25 @@ fn take_direct(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
             }
             for d in data.chunks(seg) {
                 io.stats.rx_datagrams += 1;
-                ctx.handle_datagram(now, src, ecn, d);
+                if let Some(hook) = &io.capture {
+                    hook.datagram(&CapturedDatagram {
+                        sent: false,
+                        src,
+                        dst: SocketAddr::new(io.bind_ip, io.base_port),
+                        ecn,
+                        parts: &[d],
+                    });
+                }
+                deliver(
+                    ctx,
+                    &mut io.impair,
+                    &mut io.held,
+                    &mut io.stats,
+                    now,
+                    src,
+                    ecn,
+                    d,
+                );
             }
             continue;
         };
@@ -1418,16 +1434,73 @@ fn take_direct(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
         io.stats.rx_datagrams += 1;
         io.stats.rx_direct += 1;
         let ecn = mark(sys::ecn_of_tos(m.tos), queue_long, &mut io.stats);
-        if m.len == target.datagram_len() && m.src == Some(src) {
-            ctx.handle_direct(now, src, ecn, &io.direct_head[..hl], &target);
-        } else {
+        if m.len != target.datagram_len() || m.src != Some(src) {
             // Another datagram than the peeked one: its bytes went into
             // the target's range of an unfinished message, which a
             // checked packet must still fill; this one is lost.
             ctx.handle_direct(now, src, ecn, &[], &target);
+            continue;
         }
+        deliver_direct(ctx, io, now, src, ecn, &target);
     }
     taken > 0
+}
+
+/// A directly placed datagram (its headers in `io.direct_head`, its
+/// trailer behind them, its payload in the region) to the capture hook,
+/// the impairment and the core, as `deliver` takes a whole one. A dropped
+/// one leaves its payload in bytes still to come; one held back for
+/// reordering is put together whole and delivered later like any other.
+fn deliver_direct(
+    ctx: &mut Context,
+    io: &mut Io,
+    now: u64,
+    src: SocketAddr,
+    ecn: Ecn,
+    target: &DirectTarget,
+) {
+    let hl = target.header_len();
+    let tl = target.trailer_len();
+    let whole = |ctx: &mut Context, io: &Io| -> Vec<u8> {
+        let mut d = Vec::with_capacity(target.datagram_len());
+        d.extend_from_slice(&io.direct_head[..hl]);
+        d.extend_from_slice(ctx.direct_buffer(target).unwrap_or_default());
+        d.extend_from_slice(&io.direct_head[hl..hl + tl]);
+        d
+    };
+    if let Some(hook) = &io.capture {
+        let d = whole(ctx, io);
+        hook.datagram(&CapturedDatagram {
+            sent: false,
+            src,
+            dst: SocketAddr::new(io.bind_ip, io.base_port),
+            ecn,
+            parts: &[&d],
+        });
+    }
+    let verdict = io
+        .impair
+        .as_mut()
+        .map_or(Verdict::Deliver, ImpairState::verdict);
+    match verdict {
+        Verdict::Drop => io.stats.impair_dropped += 1,
+        Verdict::Hold if io.held.is_none() => {
+            io.stats.impair_reordered += 1;
+            io.held = Some((src, ecn, whole(ctx, io)));
+            return;
+        }
+        Verdict::Duplicate => {
+            io.stats.impair_duplicated += 1;
+            ctx.handle_direct(now, src, ecn, &io.direct_head[..hl], target);
+            ctx.handle_direct(now, src, ecn, &io.direct_head[..hl], target);
+        }
+        Verdict::Deliver | Verdict::Hold => {
+            ctx.handle_direct(now, src, ecn, &io.direct_head[..hl], target);
+        }
+    }
+    if let Some((s, e, h)) = io.held.take() {
+        ctx.handle_datagram(now, s, e, &h);
+    }
 }
 
 /// An ECN-capable datagram taken from a long receive queue counts as CE

@@ -2,7 +2,7 @@
 //! from free ranges, so parallel tests do not collide).
 
 use crate::capture::{CaptureHook, CapturedDatagram};
-use crate::{Device, DeviceConfig};
+use crate::{Device, DeviceConfig, Impair};
 use metaroce_verbs::{
     AccessFlags, CompletionQueue, Ecn, EndpointConfig, ProtectionDomain, QpAttr, QpCaps,
     QpInitAttr, QpState, QpType, QueuePair, RecvWr, SendWr, WcStatus, WorkCompletion, WrOp,
@@ -630,11 +630,15 @@ fn idle_device_uses_under_one_percent_of_a_cpu() {
 fn direct_placement_receives_writes_into_the_region() {
     const MTU: u32 = 60 << 10;
     const LEN: u32 = 4 << 20;
-    for direct in [true, false] {
+    // The impairment drops, duplicates and holds back directly placed
+    // datagrams as it does others.
+    let lossy: Impair = "loss=0.05,dup=0.05,reorder=0.05,seed=3".parse().unwrap();
+    for (direct, impair) in [(true, None), (false, None), (true, Some(lossy))] {
         let (a, b, [(qa, ca, pa), (_qb, _cb, pb)]) =
             two_devices_with(MTU, MTU, [None, None], true, |dc| {
                 dc.endpoint.accept_icrc_omitted = true;
                 dc.direct_placement = direct;
+                dc.impair = impair;
             });
         let (aa, ba) = (a.addr(), b.addr());
         a.with(|ctx, _| ctx.set_peer_icrc_omission(ba, true));
@@ -676,5 +680,9 @@ fn direct_placement_receives_writes_into_the_region() {
             assert_eq!(placed, [0, 0]);
         }
         assert_eq!(b.stats().endpoint.rx_malformed, 0);
+        if impair.is_some() {
+            let io = b.stats().io;
+            assert!(io.impair_dropped > 0 && io.impair_duplicated > 0, "{io:?}");
+        }
     }
 }
