@@ -185,10 +185,15 @@ pub(crate) struct PerfArgs {
     /// Stop the application thread's spinning while other threads want its
     /// CPU (once preempted, it blocks on every empty poll for 50 ms): a
     /// stream keeps more of its bandwidth under a CPU hog, a ping-pong
-    /// loses latency to wake-ups [default: it spins its busy-poll window
-    /// whatever the load; the engine thread always stops]
-    #[arg(long = "block-when-contended")]
+    /// loses latency to wake-ups [default: bandwidth tests do, latency
+    /// tests spin their busy-poll window whatever the load; the engine
+    /// thread always stops]
+    #[arg(long = "block-when-contended", conflicts_with = "spin_when_contended")]
     block_when_contended: bool,
+    /// Keep the application thread spinning its busy-poll window whatever
+    /// the load, in bandwidth tests too (see --block-when-contended).
+    #[arg(long = "spin-when-contended")]
+    spin_when_contended: bool,
     /// perftest's -F (no CPU frequency warning): accepted, ignored.
     #[arg(short = 'F', long = "CPU-freq", hide = true)]
     cpu_freq: bool,
@@ -457,7 +462,11 @@ fn rdma_test(args: &PerfArgs, json: Option<JsonOut>) -> Result<ExitCode, String>
         offload: !args.no_offload,
         direct_placement: !args.no_direct,
         engine_nice: args.engine_nice,
-        block_when_contended: args.block_when_contended,
+        block_when_contended: match (args.block_when_contended, args.spin_when_contended) {
+            (true, _) => Some(true),
+            (_, true) => Some(false),
+            _ => None,
+        },
         icrc_omission: !args.icrc,
         rto_min_ns: args.rto_min_us.unwrap_or(0).saturating_mul(1000),
     };
@@ -859,6 +868,7 @@ fn raw_run(args: &PerfArgs) -> Result<(ExitCode, Option<RawReport>), String> {
         ("--rto-min-us", args.rto_min_us.is_some()),
         ("--engine-nice", args.engine_nice.is_some()),
         ("--block-when-contended", args.block_when_contended),
+        ("--spin-when-contended", args.spin_when_contended),
     ];
     if let Some((flag, _)) = rdma_only.iter().find(|(_, given)| *given) {
         return Err(format!(

@@ -68,7 +68,7 @@ pub fn run_client_with(
         Test::WriteBw | Test::SendBw | Test::WriteLat | Test::SendLat
     )
     .then_some(p.pattern_seed);
-    let rig = rig(my_ip, peer_ip, p, local, buf_len, fill)?;
+    let rig = rig(test, my_ip, peer_ip, p, local, buf_len, fill)?;
     let result = client_on_rig(test, p, local, last, on_interval, &mut tcp, &rig, slots);
     finish_rig(rig, result)
 }

@@ -274,7 +274,7 @@ fn parameters(r: &JsonRun<'_>) -> Parameters {
             crate::RTO_MIN_NS
         } / 1000,
         engine_nice: l.engine_nice,
-        block_when_contended: l.block_when_contended,
+        block_when_contended: l.blocks_when_contended(r.test),
         report_gbits: r.gbits,
     }
 }

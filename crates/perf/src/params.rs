@@ -251,8 +251,17 @@ pub struct LocalOpts {
     /// ([`metaroce_udp::DeviceConfig::engine_nice`]).
     pub engine_nice: Option<i32>,
     /// Application polls stop spinning on a contended CPU
-    /// ([`metaroce_udp::DeviceConfig::app_block_when_contended`]).
-    pub block_when_contended: bool,
+    /// ([`metaroce_udp::DeviceConfig::app_block_when_contended`]); `None`:
+    /// bandwidth tests do (a stream loses nothing to a wake-up), latency
+    /// tests spin (a ping-pong would pay one per message).
+    pub block_when_contended: Option<bool>,
+}
+
+impl LocalOpts {
+    /// Whether the application thread of `test` blocks on a contended CPU.
+    pub fn blocks_when_contended(&self, test: Test) -> bool {
+        self.block_when_contended.unwrap_or(!test.is_lat())
+    }
 }
 
 /// Packet protection for a perf run.
@@ -297,7 +306,7 @@ impl Default for LocalOpts {
             icrc_omission: true,
             rto_min_ns: 0,
             engine_nice: None,
-            block_when_contended: false,
+            block_when_contended: None,
         }
     }
 }
@@ -344,6 +353,19 @@ mod tests {
         q.duration_s = 0;
         q.iters = 10;
         assert_eq!(q.slots(Test::WriteBw), 10);
+    }
+
+    /// Streams stop spinning on a contended CPU, ping-pongs do not, and
+    /// either flag overrides that.
+    #[test]
+    fn bandwidth_tests_block_when_contended_latency_tests_spin() {
+        let mut l = LocalOpts::default();
+        assert!(l.blocks_when_contended(Test::WriteBw));
+        assert!(!l.blocks_when_contended(Test::WriteLat));
+        l.block_when_contended = Some(true);
+        assert!(l.blocks_when_contended(Test::WriteLat));
+        l.block_when_contended = Some(false);
+        assert!(!l.blocks_when_contended(Test::ReadBw));
     }
 
     #[test]

@@ -5,7 +5,7 @@
 
 use crate::params::auth_mode;
 use crate::verify::pattern;
-use crate::{AuthOpts, LocalOpts, Params, PerfError};
+use crate::{AuthOpts, LocalOpts, Params, PerfError, Test};
 use metaroce_cm::{Endpoint, RemoteBuf};
 use metaroce_proto::{AuthConfig, EndpointConfig, QpCaps};
 use metaroce_udp::{Device, DeviceConfig, PathMtu, pmtu};
@@ -151,6 +151,7 @@ pub(crate) fn icrc_omitted(rig: &Rig, peer: &Endpoint) -> bool {
 /// is `p.mtu` if the path carries it, or sized from the path for
 /// `p.mtu == 0`.
 pub(crate) fn rig(
+    test: Test,
     bind_ip: IpAddr,
     peer_ip: IpAddr,
     p: &Params,
@@ -177,7 +178,7 @@ pub(crate) fn rig(
     dc.port_fallback = local.dev_port_fallback;
     dc.capture = local.capture.clone();
     dc.engine_nice = local.engine_nice;
-    dc.app_block_when_contended = local.block_when_contended;
+    dc.app_block_when_contended = local.blocks_when_contended(test);
     let dev = Device::start(dc)?;
     let depth = p.tx_depth.max(64) * 2;
     let r = dev.with(|ctx, _| -> Result<_, VerbsError> {

@@ -85,7 +85,7 @@ fn server_session(
     // A server that cannot set up (ports taken, a path too small for the
     // MTU asked) says why before closing, so the client reports the reason
     // rather than a side channel cut short.
-    let rig = match rig(my_ip, peer_ip, p, local, buf_len, fill) {
+    let rig = match rig(test, my_ip, peer_ip, p, local, buf_len, fill) {
         Ok(r) => r,
         Err(e) => {
             let _ = cm::send(tcp, MsgType::Error, &format!("server: {e}"));
