@@ -1236,11 +1236,15 @@ fn take_input(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
     let mut did = false;
     let mut now = now;
     let mut drained = false;
-    if io.direct && io.direct_hint && take_direct(ctx, io, now) {
-        did = true;
-        now = now_ns();
+    if io.direct && io.direct_hint {
+        let (took, empty) = take_direct(ctx, io, now);
+        if took {
+            did = true;
+            now = now_ns();
+        }
+        drained = empty;
     }
-    for round in 0..RX_ROUNDS {
+    for round in 0..if drained { 0 } else { RX_ROUNDS } {
         // A pass can outlast a scheduler tick: stamp each batch with the
         // time it was really taken in, or RTT samples come out short.
         if round > 0 {
@@ -1273,40 +1277,8 @@ fn take_input(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
         for i in 0..n {
             let m = io.rxb.meta[i];
             let Some(src) = m.src else { continue };
-            let mut ecn = sys::ecn_of_tos(m.tos);
-            let remark = queue_long && ecn == Ecn::Ect0;
-            if remark {
-                ecn = Ecn::Ce;
-            }
-            let data = io.rxb.data(i);
-            let seg = m.segment.unwrap_or(data.len()).max(1);
-            io.direct_hint = seg >= DIRECT_MIN_BYTES;
-            if data.len() > seg {
-                io.stats.rx_gro_msgs += 1;
-            }
-            for d in data.chunks(seg) {
-                io.stats.rx_datagrams += 1;
-                io.stats.rx_queue_ce_marks += u64::from(remark);
-                if let Some(hook) = &io.capture {
-                    hook.datagram(&CapturedDatagram {
-                        sent: false,
-                        src,
-                        dst: SocketAddr::new(io.bind_ip, io.base_port),
-                        ecn,
-                        parts: &[d],
-                    });
-                }
-                deliver(
-                    ctx,
-                    &mut io.impair,
-                    &mut io.held,
-                    &mut io.stats,
-                    now,
-                    src,
-                    ecn,
-                    d,
-                );
-            }
+            io.direct_hint = m.segment.unwrap_or(m.len) >= DIRECT_MIN_BYTES;
+            rx_sink!(io).message(ctx, now, src, m, io.rxb.data(i), queue_long);
         }
         // A short batch emptied the socket: asking again would only cost
         // a system call that finds nothing (a datagram landing meanwhile
@@ -1346,21 +1318,32 @@ fn take_input(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
 }
 
 /// Direct placement (the core's `direct.rs`): while the datagram at the
-/// head of the receive socket is one large WRITE packet the core has a
-/// target for, read its headers and trailer into `direct_head` and its
-/// payload straight into the region. Stops at the first datagram that is
-/// small, coalesced by GRO, or has no target (the batch read takes it), or
-/// after `DIRECT_MAX_PER_PASS`. Returns whether it took any.
-fn take_direct(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
+/// head of the receive socket is one large WRITE packet or READ response
+/// the core has a target for, read its headers and trailer into
+/// `direct_head` and its payload straight into the region. A datagram that
+/// is not for direct placement (small, coalesced by GRO, an ACK, no target)
+/// is read and handled as the batch read would; two in a row, or
+/// `DIRECT_MAX_PER_PASS` in all, hand the rest of the queue over to the
+/// batch read. Returns whether it took any, and whether it found the
+/// socket empty (then a batch read would only find nothing again).
+fn take_direct(ctx: &mut Context, io: &mut Io, now: u64) -> (bool, bool) {
     let mut taken = 0;
     let mut misses = 0;
     let mut queue_long = false;
+    let mut empty = false;
     while taken < DIRECT_MAX_PER_PASS && misses < DIRECT_MAX_MISSES {
         let peeked = {
             let mut parts: [&mut [u8]; 1] = [&mut io.direct_head[..]];
             sys::recv_one(&io.rx, &mut parts, true)
         };
-        let Ok(Some(peek)) = peeked else { break };
+        let peek = match peeked {
+            Ok(Some(peek)) => peek,
+            Ok(None) => {
+                empty = true;
+                break;
+            }
+            Err(_) => break,
+        };
         let Some(src) = peek.src else { break };
         taken += 1;
         // The receive-queue mark of the batch read, asked every eighth
@@ -1376,9 +1359,6 @@ fn take_direct(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
             .flatten()
             .filter(|t| t.header_len() + t.trailer_len() <= io.direct_head.len());
         let Some(target) = target else {
-            // Not for direct placement (small, coalesced, an ACK, no
-            // target): read and handled as the batch read would. A run of
-            // them hands over to the batch read.
             misses += 1;
             io.direct_hint = peek.len >= DIRECT_MIN_BYTES;
             let got = {
@@ -1387,34 +1367,8 @@ fn take_direct(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
             };
             let Ok(Some(m)) = got else { break };
             let Some(src) = m.src else { continue };
-            let ecn = mark(sys::ecn_of_tos(m.tos), queue_long, &mut io.stats);
             let data = &io.direct_scratch[..m.len.min(io.direct_scratch.len())];
-            let seg = m.segment.unwrap_or(data.len()).max(1);
-            if data.len() > seg {
-                io.stats.rx_gro_msgs += 1;
-            }
-            for d in data.chunks(seg) {
-                io.stats.rx_datagrams += 1;
-                if let Some(hook) = &io.capture {
-                    hook.datagram(&CapturedDatagram {
-                        sent: false,
-                        src,
-                        dst: SocketAddr::new(io.bind_ip, io.base_port),
-                        ecn,
-                        parts: &[d],
-                    });
-                }
-                deliver(
-                    ctx,
-                    &mut io.impair,
-                    &mut io.held,
-                    &mut io.stats,
-                    now,
-                    src,
-                    ecn,
-                    d,
-                );
-            }
+            rx_sink!(io).message(ctx, now, src, m, data, queue_long);
             continue;
         };
         misses = 0;
@@ -1433,7 +1387,9 @@ fn take_direct(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
         let Ok(Some(m)) = got else { break };
         io.stats.rx_datagrams += 1;
         io.stats.rx_direct += 1;
-        let ecn = mark(sys::ecn_of_tos(m.tos), queue_long, &mut io.stats);
+        let (head, trailer) = io.direct_head.split_at(hl);
+        let mut sink = rx_sink!(io);
+        let ecn = sink.mark(sys::ecn_of_tos(m.tos), queue_long);
         if m.len != target.datagram_len() || m.src != Some(src) {
             // Another datagram than the peeked one: its bytes went into
             // the target's range of an unfinished message, which a
@@ -1441,76 +1397,165 @@ fn take_direct(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
             ctx.handle_direct(now, src, ecn, &[], &target);
             continue;
         }
-        deliver_direct(ctx, io, now, src, ecn, &target);
+        let placed = Received::Placed {
+            head,
+            trailer: &trailer[..tl],
+            target: &target,
+        };
+        sink.datagram(ctx, now, src, ecn, placed);
     }
-    taken > 0
+    (taken > 0, empty)
 }
 
-/// A directly placed datagram (its headers in `io.direct_head`, its
-/// trailer behind them, its payload in the region) to the capture hook,
-/// the impairment and the core, as `deliver` takes a whole one. A dropped
-/// one leaves its payload in bytes still to come; one held back for
-/// reordering is put together whole and delivered later like any other.
-fn deliver_direct(
-    ctx: &mut Context,
-    io: &mut Io,
-    now: u64,
-    src: SocketAddr,
-    ecn: Ecn,
-    target: &DirectTarget,
-) {
-    let hl = target.header_len();
-    let tl = target.trailer_len();
-    let whole = |ctx: &mut Context, io: &Io| -> Vec<u8> {
-        let mut d = Vec::with_capacity(target.datagram_len());
-        d.extend_from_slice(&io.direct_head[..hl]);
-        d.extend_from_slice(ctx.direct_buffer(target).unwrap_or_default());
-        d.extend_from_slice(&io.direct_head[hl..hl + tl]);
-        d
+/// A datagram as the socket gave it: whole in a buffer, or placed directly
+/// (headers and trailer in a buffer, the payload already in its region).
+#[derive(Clone, Copy)]
+enum Received<'a> {
+    Whole(&'a [u8]),
+    Placed {
+        head: &'a [u8],
+        trailer: &'a [u8],
+        target: &'a DirectTarget,
+    },
+}
+
+impl Received<'_> {
+    fn handle(self, ctx: &mut Context, now: u64, src: SocketAddr, ecn: Ecn) {
+        match self {
+            Self::Whole(d) => ctx.handle_datagram(now, src, ecn, d),
+            Self::Placed { head, target, .. } => ctx.handle_direct(now, src, ecn, head, target),
+        }
+    }
+
+    /// The datagram in one piece (for a capture, or to hold it back); a
+    /// placed one is put together from the region.
+    fn to_vec(self, ctx: &mut Context) -> Vec<u8> {
+        match self {
+            Self::Whole(d) => d.to_vec(),
+            Self::Placed {
+                head,
+                trailer,
+                target,
+            } => {
+                let mut d = Vec::with_capacity(target.datagram_len());
+                d.extend_from_slice(head);
+                d.extend_from_slice(ctx.direct_buffer(target).unwrap_or_default());
+                d.extend_from_slice(trailer);
+                d
+            }
+        }
+    }
+}
+
+/// Where received datagrams go: the capture hook, the impairment (with the
+/// datagram it holds back) and the counters, borrowed from `Io` beside its
+/// receive buffers (hence [`rx_sink!`], field by field).
+struct RxSink<'a> {
+    capture: Option<&'a dyn CaptureHook>,
+    dst: SocketAddr,
+    impair: &'a mut Option<ImpairState>,
+    held: &'a mut Option<(SocketAddr, Ecn, Vec<u8>)>,
+    stats: &'a mut IoStats,
+}
+
+/// The [`RxSink`] of an `Io`, leaving its receive buffers free to borrow.
+macro_rules! rx_sink {
+    ($io:expr) => {
+        RxSink {
+            capture: $io.capture.as_deref(),
+            dst: SocketAddr::new($io.bind_ip, $io.base_port),
+            impair: &mut $io.impair,
+            held: &mut $io.held,
+            stats: &mut $io.stats,
+        }
     };
-    if let Some(hook) = &io.capture {
-        let d = whole(ctx, io);
-        hook.datagram(&CapturedDatagram {
-            sent: false,
-            src,
-            dst: SocketAddr::new(io.bind_ip, io.base_port),
-            ecn,
-            parts: &[&d],
-        });
-    }
-    let verdict = io
-        .impair
-        .as_mut()
-        .map_or(Verdict::Deliver, ImpairState::verdict);
-    match verdict {
-        Verdict::Drop => io.stats.impair_dropped += 1,
-        Verdict::Hold if io.held.is_none() => {
-            io.stats.impair_reordered += 1;
-            io.held = Some((src, ecn, whole(ctx, io)));
-            return;
-        }
-        Verdict::Duplicate => {
-            io.stats.impair_duplicated += 1;
-            ctx.handle_direct(now, src, ecn, &io.direct_head[..hl], target);
-            ctx.handle_direct(now, src, ecn, &io.direct_head[..hl], target);
-        }
-        Verdict::Deliver | Verdict::Hold => {
-            ctx.handle_direct(now, src, ecn, &io.direct_head[..hl], target);
-        }
-    }
-    if let Some((s, e, h)) = io.held.take() {
-        ctx.handle_datagram(now, s, e, &h);
-    }
 }
+use rx_sink;
 
-/// An ECN-capable datagram taken from a long receive queue counts as CE
-/// marked (`DeviceConfig::rx_queue_mark_bytes`).
-fn mark(ecn: Ecn, queue_long: bool, stats: &mut IoStats) -> Ecn {
-    if queue_long && ecn == Ecn::Ect0 {
-        stats.rx_queue_ce_marks += 1;
-        Ecn::Ce
-    } else {
-        ecn
+impl RxSink<'_> {
+    /// An ECN-capable datagram taken from a long receive queue counts as
+    /// CE marked (`DeviceConfig::rx_queue_mark_bytes`).
+    fn mark(&mut self, ecn: Ecn, queue_long: bool) -> Ecn {
+        if queue_long && ecn == Ecn::Ect0 {
+            self.stats.rx_queue_ce_marks += 1;
+            Ecn::Ce
+        } else {
+            ecn
+        }
+    }
+
+    /// One message read into `data` (`m` its metadata): under GRO several
+    /// datagrams back to back, each `m.segment` bytes but the last.
+    fn message(
+        &mut self,
+        ctx: &mut Context,
+        now: u64,
+        src: SocketAddr,
+        m: sys::InMeta,
+        data: &[u8],
+        queue_long: bool,
+    ) {
+        let seg = m.segment.unwrap_or(data.len()).max(1);
+        if data.len() > seg {
+            self.stats.rx_gro_msgs += 1;
+        }
+        let tos_ecn = sys::ecn_of_tos(m.tos);
+        for d in data.chunks(seg) {
+            self.stats.rx_datagrams += 1;
+            let ecn = self.mark(tos_ecn, queue_long);
+            self.datagram(ctx, now, src, ecn, Received::Whole(d));
+        }
+    }
+
+    /// One datagram to the capture hook, the impairment and the core. A
+    /// placed one that is dropped leaves its payload in bytes still to
+    /// come; one held back is put together whole and delivered later.
+    fn datagram(
+        &mut self,
+        ctx: &mut Context,
+        now: u64,
+        src: SocketAddr,
+        ecn: Ecn,
+        rx: Received<'_>,
+    ) {
+        if let Some(hook) = self.capture {
+            let whole;
+            let parts: &[&[u8]] = match rx {
+                Received::Whole(d) => &[d],
+                Received::Placed { .. } => {
+                    whole = rx.to_vec(ctx);
+                    &[&whole]
+                }
+            };
+            hook.datagram(&CapturedDatagram {
+                sent: false,
+                src,
+                dst: self.dst,
+                ecn,
+                parts,
+            });
+        }
+        let Some(imp) = self.impair.as_mut() else {
+            rx.handle(ctx, now, src, ecn);
+            return;
+        };
+        match imp.verdict() {
+            Verdict::Drop => self.stats.impair_dropped += 1,
+            Verdict::Hold if self.held.is_none() => {
+                self.stats.impair_reordered += 1;
+                *self.held = Some((src, ecn, rx.to_vec(ctx)));
+                return;
+            }
+            Verdict::Duplicate => {
+                self.stats.impair_duplicated += 1;
+                rx.handle(ctx, now, src, ecn);
+                rx.handle(ctx, now, src, ecn);
+            }
+            Verdict::Deliver | Verdict::Hold => rx.handle(ctx, now, src, ecn),
+        }
+        if let Some((s, e, h)) = self.held.take() {
+            ctx.handle_datagram(now, s, e, &h);
+        }
     }
 }
 
@@ -1528,40 +1573,6 @@ fn recheck_paths(ctx: &mut Context, io: &mut Io, now: u64) {
             ctx.set_path_max_datagram(*dest, path.max_datagram);
             *known = path;
         }
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn deliver(
-    ctx: &mut Context,
-    impair: &mut Option<ImpairState>,
-    held: &mut Option<(SocketAddr, Ecn, Vec<u8>)>,
-    stats: &mut IoStats,
-    now: u64,
-    src: SocketAddr,
-    ecn: Ecn,
-    d: &[u8],
-) {
-    let Some(imp) = impair else {
-        ctx.handle_datagram(now, src, ecn, d);
-        return;
-    };
-    match imp.verdict() {
-        Verdict::Drop => stats.impair_dropped += 1,
-        Verdict::Hold if held.is_none() => {
-            stats.impair_reordered += 1;
-            *held = Some((src, ecn, d.to_vec()));
-            return;
-        }
-        Verdict::Duplicate => {
-            stats.impair_duplicated += 1;
-            ctx.handle_datagram(now, src, ecn, d);
-            ctx.handle_datagram(now, src, ecn, d);
-        }
-        Verdict::Deliver | Verdict::Hold => ctx.handle_datagram(now, src, ecn, d),
-    }
-    if let Some((s, e, h)) = held.take() {
-        ctx.handle_datagram(now, s, e, &h);
     }
 }
 

@@ -586,25 +586,7 @@ impl DataRepr {
     /// [`DataPacket::check_len`].
     pub fn parse<T: AsRef<[u8]>>(packet: &DataPacket<T>) -> Result<Self> {
         packet.check_len()?;
-        let base = BaseRepr::parse(&packet.base(), PacketType::Data)?;
-        let op = OpHeader::parse(packet.opcode()?, packet.ext())?;
-        let payload_len =
-            u32::try_from(packet.payload().len()).map_err(|_| Error::Malformed("payload_len"))?;
-        let repr = Self {
-            base,
-            psn: packet.psn(),
-            timestamp_ns: packet.timestamp_ns(),
-            dst_qpn: packet.dst_qpn(),
-            msg_seq: packet.msg_seq(),
-            solicited: packet.solicited(),
-            psn_floor_delta: packet.psn_floor_delta(),
-            msg_len: packet.msg_len(),
-            offset: packet.offset(),
-            op,
-            payload_len,
-        };
-        repr.validate()?;
-        Ok(repr)
+        Self::from_headers(packet, packet.opcode()?, packet.payload().len())
     }
 
     /// Decode and validate the headers of a data packet of which only the
@@ -624,10 +606,20 @@ impl DataRepr {
         if head.len() < header_len || datagram_len < header_len + trailer {
             return Err(Error::Truncated);
         }
+        Self::from_headers(&packet, opcode, datagram_len - header_len - trailer)
+    }
+
+    /// The repr of `packet`'s headers (whose length was checked), carrying
+    /// `payload_len` bytes of payload; validated.
+    fn from_headers<T: AsRef<[u8]>>(
+        packet: &DataPacket<T>,
+        opcode: Opcode,
+        payload_len: usize,
+    ) -> Result<Self> {
         let base = BaseRepr::parse(&packet.base(), PacketType::Data)?;
         let op = OpHeader::parse(opcode, packet.ext())?;
-        let payload_len = u32::try_from(datagram_len - header_len - trailer)
-            .map_err(|_| Error::Malformed("payload_len"))?;
+        let payload_len =
+            u32::try_from(payload_len).map_err(|_| Error::Malformed("payload_len"))?;
         let repr = Self {
             base,
             psn: packet.psn(),
