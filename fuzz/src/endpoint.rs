@@ -984,7 +984,7 @@ impl Harness {
     /// ICRC, into bytes still to come), the payload is copied there and the
     /// headers handed over; otherwise the whole datagram.
     fn datagram(&mut self, src: SocketAddr, ecn: Ecn, bytes: &[u8]) {
-        let head = &bytes[..bytes.len().min(256)];
+        let head = &bytes[..bytes.len().min(512)];
         if let Some(target) = self.ep.direct_target(src, head, bytes.len()) {
             let hl = target.header_len();
             if let Some(buf) = self.ep.direct_buffer(&target) {

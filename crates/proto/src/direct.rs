@@ -8,7 +8,10 @@
 //! receive the datagram as three parts: the headers into its buffer, the
 //! payload into the region ([`Endpoint::direct_buffer`]), the trailer into
 //! its buffer; then hand the headers over ([`Endpoint::handle_direct`]),
-//! which does everything `handle_datagram` does except the copy.
+//! which does everything `handle_datagram` does except the copy. When both
+//! sides send, a data packet usually comes behind the ACK its sender
+//! coalesced in front of it (wire spec 5.3): that ACK is then part of the
+//! "headers", read whole into the driver's buffer and handled first.
 //!
 //! The payload lands before the packet has been checked whole, so a target
 //! is given only where no later verdict can matter: bytes of an open WRITE
@@ -36,12 +39,17 @@ pub struct DirectTarget {
     pub(crate) span: Span,
     /// Offset of the payload in the span.
     pub(crate) at: u64,
+    /// Bytes of the ACK coalesced in front of the data packet (0: none).
+    pub(crate) lead_len: usize,
+    /// Bytes in front of the payload: the leading ACK and the data
+    /// packet's headers.
     pub(crate) header_len: usize,
     pub(crate) datagram_len: usize,
 }
 
 impl DirectTarget {
-    /// Bytes of headers in front of the payload.
+    /// Bytes in front of the payload: headers, and the ACK its sender
+    /// coalesced in front of the data packet if there is one.
     pub fn header_len(&self) -> usize {
         self.header_len
     }

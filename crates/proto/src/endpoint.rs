@@ -781,10 +781,10 @@ impl Endpoint {
 
     /// Direct placement, first step (see `direct.rs`): `head` is the start
     /// of a datagram of `datagram_len` bytes from `src`, still in the
-    /// driver's socket. If it is one WRITE packet or READ response whose
-    /// payload may go
-    /// straight into its region, where: the driver then receives the
-    /// headers ([`DirectTarget::header_len`] bytes) into its own buffer,
+    /// driver's socket. If it is one WRITE packet or READ response (alone,
+    /// or behind one coalesced ACK) whose payload may go straight into its
+    /// region, where: the driver then receives the headers
+    /// ([`DirectTarget::header_len`] bytes, the ACK included) into its own buffer,
     /// the payload into [`direct_buffer`](Self::direct_buffer) and the
     /// trailer behind it, and calls [`handle_direct`](Self::handle_direct).
     /// None: receive it as usual.
@@ -797,14 +797,26 @@ impl Endpoint {
         if self.dev.config.auth.is_some() || self.icrc_policy != wire::IcrcPolicy::OmittedAccepted {
             return None;
         }
-        let header = wire::BaseHeader::new_checked(head).ok()?;
+        // The data may come behind the ACK its sender coalesced into the
+        // same datagram (a two-way exchange: each side's data carries its
+        // ACKs of the other's). The ACK's length is in its header; it rides
+        // in the head buffer and is handled first, as in handle_datagram.
+        let lead_len = match wire::BaseHeader::new_checked(head).ok()?.packet_type() {
+            t if t == wire::PacketType::Ack as u8 => {
+                let n = wire::first_packet_len(head);
+                (n < head.len()).then_some(n)?
+            }
+            _ => 0,
+        };
+        let data_head = &head[lead_len..];
+        let header = wire::BaseHeader::new_checked(data_head).ok()?;
         if header.packet_type() != wire::PacketType::Data as u8
             || !header.flags().contains(wire::Flags::ICRC_OMITTED)
             || header.flags().contains(wire::Flags::AUTHENTICATED)
         {
             return None;
         }
-        let repr = wire::DataRepr::parse_head(head, datagram_len).ok()?;
+        let repr = wire::DataRepr::parse_head(data_head, datagram_len - lead_len).ok()?;
         let peer = SocketAddr::new(src.ip(), repr.base.src_device_port);
         let c = *self.conn_by_peer.get(&peer)?;
         let conn_index = self.conns[c as usize].conn.index();
@@ -816,7 +828,8 @@ impl Endpoint {
             repr,
             span,
             at,
-            header_len: repr.header_len(),
+            lead_len,
+            header_len: lead_len + repr.header_len(),
             datagram_len,
         };
         self.direct_buffer(&target)?;
@@ -848,7 +861,15 @@ impl Endpoint {
         self.dev.stats.rx_datagrams += 1;
         self.dev.stats.rx_bytes += target.datagram_len as u64;
         self.dev.stats.rx_ce_marked += u64::from(ecn == Ecn::Ce);
-        match wire::DataRepr::parse_head(head, target.datagram_len) {
+        let lead_len = target.lead_len;
+        let (Some(lead), Some(data_head)) = (head.get(..lead_len), head.get(lead_len..)) else {
+            self.dev.stats.rx_malformed += 1;
+            return;
+        };
+        if !lead.is_empty() {
+            self.handle_one_packet(now_ns, src, ecn, lead);
+        }
+        match wire::DataRepr::parse_head(data_head, target.datagram_len - lead_len) {
             Ok(repr) if repr == target.repr => self.dispatch_data(now_ns, src, ecn, &repr, &[]),
             _ => self.dev.stats.rx_malformed += 1,
         }

@@ -4,6 +4,7 @@
 //! offered to `b` as a driver would (its headers, then the payload copied
 //! into the buffer `b` names), and the refusals are checked one by one.
 
+use metaroce_proto::Transmit;
 use metaroce_proto::testing::{Pair, Side};
 use metaroce_proto::{
     AccessFlags, Ecn, Endpoint, EndpointConfig, MrInfo, QpCaps, QpHandle, SendWr, Sge, WcStatus,
@@ -27,6 +28,11 @@ fn end(ep: &mut Endpoint) -> (QpHandle, MrInfo) {
 }
 
 fn pair(omit_icrc: bool) -> (Pair, QpHandle, MrInfo, MrInfo) {
+    let (net, qa, _qb, mr_a, mr_b) = pair_both(omit_icrc);
+    (net, qa, mr_a, mr_b)
+}
+
+fn pair_both(omit_icrc: bool) -> (Pair, QpHandle, QpHandle, MrInfo, MrInfo) {
     let cfg = |seed| EndpointConfig {
         paths_per_connection: 2,
         mtu_payload_bytes: MTU,
@@ -42,7 +48,7 @@ fn pair(omit_icrc: bool) -> (Pair, QpHandle, MrInfo, MrInfo) {
     net.b.set_peer_icrc_omission(a, omit_icrc);
     net.connect(qa, _qb).unwrap();
     net.set_now(1_000);
-    (net, qa, mr_a, mr_b)
+    (net, qa, _qb, mr_a, mr_b)
 }
 
 fn write(id: u64, from: &MrInfo, to: &MrInfo, rkey: u64) -> SendWr {
@@ -65,11 +71,37 @@ fn write(id: u64, from: &MrInfo, to: &MrInfo, rkey: u64) -> SendWr {
 /// others are handled whole). A placed datagram's bytes are in: a copy of
 /// it has no target.
 fn offer_all(net: &mut Pair, from: Side) -> usize {
+    offer_all_counting(net, from, false).0
+}
+
+/// [`offer_all`], optionally joining each ACK to the data datagram behind
+/// it as the UDP driver coalesces them (wire.md 5.3); also counts the
+/// placed datagrams that led with an ACK.
+fn offer_all_counting(net: &mut Pair, from: Side, coalesce: bool) -> (usize, usize) {
     let src = net.addr(from);
     let mut placed = 0;
+    let mut behind_ack = 0;
+    let mut held: Option<(Transmit, Vec<u8>)> = None;
+    let mut out = Vec::new();
     for (t, bytes) in net.poll_transmits(from) {
+        let is_ack = !is_data(&bytes);
+        match held.take() {
+            Some((_, mut ack)) if !is_ack => {
+                ack.extend_from_slice(&bytes);
+                out.push((t, ack));
+            }
+            Some(h) => {
+                out.push(h);
+                held = Some((t, bytes));
+            }
+            None if coalesce && is_ack => held = Some((t, bytes)),
+            None => out.push((t, bytes)),
+        }
+    }
+    out.extend(held);
+    for (t, bytes) in out {
         let now = net.now();
-        let head = &bytes[..bytes.len().min(256)];
+        let head = &bytes[..bytes.len().min(512)];
         let to = net.endpoint_mut(from.other());
         match to.direct_target(src, head, bytes.len()) {
             Some(target) => {
@@ -82,11 +114,18 @@ fn offer_all(net: &mut Pair, from: Side) -> usize {
                     "a copy of a placed datagram had a target"
                 );
                 placed += 1;
+                behind_ack += usize::from(metaroce_wire::first_packet_len(&bytes) < bytes.len());
             }
             None => net.deliver(from, &t, &bytes),
         }
     }
-    placed
+    (placed, behind_ack)
+}
+
+/// Whether a datagram's first packet is a data packet.
+fn is_data(bytes: &[u8]) -> bool {
+    metaroce_wire::BaseHeader::new_checked(bytes)
+        .is_ok_and(|h| h.packet_type() == metaroce_wire::PacketType::Data as u8)
 }
 
 fn pattern() -> Vec<u8> {
@@ -250,4 +289,61 @@ fn read_responses_placed_directly_complete_the_read() {
     assert_eq!(net.a.memory(mr_a.handle).unwrap(), &pattern()[..]);
     let wc = net.a.poll_completion().expect("the READ completes").wc;
     assert_eq!((wc.wr_id, wc.status), (7, WcStatus::Success));
+}
+
+/// Both sides write at once: each side's data carries, coalesced in front,
+/// the ACK of what it received (wire.md 5.3). The ACK rides in the head and
+/// is handled first; the payload behind it is still placed directly.
+#[test]
+fn data_behind_a_coalesced_ack_is_placed_directly() {
+    let (mut net, qa, qb, mr_a, mr_b) = pair_both(true);
+    net.a
+        .memory_mut(mr_a.handle)
+        .unwrap()
+        .copy_from_slice(&pattern());
+    let reversed: Vec<u8> = pattern().into_iter().rev().collect();
+    net.b
+        .memory_mut(mr_b.handle)
+        .unwrap()
+        .copy_from_slice(&reversed);
+    // Each side writes its half of its region into the other half of the
+    // peer's.
+    let half = (LEN / 2) as u64;
+    let wr = |from: &MrInfo, to: &MrInfo| {
+        SendWr::new(
+            7,
+            WrOp::Write {
+                remote_addr: to.addr + half,
+                rkey: to.rkey,
+            },
+            vec![Sge {
+                addr: from.addr,
+                length: half as u32,
+                lkey: from.lkey,
+            }],
+        )
+    };
+    net.a.post_send(qa, wr(&mr_a, &mr_b)).unwrap();
+    net.b.post_send(qb, wr(&mr_b, &mr_a)).unwrap();
+    let (mut placed, mut behind_ack) = (0, 0);
+    for _ in 0..100 {
+        for side in [Side::A, Side::B] {
+            let (p, b) = offer_all_counting(&mut net, side, true);
+            placed += p;
+            behind_ack += b;
+        }
+        net.advance(2_000);
+    }
+    let packets = 2 * LEN / 2 / MTU as usize;
+    assert_eq!(placed, packets, "every data packet placed directly");
+    assert!(behind_ack > 0, "no data packet came behind an ACK");
+    let h = LEN / 2;
+    assert_eq!(&net.b.memory(mr_b.handle).unwrap()[h..], &pattern()[..h]);
+    assert_eq!(&net.a.memory(mr_a.handle).unwrap()[h..], &reversed[..h]);
+    assert!(net.settle(100, 5_000));
+    for ep in [&mut net.a, &mut net.b] {
+        let wc = ep.poll_completion().expect("the WRITE completes").wc;
+        assert_eq!((wc.wr_id, wc.status), (7, WcStatus::Success));
+        assert_eq!(ep.stats().rx_malformed, 0);
+    }
 }

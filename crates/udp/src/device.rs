@@ -318,12 +318,22 @@ const RX_ROUNDS: usize = 8;
 const DIRECT_MIN_BYTES: usize = 16 << 10;
 /// Most datagrams one pass reads this way before the batch read.
 const DIRECT_MAX_PER_PASS: usize = 32;
-/// Datagrams in a row not for direct placement that hand the rest of the
-/// queue over to the batch read.
-const DIRECT_MAX_MISSES: usize = 2;
+/// Large datagrams in a row the core has no target for (traffic that is
+/// never placed: SENDs, packets with an ICRC to check) that end direct
+/// reading until the next large datagram a batch read finds.
+const DIRECT_MAX_MISSES: usize = 8;
+/// Small datagrams in a row the receive path still reads by peeking after
+/// a large one. A two-way exchange interleaves each side's data with the
+/// ACKs of its own; handing the queue to the batch read at the first run
+/// of ACKs copied every data packet the batch took behind them (in a
+/// two-rank all-reduce, half the payload bytes went through the bounce
+/// buffer; under CPU contention, two thirds). Counted in datagrams, not
+/// time: a host that was off its CPU finds the same mix in its queue.
+const DIRECT_SMALL_ALLOWANCE: u32 = 64;
 /// Room for a data packet's headers and trailer (the largest extension
-/// and the ICRC are well inside it).
-const DIRECT_HEAD_LEN: usize = 256;
+/// and the ICRC are well inside it), behind the largest ACK its sender may
+/// coalesce in front of it (wire.md 5.3).
+const DIRECT_HEAD_LEN: usize = 512;
 /// Longest a due timer waits for the receive socket to be drained. While
 /// datagrams wait unread, a due retransmission timer is held back: after
 /// this host was off its CPU, the ACKs that answer the timer are usually
@@ -451,10 +461,11 @@ struct Io {
     gather: bool,
     /// Direct placement is allowed (`DeviceConfig::direct_placement`).
     direct: bool,
-    /// The last datagram read was large: peek at the next one's headers
-    /// before a batch read, for direct placement. Small traffic (a
-    /// latency test) never pays the peek.
-    direct_hint: bool,
+    /// Small datagrams still to read by peeking at each one's headers
+    /// first, for direct placement: `DIRECT_SMALL_ALLOWANCE` after each
+    /// large datagram, 0 once that many small ones came in a row. Small
+    /// traffic (a latency test) never pays the peek.
+    direct_small_left: u32,
     /// Headers (and the trailer) of a directly placed datagram.
     direct_head: Vec<u8>,
     /// A datagram read on the way that was not for direct placement.
@@ -689,7 +700,7 @@ impl Device {
             rx_queue_mark_bytes: cfg.rx_queue_mark_bytes,
             gather: cfg.gather,
             direct: cfg.direct_placement,
-            direct_hint: false,
+            direct_small_left: 0,
             direct_head: vec![0; DIRECT_HEAD_LEN],
             direct_scratch: vec![
                 0;
@@ -1236,15 +1247,21 @@ fn take_input(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
     let mut did = false;
     let mut now = now;
     let mut drained = false;
-    if io.direct && io.direct_hint {
-        let (took, empty) = take_direct(ctx, io, now);
-        if took {
+    let mut rounds = RX_ROUNDS;
+    if io.direct && io.direct_small_left > 0 {
+        let pass = take_direct(ctx, io, now);
+        if pass.took {
             did = true;
             now = now_ns();
         }
-        drained = empty;
+        drained = pass.empty;
+        // A pass that ended on its quota stops here, and the next one
+        // places the rest directly too; the batch read would copy them.
+        if pass.full {
+            rounds = 0;
+        }
     }
-    for round in 0..if drained { 0 } else { RX_ROUNDS } {
+    for round in 0..if drained { 0 } else { rounds } {
         // A pass can outlast a scheduler tick: stamp each batch with the
         // time it was really taken in, or RTT samples come out short.
         if round > 0 {
@@ -1274,11 +1291,21 @@ fn take_input(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
             };
         did = true;
         io.stats.rx_batches += 1;
+        let mut large = false;
         for i in 0..n {
             let m = io.rxb.meta[i];
             let Some(src) = m.src else { continue };
-            io.direct_hint = m.segment.unwrap_or(m.len) >= DIRECT_MIN_BYTES;
+            large |= m.segment.unwrap_or(m.len) >= DIRECT_MIN_BYTES;
             rx_sink!(io).message(ctx, now, src, m, io.rxb.data(i), queue_long);
+        }
+        // Large datagrams among small ones (a two-way exchange's data among
+        // its ACKs): what follows them is read by direct placement, from
+        // the next pass on, rather than copied by the next batch.
+        if large && io.direct {
+            io.direct_small_left = DIRECT_SMALL_ALLOWANCE;
+            if n == RX_BATCH {
+                break;
+            }
         }
         // A short batch emptied the socket: asking again would only cost
         // a system call that finds nothing (a datagram landing meanwhile
@@ -1317,21 +1344,22 @@ fn take_input(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
     did
 }
 
-/// Direct placement (the core's `direct.rs`): while the datagram at the
-/// head of the receive socket is one large WRITE packet or READ response
-/// the core has a target for, read its headers and trailer into
-/// `direct_head` and its payload straight into the region. A datagram that
-/// is not for direct placement (small, coalesced by GRO, an ACK, no target)
-/// is read and handled as the batch read would; two in a row, or
-/// `DIRECT_MAX_PER_PASS` in all, hand the rest of the queue over to the
-/// batch read. Returns whether it took any, and whether it found the
-/// socket empty (then a batch read would only find nothing again).
-fn take_direct(ctx: &mut Context, io: &mut Io, now: u64) -> (bool, bool) {
+/// Direct placement (the core's `direct.rs`): for each datagram at the
+/// head of the receive socket, peek at its headers; if it is a large WRITE
+/// packet or READ response (behind a coalesced ACK or not) the core has a
+/// target for, read its headers and trailer into `direct_head` and its
+/// payload straight into the region. A datagram that is not for direct
+/// placement (small, coalesced by GRO, no target) is read and handled as
+/// the batch read would. `DIRECT_MAX_PER_PASS` datagrams end the pass (the
+/// next one goes on the same way); `DIRECT_MAX_MISSES` large ones in a row
+/// without a target end direct reading until a batch read finds another
+/// large datagram.
+fn take_direct(ctx: &mut Context, io: &mut Io, now: u64) -> DirectPass {
     let mut taken = 0;
     let mut misses = 0;
     let mut queue_long = false;
     let mut empty = false;
-    while taken < DIRECT_MAX_PER_PASS && misses < DIRECT_MAX_MISSES {
+    while taken < DIRECT_MAX_PER_PASS && misses < DIRECT_MAX_MISSES && io.direct_small_left > 0 {
         let peeked = {
             let mut parts: [&mut [u8]; 1] = [&mut io.direct_head[..]];
             sys::recv_one(&io.rx, &mut parts, true)
@@ -1358,9 +1386,13 @@ fn take_direct(ctx: &mut Context, io: &mut Io, now: u64) -> (bool, bool) {
             .then(|| ctx.direct_target(src, &io.direct_head[..head_len], peek.len))
             .flatten()
             .filter(|t| t.header_len() + t.trailer_len() <= io.direct_head.len());
+        if peek.len >= DIRECT_MIN_BYTES {
+            io.direct_small_left = DIRECT_SMALL_ALLOWANCE;
+        } else {
+            io.direct_small_left -= 1;
+        }
         let Some(target) = target else {
-            misses += 1;
-            io.direct_hint = peek.len >= DIRECT_MIN_BYTES;
+            misses += usize::from(peek.len >= DIRECT_MIN_BYTES);
             let got = {
                 let mut parts: [&mut [u8]; 1] = [&mut io.direct_scratch[..]];
                 sys::recv_one(&io.rx, &mut parts, false)
@@ -1404,7 +1436,24 @@ fn take_direct(ctx: &mut Context, io: &mut Io, now: u64) -> (bool, bool) {
         };
         sink.datagram(ctx, now, src, ecn, placed);
     }
-    (taken > 0, empty)
+    if misses >= DIRECT_MAX_MISSES {
+        io.direct_small_left = 0;
+    }
+    DirectPass {
+        took: taken > 0,
+        empty,
+        full: taken >= DIRECT_MAX_PER_PASS,
+    }
+}
+
+/// How one pass of [`take_direct`] ended.
+struct DirectPass {
+    /// It read at least one datagram.
+    took: bool,
+    /// It found the socket empty (a batch read would only find nothing).
+    empty: bool,
+    /// It stopped on its quota with datagrams likely still queued.
+    full: bool,
 }
 
 /// A datagram as the socket gave it: whole in a buffer, or placed directly

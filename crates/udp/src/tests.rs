@@ -686,3 +686,61 @@ fn direct_placement_receives_writes_into_the_region() {
         }
     }
 }
+
+/// Two devices writing large messages to each other at once: each one's
+/// receive queue holds the peer's data interleaved with the ACKs of its own,
+/// and the data is still placed directly, not copied by the batch read
+/// that takes over at the first ACK.
+#[test]
+fn direct_placement_holds_in_a_two_way_exchange() {
+    const MTU: u32 = 60 << 10;
+    const LEN: u32 = 4 << 20;
+    const ROUNDS: u64 = 6;
+    let (a, b, [(qa, ca, pa), (qb, cb, pb)]) =
+        two_devices_with(MTU, MTU, [None, None], true, |dc| {
+            dc.endpoint.accept_icrc_omitted = true;
+        });
+    let (aa, ba) = (a.addr(), b.addr());
+    a.with(|ctx, _| ctx.set_peer_icrc_omission(ba, true));
+    b.with(|ctx, _| ctx.set_peer_icrc_omission(aa, true));
+    let len = u64::from(LEN);
+    // Each side's region: its source in the first half, the peer's target
+    // in the second.
+    let ra = a.with(|ctx, _| ctx.reg_mr(pa, 2 * len, AccessFlags(0xf)).unwrap());
+    let rb = b.with(|ctx, _| ctx.reg_mr(pb, 2 * len, AccessFlags(0xf)).unwrap());
+    let pattern = |salt: u32| -> Vec<u8> { (0..LEN).map(|i| ((i ^ salt) % 251) as u8).collect() };
+    a.with(|ctx, _| ctx.mr_bytes_mut(&ra)[..LEN as usize].copy_from_slice(&pattern(1)));
+    b.with(|ctx, _| ctx.mr_bytes_mut(&rb)[..LEN as usize].copy_from_slice(&pattern(2)));
+    for round in 0..ROUNDS {
+        for (dev, qp, from, to) in [(&a, qa, &ra, &rb), (&b, qb, &rb, &ra)] {
+            dev.with(|ctx, _| {
+                let op = WrOp::Write {
+                    remote_addr: to.addr + len,
+                    rkey: to.rkey,
+                };
+                let wr = SendWr::new(round, op, vec![from.sge(0, LEN)]);
+                ctx.post_send(qp, &[wr]).unwrap();
+            });
+        }
+        for (dev, cq) in [(&a, ca), (&b, cb)] {
+            let wc = wait_one(dev, cq);
+            assert_eq!((wc.wr_id, wc.status), (round, WcStatus::Success), "{wc:?}");
+        }
+    }
+    assert!(b.with(|ctx, _| ctx.mr_bytes(&rb)[LEN as usize..] == pattern(1)[..]));
+    assert!(a.with(|ctx, _| ctx.mr_bytes(&ra)[LEN as usize..] == pattern(2)[..]));
+    // Data datagrams each side received: at least the message's packets.
+    let data = ROUNDS * len.div_ceil(u64::from(MTU));
+    for (name, dev) in [("a", &a), ("b", &b)] {
+        let io = dev.stats().io;
+        eprintln!(
+            "{name}: {} of {data} data datagrams placed directly ({io:?})",
+            io.rx_direct
+        );
+        assert!(
+            io.rx_direct * 4 >= data * 3,
+            "{name}: only {} of {data} data datagrams placed directly",
+            io.rx_direct
+        );
+    }
+}
