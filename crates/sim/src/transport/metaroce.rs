@@ -604,8 +604,18 @@ impl TransportFactory for MetaRoceFactory {
         let qa = a.ep.create_qp(a.pd, caps, access)?;
         let qb = b.ep.create_qp(b.pd, caps, access)?;
         let port = self.base.device_port;
-        a.ep.connect_qp(qa, SocketAddr::new(host_ip(b_index), port), qb.qpn())?;
-        b.ep.connect_qp(qb, SocketAddr::new(host_ip(a_index), port), qa.qpn())?;
+        // Each side's connection span (the core's `--log` output) opens
+        // inside its host's, so that a log line says which host it is from.
+        {
+            let _host =
+                tracing::info_span!(target: "metaroce_proto", "host", id = a_index).entered();
+            a.ep.connect_qp(qa, SocketAddr::new(host_ip(b_index), port), qb.qpn())?;
+        }
+        {
+            let _host =
+                tracing::info_span!(target: "metaroce_proto", "host", id = b_index).entered();
+            b.ep.connect_qp(qb, SocketAddr::new(host_ip(a_index), port), qa.qpn())?;
+        }
         for _ in 0..recvs {
             b.ep.post_recv(
                 qb,
