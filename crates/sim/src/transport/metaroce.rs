@@ -90,6 +90,10 @@ pub struct MetaRoceHost {
     ops: SharedOps,
     /// This host's index and the capture, if it is a captured host.
     capture: Option<(u32, SimCapture)>,
+    /// `host{id=H}`, entered whenever the simulator drives this host's
+    /// core: its connection spans and events (`--log`) nest in it, so a
+    /// filter such as `[host{id=77}]=debug` follows one host.
+    span: tracing::Span,
 }
 
 impl MetaRoceHost {
@@ -364,6 +368,8 @@ impl Transport for MetaRoceHost {
     type Packet = MetaRocePacket;
 
     fn poll_packet(&mut self, now: Ps) -> Option<(Wire, MetaRocePacket)> {
+        let span = self.span.clone();
+        let _host = span.enter();
         let t = self.ep.poll_packet_into(ps_to_ns(now), &mut self.tx_slot)?;
         if let Some((me, cap)) = &self.capture
             && let Some(p) = self.tx_slot.packet()
@@ -400,6 +406,8 @@ impl Transport for MetaRoceHost {
         trimmed: bool,
         packet: &MetaRocePacket,
     ) {
+        let span = self.span.clone();
+        let _host = span.enter();
         if trimmed {
             // The header of a packet a switch trimmed: a NACK for it goes
             // back at once. Only data is ever trimmed.
@@ -449,6 +457,8 @@ impl Transport for MetaRoceHost {
     }
 
     fn handle_timeout(&mut self, now: Ps) {
+        let span = self.span.clone();
+        let _host = span.enter();
         self.ep.handle_timeout(ps_to_ns(now));
         self.drain_completions();
     }
@@ -460,6 +470,8 @@ impl Transport for MetaRoceHost {
         bytes: u64,
         tag: u32,
     ) -> Result<(), TransportError> {
+        let span = self.span.clone();
+        let _host = span.enter();
         let no_channel = TransportError::NoChannel {
             transport: None,
             channel,
@@ -524,6 +536,8 @@ impl Transport for MetaRoceHost {
     }
 
     fn close_send_channel(&mut self, channel: u32) {
+        let span = self.span.clone();
+        let _host = span.enter();
         if let Some(ch) = self.channels.get_mut(channel as usize)
             && let Some(qp) = ch.qp.take()
         {
@@ -533,6 +547,8 @@ impl Transport for MetaRoceHost {
     }
 
     fn close_recv_channel(&mut self, from: u32) {
+        let span = self.span.clone();
+        let _host = span.enter();
         if let Some(i) = self.incoming.iter().position(|&(f, _)| f == from) {
             let (_, qp) = self.incoming.swap_remove(i);
             self.destroy_keeping_counters(qp, from);
@@ -584,6 +600,7 @@ impl TransportFactory for MetaRoceFactory {
                 .as_ref()
                 .filter(|c| c.captures(info.index))
                 .map(|c| (info.index, c.clone())),
+            span: tracing::info_span!(target: "metaroce_proto", "host", id = info.index),
         })
     }
 
@@ -604,18 +621,12 @@ impl TransportFactory for MetaRoceFactory {
         let qa = a.ep.create_qp(a.pd, caps, access)?;
         let qb = b.ep.create_qp(b.pd, caps, access)?;
         let port = self.base.device_port;
-        // Each side's connection span (the core's `--log` output) opens
-        // inside its host's, so that a log line says which host it is from.
-        {
-            let _host =
-                tracing::info_span!(target: "metaroce_proto", "host", id = a_index).entered();
-            a.ep.connect_qp(qa, SocketAddr::new(host_ip(b_index), port), qb.qpn())?;
-        }
-        {
-            let _host =
-                tracing::info_span!(target: "metaroce_proto", "host", id = b_index).entered();
-            b.ep.connect_qp(qb, SocketAddr::new(host_ip(a_index), port), qa.qpn())?;
-        }
+        a.span.in_scope(|| {
+            a.ep.connect_qp(qa, SocketAddr::new(host_ip(b_index), port), qb.qpn())
+        })?;
+        b.span.in_scope(|| {
+            b.ep.connect_qp(qb, SocketAddr::new(host_ip(a_index), port), qa.qpn())
+        })?;
         for _ in 0..recvs {
             b.ep.post_recv(
                 qb,
