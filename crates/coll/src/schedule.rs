@@ -595,8 +595,11 @@ mod tests {
 
     #[test]
     fn doubling_waits_for_its_own_send_before_folding_over_it() {
+        // In place, the first exchange sends the buffer it then folds into.
         let sched = schedule(
-            &spec(Collective::AllReduce, 1000).with_algorithm(Algorithm::RecursiveDoubling),
+            &spec(Collective::AllReduce, 1000)
+                .with_algorithm(Algorithm::RecursiveDoubling)
+                .in_place(),
             4,
             &CommConfig::default(),
         )
@@ -614,6 +617,24 @@ mod tests {
             index: 0
         })));
         assert!(after.contains(&Dependency::Sent(rs.sends()[0].id)));
+    }
+
+    #[test]
+    fn doubling_out_of_place_sends_its_input_without_copying_it_first() {
+        let sched = schedule(
+            &spec(Collective::AllReduce, 1000).with_algorithm(Algorithm::RecursiveDoubling),
+            4,
+            &CommConfig::default(),
+        )
+        .unwrap();
+        let rs = sched.rank(0);
+        // The first send waits for nothing (no copy of the input into the
+        // output before it), and the fold into the output does not wait
+        // for it: it read the input, which nothing overwrites.
+        let first = rs.sends()[0];
+        assert!(rs.after(&first).is_empty(), "{:?}", rs.after(&first));
+        let second = rs.sends()[1];
+        assert!(!rs.after(&second).contains(&Dependency::Sent(first.id)));
     }
 
     #[test]

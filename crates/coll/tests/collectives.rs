@@ -566,45 +566,36 @@ fn two_ranks_by_hand() {
     let s = small_rd_all_reduce();
     let mut a = Communicator::new(0, 2, config).unwrap();
     a.start(s.clone()).unwrap();
-    // First a local copy of the input into the output.
-    let Some(Action::Compute(copy)) = a.poll_action() else {
-        panic!()
-    };
-    assert_eq!(copy.len, 8);
-    a.on_compute_done(copy.id).unwrap();
-    // Then the whole buffer goes to the partner's first slot for rank 0.
+    // The input goes straight to the partner's first slot for rank 0 (out
+    // of place, nothing is copied into the output first).
     let Some(Action::Write(w)) = a.poll_action() else {
         panic!()
     };
     assert_eq!(
         (w.peer, w.src, w.len, w.remote_offset),
-        (1, Loc::new(Buf::Recv, 0), 8, 0)
+        (1, Loc::new(Buf::Send, 0), 8, 0)
     );
     assert!(a.poll_action().is_none());
-    // The partner's message arrives: fold it into the output...
+    // The partner's message arrives: fold it with the input into the
+    // output at once (our write reads the input, which the fold leaves
+    // alone)...
     a.on_write_arrived(1, w.imm, 8).unwrap();
-    assert!(
-        a.poll_action().is_none(),
-        "the fold must wait until our own write no longer reads the output"
-    );
-    a.on_write_done(w.id).unwrap();
     let Some(Action::Compute(fold)) = a.poll_action() else {
         panic!()
     };
     a.on_compute_done(fold.id).unwrap();
-    // ...and finish. The slot's credit stays: this rank writes to the
-    // partner in every all-reduce, and the partner needs that slot again
-    // only for its fifth message, of a later operation.
+    // ...and finish once our own write is done too. The slot's credit
+    // stays: this rank writes to the partner in every all-reduce, and the
+    // partner needs that slot again only for its fifth message, of a later
+    // operation.
+    assert!(a.poll_action().is_none(), "done before its write");
+    a.on_write_done(w.id).unwrap();
     assert_eq!(a.poll_action(), Some(Action::Done(metaroce_coll::OpId(0))));
     assert_eq!(a.poll_action(), None);
     assert!(a.is_idle());
     assert_eq!(a.credits_owed(), 1);
     // The next operation's write carries it.
     a.start(s).unwrap();
-    let Some(Action::Compute(copy)) = a.poll_action() else {
-        panic!()
-    };
-    a.on_compute_done(copy.id).unwrap();
     let Some(Action::Write(w)) = a.poll_action() else {
         panic!()
     };

@@ -112,6 +112,9 @@ impl Pairing {
 }
 
 pub(super) fn all_reduce(b: &mut Builder, ctx: &Ctx) {
+    if ctx.world > 1 && ctx.world.is_power_of_two() {
+        return power_of_two(b, ctx);
+    }
     let Some((pairing, v, blocks)) = Pairing::begin(b, ctx) else {
         return;
     };
@@ -131,4 +134,34 @@ pub(super) fn all_reduce(b: &mut Builder, ctx: &Ctx) {
     }
     b.post_divide(output.at(all));
     pairing.hand_back(b, ctx.rank, output, &blocks, step);
+}
+
+/// A power-of-two world: no pairing up. The first exchange sends the input
+/// itself and folds into the output (`out = in ⊕ theirs`), so an
+/// out-of-place operation does not first copy its input over and only then
+/// send: at 8 bytes between two ranks that copy was a local task on the
+/// round trip's critical path, about 2 µs of the ~9 (the in-place run of
+/// the same build took 7).
+fn power_of_two(b: &mut Builder, ctx: &Ctx) {
+    let (input, output) = (ctx.input(), ctx.output());
+    let blocks = Blocks::single(ctx.count, ctx.chunk);
+    let mut mask = 1;
+    let mut step = 1;
+    while mask < ctx.world {
+        let partner = ctx.rank ^ mask;
+        for j in 0..blocks.rounds() {
+            let acc = output.at(blocks.chunk(0, j));
+            if mask == 1 {
+                let own = input.at(blocks.chunk(0, j));
+                b.send_own(partner, own, tag(step, j));
+                b.recv_fold(partner, acc, Input::Own(own));
+            } else {
+                b.send(partner, acc, tag(step, j));
+                b.recv_fold(partner, acc, Input::Partial(acc));
+            }
+        }
+        mask <<= 1;
+        step += 1;
+    }
+    b.post_divide(output.at(blocks.whole(0)));
 }
