@@ -55,7 +55,8 @@ const METAROCE_USAGE: &str = "\
   --paths <n>                 paths per connection (default 8)
   --slots <n>                 staging slots per peer (default 4)
   --slot-bytes <size>         bytes per staging slot (default 256K)
-  --algo <name>               all-reduce algorithm, like NCCL_ALGO: auto (default: rd up to 64 KiB, then ring),
+  --algo <name>               all-reduce algorithm, like NCCL_ALGO: auto (default: rd up to 64 KiB, then ring,
+                              or hd for 4, 8, 16... ranks when a host has more ranks than cores),
                               ring, rd (recursive doubling), hd (recursive halving-doubling) or tree;
                               broadcast: auto, ring (the pipelined chain) or tree
   --bootstrap-timeout <s>     seconds to wait for every rank (default 30)
@@ -263,7 +264,13 @@ pub(crate) fn run(args: CollPerfArgs) -> Result<ExitCode, String> {
         }
         Err(e) => return Err(e.to_string()),
     };
-    let mut comm_cfg = CommConfig::default();
+    let mut comm_cfg = CommConfig {
+        // Where ranks share cores, every step waits for the scheduler:
+        // Auto all-reduce takes halving-doubling's fewer steps (the
+        // bootstrap makes it job-wide if any host is oversubscribed).
+        ranks_share_cores: poll_defaults().1,
+        ..CommConfig::default()
+    };
     if let Some(s) = extra.slots {
         comm_cfg.slots = s;
     }
@@ -283,7 +290,7 @@ pub(crate) fn run(args: CollPerfArgs) -> Result<ExitCode, String> {
             0,
             2,
         );
-        algo.resolve(&spec.collective, 0, &comm_cfg)
+        algo.resolve(&spec.collective, 0, 2, &comm_cfg)
             .map_err(|e| format!("--algo {algo}: {e}"))?;
     }
     let in_env = std::env::var_os("RANK").is_some();

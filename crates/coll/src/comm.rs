@@ -280,6 +280,14 @@ impl Communicator {
         &self.config
     }
 
+    /// Sets [`CommConfig::ranks_share_cores`] for the operations started
+    /// from now on (a job learns it at bootstrap, after its communicators
+    /// exist). It changes what `Algorithm::Auto` picks, so every rank must
+    /// set the same value before the same operation.
+    pub fn set_ranks_share_cores(&mut self, shared: bool) {
+        self.config.ranks_share_cores = shared;
+    }
+
     /// Where slots live in this rank's staging area (and, by the same rule,
     /// in every peer's).
     pub fn staging_layout(&self) -> StagingLayout {
@@ -322,7 +330,7 @@ impl Communicator {
     pub fn algorithm_for(&self, spec: &OpSpec) -> Result<Algorithm, CollError> {
         Ok(spec
             .algorithm
-            .resolve(&spec.collective, spec.bytes(), &self.config)?)
+            .resolve(&spec.collective, spec.bytes(), self.world, &self.config)?)
     }
 
     /// The next action for the driver, if any.

@@ -24,6 +24,16 @@ pub struct CommConfig {
     /// Broadcasts up to this many bytes use the binomial tree under
     /// [`Algorithm::Auto`], larger ones the pipelined chain.
     pub small_broadcast_bytes: u64,
+    /// The ranks share CPU cores (more ranks than cores on a host, as when
+    /// `coll-perf --ranks 8` runs on two): a rank waiting for a message
+    /// waits for the scheduler to run the peer that sends it, so each step
+    /// of an algorithm costs more than its bytes. Then [`Algorithm::Auto`]
+    /// runs an all-reduce above `small_allreduce_bytes` in a power-of-two
+    /// world of four or more by recursive halving-doubling, `2 log2 p`
+    /// steps, instead of the ring's `2 (p - 1)` (the same bytes each). Off
+    /// by default: with a core per rank, and in the simulator, the ring's
+    /// pipelining wins.
+    pub ranks_share_cores: bool,
 }
 
 impl Default for CommConfig {
@@ -35,6 +45,7 @@ impl Default for CommConfig {
             slot_bytes: 256 * 1024,
             small_allreduce_bytes: 64 * 1024,
             small_broadcast_bytes: 64 * 1024,
+            ranks_share_cores: false,
         }
     }
 }
@@ -222,13 +233,15 @@ impl Algorithm {
     ///
     /// Under `Auto`: all-reduce of at most
     /// [`CommConfig::small_allreduce_bytes`] uses recursive doubling, larger
-    /// the ring; broadcast of at most [`CommConfig::small_broadcast_bytes`]
+    /// the ring (recursive halving-doubling in a power-of-two `world` of
+    /// four or more when [`CommConfig::ranks_share_cores`]); broadcast of at most [`CommConfig::small_broadcast_bytes`]
     /// the tree, larger the chain; reduce-scatter, all-gather and reduce the
     /// ring; all-to-all, barrier and point-to-point are direct.
     pub fn resolve(
         self,
         collective: &Collective,
         bytes: u64,
+        world: u32,
         config: &CommConfig,
     ) -> Result<Self, SpecError> {
         let supported: &[Self] = match collective {
@@ -248,6 +261,11 @@ impl Algorithm {
             Self::Auto => match collective {
                 Collective::AllReduce if bytes <= config.small_allreduce_bytes => {
                     Self::RecursiveDoubling
+                }
+                Collective::AllReduce
+                    if config.ranks_share_cores && world >= 4 && world.is_power_of_two() =>
+                {
+                    Self::HalvingDoubling
                 }
                 Collective::Broadcast { .. } if bytes <= config.small_broadcast_bytes => Self::Tree,
                 _ => supported[0],
@@ -404,31 +422,55 @@ mod tests {
         let c = CommConfig::default();
         let ar = Collective::AllReduce;
         assert_eq!(
-            Algorithm::Auto.resolve(&ar, 8, &c),
+            Algorithm::Auto.resolve(&ar, 8, 8, &c),
             Ok(Algorithm::RecursiveDoubling)
         );
         assert_eq!(
-            Algorithm::Auto.resolve(&ar, 64 * 1024, &c),
+            Algorithm::Auto.resolve(&ar, 64 * 1024, 8, &c),
             Ok(Algorithm::RecursiveDoubling)
         );
         assert_eq!(
-            Algorithm::Auto.resolve(&ar, 64 * 1024 + 1, &c),
+            Algorithm::Auto.resolve(&ar, 64 * 1024 + 1, 8, &c),
             Ok(Algorithm::Ring)
         );
         let bc = Collective::Broadcast { root: 0 };
-        assert_eq!(Algorithm::Auto.resolve(&bc, 8, &c), Ok(Algorithm::Tree));
+        assert_eq!(Algorithm::Auto.resolve(&bc, 8, 8, &c), Ok(Algorithm::Tree));
         assert_eq!(
-            Algorithm::Auto.resolve(&bc, 1 << 20, &c),
+            Algorithm::Auto.resolve(&bc, 1 << 20, 8, &c),
             Ok(Algorithm::Ring)
         );
         assert_eq!(
-            Algorithm::Auto.resolve(&Collective::AllToAll, 8, &c),
+            Algorithm::Auto.resolve(&Collective::AllToAll, 8, 8, &c),
             Ok(Algorithm::Direct)
         );
         assert!(matches!(
-            Algorithm::Tree.resolve(&Collective::AllGather, 8, &c),
+            Algorithm::Tree.resolve(&Collective::AllGather, 8, 8, &c),
             Err(SpecError::UnsupportedAlgorithm { .. })
         ));
+        // Ranks sharing cores: fewer steps for a power-of-two world of 4+.
+        let shared = CommConfig {
+            ranks_share_cores: true,
+            ..CommConfig::default()
+        };
+        let big = 1 << 20;
+        assert_eq!(
+            Algorithm::Auto.resolve(&ar, big, 8, &shared),
+            Ok(Algorithm::HalvingDoubling)
+        );
+        assert_eq!(
+            Algorithm::Auto.resolve(&ar, big, 4, &shared),
+            Ok(Algorithm::HalvingDoubling)
+        );
+        for world in [2, 3, 6] {
+            assert_eq!(
+                Algorithm::Auto.resolve(&ar, big, world, &shared),
+                Ok(Algorithm::Ring)
+            );
+        }
+        assert_eq!(
+            Algorithm::Auto.resolve(&ar, 8, 8, &shared),
+            Ok(Algorithm::RecursiveDoubling)
+        );
     }
 
     #[test]

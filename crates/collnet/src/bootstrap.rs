@@ -69,6 +69,10 @@ pub(crate) struct Join {
     pub(crate) ip: IpAddr,
     pub(crate) pid: u32,
     pub(crate) host: String,
+    /// This rank's host runs more ranks than it has cores (its own view;
+    /// the root combines them into [`Roster::ranks_share_cores`]).
+    #[serde(default)]
+    pub(crate) shares_cores: bool,
 }
 
 /// One peer as a rank needs it.
@@ -93,6 +97,11 @@ pub(crate) struct PeerEntry {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub(crate) struct Roster {
     pub(crate) entries: Vec<PeerEntry>,
+    /// Some rank shares its CPU cores with other ranks: every rank's
+    /// communicator then sets `CommConfig::ranks_share_cores`, so that all
+    /// choose the same algorithms (each rank only knows its own host).
+    #[serde(default)]
+    pub(crate) ranks_share_cores: bool,
 }
 
 fn boot_err(what: impl Into<String>) -> CollNetError {
@@ -183,6 +192,8 @@ fn finish_comm(
         }
     }
     members.sort_by_key(|m| m.rank);
+    let mut rig = rig;
+    rig.comm.set_ranks_share_cores(roster.ranks_share_cores);
     Ok(NetComm::new(rig, peers, control, members, cfg))
 }
 
@@ -237,6 +248,7 @@ pub fn connect(job: &Job, cfg: &NetConfig) -> Result<NetComm, CollNetError> {
                 host: host_name(),
                 icrc_omission: cfg.icrc_omission,
             }],
+            ranks_share_cores: false,
         };
         return finish_comm(rig, &me, Control::alone(), cfg);
     }
@@ -255,6 +267,7 @@ fn join_of(job: &Job, cfg: &NetConfig, ip: IpAddr) -> Join {
         ip,
         pid: std::process::id(),
         host: host_name(),
+        shares_cores: cfg.comm.ranks_share_cores,
     }
 }
 
@@ -419,9 +432,11 @@ fn root(job: &Job, cfg: &NetConfig) -> Result<NetComm, CollNetError> {
             entry_of(q, j, ep, toward)
         }
     };
+    let shared = mine.shares_cores || joined.iter().flatten().any(|(_, j, _)| j.shares_cores);
     let rosters: Vec<Roster> = (0..world)
         .map(|r| Roster {
             entries: (0..world).map(|q| entry(q, r, &joined)).collect(),
+            ranks_share_cores: shared,
         })
         .collect();
     for r in 1..world as usize {

@@ -162,3 +162,65 @@ fn all_collectives_up_to_256_mib() {
         );
     }
 }
+
+/// One rank whose host runs more ranks than cores makes the whole job
+/// choose recursive halving-doubling for a large all-reduce (each rank
+/// knows only its own host; the root combines them at bootstrap), and
+/// every rank then runs the same plan: the operation completes and
+/// verifies.
+#[test]
+fn one_oversubscribed_host_sets_the_algorithm_for_all() {
+    use common::{free_root, job};
+    use metaroce_coll::Algorithm;
+    use metaroce_collnet::connect;
+    const WORLD: u32 = 4;
+    let root = free_root();
+    let threads: Vec<_> = (0..WORLD)
+        .map(|rank| {
+            let mut c = NetConfig {
+                seed: 2000 + u64::from(rank),
+                ..cfg()
+            };
+            c.comm.ranks_share_cores = rank == 2;
+            std::thread::spawn(move || {
+                let mut comm = connect(&job(rank, WORLD, root), &c)?;
+                let m = Measure {
+                    collective: PerfCollective::AllReduce,
+                    bytes: 1 << 20,
+                    dtype: DataType::Float32,
+                    op: ReduceOp::Sum,
+                    root: 0,
+                    iters: 1,
+                    warmup_iters: 0,
+                    agg_iters: 1,
+                    check: 1,
+                    blocking: 0,
+                    average: 1,
+                    seed: 7,
+                    algorithm: Algorithm::Auto,
+                };
+                let spec = perf::spec_for(
+                    m.collective,
+                    m.bytes / 4,
+                    m.dtype,
+                    ReduceOp::Sum,
+                    0,
+                    rank,
+                    WORLD,
+                );
+                let chosen = comm.communicator().algorithm_for(&spec).unwrap();
+                let row = perf::measure_row(&mut comm, &m)?;
+                comm.finish()?;
+                Ok::<_, metaroce_collnet::CollNetError>((
+                    chosen == Algorithm::HalvingDoubling,
+                    row.out_of_place.wrong,
+                ))
+            })
+        })
+        .collect();
+    for (rank, t) in threads.into_iter().enumerate() {
+        let (hd, wrong) = t.join().unwrap().unwrap();
+        assert!(hd, "rank {rank} did not choose halving-doubling");
+        assert_eq!(wrong, Some(0), "rank {rank}");
+    }
+}

@@ -121,7 +121,7 @@ impl CollectiveWorkload {
         let config = self.config();
         config.validate()?;
         self.algorithm
-            .resolve(&self.spec(0, world).collective, self.bytes, &config)?;
+            .resolve(&self.spec(0, world).collective, self.bytes, world, &config)?;
         if matches!(
             self.collective,
             PerfCollective::Broadcast | PerfCollective::Reduce

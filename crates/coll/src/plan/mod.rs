@@ -606,7 +606,7 @@ pub(crate) fn build(
     let reduces = spec.collective.reduces();
     let algorithm = spec
         .algorithm
-        .resolve(&spec.collective, spec.bytes(), config)?;
+        .resolve(&spec.collective, spec.bytes(), world, config)?;
     let ctx = Ctx {
         rank,
         world,
