@@ -779,6 +779,19 @@ impl Endpoint {
         }
     }
 
+    /// The ACK that came coalesced in front of a datagram's data, handled
+    /// after the rest of that datagram went through
+    /// [`handle_datagram`](Self::handle_datagram) (which counted the
+    /// datagram): a driver may answer the data first and handle the ACK,
+    /// which nothing in the answer depends on, once the answer has left.
+    /// `ack` is the datagram's first packet
+    /// ([`metaroce_wire::first_packet_len`] bytes).
+    pub fn handle_coalesced_ack(&mut self, now_ns: u64, src: SocketAddr, ecn: Ecn, ack: &[u8]) {
+        self.set_time(now_ns);
+        self.dev.stats.rx_bytes += ack.len() as u64;
+        self.handle_one_packet(now_ns, src, ecn, ack);
+    }
+
     /// Direct placement, first step (see `direct.rs`): `head` is the start
     /// of a datagram of `datagram_len` bytes from `src`, still in the
     /// driver's socket. If it is one WRITE packet or READ response (alone,

@@ -338,6 +338,38 @@ fn ping_pong_replies_carry_their_acks() {
         sb.io.tx_coalesced,
         2 * ROUNDS
     );
+    // The receiving side handled each such ACK after its own reply had
+    // left, not before the data behind it (`DEFER_ACK_MAX_DATAGRAM`)...
+    assert!(
+        sa.io.rx_acks_deferred + sb.io.rx_acks_deferred >= ROUNDS / 2,
+        "ACKs handled after the reply: {} + {}",
+        sa.io.rx_acks_deferred,
+        sb.io.rx_acks_deferred
+    );
+    // ...and handled all the same: a signaled send completes, which takes
+    // every earlier message acknowledged in order.
+    let mr_b = mrs[1];
+    b.with(|ctx, _| {
+        let recv = RecvWr {
+            wr_id: 9_999,
+            sg_list: vec![mr_b.sge(2048, 64)],
+        };
+        ctx.post_recv(qb, &[recv]).unwrap();
+    });
+    let mr = mrs[0];
+    a.with(|ctx, _| {
+        let mut wr = SendWr::new(9_999, WrOp::Send, vec![mr.sge(0, 8)]);
+        wr.signaled = true;
+        ctx.post_send(qa, &[wr]).unwrap();
+    });
+    let wc = loop {
+        let wc = wait_one(&a, ca);
+        assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+        if wc.wr_id == 9_999 {
+            break wc;
+        }
+    };
+    assert_eq!(wc.opcode, metaroce_verbs::WcOpcode::Send);
 }
 
 /// The last message a device receives before it closes completes at the

@@ -919,6 +919,12 @@ impl Context {
         self.dispatch_completions();
     }
 
+    /// [`Endpoint::handle_coalesced_ack`], then hand out completions.
+    pub fn handle_coalesced_ack(&mut self, now_ns: u64, src: SocketAddr, ecn: Ecn, ack: &[u8]) {
+        self.endpoint.handle_coalesced_ack(now_ns, src, ecn, ack);
+        self.dispatch_completions();
+    }
+
     /// Where a waiting datagram's payload may be received directly (see
     /// [`Endpoint::direct_target`]).
     pub fn direct_target(
