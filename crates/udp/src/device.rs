@@ -1355,7 +1355,14 @@ fn take_input(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
         let since = *io.timer_deferred_since.get_or_insert(now);
         if drained || now.saturating_sub(since) >= TIMER_DEFER_MAX_NS {
             io.timer_deferred_since = None;
-            ctx.handle_timeout(now);
+            // ACKs kept for after the reply answer timers too: handed over
+            // first, they stop the timers they satisfy from firing.
+            if !io.deferred_acks.is_empty() {
+                drain_deferred_acks(ctx, io, now);
+            }
+            if ctx.poll_timeout().is_some_and(|t| t <= now) {
+                ctx.handle_timeout(now);
+            }
             did = true;
         } else {
             // Come back soon: the rest of the queue, then the timer.
