@@ -234,9 +234,10 @@ impl Algorithm {
     /// Under `Auto`: all-reduce of at most
     /// [`CommConfig::small_allreduce_bytes`] uses recursive doubling, larger
     /// the ring (recursive halving-doubling in a power-of-two `world` of
-    /// four or more when [`CommConfig::ranks_share_cores`]); broadcast of at most [`CommConfig::small_broadcast_bytes`]
-    /// the tree, larger the chain; reduce-scatter, all-gather and reduce the
-    /// ring; all-to-all, barrier and point-to-point are direct.
+    /// four or more when [`CommConfig::ranks_share_cores`]); broadcast of
+    /// at most [`CommConfig::small_broadcast_bytes`] the tree, larger the
+    /// chain; reduce-scatter, all-gather and reduce the ring; all-to-all,
+    /// barrier and point-to-point are direct.
     pub fn resolve(
         self,
         collective: &Collective,

@@ -47,6 +47,30 @@ pub struct Measure {
     pub algorithm: Algorithm,
 }
 
+impl Measure {
+    /// One row of `collective` at `bytes` with one timed iteration, no
+    /// warm-up and one checked run (root 0, seed 1, the library's choice
+    /// of algorithm): what a test measures; `coll-perf` fills every field
+    /// from nccl-tests' options instead.
+    pub fn once(collective: PerfCollective, bytes: u64, dtype: DataType, op: ReduceOp) -> Self {
+        Self {
+            collective,
+            bytes,
+            dtype,
+            op,
+            root: 0,
+            iters: 1,
+            warmup_iters: 0,
+            agg_iters: 1,
+            check: 1,
+            blocking: 0,
+            average: 1,
+            seed: 1,
+            algorithm: Algorithm::Auto,
+        }
+    }
+}
+
 /// The operation rank `rank` runs for a perf collective of `count`
 /// elements (nccl-tests' parameter count).
 pub fn spec_for(

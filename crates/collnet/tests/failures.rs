@@ -80,19 +80,14 @@ fn a_failed_measurement_reports_its_cause() {
         Err(e) => panic!("rank 1: {e}; rank 0: {:?}", idle.join()),
     };
     let m = Measure {
-        collective: PerfCollective::AllReduce,
-        bytes: 1 << 20,
-        dtype: DataType::Float32,
-        op: ReduceOp::Sum,
-        root: 0,
-        iters: 1,
         warmup_iters: 1,
-        agg_iters: 1,
         check: 0,
-        blocking: 0,
-        average: 1,
-        seed: 1,
-        algorithm: metaroce_coll::Algorithm::Auto,
+        ..Measure::once(
+            PerfCollective::AllReduce,
+            1 << 20,
+            DataType::Float32,
+            ReduceOp::Sum,
+        )
     };
     let e = perf::measure_row(&mut comm, &m).expect_err("rank 0 never takes part");
     assert!(matches!(e, CollNetError::Stalled { .. }), "{e}");

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{cfg, run_ranks};
+use common::{cfg, run_ranks, run_ranks_with};
 use metaroce_coll::report::PerfCollective;
 use metaroce_coll::{DataType, ReduceOp};
 use metaroce_collnet::perf::{self, Measure};
@@ -29,19 +29,9 @@ fn verify(
         for &c in &collectives {
             for &size in &sizes {
                 let m = Measure {
-                    collective: c,
-                    bytes: size,
-                    dtype,
-                    op,
                     root: 1 % comm.world(),
-                    iters: 1,
-                    warmup_iters: 0,
-                    agg_iters: 1,
-                    check: 1,
-                    blocking: 0,
-                    average: 1,
                     seed: size ^ 0x5eed,
-                    algorithm: metaroce_coll::Algorithm::Auto,
+                    ..Measure::once(c, size, dtype, op)
                 };
                 rows.push((c, size, perf::measure_row(comm, &m)?));
             }
@@ -170,57 +160,39 @@ fn all_collectives_up_to_256_mib() {
 /// verifies.
 #[test]
 fn one_oversubscribed_host_sets_the_algorithm_for_all() {
-    use common::{free_root, job};
     use metaroce_coll::Algorithm;
-    use metaroce_collnet::connect;
     const WORLD: u32 = 4;
-    let root = free_root();
-    let threads: Vec<_> = (0..WORLD)
-        .map(|rank| {
-            let mut c = NetConfig {
-                seed: 2000 + u64::from(rank),
-                ..cfg()
-            };
+    let results = run_ranks_with(
+        WORLD,
+        |rank| {
+            let mut c = cfg();
             c.comm.ranks_share_cores = rank == 2;
-            std::thread::spawn(move || {
-                let mut comm = connect(&job(rank, WORLD, root), &c)?;
-                let m = Measure {
-                    collective: PerfCollective::AllReduce,
-                    bytes: 1 << 20,
-                    dtype: DataType::Float32,
-                    op: ReduceOp::Sum,
-                    root: 0,
-                    iters: 1,
-                    warmup_iters: 0,
-                    agg_iters: 1,
-                    check: 1,
-                    blocking: 0,
-                    average: 1,
-                    seed: 7,
-                    algorithm: Algorithm::Auto,
-                };
-                let spec = perf::spec_for(
-                    m.collective,
-                    m.bytes / 4,
-                    m.dtype,
-                    ReduceOp::Sum,
-                    0,
-                    rank,
-                    WORLD,
-                );
-                let chosen = comm.communicator().algorithm_for(&spec).unwrap();
-                let row = perf::measure_row(&mut comm, &m)?;
-                comm.finish()?;
-                Ok::<_, metaroce_collnet::CollNetError>((
-                    chosen == Algorithm::HalvingDoubling,
-                    row.out_of_place.wrong,
-                ))
-            })
-        })
-        .collect();
-    for (rank, t) in threads.into_iter().enumerate() {
-        let (hd, wrong) = t.join().unwrap().unwrap();
-        assert!(hd, "rank {rank} did not choose halving-doubling");
+            c
+        },
+        |comm| {
+            let m = Measure::once(
+                PerfCollective::AllReduce,
+                1 << 20,
+                DataType::Float32,
+                ReduceOp::Sum,
+            );
+            let spec = perf::spec_for(
+                m.collective,
+                m.bytes / 4,
+                m.dtype,
+                m.op,
+                m.root,
+                comm.rank(),
+                comm.world(),
+            );
+            let chosen = comm.communicator().algorithm_for(&spec).unwrap();
+            let row = perf::measure_row(comm, &m)?;
+            Ok((chosen, row.out_of_place.wrong))
+        },
+    );
+    for (rank, r) in results.into_iter().enumerate() {
+        let (chosen, wrong) = r.unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+        assert_eq!(chosen, Algorithm::HalvingDoubling, "rank {rank}");
         assert_eq!(wrong, Some(0), "rank {rank}");
     }
 }

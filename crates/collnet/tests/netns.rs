@@ -129,19 +129,11 @@ fn run_job(ns: &Namespaces, root: SocketAddr, c: &NetConfig, label: &str) {
                 for collective in PerfCollective::ALL {
                     for bytes in [4, 65_540, 1 << 20] {
                         let m = Measure {
-                            collective,
-                            bytes,
-                            dtype: DataType::Float32,
-                            op: ReduceOp::Sum,
                             root: 2,
                             iters: 2,
                             warmup_iters: 1,
-                            agg_iters: 1,
-                            check: 1,
-                            blocking: 0,
-                            average: 1,
                             seed: bytes,
-                            algorithm: metaroce_coll::Algorithm::Auto,
+                            ..Measure::once(collective, bytes, DataType::Float32, ReduceOp::Sum)
                         };
                         let row = perf::measure_row(&mut comm, &m).unwrap_or_else(|e| {
                             panic!("{label} rank {rank} {}: {e}", collective.name())

@@ -814,11 +814,10 @@ impl Endpoint {
         // same datagram (a two-way exchange: each side's data carries its
         // ACKs of the other's). The ACK's length is in its header; it rides
         // in the head buffer and is handled first, as in handle_datagram.
-        let lead_len = match wire::BaseHeader::new_checked(head).ok()?.packet_type() {
-            t if t == wire::PacketType::Ack as u8 => {
-                let n = wire::first_packet_len(head);
-                (n < head.len()).then_some(n)?
-            }
+        // (An ACK cut short by the head buffer reads as the whole head:
+        // no data packet behind it, no target.)
+        let lead_len = match wire::first_packet_len(head) {
+            n if n < head.len() => n,
             _ => 0,
         };
         let data_head = &head[lead_len..];

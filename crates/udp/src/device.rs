@@ -486,10 +486,8 @@ struct Io {
     /// Headers (and the trailer) of a directly placed datagram.
     direct_head: Vec<u8>,
     /// ACKs that came coalesced in front of a small data packet, handled
-    /// after the next flush (see `DEFER_ACK_MAX_DATAGRAM`): source, ECN,
-    /// bytes, back to back in `deferred_bytes`.
-    deferred_acks: Vec<(SocketAddr, Ecn, usize)>,
-    deferred_bytes: Vec<u8>,
+    /// after the next flush.
+    deferred_acks: DeferredAcks,
     /// A datagram read on the way that was not for direct placement.
     direct_scratch: Vec<u8>,
     capture: Option<Arc<dyn CaptureHook>>,
@@ -724,8 +722,7 @@ impl Device {
             direct: cfg.direct_placement,
             direct_small_left: 0,
             direct_head: vec![0; DIRECT_HEAD_LEN],
-            deferred_acks: Vec::new(),
-            deferred_bytes: Vec::new(),
+            deferred_acks: DeferredAcks::default(),
             direct_scratch: vec![
                 0;
                 if cfg.direct_placement {
@@ -1272,10 +1269,7 @@ fn take_input(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
     let mut now = now;
     let mut drained = false;
     // ACKs kept from the last pass go before anything newer.
-    if !io.deferred_acks.is_empty() {
-        drain_deferred_acks(ctx, io, now);
-        did = true;
-    }
+    did |= io.deferred_acks.drain(ctx, now);
     let mut rounds = RX_ROUNDS;
     if io.direct && io.direct_small_left > 0 {
         let pass = take_direct(ctx, io, now);
@@ -1357,9 +1351,7 @@ fn take_input(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
             io.timer_deferred_since = None;
             // ACKs kept for after the reply answer timers too: handed over
             // first, they stop the timers they satisfy from firing.
-            if !io.deferred_acks.is_empty() {
-                drain_deferred_acks(ctx, io, now);
-            }
+            io.deferred_acks.drain(ctx, now);
             if ctx.poll_timeout().is_some_and(|t| t <= now) {
                 ctx.handle_timeout(now);
             }
@@ -1541,8 +1533,7 @@ struct RxSink<'a> {
     impair: &'a mut Option<ImpairState>,
     held: &'a mut Option<(SocketAddr, Ecn, Vec<u8>)>,
     stats: &'a mut IoStats,
-    deferred_acks: &'a mut Vec<(SocketAddr, Ecn, usize)>,
-    deferred_bytes: &'a mut Vec<u8>,
+    deferred_acks: &'a mut DeferredAcks,
 }
 
 /// The [`RxSink`] of an `Io`, leaving its receive buffers free to borrow.
@@ -1555,7 +1546,6 @@ macro_rules! rx_sink {
             held: &mut $io.held,
             stats: &mut $io.stats,
             deferred_acks: &mut $io.deferred_acks,
-            deferred_bytes: &mut $io.deferred_bytes,
         }
     };
 }
@@ -1598,21 +1588,22 @@ impl RxSink<'_> {
 
     /// A datagram to the core. A small one led by a coalesced ACK has its
     /// data handled now and the ACK kept until after the next flush
-    /// (`DEFER_ACK_MAX_DATAGRAM`).
+    /// (`DEFER_ACK_MAX_DATAGRAM`); anything else goes after the ACKs kept
+    /// before it, so the core still sees ACKs in the order they came.
     fn handle(&mut self, ctx: &mut Context, now: u64, src: SocketAddr, ecn: Ecn, rx: Received<'_>) {
         if let Received::Whole(d) = rx
             && d.len() <= DEFER_ACK_MAX_DATAGRAM
-            && self.deferred_acks.len() < DEFER_ACK_MAX
+            && self.deferred_acks.acks.len() < DEFER_ACK_MAX
         {
             let n = metaroce_wire::first_packet_len(d);
             if n < d.len() {
                 ctx.handle_datagram(now, src, ecn, &d[n..]);
-                self.deferred_bytes.extend_from_slice(&d[..n]);
-                self.deferred_acks.push((src, ecn, n));
+                self.deferred_acks.push(src, ecn, &d[..n]);
                 self.stats.rx_acks_deferred += 1;
                 return;
             }
         }
+        self.deferred_acks.drain(ctx, now);
         rx.handle(ctx, now, src, ecn);
     }
 
@@ -1703,26 +1694,44 @@ fn hold(ctx: &mut Context, io: &mut Io, now: u64) {
     }
 }
 
-/// Hands the ACKs kept by `RxSink::handle` to the core, in arrival order.
-fn drain_deferred_acks(ctx: &mut Context, io: &mut Io, now: u64) {
-    let mut at = 0;
-    for &(src, ecn, n) in &io.deferred_acks {
-        ctx.handle_coalesced_ack(now, src, ecn, &io.deferred_bytes[at..at + n]);
-        at += n;
+/// ACKs that came coalesced in front of a small data packet, kept by
+/// `RxSink::handle` to be handled after the reply has left
+/// (`DEFER_ACK_MAX_DATAGRAM`), in arrival order.
+#[derive(Default)]
+struct DeferredAcks {
+    /// Source, ECN and length of each; their bytes back to back in `bytes`.
+    acks: Vec<(SocketAddr, Ecn, usize)>,
+    bytes: Vec<u8>,
+}
+
+impl DeferredAcks {
+    fn push(&mut self, src: SocketAddr, ecn: Ecn, ack: &[u8]) {
+        self.bytes.extend_from_slice(ack);
+        self.acks.push((src, ecn, ack.len()));
     }
-    io.deferred_acks.clear();
-    io.deferred_bytes.clear();
+
+    /// Hands them to the core, in arrival order; whether there were any.
+    fn drain(&mut self, ctx: &mut Context, now: u64) -> bool {
+        let mut at = 0;
+        for &(src, ecn, n) in &self.acks {
+            ctx.handle_coalesced_ack(now, src, ecn, &self.bytes[at..at + n]);
+            at += n;
+        }
+        let any = !self.acks.is_empty();
+        self.acks.clear();
+        self.bytes.clear();
+        any
+    }
 }
 
 fn flush(ctx: &mut Context, io: &mut Io, now: u64) -> usize {
     let total = send_due(ctx, io, now);
-    if io.deferred_acks.is_empty() {
-        return total;
-    }
     // The answer has left: now the ACKs that came in front of what it
     // answers, and whatever they make due.
-    drain_deferred_acks(ctx, io, now);
-    total + send_due(ctx, io, now)
+    if io.deferred_acks.drain(ctx, now) {
+        return total + send_due(ctx, io, now);
+    }
+    total
 }
 
 fn send_due(ctx: &mut Context, io: &mut Io, now: u64) -> usize {

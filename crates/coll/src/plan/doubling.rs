@@ -16,7 +16,7 @@
 //! so every rank ends with identical bytes.
 
 use super::{Area, Blocks, Builder, Ctx, Input, tag};
-use crate::action::Rank;
+use crate::action::{Rank, WritePurpose};
 
 /// How ranks beyond the largest power of two take part in the doubling
 /// algorithms (this one and [`super::halving`]): the first `2·rem` pair
@@ -26,31 +26,86 @@ pub(super) struct Pairing {
     /// The largest power of two not above `world`: the ranks that exchange.
     pub(super) p: u32,
     rem: u32,
+    /// Nobody pairs up (`world` is a power of two above one) and the
+    /// input was not loaded into the output: the first exchange reads the
+    /// input itself (`Input::Own`) and folds into the output, so an
+    /// out-of-place operation does not copy its input over before its
+    /// first send (at 8 bytes between two ranks that copy, a local task on
+    /// the round trip's critical path, was about 2 µs of ~9).
+    pub(super) input_unread: bool,
 }
 
 impl Pairing {
-    pub(super) fn new(world: u32) -> Self {
+    fn new(world: u32) -> Self {
         let p = if world.is_power_of_two() {
             world
         } else {
             world.next_power_of_two() / 2
         };
-        Self { p, rem: world - p }
+        Self {
+            p,
+            rem: world - p,
+            input_unread: false,
+        }
     }
 
-    /// The start both doubling plans share: the input loaded into the
-    /// output buffer (they work in it from the start), then the pre-step
-    /// over the whole buffer as one block. `None` for a rank that sits
-    /// out (its whole part is emitted here); else the pairing, this rank's
+    /// The start both doubling plans share. In a power-of-two world above
+    /// one, nothing (see `input_unread`). Otherwise the input loaded into
+    /// the output buffer (they work in it from then on), then the pre-step
+    /// over the whole buffer as one block. `None` for a rank that sits out
+    /// (its whole part is emitted here); else the pairing, this rank's
     /// number among the `p` that exchange, and that one block.
     pub(super) fn begin(b: &mut Builder, ctx: &Ctx) -> Option<(Self, u32, Blocks)> {
         let (input, output) = (ctx.input(), ctx.output());
         let whole = Blocks::single(ctx.count, ctx.chunk);
+        let mut pairing = Self::new(ctx.world);
+        if ctx.world > 1 && pairing.rem == 0 {
+            pairing.input_unread = true;
+            return Some((pairing, ctx.rank, whole));
+        }
         let all = whole.whole(0);
         b.load_own(output.at(all), input.at(all));
-        let pairing = Self::new(ctx.world);
         let v = pairing.fold_in(b, ctx.rank, output, &whole)?;
         Some((pairing, v, whole))
+    }
+
+    /// Sends `range` of this rank's buffer to `partner`: in the `first`
+    /// exchange of an unread input, the input itself (pre-multiplied for a
+    /// float average), else the partial result in the output.
+    pub(super) fn send_chunk(
+        &self,
+        b: &mut Builder,
+        ctx: &Ctx,
+        first: bool,
+        partner: Rank,
+        range: (u64, u64),
+        purpose: WritePurpose,
+    ) {
+        if first && self.input_unread {
+            b.send_own(partner, ctx.input().at(range), purpose);
+        } else {
+            b.send(partner, ctx.output().at(range), purpose);
+        }
+    }
+
+    /// Folds `partner`'s copy of `range` into the output: with the input
+    /// in the `first` exchange of an unread input, else with the partial
+    /// result already there.
+    pub(super) fn fold_chunk(
+        &self,
+        b: &mut Builder,
+        ctx: &Ctx,
+        first: bool,
+        partner: Rank,
+        range: (u64, u64),
+    ) {
+        let acc = ctx.output().at(range);
+        let with = if first && self.input_unread {
+            Input::Own(ctx.input().at(range))
+        } else {
+            Input::Partial(acc)
+        };
+        b.recv_fold(partner, acc, with);
     }
 
     /// The real rank of exchanging rank `v` (`0..p`).
@@ -112,9 +167,6 @@ impl Pairing {
 }
 
 pub(super) fn all_reduce(b: &mut Builder, ctx: &Ctx) {
-    if ctx.world > 1 && ctx.world.is_power_of_two() {
-        return power_of_two(b, ctx);
-    }
     let Some((pairing, v, blocks)) = Pairing::begin(b, ctx) else {
         return;
     };
@@ -125,43 +177,13 @@ pub(super) fn all_reduce(b: &mut Builder, ctx: &Ctx) {
     while mask < pairing.p {
         let partner = pairing.real(v ^ mask);
         for j in 0..blocks.rounds() {
-            let acc = output.at(blocks.chunk(0, j));
-            b.send(partner, acc, tag(step, j));
-            b.recv_fold(partner, acc, Input::Partial(acc));
+            let range = blocks.chunk(0, j);
+            pairing.send_chunk(b, ctx, step == 1, partner, range, tag(step, j));
+            pairing.fold_chunk(b, ctx, step == 1, partner, range);
         }
         mask <<= 1;
         step += 1;
     }
     b.post_divide(output.at(all));
     pairing.hand_back(b, ctx.rank, output, &blocks, step);
-}
-
-/// A power-of-two world: no pairing up. The first exchange sends the input
-/// itself and folds into the output (`out = in ⊕ theirs`), so an
-/// out-of-place operation does not first copy its input over and only then
-/// send: at 8 bytes between two ranks that copy was a local task on the
-/// round trip's critical path, about 2 µs of the ~9 (the in-place run of
-/// the same build took 7).
-fn power_of_two(b: &mut Builder, ctx: &Ctx) {
-    let (input, output) = (ctx.input(), ctx.output());
-    let blocks = Blocks::single(ctx.count, ctx.chunk);
-    let mut mask = 1;
-    let mut step = 1;
-    while mask < ctx.world {
-        let partner = ctx.rank ^ mask;
-        for j in 0..blocks.rounds() {
-            let acc = output.at(blocks.chunk(0, j));
-            if mask == 1 {
-                let own = input.at(blocks.chunk(0, j));
-                b.send_own(partner, own, tag(step, j));
-                b.recv_fold(partner, acc, Input::Own(own));
-            } else {
-                b.send(partner, acc, tag(step, j));
-                b.recv_fold(partner, acc, Input::Partial(acc));
-            }
-        }
-        mask <<= 1;
-        step += 1;
-    }
-    b.post_divide(output.at(blocks.whole(0)));
 }

@@ -19,24 +19,13 @@
 //! blocks all go to one partner, with no pipelining along a ring.
 
 use super::doubling::Pairing;
-use super::{Blocks, Builder, Ctx, Input, tag};
+use super::{Blocks, Builder, Ctx, tag};
 
 pub(super) fn all_reduce(b: &mut Builder, ctx: &Ctx) {
-    // In a power-of-two world nobody pairs up, and the first exchange
-    // reads the input itself (it sends half of it and folds the other half
-    // into the output), so an out-of-place operation does not copy its
-    // whole input into the output before its first send.
-    let direct = ctx.world > 1 && ctx.world.is_power_of_two();
-    let (pairing, v, whole) = if direct {
-        let pairing = Pairing::new(ctx.world);
-        (pairing, ctx.rank, Blocks::single(ctx.count, ctx.chunk))
-    } else {
-        let Some(begun) = Pairing::begin(b, ctx) else {
-            return;
-        };
-        begun
+    let Some((pairing, v, whole)) = Pairing::begin(b, ctx) else {
+        return;
     };
-    let (input, output) = (ctx.input(), ctx.output());
+    let output = ctx.output();
     let p = pairing.p;
     let blocks = Blocks::balanced(ctx.count, p, ctx.chunk);
     // Every message of a step, in the same order on both ends: blocks in
@@ -62,24 +51,12 @@ pub(super) fn all_reduce(b: &mut Builder, ctx: &Ctx) {
         } else {
             ((mid, hi), (lo, mid))
         };
-        let first = direct && step == 1;
+        let first = step == 1;
         each_chunk(b, give, &mut |b, blk, j| {
-            let range = blocks.chunk(blk, j);
-            if first {
-                b.send_own(partner, input.at(range), tag(step, j));
-            } else {
-                b.send(partner, output.at(range), tag(step, j));
-            }
+            pairing.send_chunk(b, ctx, first, partner, blocks.chunk(blk, j), tag(step, j))
         });
         each_chunk(b, keep, &mut |b, blk, j| {
-            let range = blocks.chunk(blk, j);
-            let acc = output.at(range);
-            let with = if first {
-                Input::Own(input.at(range))
-            } else {
-                Input::Partial(acc)
-            };
-            b.recv_fold(partner, acc, with);
+            pairing.fold_chunk(b, ctx, first, partner, blocks.chunk(blk, j))
         });
         (lo, hi) = keep;
         mask /= 2;

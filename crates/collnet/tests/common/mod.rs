@@ -42,13 +42,22 @@ pub(crate) fn run_ranks<R: Send + 'static>(
     cfg: &NetConfig,
     body: impl Fn(&mut NetComm) -> Result<R, CollNetError> + Send + Sync + 'static,
 ) -> Vec<Result<R, CollNetError>> {
+    run_ranks_with(world, |_| cfg.clone(), body)
+}
+
+/// [`run_ranks`] with each rank's settings from `cfg_of(rank)`.
+pub(crate) fn run_ranks_with<R: Send + 'static>(
+    world: u32,
+    cfg_of: impl Fn(Rank) -> NetConfig,
+    body: impl Fn(&mut NetComm) -> Result<R, CollNetError> + Send + Sync + 'static,
+) -> Vec<Result<R, CollNetError>> {
     let root = free_root();
     let body = Arc::new(body);
     let threads: Vec<_> = (0..world)
         .map(|rank| {
             let cfg = NetConfig {
                 seed: 1000 + u64::from(rank),
-                ..cfg.clone()
+                ..cfg_of(rank)
             };
             let body = Arc::clone(&body);
             std::thread::Builder::new()

@@ -368,8 +368,7 @@ impl Transport for MetaRoceHost {
     type Packet = MetaRocePacket;
 
     fn poll_packet(&mut self, now: Ps) -> Option<(Wire, MetaRocePacket)> {
-        let span = self.span.clone();
-        let _host = span.enter();
+        let _host = self.span.clone().entered();
         let t = self.ep.poll_packet_into(ps_to_ns(now), &mut self.tx_slot)?;
         if let Some((me, cap)) = &self.capture
             && let Some(p) = self.tx_slot.packet()
@@ -406,8 +405,7 @@ impl Transport for MetaRoceHost {
         trimmed: bool,
         packet: &MetaRocePacket,
     ) {
-        let span = self.span.clone();
-        let _host = span.enter();
+        let _host = self.span.clone().entered();
         if trimmed {
             // The header of a packet a switch trimmed: a NACK for it goes
             // back at once. Only data is ever trimmed.
@@ -457,8 +455,7 @@ impl Transport for MetaRoceHost {
     }
 
     fn handle_timeout(&mut self, now: Ps) {
-        let span = self.span.clone();
-        let _host = span.enter();
+        let _host = self.span.clone().entered();
         self.ep.handle_timeout(ps_to_ns(now));
         self.drain_completions();
     }
@@ -470,8 +467,7 @@ impl Transport for MetaRoceHost {
         bytes: u64,
         tag: u32,
     ) -> Result<(), TransportError> {
-        let span = self.span.clone();
-        let _host = span.enter();
+        let _host = self.span.clone().entered();
         let no_channel = TransportError::NoChannel {
             transport: None,
             channel,
@@ -536,8 +532,7 @@ impl Transport for MetaRoceHost {
     }
 
     fn close_send_channel(&mut self, channel: u32) {
-        let span = self.span.clone();
-        let _host = span.enter();
+        let _host = self.span.clone().entered();
         if let Some(ch) = self.channels.get_mut(channel as usize)
             && let Some(qp) = ch.qp.take()
         {
@@ -547,8 +542,7 @@ impl Transport for MetaRoceHost {
     }
 
     fn close_recv_channel(&mut self, from: u32) {
-        let span = self.span.clone();
-        let _host = span.enter();
+        let _host = self.span.clone().entered();
         if let Some(i) = self.incoming.iter().position(|&(f, _)| f == from) {
             let (_, qp) = self.incoming.swap_remove(i);
             self.destroy_keeping_counters(qp, from);
