@@ -84,6 +84,14 @@ pub struct EndpointConfig {
     /// otherwise waits a probe timeout. `0`: never. Default 4: at most four
     /// packets per message end (0.8 % of a 2 MB transfer).
     pub tail_copy_packets: u32,
+    /// While the device is losing packets, a message of at most this many
+    /// data packets is followed by repair packets (Reed-Solomon recovery
+    /// shards, see `repair.rs`), so that the receiver rebuilds a lost packet
+    /// instead of waiting a round trip for its resend. `0`: never. Default
+    /// 32 (128 KiB at a 4 KiB MTU): a collective's step, not a bulk flow.
+    pub repair_max_message_packets: u32,
+    /// The most repair packets per message. Default 8.
+    pub repair_max_packets: u32,
     /// Lower bound of a connection-level retry round (the silence, with
     /// work outstanding, after which the connection counts one of its
     /// `retry_cnt` retries). `0` (the default): the connection's RTO, so
@@ -197,6 +205,8 @@ impl Default for EndpointConfig {
             deferred_ack_ns: 0,
             ack_copy_horizon_ns: 1_000_000,
             tail_copy_packets: 4,
+            repair_max_message_packets: 32,
+            repair_max_packets: 8,
             rack_reorder_permille: 500,
             probe_timeout_min_ns: 0,
             retry_round_min_ns: 0,
@@ -256,6 +266,8 @@ impl EndpointConfig {
         int_knob!(Self, deferred_ack_ns: u64, 0, 1_000_000_000, "the ACK completing an unsignaled request may wait this long for data back to the requester to carry it (0: never), ns"),
         int_knob!(Self, ack_copy_horizon_ns: u64, 0, 1_000_000_000, "an ACK answering a resend or a duplicate goes twice for this long after a hole or a duplicate (0: never), ns"),
         int_knob!(Self, tail_copy_packets: u32, 0, 64, "a drained, uncapped connection copies its last this many outstanding packets onto other paths (0: never)"),
+        int_knob!(Self, repair_max_message_packets: u32, 0, 256, "while the device is losing packets, messages of at most this many packets carry repair packets (0: never)"),
+        int_knob!(Self, repair_max_packets: u32, 0, 16, "the most repair packets per message"),
         int_knob!(Self, rack_reorder_permille: u32, 0, 4000, "cross-path RACK: a path is probed once its newest packet is overdue past a later one acknowledged elsewhere by this many per mille of the minimum RTT (0: off)"),
         int_knob!(Self, retry_round_min_ns: u64, 0, 60_000_000_000u64, "lower bound of a connection-level retry round, ns (0: the RTO); the give-up comes after about 2^(retry_cnt+1) times the first round (less where rto_max_ns caps the doubling)"),
         int_knob!(Self, probe_timeout_min_ns: u64, 0, 1_000_000_000, "lower bound of every probe timeout, ns (0: none; the UDP datapath sets one for hosts whose CPUs are shared)"),

@@ -35,6 +35,8 @@ pub(crate) struct DeviceState {
     pub(crate) probe_budget: ProbeBudget,
     /// How long a SACK gap waits before it is a loss (reordering fabrics).
     pub(crate) reorder: ReorderWindow,
+    /// The data packets' loss rate, which sizes repair packets.
+    pub(crate) loss_rate: crate::repair::LossRate,
 }
 
 impl DeviceState {
@@ -61,6 +63,7 @@ impl DeviceState {
                 config.base_rtt_ns,
             ),
             reorder: ReorderWindow::default(),
+            loss_rate: crate::repair::LossRate::default(),
             config,
         }
     }

@@ -986,7 +986,14 @@ impl Endpoint {
                     self.dev.stats.rx_malformed += 1;
                     return;
                 }
-                self.dispatch_data(now_ns, src, ecn, repr, &ZERO_PAYLOAD[..len]);
+                // A repair packet's shard is not message bytes: without
+                // bytes, it rebuilds lengths only (`repair.rs`).
+                let payload = if repr.base.flags.contains(wire::Flags::REPAIR) {
+                    &[][..]
+                } else {
+                    &ZERO_PAYLOAD[..len]
+                };
+                self.dispatch_data(now_ns, src, ecn, repr, payload);
             }
             PacketRepr::Ack(ack) => self.dispatch_ack(now_ns, src, ack),
         }

@@ -58,6 +58,7 @@ pub mod qp;
 pub mod range_set;
 mod recent_ports;
 mod reorder;
+mod repair;
 pub mod rtt;
 mod rtt_histogram;
 pub mod sack;

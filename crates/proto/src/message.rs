@@ -106,6 +106,11 @@ pub(crate) struct TxMessage {
     /// with `deferred_ack_ns` on): its last packet does not ask for an
     /// immediate ACK, and the receiver may hold that ACK for data going back.
     pub(crate) ack_deferrable: bool,
+    /// Repair packets sent after the data (`repair.rs`): segments
+    /// `segs..segs + repair_count` of the message.
+    pub(crate) repair_count: u32,
+    /// Their payloads, computed when the first one goes.
+    pub(crate) repair_shards: Option<Box<[u8]>>,
 }
 
 /// Which stream a message belongs to and its place in it.
@@ -188,11 +193,21 @@ impl TxMessage {
             rnr_wait: false,
             queued: false,
             ack_deferrable: false,
+            repair_count: 0,
+            repair_shards: None,
         }
     }
 
-    /// Byte range of segment `seg`.
+    /// Byte range of segment `seg`; for a repair packet, its `offset`
+    /// field (a [`RepairId`](metaroce_wire::RepairId)) and shard size.
     pub(crate) fn seg_range(&self, seg: u32) -> (u32, u32) {
+        if self.is_repair(seg) {
+            let id = metaroce_wire::RepairId {
+                index: (seg - self.segs) as u16,
+                count: self.repair_count as u16,
+            };
+            return (id.to_offset(), self.repair_shard_bytes());
+        }
         let start = seg * self.seg_bytes;
         (
             start,
@@ -200,12 +215,35 @@ impl TxMessage {
         )
     }
 
+    /// Bytes per recovery shard: one data packet's size; a one-packet
+    /// message's own length (rounded up to even, as the code needs).
+    pub(crate) fn repair_shard_bytes(&self) -> u32 {
+        if self.segs == 1 {
+            self.payload_len + self.payload_len % 2
+        } else {
+            self.seg_bytes
+        }
+    }
+
+    /// Whether segment `seg` is a repair packet rather than data.
+    pub(crate) fn is_repair(&self, seg: u32) -> bool {
+        seg >= self.segs
+    }
+
+    /// Whether `seg` needs no (further) sending: a data segment the peer
+    /// acknowledged, or a repair packet (never resent).
     pub(crate) fn is_acked(&self, seg: u32) -> bool {
+        if self.is_repair(seg) {
+            return true;
+        }
         self.acked[(seg / 64) as usize] >> (seg % 64) & 1 == 1
     }
 
     /// Mark a segment acknowledged; true if it was new.
     pub(crate) fn ack(&mut self, seg: u32) -> bool {
+        if self.is_repair(seg) {
+            return false;
+        }
         let word = &mut self.acked[(seg / 64) as usize];
         let bit = 1 << (seg % 64);
         if *word & bit != 0 {
@@ -230,7 +268,7 @@ impl TxMessage {
     }
 
     pub(crate) fn has_unsent(&self) -> bool {
-        self.next_unsent < self.segs && !self.rnr_wait
+        self.next_unsent < self.segs + self.repair_count && !self.rnr_wait
     }
 }
 

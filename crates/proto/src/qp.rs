@@ -102,6 +102,8 @@ pub(crate) struct RxMessage {
     pub(crate) recv_status: WcStatus,
     /// The sender asked for a solicited event when it completes.
     pub(crate) solicited: bool,
+    /// Repair packets of the message, until it completes.
+    pub(crate) repair: Option<Box<crate::repair::RepairRx>>,
 }
 
 /// A QP's state in the core.
@@ -130,6 +132,9 @@ pub(crate) struct Qp {
     pub(crate) rx_msn: u32,
     /// Messages `rx_msn ..`, by `msg_seq - rx_msn`.
     pub(crate) rx_window: VecDeque<Option<RxMessage>>,
+    /// Recovery shard bytes held in `rx_window` (at most
+    /// `repair::MAX_REPAIR_BYTES_PER_QP`).
+    pub(crate) repair_bytes_held: u64,
     /// A fatal NAK this responder sent (sticky: repeated on every duplicate).
     pub(crate) rx_fatal: Option<(Syndrome, u32)>,
     /// An RNR NAK to report once.
@@ -156,6 +161,7 @@ impl Qp {
             rq_base: 0,
             rx_msn: 0,
             rx_window: VecDeque::new(),
+            repair_bytes_held: 0,
             rx_fatal: None,
             rx_rnr: None,
             op_ack_dirty: false,

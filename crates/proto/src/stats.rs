@@ -51,6 +51,14 @@ pub struct EndpointStats {
     pub trim_nacks: u64,
     /// ACKs sent.
     pub ack_packets_sent: u64,
+    /// Repair packets sent after short messages while losing packets
+    /// (counted in `data_packets_sent` too).
+    pub repair_packets_sent: u64,
+    /// Repair packets received whole.
+    pub rx_repair_packets: u64,
+    /// Data packets rebuilt from repair packets instead of waiting for
+    /// their resend.
+    pub rx_repaired_packets: u64,
     /// Tail-loss probes sent (counted in retransmissions too).
     pub tail_probes: u64,
     /// Tail-loss probes the device's budget for speculative packets
@@ -135,6 +143,9 @@ named_counters!(EndpointStats {
     rx_trimmed,
     trim_nacks,
     ack_packets_sent,
+    repair_packets_sent,
+    rx_repair_packets,
+    rx_repaired_packets,
     tail_probes,
     probes_deferred,
     rtos,

@@ -54,8 +54,16 @@ impl Flags {
     /// so the others' shares rise as soon as it is done. Receivers that
     /// ignore it only lift those shares later.
     pub const SENDER_DRAINED: Self = Self(0x20);
+    /// Data packets: a repair packet. Its payload is not message bytes but
+    /// one Reed-Solomon recovery shard computed over the message's data
+    /// packets (one shard per packet, `payload_len` bytes each, the last
+    /// zero-padded), and its `offset` names the shard, not a byte (see
+    /// [`crate::RepairId`]). A receiver missing some data packets rebuilds
+    /// them from the others and as many repair packets as it lacks data
+    /// packets, without waiting a round trip for a resend.
+    pub const REPAIR: Self = Self(0x40);
     /// Every defined flag bit.
-    pub const KNOWN: Self = Self(0x3f);
+    pub const KNOWN: Self = Self(0x7f);
 
     /// No flag set.
     pub const fn empty() -> Self {

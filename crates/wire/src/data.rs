@@ -130,6 +130,35 @@ impl TryFrom<u8> for Opcode {
     }
 }
 
+/// Which recovery shard a repair packet ([`crate::Flags::REPAIR`]) carries,
+/// packed into its `offset` field as `count << 16 | index`. A receiver needs both to
+/// rebuild lost data packets: the code is fixed by the number of data
+/// packets (from `msg_len` and the shard size, `payload_len`) and of
+/// recovery shards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RepairId {
+    /// This shard's index, below `count`.
+    pub index: u16,
+    /// How many recovery shards the sender computed for the message.
+    pub count: u16,
+}
+
+impl RepairId {
+    /// The value of the `offset` field.
+    pub const fn to_offset(self) -> u32 {
+        (self.count as u32) << 16 | self.index as u32
+    }
+
+    /// Read an `offset` field; `None` unless `index < count`.
+    pub const fn from_offset(offset: u32) -> Option<Self> {
+        let id = Self {
+            index: offset as u16,
+            count: (offset >> 16) as u16,
+        };
+        if id.index < id.count { Some(id) } else { None }
+    }
+}
+
 /// The opcode extension header: the per-opcode fields after the data header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OpHeader {
@@ -642,7 +671,10 @@ impl DataRepr {
     /// * the payload lies inside the message: `offset + payload_len <= msg_len`;
     /// * opcodes without payload (ReadRequest, atomics, AtomicResponse) carry none;
     /// * atomic requests and responses work on one 64-bit word:
-    ///   `msg_len == 8` and `offset == 0`.
+    ///   `msg_len == 8` and `offset == 0`;
+    /// * a repair packet ([`crate::Flags::REPAIR`]) belongs to a WRITE or
+    ///   SEND, names a shard ([`RepairId`]) and carries an even, non-empty
+    ///   shard no longer than the message rounded up to even.
     ///
     /// Senders may call it before emitting; emit itself does not check.
     pub fn validate(&self) -> Result<()> {
@@ -657,6 +689,28 @@ impl DataRepr {
             if self.offset != 0 {
                 return Err(Error::Malformed("offset"));
             }
+        }
+        if self.base.flags.contains(crate::Flags::REPAIR) {
+            // A recovery shard of a request's payload: the offset names the
+            // shard, and a shard is one data packet's size, so never longer
+            // than the message (rounded up to an even length).
+            let request_with_payload = matches!(
+                opcode,
+                Opcode::Write | Opcode::WriteImm | Opcode::Send | Opcode::SendImm
+            );
+            if !request_with_payload {
+                return Err(Error::Malformed("flags"));
+            }
+            if RepairId::from_offset(self.offset).is_none() {
+                return Err(Error::Malformed("offset"));
+            }
+            if self.payload_len == 0
+                || !self.payload_len.is_multiple_of(2)
+                || self.payload_len > self.msg_len.saturating_add(1)
+            {
+                return Err(Error::Malformed("payload_len"));
+            }
+            return Ok(());
         }
         // u64 so that offset + payload_len cannot wrap around.
         if u64::from(self.offset) + u64::from(self.payload_len) > u64::from(self.msg_len) {

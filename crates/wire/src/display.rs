@@ -19,7 +19,7 @@ impl fmt::Display for Syndrome {
 impl fmt::Display for Flags {
     /// `AR` for ACK_REQUEST, `RT` for RETRANSMIT, `CP` for COMPLETION_PROBE,
     /// `AU` for AUTHENTICATED, `IO` for ICRC_OMITTED, `SD` for
-    /// SENDER_DRAINED, joined by `|`; `-` if none.
+    /// SENDER_DRAINED, `RP` for REPAIR, joined by `|`; `-` if none.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut first = true;
         for (flag, name) in [
@@ -29,6 +29,7 @@ impl fmt::Display for Flags {
             (Self::AUTHENTICATED, "AU"),
             (Self::ICRC_OMITTED, "IO"),
             (Self::SENDER_DRAINED, "SD"),
+            (Self::REPAIR, "RP"),
         ] {
             if self.contains(flag) {
                 if !first {

@@ -65,7 +65,7 @@ pub use auth::{
     trailer_len,
 };
 pub use base::{BaseHeader, BaseRepr, Flags, PacketType};
-pub use data::{DataPacket, DataRepr, OpHeader, Opcode};
+pub use data::{DataPacket, DataRepr, OpHeader, Opcode, RepairId};
 
 /// The only protocol version this crate speaks.
 pub const VERSION: u8 = 1;

@@ -730,8 +730,8 @@ fn trailer_len_follows_the_flag() {
 }
 
 /// The defined flag bits are distinct and pinned (wire.md section 3):
-/// `ICRC_OMITTED` is bit 4 and `SENDER_DRAINED` bit 5; bits 6..7 are
-/// reserved.
+/// `ICRC_OMITTED` is bit 4, `SENDER_DRAINED` bit 5 and `REPAIR` bit 6;
+/// bit 7 is reserved.
 #[test]
 fn flag_bits_are_pinned() {
     let all = [
@@ -741,6 +741,7 @@ fn flag_bits_are_pinned() {
         (Flags::AUTHENTICATED, 0x08, "AU"),
         (Flags::ICRC_OMITTED, 0x10, "IO"),
         (Flags::SENDER_DRAINED, 0x20, "SD"),
+        (Flags::REPAIR, 0x40, "RP"),
     ];
     let mut union = 0u8;
     for (flag, bits, name) in all {
@@ -807,4 +808,17 @@ fn parse_head_matches_parse() {
         assert!(DataRepr::parse_head(&datagram[..hl - 1], datagram.len()).is_err());
         assert!(DataRepr::parse_head(&datagram[..hl], hl + ICRC_LEN - 1).is_err());
     }
+}
+
+/// A repair packet's `offset` names its shard and how many there are
+/// (wire.md section 5); the two halves survive a round trip.
+#[test]
+fn repair_ids_round_trip_through_the_offset_field() {
+    for (index, count) in [(0, 1), (3, 4), (15, 16), (u16::MAX - 1, u16::MAX)] {
+        let id = RepairId { index, count };
+        assert_eq!(RepairId::from_offset(id.to_offset()), Some(id));
+    }
+    // An index that is not below the count names no shard.
+    assert_eq!(RepairId::from_offset(4 << 16 | 4), None);
+    assert_eq!(RepairId::from_offset(0), None);
 }

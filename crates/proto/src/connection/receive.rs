@@ -427,6 +427,8 @@ impl Connection {
             self.path_failed(now_ns, dev, p);
         }
         dev.stats.data_packets_lost += lost_packets + trimmed_packets;
+        // Random losses size the repair packets; trims are congestion.
+        dev.loss_rate.on_fates(acked_packets, lost_packets);
         if lost_packets > 0 {
             dev.probe_budget.loss_seen(now_ns);
         }

@@ -26,8 +26,9 @@ use crate::memory::{AccessFlags, AtomicOp, KeyKind, MemoryError, Span};
 use crate::message::{MsgAddress, TxMessage};
 use crate::qp::{Qp, QpRunState, RxMessage};
 use crate::range_set::RangeSet;
+use crate::repair::{self, Placement, RepairRx};
 use crate::work::{Completion, WcOpcode, WcStatus};
-use metaroce_wire::{DataRepr, Flags, OpHeader, Opcode, Syndrome, seq};
+use metaroce_wire::{DataRepr, Flags, OpHeader, Opcode, RepairId, Syndrome, seq};
 
 /// Most disjoint byte ranges an incoming message may have (holes between
 /// arrived segments). A sender has at most 255 packets in flight per path
@@ -66,6 +67,10 @@ pub(crate) fn direct_write_target(
     conn_index: u32,
     repr: &DataRepr,
 ) -> Option<(Span, u64)> {
+    if repr.base.flags.contains(Flags::REPAIR) {
+        // A recovery shard, not message bytes: held, never placed.
+        return None;
+    }
     let (rkey, remote_addr) = match repr.op {
         OpHeader::Write { rkey, remote_addr } => (rkey, remote_addr),
         OpHeader::WriteImm {
@@ -204,6 +209,7 @@ pub(super) fn on_request(
         done: false,
         recv_status: WcStatus::Success,
         solicited: repr.solicited,
+        repair: None,
     });
     if entry.opcode != repr.op.opcode()
         || entry.len != repr.msg_len
@@ -238,7 +244,12 @@ pub(super) fn on_request(
     let mut fatal: Option<Syndrome> = None;
     let mut response: Option<TxMessage> = None;
     let mut arrived_bytes = None;
+    let is_repair = repr.base.flags.contains(Flags::REPAIR);
+    if is_repair && !hold_repair(dev, qp_index, ahead, repr, payload) {
+        return false;
+    }
     match repr.op {
+        _ if is_repair => {}
         OpHeader::Write { rkey, remote_addr }
         | OpHeader::WriteImm {
             rkey, remote_addr, ..
@@ -321,7 +332,7 @@ pub(super) fn on_request(
 
     let qp = live_qp(dev, qp_index);
     let entry = entry_of(qp, ahead);
-    let done = if fatal.is_some() || response.is_some() {
+    let mut done = if fatal.is_some() || response.is_some() {
         true
     } else if let Some(n) = arrived_bytes {
         let off = u64::from(repr.offset);
@@ -330,6 +341,11 @@ pub(super) fn on_request(
     } else {
         false
     };
+    if !done && fatal.is_none() && entry.repair.is_some() {
+        done = rebuild_lost(dev, qp_index, ahead, repr);
+    }
+    let qp = live_qp(dev, qp_index);
+    let entry = entry_of(qp, ahead);
     if !done {
         if repr.base.flags.contains(Flags::COMPLETION_PROBE) {
             // The requester thinks the whole message arrived; we lack part
@@ -342,6 +358,9 @@ pub(super) fn on_request(
         return false;
     }
     entry.done = true;
+    if let Some(held) = entry.repair.take() {
+        qp.repair_bytes_held -= held.held_bytes();
+    }
     if let Some(syndrome) = fatal {
         qp.rx_fatal = Some((syndrome, repr.msg_seq));
         dev.stats.naks_sent += 1;
@@ -351,6 +370,148 @@ pub(super) fn on_request(
     }
     advance_msn(conn, dev, qp_index);
     true
+}
+
+/// Keep the recovery shard a repair packet carries with its message's
+/// receive state (`repair.rs`). `false` (counted, dropped) for a shard that
+/// names no valid code, disagrees with the message's earlier shards, or
+/// would take the QP past its budget of held shards.
+fn hold_repair(
+    dev: &mut DeviceState,
+    qp_index: usize,
+    ahead: usize,
+    repr: &DataRepr,
+    payload: &[u8],
+) -> bool {
+    let shard_bytes = repr.payload_len;
+    let id = RepairId::from_offset(repr.offset).filter(|id| {
+        id.count <= repair::MAX_REPAIR_COUNT
+            && shard_bytes > 0
+            && shard_bytes.is_multiple_of(2)
+            && repr.msg_len > 0
+            && repr.msg_len.div_ceil(shard_bytes) <= repair::MAX_CODE_DATA_PACKETS
+            && repr.op.opcode().allows_payload()
+            && repr.op.opcode() != Opcode::ReadResponse
+    });
+    let qp = live_qp(dev, qp_index);
+    let held = &mut qp.repair_bytes_held;
+    let Some(entry) = qp.rx_window[ahead].as_mut() else {
+        return false;
+    };
+    let Some(id) = id else {
+        dev.stats.rx_dropped_ops += 1;
+        return false;
+    };
+    if entry.done {
+        return true;
+    }
+    let state = entry
+        .repair
+        .get_or_insert_with(|| Box::new(RepairRx::new(id.count, shard_bytes)));
+    if state.count != id.count || state.shard_bytes != shard_bytes {
+        dev.stats.rx_dropped_ops += 1;
+        return false;
+    }
+    let slot = &mut state.shards[usize::from(id.index)];
+    if slot.is_some() {
+        return true;
+    }
+    if *held + payload.len() as u64 > repair::MAX_REPAIR_BYTES_PER_QP {
+        dev.stats.rx_over_limit += 1;
+        return false;
+    }
+    *held += payload.len() as u64;
+    *slot = Some(payload.into());
+    state.received += 1;
+    dev.stats.rx_repair_packets += 1;
+    true
+}
+
+/// Rebuild a message's missing data packets from those placed and its
+/// recovery shards, once there are enough (`repair.rs`); whether the
+/// message is now whole.
+fn rebuild_lost(dev: &mut DeviceState, qp_index: usize, ahead: usize, repr: &DataRepr) -> bool {
+    let DeviceState {
+        qps,
+        regions,
+        stats,
+        ..
+    } = &mut *dev;
+    let Some(qp) = qps.at_mut(qp_index) else {
+        return false;
+    };
+    let Qp {
+        rx_window,
+        rq,
+        rq_base,
+        pd,
+        remote_access,
+        repair_bytes_held,
+        ..
+    } = qp;
+    let Some(Some(entry)) = rx_window.get_mut(ahead) else {
+        return false;
+    };
+    let Some(state) = entry.repair.as_deref() else {
+        return false;
+    };
+    let len = entry.len;
+    let missing = repair::missing(len, state.shard_bytes, |s, e| entry.ranges.contains(s, e));
+    if missing.is_empty() || missing.len() > usize::from(state.received) {
+        return false;
+    }
+    let rebuilt = match repr.op {
+        OpHeader::Write {
+            rkey, remote_addr, ..
+        }
+        | OpHeader::WriteImm {
+            rkey, remote_addr, ..
+        } => {
+            let Ok(span) = regions.check(
+                KeyKind::Remote,
+                rkey,
+                *pd,
+                remote_addr,
+                u64::from(len),
+                AccessFlags::REMOTE_WRITE,
+            ) else {
+                return false;
+            };
+            if !remote_access.contains(AccessFlags::REMOTE_WRITE) {
+                return false;
+            }
+            repair::rebuild(regions, &Placement::Span(span), len, state, &missing)
+        }
+        OpHeader::Send { .. } | OpHeader::SendImm { .. } => {
+            let slot = entry.recv_index.wrapping_sub(*rq_base) as usize;
+            let Some(recv) = rq.get(slot).filter(|r| u64::from(len) <= r.capacity) else {
+                return false;
+            };
+            repair::rebuild(
+                regions,
+                &Placement::Spans(&recv.spans),
+                len,
+                state,
+                &missing,
+            )
+        }
+        _ => false,
+    };
+    if !rebuilt {
+        return false;
+    }
+    let shard = u64::from(state.shard_bytes);
+    for i in &missing {
+        let start = u64::from(*i) * shard;
+        entry
+            .ranges
+            .insert(start, (start + shard).min(u64::from(len)));
+    }
+    stats.rx_repaired_packets += missing.len() as u64;
+    if let Some(held) = entry.repair.take() {
+        *repair_bytes_held -= held.held_bytes();
+    }
+    entry.ranges.covered() >= u64::from(len)
 }
 
 fn entry_of(qp: &mut Qp, ahead: usize) -> &mut RxMessage {

@@ -1022,7 +1022,13 @@ mod tests {
 
     #[test]
     fn a_lost_tail_packet_is_covered_by_its_copy_without_a_probe() {
-        let mut l = lab(fixture::config(1), fixture::config(2));
+        // Repair packets would cover a message this short (`repair.rs`, its
+        // own test below): off, to see the copies.
+        let no_repair = |seed| EndpointConfig {
+            repair_max_message_packets: 0,
+            ..fixture::config(seed)
+        };
+        let mut l = lab(no_repair(1), no_repair(2));
         // Tail copies go only while the device is seeing losses: a 64 KiB
         // WRITE (16 packets per path) loses its first packet, which the
         // later ones on its path prove lost. Then, as above, four packets,
@@ -1067,6 +1073,105 @@ mod tests {
             dropped.load(Ordering::Relaxed),
             2,
             "the tail packet was dropped"
+        );
+    }
+
+    /// A WRITE of varied bytes from A's region at `at`, into B's at `at`.
+    fn write_pattern(l: &mut Lab, wr_id: u64, at: u64, len: u32) {
+        let (a, b): (End, End) = (l.a, l.b);
+        let bytes = &mut l.pair.a.memory_mut(a.mr.handle).unwrap()[at as usize..][..len as usize];
+        for (i, x) in bytes.iter_mut().enumerate() {
+            *x = (i as u64 * 31 + wr_id * 7) as u8;
+        }
+        let wr = SendWr::new(
+            wr_id,
+            WrOp::Write {
+                remote_addr: b.mr.addr + at,
+                rkey: b.mr.rkey,
+            },
+            vec![a.sge(at, len)],
+        );
+        l.pair.a.post_send(a.qp, wr).unwrap();
+    }
+
+    #[test]
+    fn a_short_message_losing_a_packet_is_rebuilt_from_its_repair_packet() {
+        let mut l = lab(fixture::config(1), fixture::config(2));
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicU64, Ordering};
+        // First a 64 KiB WRITE (too long for repair) loses its first
+        // packet: now the device is seeing losses. Then a 4-packet WRITE
+        // loses its second packet: the repair packet behind it rebuilds it
+        // at the receiver, which completes the WRITE at once; nothing is
+        // resent, no probe waits a timeout.
+        let second = Arc::new(AtomicU64::new(u64::MAX));
+        let s2 = second.clone();
+        l.pair.set_filter(Some(Box::new(move |hop| {
+            let drop =
+                hop.from == Side::A && (hop.index == 0 || hop.index == s2.load(Ordering::Relaxed));
+            if drop { Fate::Drop } else { Fate::Deliver }
+        })));
+        write_pattern(&mut l, 1, 0, 64 << 10);
+        assert!(l.pair.settle(1_000, 100));
+        succeeded(&mut l, 1, 64 << 10);
+        let before = *l.pair.a.stats();
+        assert_eq!(before.repair_packets_sent, 0, "{before:?}");
+        second.store(before.tx_datagrams + 1, Ordering::Relaxed);
+        let start = l.pair.now();
+        write_pattern(&mut l, 2, 8192, 4000);
+        assert!(l.pair.settle(1_000, 100));
+        let s = *l.pair.a.stats();
+        assert!(s.repair_packets_sent >= 1, "{s:?}");
+        assert_eq!(s.tail_probes, before.tail_probes, "{s:?}");
+        assert_eq!(s.rtos, 0, "{s:?}");
+        let rx = *l.pair.b.stats();
+        assert_eq!(rx.rx_repaired_packets, 1, "{rx:?}");
+        let wcs = completions(&mut l.pair, Side::A);
+        assert_eq!(wcs.len(), 1);
+        assert_eq!((wcs[0].wc.wr_id, wcs[0].wc.status), (2, WcStatus::Success));
+        // Done within a round trip or so, not a probe timeout later.
+        let rtt = l.pair.a.config().base_rtt_ns;
+        assert!(l.pair.now() - start < 20 * rtt, "{}", l.pair.now() - start);
+        let (a, b) = (l.a, l.b);
+        assert_eq!(
+            l.pair.a.memory(a.mr.handle).unwrap()[8192..12192],
+            l.pair.b.memory(b.mr.handle).unwrap()[8192..12192]
+        );
+    }
+
+    #[test]
+    fn a_lost_repair_packet_leaves_recovery_to_the_resend() {
+        let mut l = lab(fixture::config(1), fixture::config(2));
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicU64, Ordering};
+        // As above, but the second WRITE loses a data packet and every
+        // repair packet: the ordinary loss recovery completes it.
+        let from = Arc::new(AtomicU64::new(u64::MAX));
+        let f = from.clone();
+        l.pair.set_filter(Some(Box::new(move |hop| {
+            let first = f.load(Ordering::Relaxed);
+            let repair = metaroce_wire::BaseHeader::new_checked(hop.bytes)
+                .is_ok_and(|p| p.flags().contains(metaroce_wire::Flags::REPAIR));
+            let drop = hop.from == Side::A
+                && (hop.index == 0 || hop.index == first.wrapping_add(1) || repair);
+            if drop { Fate::Drop } else { Fate::Deliver }
+        })));
+        write_pattern(&mut l, 1, 0, 64 << 10);
+        assert!(l.pair.settle(1_000, 100));
+        succeeded(&mut l, 1, 64 << 10);
+        from.store(l.pair.a.stats().tx_datagrams, Ordering::Relaxed);
+        write_pattern(&mut l, 2, 8192, 4000);
+        assert!(l.pair.settle(1_000, 100));
+        let s = *l.pair.a.stats();
+        assert!(s.repair_packets_sent >= 1, "{s:?}");
+        assert_eq!(l.pair.b.stats().rx_repaired_packets, 0);
+        assert!(s.data_packets_retransmitted >= 2, "{s:?}");
+        let wcs = completions(&mut l.pair, Side::A);
+        assert_eq!((wcs[0].wc.wr_id, wcs[0].wc.status), (2, WcStatus::Success));
+        let (a, b) = (l.a, l.b);
+        assert_eq!(
+            l.pair.a.memory(a.mr.handle).unwrap()[8192..12192],
+            l.pair.b.memory(b.mr.handle).unwrap()[8192..12192]
         );
     }
 

@@ -8,11 +8,11 @@ use crate::auth::ConnectionAuth;
 use crate::device_state::DeviceState;
 use crate::ecn::Ecn;
 use crate::maybe_ns::MaybeNs;
-use crate::message::SegRef;
+use crate::message::{MsgKind, MsgRef, SegRef, TxMessage};
 use crate::path::{SentPacket, SentState};
 use crate::trace::trace_event;
 use crate::transmit::{Layout, Out, PacketKind, PayloadRef, Transmit};
-use metaroce_wire::{self as wire, AckRepr, BaseRepr, DataRepr, Flags, ICRC_LEN};
+use metaroce_wire::{self as wire, AckRepr, BaseRepr, DataRepr, Flags, ICRC_LEN, OpHeader};
 
 impl Connection {
     /// Whether an ACK waits to be sent.
@@ -151,6 +151,17 @@ impl Connection {
                 }
                 continue;
             };
+            if msg.next_unsent + 1 == msg.segs {
+                // The message's last data packet: size its repair now, when
+                // it is known whether anything is queued behind it.
+                let count = self.repair_packets_for(now_ns, dev, msg);
+                let msg = self.msgs.get_mut(r).expect("checked above");
+                if msg.repair_count != count {
+                    msg.repair_count = count;
+                    msg.repair_shards = None;
+                }
+            }
+            let msg = self.msgs.get(r).expect("checked above");
             let seg = SegRef {
                 msg: r,
                 seg: msg.next_unsent,
@@ -180,11 +191,50 @@ impl Connection {
                 flags |= Flags::SENDER_DRAINED;
             }
             self.stats.data_packets_sent += 1;
-            self.stats.payload_bytes_sent +=
-                u64::from(self.msgs.get(r).map_or(0, |m| m.seg_range(seg.seg).1));
+            let msg = self.msgs.get(r).expect("checked above");
+            if msg.is_repair(seg.seg) {
+                dev.stats.repair_packets_sent += 1;
+            } else {
+                self.stats.payload_bytes_sent += u64::from(msg.seg_range(seg.seg).1);
+            }
             return Some(self.emit_segment(now_ns, dev, path, seg, flags, out));
         }
         None
+    }
+
+    /// How many repair packets (`repair.rs`) follow message `msg`: none
+    /// unless the device is losing packets now, the message is a short
+    /// request with payload, nothing is queued behind it (a stream of
+    /// messages is bandwidth, not a wait: its losses are revealed and
+    /// resent while the rest flows, and repair would only take bandwidth),
+    /// and the receiver has not capped our rate (its link is shared:
+    /// losses there are congestion).
+    fn repair_packets_for(&self, now_ns: u64, dev: &DeviceState, msg: &TxMessage) -> u32 {
+        let config = &dev.config;
+        let short = msg.segs <= config.repair_max_message_packets
+            && msg.segs <= crate::repair::MAX_CODE_DATA_PACKETS;
+        let carries_payload = matches!(
+            msg.op,
+            OpHeader::Write { .. }
+                | OpHeader::WriteImm { .. }
+                | OpHeader::Send { .. }
+                | OpHeader::SendImm { .. }
+        ) && msg.payload_len > 0;
+        if !short
+            || self.backlogged_behind(dev)
+            || !carries_payload
+            || msg.kind != MsgKind::Request
+            || !msg.repair_shard_bytes().is_multiple_of(2)
+            || !dev.probe_budget.loss_seen_lately(now_ns)
+            || self.cc.pacing_rate_bps().is_some()
+        {
+            return 0;
+        }
+        let max = config
+            .repair_max_packets
+            .min(u32::from(crate::repair::MAX_REPAIR_COUNT))
+            .min(msg.segs / crate::repair::DATA_PACKETS_PER_REPAIR_PACKET);
+        crate::repair::repair_count(msg.segs, dev.loss_rate.rate(), max)
     }
 
     /// The tail of a drained connection: once nothing new is queued and at
@@ -233,18 +283,54 @@ impl Connection {
             return;
         }
         self.tail_copy_armed = false;
+        let msgs = &self.msgs;
         for (p, path) in self.paths.iter().enumerate() {
-            for sent in path
-                .inflight
-                .iter()
-                .filter(|s| s.state() == SentState::Outstanding)
-            {
+            for sent in path.inflight.iter().filter(|s| {
+                // A message with repair packets has its redundancy already.
+                s.state() == SentState::Outstanding
+                    && msgs.get(s.seg().msg).is_some_and(|m| m.repair_count == 0)
+            }) {
                 self.retransmit_queue.push_back(Resend {
                     seg: sent.seg(),
                     lost_on: Some(p as u8),
                     probe: false,
                 });
             }
+        }
+    }
+
+    /// Whether more than two bandwidth-delay products of new data wait
+    /// behind the message at the head of the send queue: a stream, not a
+    /// message someone waits on.
+    fn backlogged_behind(&self, dev: &DeviceState) -> bool {
+        let bdp_bytes = dev.config.line_rate_bps / 8 * dev.config.base_rtt_ns / 1_000_000_000;
+        let mut behind = 0u64;
+        for r in self.send_queue.iter().skip(1) {
+            if let Some(m) = self.msgs.get(*r) {
+                let sent = u64::from(m.next_unsent.min(m.segs)) * u64::from(m.seg_bytes);
+                behind += u64::from(m.payload_len).saturating_sub(sent);
+            }
+            if behind > 2 * bdp_bytes {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// The recovery shards of message `r`'s repair packets, computed from
+    /// its payload the first time one goes (`repair.rs`).
+    fn compute_repair_shards(&mut self, dev: &DeviceState, r: MsgRef) {
+        let Some(msg) = self.msgs.get(r).filter(|m| m.repair_shards.is_none()) else {
+            return;
+        };
+        let shards = crate::repair::encode(
+            msg.payload_len,
+            msg.repair_shard_bytes(),
+            msg.repair_count,
+            |at, out| msg.source.gather(&dev.regions, at, out),
+        );
+        if let Some(msg) = self.msgs.get_mut(r) {
+            msg.repair_shards = shards;
         }
     }
 
@@ -329,6 +415,10 @@ impl Connection {
         flags: Flags,
         out: &mut Out<'_>,
     ) -> Transmit {
+        let repair = self.msgs.get(seg.msg).is_some_and(|m| m.is_repair(seg.seg));
+        if repair && !matches!(out, Out::Repr(_)) {
+            self.compute_repair_shards(dev, seg.msg);
+        }
         let msg = self.msgs.get(seg.msg).expect("caller checked the message");
         let (offset, payload_len) = msg.seg_range(seg.seg);
         // A first send of a message's last packet that asks for no ACK: the
@@ -338,6 +428,9 @@ impl Connection {
         let wire_bytes = payload_len + PACKET_OVERHEAD_BYTES;
         let mss = u64::from(dev.config.mtu_payload_bytes + PACKET_OVERHEAD_BYTES);
         let mut flags = flags;
+        if repair {
+            flags |= Flags::REPAIR;
+        }
         // A deferred last packet with nothing queued behind it: the sender
         // would not idle for want of window, so it need not hurry the ACK.
         let nothing_behind =
@@ -390,11 +483,17 @@ impl Connection {
         // it, then the ICRC or the authentication trailer.
         let write_whole = |buf: &mut [u8], auth: &mut Option<Box<ConnectionAuth>>| {
             repr.emit_header(&mut buf[..header_len]);
-            msg.source.gather(
-                &dev.regions,
-                u64::from(offset),
-                &mut buf[header_len..header_len + payload_len as usize],
-            );
+            let payload = &mut buf[header_len..header_len + payload_len as usize];
+            if repair {
+                // Shard `index` of the ones computed for the message.
+                let at = (seg.seg - msg.segs) as usize * payload.len();
+                match msg.repair_shards.as_deref() {
+                    Some(shards) => payload.copy_from_slice(&shards[at..at + payload.len()]),
+                    None => payload.fill(0),
+                }
+            } else {
+                msg.source.gather(&dev.regions, u64::from(offset), payload);
+            }
             if omit_icrc {
                 // Agreed with the peer: the UDP checksum protects the
                 // datagram, and the trailer goes as zeros (wire.md 7.2).
@@ -407,7 +506,7 @@ impl Connection {
             Out::Bytes(buf) => write_whole(buf, &mut self.auth),
             // An authenticated packet is written whole: its tag covers (and,
             // encrypted, rewrites) the payload, which the AEAD takes as one slice.
-            Out::Gather(buf, layout) if self.auth.is_some() => {
+            Out::Gather(buf, layout) if self.auth.is_some() || repair => {
                 write_whole(buf, &mut self.auth);
                 **layout = Layout::Whole;
             }
