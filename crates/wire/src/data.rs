@@ -131,31 +131,43 @@ impl TryFrom<u8> for Opcode {
 }
 
 /// Which recovery shard a repair packet ([`crate::Flags::REPAIR`]) carries,
-/// packed into its `offset` field as `count << 16 | index`. A receiver needs both to
-/// rebuild lost data packets: the code is fixed by the number of data
-/// packets (from `msg_len` and the shard size, `payload_len`) and of
-/// recovery shards.
+/// packed into its `offset` field as `1 << 31 | count << 16 | index`. A
+/// receiver needs both numbers to rebuild lost data packets: the code is
+/// fixed by the number of data packets (from `msg_len` and the shard size,
+/// `payload_len`) and of recovery shards. The top bit puts the offset past
+/// any message a repair packet is sent for, so a receiver that ignores the
+/// flag (an older one) drops the packet as malformed (section 4.3, rule 1)
+/// rather than placing the shard as message bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RepairId {
     /// This shard's index, below `count`.
     pub index: u16,
-    /// How many recovery shards the sender computed for the message.
+    /// How many recovery shards the sender computed for the message
+    /// (at most [`RepairId::MAX_COUNT`]).
     pub count: u16,
 }
 
 impl RepairId {
+    /// The largest count the field holds (15 bits).
+    pub const MAX_COUNT: u16 = 0x7fff;
+
     /// The value of the `offset` field.
     pub const fn to_offset(self) -> u32 {
-        (self.count as u32) << 16 | self.index as u32
+        1 << 31 | ((self.count & Self::MAX_COUNT) as u32) << 16 | self.index as u32
     }
 
-    /// Read an `offset` field; `None` unless `index < count`.
+    /// Read an `offset` field; `None` unless the top bit is set and
+    /// `index < count`.
     pub const fn from_offset(offset: u32) -> Option<Self> {
         let id = Self {
             index: offset as u16,
-            count: (offset >> 16) as u16,
+            count: (offset >> 16) as u16 & Self::MAX_COUNT,
         };
-        if id.index < id.count { Some(id) } else { None }
+        if offset >> 31 == 1 && id.index < id.count {
+            Some(id)
+        } else {
+            None
+        }
     }
 }
 

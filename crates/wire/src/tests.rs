@@ -449,7 +449,7 @@ fn unknown_syndrome_is_malformed() {
 fn reserved_bits_are_ignored_on_parse_and_zero_on_emit() {
     let repr = every_opcode()[2];
     let buf = edited(emit(&repr), |b| {
-        b[2] |= 0xc0; // reserved flags (bits 6..7)
+        b[2] |= 0x80; // the reserved flag (bit 7)
         b[25] |= 0xfe; // reserved op_flags
     });
     let Packet::Data { repr: parsed, .. } = parse(&buf).unwrap() else {
@@ -811,14 +811,24 @@ fn parse_head_matches_parse() {
 }
 
 /// A repair packet's `offset` names its shard and how many there are
-/// (wire.md section 5); the two halves survive a round trip.
+/// (wire.md section 4.4); the two halves survive a round trip, and the top
+/// bit keeps the offset past any message (rule 1 drops it at a receiver
+/// that ignores the flag).
 #[test]
 fn repair_ids_round_trip_through_the_offset_field() {
-    for (index, count) in [(0, 1), (3, 4), (15, 16), (u16::MAX - 1, u16::MAX)] {
+    for (index, count) in [
+        (0, 1),
+        (3, 4),
+        (15, 16),
+        (RepairId::MAX_COUNT - 1, RepairId::MAX_COUNT),
+    ] {
         let id = RepairId { index, count };
+        assert!(id.to_offset() >= 1 << 31);
         assert_eq!(RepairId::from_offset(id.to_offset()), Some(id));
     }
-    // An index that is not below the count names no shard.
-    assert_eq!(RepairId::from_offset(4 << 16 | 4), None);
+    // An index that is not below the count names no shard; nor does an
+    // offset without the top bit.
+    assert_eq!(RepairId::from_offset(1 << 31 | 4 << 16 | 4), None);
+    assert_eq!(RepairId::from_offset(4 << 16 | 1), None);
     assert_eq!(RepairId::from_offset(0), None);
 }
