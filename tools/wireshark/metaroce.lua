@@ -49,7 +49,8 @@ local FLAG_COMPLETION_PROBE = 0x04
 local FLAG_AUTHENTICATED = 0x08
 local FLAG_ICRC_OMITTED = 0x10
 local FLAG_SENDER_DRAINED = 0x20
-local FLAGS_RESERVED = 0xc0
+local FLAG_REPAIR = 0x40
+local FLAGS_RESERVED = 0x80
 
 local packet_types = { [TYPE_DATA] = "Data", [TYPE_ACK] = "Ack" }
 
@@ -99,6 +100,8 @@ local f = {
         nil, FLAG_ICRC_OMITTED, "The ICRC trailer was not computed (sent as zero), by agreement"),
     flag_sender_drained = ProtoField.bool("metaroce.flags.sender_drained", "Sender drained", 8,
         nil, FLAG_SENDER_DRAINED, "The sender has no more new data queued toward this device"),
+    flag_repair = ProtoField.bool("metaroce.flags.repair", "Repair", 8,
+        nil, FLAG_REPAIR, "A repair packet: a recovery shard of the message's data packets, not message bytes"),
     flag_reserved = ProtoField.uint8("metaroce.flags.reserved", "Reserved", base.HEX, nil, FLAGS_RESERVED),
     path_slot = ProtoField.uint8("metaroce.path_slot", "Path slot", base.DEC),
     path_gen = ProtoField.uint16("metaroce.path_gen", "Path generation", base.DEC),
@@ -118,6 +121,12 @@ local f = {
         "psn - psn_floor_delta: no acknowledgement is expected below it"),
     msg_len = ProtoField.uint32("metaroce.msg_len", "Message length", base.DEC),
     offset = ProtoField.uint32("metaroce.offset", "Offset", base.DEC),
+    -- Section 4.4: a repair packet's offset names its recovery shard,
+    -- 1 << 31 | count << 16 | index.
+    repair_count = ProtoField.uint16("metaroce.repair_count", "Repair count", base.DEC, nil, 0x7fff,
+        "How many recovery shards the sender computed for the message"),
+    repair_index = ProtoField.uint16("metaroce.repair_index", "Repair index", base.DEC, nil, nil,
+        "Which recovery shard this packet carries, below the repair count"),
 
     -- Section 4.2: opcode extension headers.
     ext = ProtoField.bytes("metaroce.ext", "Extension header"),
@@ -324,6 +333,7 @@ local function add_base(tvb, tree)
     flags_item:add(f.flag_authenticated, tvb(2, 1))
     flags_item:add(f.flag_icrc_omitted, tvb(2, 1))
     flags_item:add(f.flag_sender_drained, tvb(2, 1))
+    flags_item:add(f.flag_repair, tvb(2, 1))
     flags_item:add(f.flag_reserved, tvb(2, 1))
     if band(u8(tvb, 2), FLAGS_RESERVED) ~= 0 then
         flags_item:add_proto_expert_info(e.reserved)
@@ -341,6 +351,7 @@ local function flag_text(flags)
     if band(flags, FLAG_AUTHENTICATED) ~= 0 then names[#names + 1] = "AU" end
     if band(flags, FLAG_ICRC_OMITTED) ~= 0 then names[#names + 1] = "IO" end
     if band(flags, FLAG_SENDER_DRAINED) ~= 0 then names[#names + 1] = "SD" end
+    if band(flags, FLAG_REPAIR) ~= 0 then names[#names + 1] = "RP" end
     if #names == 0 then return "" end
     return " flags=" .. table.concat(names, "|")
 end
@@ -401,7 +412,18 @@ local function dissect_data(tvb, pinfo, tree, len, header_len, trailer)
     tree:add(f.psn_floor_delta, tvb(26, 2))
     tree:add(f.psn_floor, tvb(26, 2), (psn - floor_delta) % 4294967296):set_generated()
     tree:add(f.msg_len, tvb(28, 4))
-    tree:add(f.offset, tvb(32, 4))
+    local offset_item = tree:add(f.offset, tvb(32, 4))
+    local repair = band(u8(tvb, 2), FLAG_REPAIR) ~= 0
+    local repair_count, repair_index = band(u16(tvb, 32), 0x7fff), u16(tvb, 34)
+    if repair then
+        -- Section 4.4: a repair packet's payload is a recovery shard, not
+        -- message bytes; its offset is the shard's id, 1 << 31 | count << 16
+        -- | index (the top bit keeps it past the end of any message).
+        offset_item:append_text(string.format(" (repair shard: index %d, count %d)",
+            repair_index, repair_count))
+        offset_item:add(f.repair_count, tvb(32, 2))
+        offset_item:add(f.repair_index, tvb(34, 2))
+    end
     local ext_text = add_extension(tvb, tree, op_value, DATA_HEADER_LEN)
 
     local payload_len = len - header_len - trailer
@@ -416,7 +438,9 @@ local function dissect_data(tvb, pinfo, tree, len, header_len, trailer)
 
     -- Section 4.3: field rules (a receiver drops the packet as Malformed).
     local msg_len, offset = u32(tvb, 28), u32(tvb, 32)
-    if offset + payload_len > msg_len then
+    -- Rule 1 does not bind a repair packet, whose offset is no byte offset;
+    -- the repair rules do instead.
+    if not repair and offset + payload_len > msg_len then
         tree:add_proto_expert_info(e.field_rule, "offset + payload length exceeds msg_len (wire.md 4.3 rule 1)")
     end
     if not op.payload and payload_len ~= 0 then
@@ -425,12 +449,40 @@ local function dissect_data(tvb, pinfo, tree, len, header_len, trailer)
     if op.atomic and (msg_len ~= 8 or offset ~= 0) then
         tree:add_proto_expert_info(e.field_rule, op.name .. " needs msg_len 8 and offset 0 (wire.md 4.3 rule 3)")
     end
+    if repair then
+        -- Repair packets replace rule 1: a recovery shard of a WRITE or
+        -- SEND's payload (opcodes 0 to 3), named by a repair id with its top
+        -- bit set and an index below the count. A shard is as long as one
+        -- data packet, and even, so never longer than msg_len rounded up to
+        -- even.
+        if op_value > 3 then
+            tree:add_proto_expert_info(e.field_rule, "repair packet on " .. op.name ..
+                ": only WRITE, WRITE_IMM, SEND and SEND_IMM carry recovery shards (wire.md 4.3, repair packets)")
+        end
+        if offset < 2147483648 then
+            tree:add_proto_expert_info(e.field_rule,
+                "repair id without its top bit set (wire.md 4.3, repair packets)")
+        end
+        if repair_index >= repair_count then
+            tree:add_proto_expert_info(e.field_rule, string.format(
+                "repair index %d is not below repair count %d (wire.md 4.3, repair packets)",
+                repair_index, repair_count))
+        end
+        if payload_len == 0 or payload_len % 2 ~= 0 or payload_len > msg_len + 1 then
+            tree:add_proto_expert_info(e.field_rule, string.format("repair shard of %d bytes: must be "
+                .. "even, non-empty and at most msg_len + 1 (wire.md 4.3, repair packets)", payload_len))
+        end
+    end
     if band(u8(tvb, 2), FLAG_RETRANSMIT) ~= 0 then
         tree:add_proto_expert_info(e.retransmit)
     end
 
-    local info = string.format("DATA slot=%d gen=%d psn=%d qpn=%d msg=%d %s off=%d/%d len=%d%s",
-        u8(tvb, 3), u16(tvb, 4), psn, u32(tvb, 16), u32(tvb, 20), op.name, offset, msg_len,
+    local position = string.format("off=%d/%d", offset, msg_len)
+    if repair then
+        position = string.format("REPAIR %d/%d msg_len=%d", repair_index, repair_count, msg_len)
+    end
+    local info = string.format("DATA slot=%d gen=%d psn=%d qpn=%d msg=%d %s %s len=%d%s",
+        u8(tvb, 3), u16(tvb, 4), psn, u32(tvb, 16), u32(tvb, 20), op.name, position,
         payload_len, ext_text)
     if band(u8(tvb, 25), 0x01) ~= 0 then info = info .. " solicited" end
     return info .. flag_text(u8(tvb, 2))

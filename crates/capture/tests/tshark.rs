@@ -15,8 +15,8 @@ use std::process::Command;
 
 use metaroce_capture::{DEFAULT_SNAPLEN, Ecn, PcapWriter};
 use metaroce_wire::{
-    AckRepr, AuthRepr, AuthTrailer, BaseRepr, DataRepr, Flags, OpAck, OpHeader, SackBits, Syndrome,
-    emit_ack, emit_data,
+    AckRepr, AuthRepr, AuthTrailer, BaseRepr, DataRepr, Flags, OpAck, OpHeader, RepairId, SackBits,
+    Syndrome, emit_ack, emit_data,
 };
 
 /// MetaRoCE's default device port, where the dissector registers.
@@ -222,7 +222,21 @@ fn data_fields(repr: &DataRepr, payload: &[u8]) -> Vec<(&'static str, String)> {
     f.push(("metaroce.swap", show64(swap)));
     f.push(("metaroce.original", show64(original)));
     f.push(("metaroce.payload", hex_bytes(payload)));
+    // A repair packet's offset is its shard's id, 1 << 31 | count << 16 |
+    // index; the dissector shows index and count for repair packets only.
+    let repair = repr.base.flags.contains(Flags::REPAIR);
+    let part = |v: u32| if repair { v.to_string() } else { String::new() };
+    f.push(("metaroce.repair_index", part(repr.offset & 0xffff)));
+    f.push(("metaroce.repair_count", part(repr.offset >> 16 & 0x7fff)));
     f
+}
+
+/// A repair packet ([`Flags::REPAIR`]): recovery shard `index` of `count`,
+/// `shard_len` bytes, for a message of `msg_len` bytes.
+fn repair_repr(psn: u32, op: OpHeader, msg_len: u32, id: RepairId, shard_len: u32) -> DataRepr {
+    let mut repr = data_repr(psn, op, msg_len, id.to_offset(), shard_len);
+    repr.base.flags = Flags::REPAIR;
+    repr
 }
 
 fn hex_bytes(bytes: &[u8]) -> String {
@@ -564,6 +578,54 @@ fn valid_cases() -> Vec<Case> {
     case.expect
         .push(("metaroce.flags.icrc_omitted", "0".into()));
     case.expect.push(("metaroce.flags.reserved", "0x00".into()));
+    case.expect.push(("metaroce.flags.repair", "0".into()));
+    cases.push(case);
+
+    // REPAIR (bit 6): the payload is a recovery shard and the offset names
+    // it (1 << 31 | count << 16 | index), so it lies far beyond msg_len;
+    // valid repair packets raise no field rule (the severity check of the
+    // test).
+    let id = RepairId { index: 1, count: 4 };
+    let shard = repair_repr(
+        402,
+        OpHeader::SendImm {
+            recv_index: 5,
+            imm: 9,
+        },
+        2999,
+        id,
+        1000,
+    );
+    assert_eq!(shard.validate(), Ok(()));
+    let info = format!(
+        "DATA slot=5 gen=2 psn=402 qpn=17 msg={} SEND_IMM REPAIR 1/4 msg_len=2999 len=1000 \
+         rq=5 imm=0x9 flags=RP",
+        shard.msg_seq
+    );
+    let mut case = data_case("repair shard 1 of 4 of a send_imm", shard);
+    case.expect.push(("metaroce.flags.repair", "1".into()));
+    case.expect
+        .push(("metaroce.flags.sender_drained", "0".into()));
+    case.expect.push(("metaroce.flags.reserved", "0x00".into()));
+    case.expect.push(("_ws.col.Info", info));
+    cases.push(case);
+
+    // The longest shard: msg_len rounded up to even, on the heuristic port.
+    let shard = repair_repr(
+        403,
+        OpHeader::Write {
+            rkey,
+            remote_addr: addr,
+        },
+        7,
+        RepairId { index: 0, count: 1 },
+        8,
+    );
+    assert_eq!(shard.validate(), Ok(()));
+    let mut case = data_case("repair shard of an odd-length write (heuristic)", shard);
+    case.expect.push(("metaroce.flags.repair", "1".into()));
+    case.expect.push(("metaroce.flags.reserved", "0x00".into()));
+    case.dst_port = ROCEV2_PORT;
     cases.push(case);
     cases
 }
@@ -705,7 +767,43 @@ fn tshark_flags_broken_packets() {
     let mut field_rule = write.clone();
     field_rule[28..32].copy_from_slice(&8u32.to_be_bytes()); // msg_len < payload
     metaroce_wire::seal(&mut field_rule);
-    let broken: [(&str, Vec<u8>, &str); 8] = [
+    // Repair packets that break the repair rules: patched from valid ones
+    // (a DataRepr with such fields would not validate).
+    let shard = data_case(
+        "r",
+        repair_repr(
+            2,
+            OpHeader::Send { recv_index: 1 },
+            64,
+            RepairId { index: 0, count: 3 },
+            16,
+        ),
+    )
+    .bytes;
+    let mut repair_index = shard.clone();
+    let index_eq_count = RepairId { index: 3, count: 3 }.to_offset();
+    repair_index[32..36].copy_from_slice(&index_eq_count.to_be_bytes());
+    metaroce_wire::seal(&mut repair_index);
+    let mut repair_top_bit = shard.clone();
+    repair_top_bit[32] &= 0x7f; // count << 16 | index, without the top bit
+    metaroce_wire::seal(&mut repair_top_bit);
+    let mut repair_odd = shard.clone();
+    repair_odd.remove(repair_odd.len() - 5); // the shard's last byte: 15 left
+    metaroce_wire::seal(&mut repair_odd);
+    let mut repair_read = data_case(
+        "rr",
+        data_repr(
+            3,
+            OpHeader::ReadResponse,
+            64,
+            RepairId { index: 0, count: 1 }.to_offset(),
+            16,
+        ),
+    )
+    .bytes;
+    repair_read[2] |= Flags::REPAIR.bits(); // READ_RESPONSE data has no shards
+    metaroce_wire::seal(&mut repair_read);
+    let broken: [(&str, Vec<u8>, &str); 12] = [
         ("bad ICRC", bad_icrc, "metaroce.icrc.bad"),
         ("bad version", bad_version, "metaroce.bad_version"),
         ("bad type", bad_type, "metaroce.bad_type"),
@@ -724,6 +822,38 @@ fn tshark_flags_broken_packets() {
             field_rule,
             "metaroce.field_rule",
         ),
+        ("repair index >= count", repair_index, "metaroce.field_rule"),
+        (
+            "repair id without its top bit",
+            repair_top_bit,
+            "metaroce.field_rule",
+        ),
+        (
+            "repair shard of odd length",
+            repair_odd,
+            "metaroce.field_rule",
+        ),
+        (
+            "repair on a read response",
+            repair_read,
+            "metaroce.field_rule",
+        ),
+    ];
+    // What the expert text of each repair case names.
+    let repair_rules = [
+        (
+            "repair index >= count",
+            "repair index 3 is not below repair count 3",
+        ),
+        (
+            "repair id without its top bit",
+            "repair id without its top bit set",
+        ),
+        ("repair shard of odd length", "repair shard of 15 bytes"),
+        (
+            "repair on a read response",
+            "repair packet on READ_RESPONSE",
+        ),
     ];
     let cases: Vec<Case> = broken
         .iter()
@@ -736,7 +866,11 @@ fn tshark_flags_broken_packets() {
         .collect();
     let path = temp_pcap("broken");
     write_capture(&path, DEFAULT_SNAPLEN, &cases);
-    let fields = ["frame.protocols", "_ws.expert.severity"];
+    let fields = [
+        "frame.protocols",
+        "_ws.expert.severity",
+        "_ws.expert.message",
+    ];
     let rows = tshark_fields(&path, &[], &fields);
     assert_eq!(rows.len(), broken.len());
     for ((what, _, expert), row) in broken.iter().zip(&rows) {
@@ -750,6 +884,15 @@ fn tshark_flags_broken_packets() {
             Some(EXPERT_ERROR),
             "{what}: wanted an error ({expert})"
         );
+        if let Some((_, rule)) = repair_rules.iter().find(|(w, _)| w == what) {
+            let message = &row["_ws.expert.message"];
+            assert!(
+                message.contains(rule) && message.contains("wire.md 4.3"),
+                "{what}: expert text {message:?} does not name the rule"
+            );
+            // Only the broken repair rule fires: not the offset rule.
+            assert!(!message.contains("rule 1"), "{what}: {message:?}");
+        }
     }
     // Each broken packet matches the display filter of its own expert item,
     // and no other packet does.
@@ -766,14 +909,13 @@ fn tshark_flags_broken_packets() {
             .lines()
             .map(str::to_owned)
             .collect();
-        let mut want = vec![(i + 1).to_string()];
-        if *expert == "metaroce.truncated" {
-            // Both truncated packets share the item.
-            want = (1..=broken.len())
-                .filter(|&n| broken[n - 1].2 == "metaroce.truncated")
-                .map(|n| n.to_string())
-                .collect();
-        }
+        // Packets broken the same way (truncated ones, field rules) share
+        // the item.
+        let want: Vec<String> = (1..=broken.len())
+            .filter(|&n| broken[n - 1].2 == *expert)
+            .map(|n| n.to_string())
+            .collect();
+        assert!(want.contains(&(i + 1).to_string()));
         assert_eq!(frames, want, "{what}: frames matching {expert}");
     }
     std::fs::remove_file(&path).ok();
@@ -889,8 +1031,19 @@ fn heuristic_claims_only_valid_metaroce_on_other_ports() {
     let mut bad_icrc = valid.bytes.clone();
     bad_icrc[36] ^= 0x80;
     let mut reserved_flag = valid.bytes.clone();
-    reserved_flag[2] |= 0x40;
+    reserved_flag[2] |= 0x80; // bit 7, the only reserved one
     metaroce_wire::seal(&mut reserved_flag);
+    // Bit 6 is REPAIR, no longer reserved: a repair packet is claimed.
+    let repair = data_case(
+        "repair shard",
+        repair_repr(
+            10,
+            OpHeader::Send { recv_index: 0 },
+            3,
+            RepairId { index: 0, count: 2 },
+            4,
+        ),
+    );
     // Looks like a version-1 data packet for its first bytes, then noise.
     let noise: Vec<u8> = [1u8, 1, 0, 0]
         .into_iter()
@@ -902,6 +1055,7 @@ fn heuristic_claims_only_valid_metaroce_on_other_ports() {
         ("bad icrc", bad_icrc),
         ("reserved flag bit", reserved_flag),
         ("noise", noise),
+        ("repair shard", repair.bytes),
     ]
     .into_iter()
     .map(|(what, bytes)| Case {
@@ -919,9 +1073,9 @@ fn heuristic_claims_only_valid_metaroce_on_other_ports() {
             .map(|r| r["frame.protocols"].ends_with(":metaroce"))
             .collect()
     };
-    assert_eq!(claimed(&[]), [true, false, false, false]);
+    assert_eq!(claimed(&[]), [true, false, false, false, true]);
     // The port preference claims the port for the dissector, broken
     // packets included (they then decode with expert info).
-    assert_eq!(claimed(&["metaroce.udp_port:5555"]), [true; 4]);
+    assert_eq!(claimed(&["metaroce.udp_port:5555"]), [true; 5]);
     std::fs::remove_file(&path).ok();
 }
