@@ -64,21 +64,27 @@ pub(crate) const MAX_REPAIR_BYTES_PER_QP: u64 = 4 << 20;
 /// average over about this many packets' fates.
 const LOSS_RATE_PACKETS: f64 = 512.0;
 
-/// The device's per-packet loss rate: of its data packets' fates (each
-/// acknowledged one delivered, each given up on lost), the share lost,
-/// every fate weighing less as newer ones come (half as much some 350
-/// packets later). A ratio of two decayed counts rather than an average
+/// The device's per-packet loss rate: of the packet fates it has seen, the
+/// share lost, every fate weighing less as newer ones come (half as much
+/// some 350 packets later). Two kinds of fates: its own data packets (each
+/// acknowledged one delivered, each given up on after a SACK gap lost), and
+/// its peers' data packets as they arrive (each one delivered, the PSNs a
+/// path skips lost): the second come half a round trip sooner, and double
+/// what a device that sends as much as it receives (a ring's rank) learns
+/// in its first steps. A ratio of two decayed counts rather than an average
 /// started at zero: after its first hundred packets and one loss a device
 /// knows its loss rate is about 1 %, not 0.2 %.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct LossRate {
     lost: f64,
     fates: f64,
+    /// When a loss was last seen (0: never).
+    last_loss_ns: u64,
 }
 
 impl LossRate {
-    /// `delivered` packets were acknowledged and `lost` given up on.
-    pub(crate) fn on_fates(&mut self, delivered: u32, lost: u64) {
+    /// `delivered` packets arrived and `lost` were lost, seen at `now_ns`.
+    pub(crate) fn on_fates(&mut self, now_ns: u64, delivered: u32, lost: u64) {
         let n = f64::from(delivered) + lost as f64;
         if n == 0.0 {
             return;
@@ -86,6 +92,9 @@ impl LossRate {
         let keep = (1.0 - 1.0 / LOSS_RATE_PACKETS).powf(n);
         self.lost = self.lost * keep + lost as f64;
         self.fates = self.fates * keep + n;
+        if lost > 0 {
+            self.last_loss_ns = now_ns.max(1);
+        }
     }
 
     /// The estimate, 0..=1.
@@ -96,18 +105,24 @@ impl LossRate {
             0.0
         }
     }
+
+    /// Whether a loss was seen within `memory_ns` of `now_ns`: the fabric
+    /// is losing packets now.
+    pub(crate) fn seen_within(&self, now_ns: u64, memory_ns: u64) -> bool {
+        self.last_loss_ns != 0 && now_ns.saturating_sub(self.last_loss_ns) < memory_ns
+    }
 }
 
 /// How many repair packets `data_packets` need at a per-packet loss rate of
-/// `loss`: the fewest `k` (at least one) for which more than `k` of the
-/// `data_packets + k` packets are lost less often than [`RESIDUAL_LOSS`],
-/// capped at `max`.
+/// `loss`: the fewest `k` for which more than `k` of the `data_packets + k`
+/// packets are lost less often than [`RESIDUAL_LOSS`] (none where the
+/// message alone loses a packet that rarely), capped at `max`.
 pub(crate) fn repair_count(data_packets: u32, loss: f64, max: u32) -> u32 {
     if max == 0 || loss.is_nan() || loss <= 0.0 {
         return 0;
     }
     let loss = loss.min(0.5);
-    for k in 1..=max {
+    for k in 0..=max {
         if binomial_tail(data_packets + k, loss, k + 1) < RESIDUAL_LOSS {
             return k;
         }
@@ -281,6 +296,8 @@ mod tests {
     fn the_repair_count_grows_with_the_loss_rate_and_stops_at_the_cap() {
         assert_eq!(repair_count(16, 0.0, 8), 0);
         assert_eq!(repair_count(16, 0.001, 8), 1);
+        // Rare enough that the message alone keeps below the target.
+        assert_eq!(repair_count(16, 0.000_01, 8), 0);
         // 1 % per link over six links: 5.9 % per packet.
         let k = repair_count(16, 0.059, 8);
         assert!((4..=7).contains(&k), "{k}");
@@ -301,14 +318,16 @@ mod tests {
     #[test]
     fn the_loss_rate_converges_and_decays() {
         let mut r = LossRate::default();
+        assert!(!r.seen_within(0, 1_000));
         // One loss in the first hundred packets: about 1 %, at once.
-        r.on_fates(99, 1);
+        r.on_fates(10, 99, 1);
         assert!((r.rate() - 0.01).abs() < 0.001, "{}", r.rate());
+        assert!(r.seen_within(900, 1_000) && !r.seen_within(1_010, 1_000));
         for _ in 0..1_000 {
-            r.on_fates(19, 1);
+            r.on_fates(20, 19, 1);
         }
         assert!((r.rate() - 0.05).abs() < 0.01, "{}", r.rate());
-        r.on_fates(5_000, 0);
+        r.on_fates(30, 5_000, 0);
         assert!(r.rate() < 0.001, "{}", r.rate());
     }
 

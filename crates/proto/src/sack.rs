@@ -48,6 +48,22 @@ impl SackBitmap {
         self.ack_psn
     }
 
+    /// The highest PSN that has arrived (`ack_psn - 1` if none beyond the
+    /// cumulative point).
+    pub fn highest_received(&self) -> u32 {
+        let top = self
+            .bits
+            .iter()
+            .enumerate()
+            .rev()
+            .find(|(_, w)| **w != 0)
+            .map(|(i, w)| i * WORD_BITS + (WORD_BITS - 1 - w.leading_zeros() as usize));
+        match top {
+            Some(i) => self.ack_psn.wrapping_add(1 + i as u32),
+            None => self.ack_psn.wrapping_sub(1),
+        }
+    }
+
     /// Whether `psn` has arrived.
     pub fn contains(&self, psn: u32) -> bool {
         match seq::seq_diff(psn, self.ack_psn) {
@@ -319,5 +335,19 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn highest_received_follows_arrivals_beyond_holes() {
+        let mut w = SackBitmap::new(100);
+        assert_eq!(w.highest_received(), 99);
+        w.record(100);
+        assert_eq!(w.highest_received(), 100);
+        w.record(104);
+        assert_eq!(w.highest_received(), 104);
+        w.record(140);
+        assert_eq!(w.highest_received(), 140);
+        w.record(102);
+        assert_eq!(w.highest_received(), 140);
     }
 }

@@ -149,7 +149,18 @@ impl Connection {
             rx.ack_port_heard_ns = now_ns.max(1);
             rx.ack_port_floor = rx.window.ack_psn();
         }
+        let highest = rx.window.highest_received();
         let outcome = rx.window.record(repr.psn);
+        // The fabric's loss rate as this device sees it receiving: the PSNs
+        // a path skipped are lost (or, rarely, overtaken), for sizing
+        // repair packets (`repair.rs`).
+        let skipped = match outcome {
+            RxOutcome::AfterGap if seq::seq_lt(highest, repr.psn) => {
+                u64::from(repr.psn.wrapping_sub(highest).wrapping_sub(1))
+            }
+            _ => 0,
+        };
+        dev.loss_rate.on_fates(now_ns, 1, skipped);
         if outcome == RxOutcome::OutOfWindow {
             dev.stats.rx_out_of_window += 1;
             return;
@@ -428,7 +439,7 @@ impl Connection {
         }
         dev.stats.data_packets_lost += lost_packets + trimmed_packets;
         // Random losses size the repair packets; trims are congestion.
-        dev.loss_rate.on_fates(acked_packets, lost_packets);
+        dev.loss_rate.on_fates(now_ns, acked_packets, lost_packets);
         if lost_packets > 0 {
             dev.probe_budget.loss_seen(now_ns);
         }

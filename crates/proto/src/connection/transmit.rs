@@ -10,6 +10,7 @@ use crate::ecn::Ecn;
 use crate::maybe_ns::MaybeNs;
 use crate::message::{MsgKind, MsgRef, SegRef, TxMessage};
 use crate::path::{SentPacket, SentState};
+use crate::probe_budget::LOSS_MEMORY_BASE_RTTS;
 use crate::trace::trace_event;
 use crate::transmit::{Layout, Out, PacketKind, PayloadRef, Transmit};
 use metaroce_wire::{self as wire, AckRepr, BaseRepr, DataRepr, Flags, ICRC_LEN, OpHeader};
@@ -225,7 +226,9 @@ impl Connection {
             || !carries_payload
             || msg.kind != MsgKind::Request
             || !msg.repair_shard_bytes().is_multiple_of(2)
-            || !dev.probe_budget.loss_seen_lately(now_ns)
+            || !dev
+                .loss_rate
+                .seen_within(now_ns, LOSS_MEMORY_BASE_RTTS * config.base_rtt_ns)
             || self.cc.pacing_rate_bps().is_some()
         {
             return 0;
