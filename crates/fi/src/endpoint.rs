@@ -2365,7 +2365,7 @@ impl EpState {
         let e = st.endpoint;
         let c = self.counters;
         format!(
-            "endpoint {}: MetaRoCE data packets sent {}, resent {}, lost {}, RTOs {}, tail probes {}, paths retired {}, \
+            "endpoint {}: MetaRoCE data packets sent {}, resent {}, lost {}, RTOs {}, tail probes {}, repair packets sent {} / packets rebuilt {}, paths retired {}, \
              ACKs sent {}, received datagrams {} (duplicates {}, unknown QP {}, stale path {}, out of window {}), progress gaps over 200 us {}, \
              ECN-marked {}, impairment drops {}; provider: eager {}, rendezvous sent {} ({} in place) / received {} ({} in place), unexpected {}, malformed {}, \
              RMA refused {}, atomics applied {} / refused {}, connections out {} / in {}; \
@@ -2376,6 +2376,8 @@ impl EpState {
             e.data_packets_lost,
             e.rtos,
             e.tail_probes,
+            e.repair_packets_sent,
+            e.rx_repaired_packets,
             e.paths_replaced,
             e.ack_packets_sent,
             e.rx_datagrams,
