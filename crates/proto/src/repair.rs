@@ -251,9 +251,22 @@ pub(crate) fn rebuild(
         return false;
     }
     let shard = state.shard_bytes as usize;
-    let bytes_carried = state.shards.iter().flatten().all(|s| s.len() == shard);
-    if !bytes_carried {
+    let with_bytes = state
+        .shards
+        .iter()
+        .flatten()
+        .filter(|s| !s.is_empty())
+        .count();
+    if with_bytes == 0 {
+        // The simulator's shards: lengths only, nothing to read or write.
         return true;
+    }
+    if with_bytes != usize::from(state.received)
+        || state.shards.iter().flatten().any(|s| s.len() != shard)
+    {
+        // Shards with and without bytes for one message (only a peer that
+        // mixes the two entry points could): rebuild nothing.
+        return false;
     }
     let originals: Vec<(usize, Vec<u8>)> = (0..n)
         .filter(|i| !missing.contains(&(*i as u32)))

@@ -783,7 +783,7 @@ mod tests {
     use crate::config::EndpointConfig;
     use crate::testing::fixture::{self, End, Lab, completions, lab};
     use crate::testing::{Fate, Side};
-    use crate::transmit::PacketKind;
+    use crate::transmit::{PacketKind, Transmit};
     use crate::work::{SendWr, WcStatus, WrOp};
 
     fn write(l: &mut Lab, wr_id: u64, len: u32) {
@@ -1172,6 +1172,88 @@ mod tests {
         assert_eq!(
             l.pair.a.memory(a.mr.handle).unwrap()[8192..12192],
             l.pair.b.memory(b.mr.handle).unwrap()[8192..12192]
+        );
+    }
+
+    /// Repair packets a broken or hostile peer bends (a count past the
+    /// limit, a count or shard size that disagrees with the message's
+    /// earlier shards, a message far ahead, shards of every size) are
+    /// dropped or held within their budget: no panic, and the QP still
+    /// works afterwards (for the messages the bent packets did not name:
+    /// one that did is the peer's own to have broken, as with data).
+    #[test]
+    fn bent_repair_packets_are_dropped_or_held_and_nothing_breaks() {
+        use metaroce_wire::{Packet, RepairId};
+        use std::sync::{Arc, Mutex};
+        let mut l = lab(fixture::config(1), fixture::config(2));
+        // Capture one real repair packet (lossy from the start, as above).
+        let captured: Arc<Mutex<Option<(Transmit, Vec<u8>)>>> = Arc::new(Mutex::new(None));
+        let c = captured.clone();
+        l.pair.set_filter(Some(Box::new(move |hop| {
+            let repair = metaroce_wire::BaseHeader::new_checked(hop.bytes)
+                .is_ok_and(|p| p.flags().contains(metaroce_wire::Flags::REPAIR));
+            if repair {
+                c.lock()
+                    .unwrap()
+                    .get_or_insert((*hop.transmit, hop.bytes.to_vec()));
+            }
+            if hop.from == Side::A && hop.index == 0 {
+                Fate::Drop
+            } else {
+                Fate::Deliver
+            }
+        })));
+        write_pattern(&mut l, 1, 0, 64 << 10);
+        assert!(l.pair.settle(1_000, 100));
+        succeeded(&mut l, 1, 64 << 10);
+        write_pattern(&mut l, 2, 8192, 4000);
+        assert!(l.pair.settle(1_000, 100));
+        succeeded(&mut l, 2, 4000);
+        let (transmit, bytes) = captured
+            .lock()
+            .unwrap()
+            .clone()
+            .expect("a repair packet went");
+        let Ok(Packet::Data { repr, payload }) = metaroce_wire::parse(&bytes) else {
+            panic!("a data packet");
+        };
+        let payload = payload.to_vec();
+        let mut buf = vec![0u8; 70_000];
+        let mut bent = Vec::new();
+        for (count, index, msg_ahead, len) in [
+            (17u16, 0u16, 5u32, 2048u32), // over the count limit
+            (3, 1, 5, 2048),              // fine, for a later message
+            (2, 0, 5, 2048),              // disagrees with the count before
+            (3, 2, 5, 1024),              // disagrees with the shard size
+            (3, 0, 1000, 2048),           // far past the window
+            (3, 0, 6, 60_000),            // a shard larger than the message
+            (3, 0, 0, 2048),              // the finished message
+        ] {
+            let mut r = repr;
+            r.offset = RepairId { index, count }.to_offset();
+            r.msg_seq = repr.msg_seq.wrapping_add(msg_ahead);
+            r.payload_len = len;
+            let data: Vec<u8> = (0..len)
+                .map(|i| i as u8)
+                .chain(payload.iter().copied())
+                .take(len as usize)
+                .collect();
+            let n = metaroce_wire::emit_data(&r, &data, &mut buf);
+            bent.push(buf[..n].to_vec());
+        }
+        for b in &bent {
+            l.pair.deliver(Side::A, &transmit, b);
+        }
+        let rx = *l.pair.b.stats();
+        assert!(rx.rx_dropped_ops + rx.rx_malformed >= 3, "{rx:?}");
+        // The QP still moves data, whole.
+        l.pair.set_filter(None);
+        write_pattern(&mut l, 3, 16384, 8000);
+        assert!(l.pair.settle(1_000, 100));
+        let wcs = completions(&mut l.pair, Side::A);
+        assert!(
+            wcs.iter().all(|c| c.wc.status == WcStatus::Success),
+            "{wcs:?}"
         );
     }
 
