@@ -836,7 +836,7 @@ mod tests {
     fn slow_route_write(l: &mut Lab, wr_id: u64, hold_ns: u64) {
         write(l, wr_id, 64 << 10);
         let peer = l.pair.addr(Side::B);
-        let mut held: Vec<(u64, crate::Transmit, Vec<u8>)> = Vec::new();
+        let mut held: Vec<(u64, Transmit, Vec<u8>)> = Vec::new();
         let end = l.pair.now() + 4 * hold_ns;
         while l.pair.now() < end {
             let slow = l.pair.a.path_ports(peer).unwrap()[0];
@@ -1187,7 +1187,8 @@ mod tests {
         use std::sync::{Arc, Mutex};
         let mut l = lab(fixture::config(1), fixture::config(2));
         // Capture one real repair packet (lossy from the start, as above).
-        let captured: Arc<Mutex<Option<(Transmit, Vec<u8>)>>> = Arc::new(Mutex::new(None));
+        type Captured = Option<(Transmit, Vec<u8>)>;
+        let captured = Arc::new(Mutex::new(Captured::None));
         let c = captured.clone();
         l.pair.set_filter(Some(Box::new(move |hop| {
             let repair = metaroce_wire::BaseHeader::new_checked(hop.bytes)
