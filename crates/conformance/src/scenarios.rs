@@ -875,8 +875,8 @@ fn reserved_bits<L: Link>(peer: &mut Peer<L>, v: &mut Verdicts) -> Result<(), St
     let mut segment = peer
         .write_segments(QpRole::Main, msg_seq, offset, &data)
         .remove(0);
-    // Flags: reserved bits 6..7 set beside ACK_REQUEST.
-    segment.flags = Flags(Flags::ACK_REQUEST.bits() | 0xc0);
+    // Flags: the reserved bit 7 set beside ACK_REQUEST.
+    segment.flags = Flags(Flags::ACK_REQUEST.bits() | 0x80);
     let path = peer.fresh_path()?;
     // op_flags: reserved bits 1..7 set, SOLICITED clear.
     let bytes = peer.craft_tweaked(&path, path.next_psn, 0, &segment, 0, |b| b[25] = 0xfe);
