@@ -266,7 +266,7 @@ impl EndpointConfig {
         int_knob!(Self, deferred_ack_ns: u64, 0, 1_000_000_000, "the ACK completing an unsignaled request may wait this long for data back to the requester to carry it (0: never), ns"),
         int_knob!(Self, ack_copy_horizon_ns: u64, 0, 1_000_000_000, "an ACK answering a resend or a duplicate goes twice for this long after a hole or a duplicate (0: never), ns"),
         int_knob!(Self, tail_copy_packets: u32, 0, 64, "a drained, uncapped connection copies its last this many outstanding packets onto other paths (0: never)"),
-        int_knob!(Self, repair_max_message_packets: u32, 0, 256, "while the device is losing packets, messages of at most this many packets carry repair packets (0: never)"),
+        int_knob!(Self, repair_max_message_packets: u32, 0, 240, "while the device is losing packets, messages of at most this many packets carry repair packets (0: never)"),
         int_knob!(Self, repair_max_packets: u32, 0, 16, "the most repair packets per message"),
         int_knob!(Self, rack_reorder_permille: u32, 0, 4000, "cross-path RACK: a path is probed once its newest packet is overdue past a later one acknowledged elsewhere by this many per mille of the minimum RTT (0: off)"),
         int_knob!(Self, retry_round_min_ns: u64, 0, 60_000_000_000u64, "lower bound of a connection-level retry round, ns (0: the RTO); the give-up comes after about 2^(retry_cnt+1) times the first round (less where rto_max_ns caps the doubling)"),

@@ -37,6 +37,8 @@ pub(crate) struct DeviceState {
     pub(crate) reorder: ReorderWindow,
     /// The data packets' loss rate, which sizes repair packets.
     pub(crate) loss_rate: crate::repair::LossRate,
+    /// The repair codes built lately.
+    pub(crate) repair_codes: crate::repair::Codes,
 }
 
 impl DeviceState {
@@ -64,6 +66,7 @@ impl DeviceState {
             ),
             reorder: ReorderWindow::default(),
             loss_rate: crate::repair::LossRate::default(),
+            repair_codes: crate::repair::Codes::default(),
             config,
         }
     }

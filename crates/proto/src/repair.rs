@@ -30,6 +30,7 @@
 //! congestion, and more packets would only deepen the queue).
 
 use crate::memory::{RegionTable, Span};
+use reed_solomon_erasure::galois_8::ReedSolomon;
 
 /// The chance of a message still missing a packet after its repair packets
 /// that the repair count aims below. A ring all-reduce waits on each of its
@@ -53,8 +54,14 @@ pub(crate) const DATA_PACKETS_PER_REPAIR_PACKET: u32 = 4;
 pub(crate) const MAX_REPAIR_COUNT: u16 = 16;
 
 /// The most data packets one repair code covers (a receiver refuses codes
-/// over more).
-pub(crate) const MAX_CODE_DATA_PACKETS: u32 = 256;
+/// over more): with [`MAX_REPAIR_COUNT`] recovery shards, the 256 a code
+/// over GF(2^8) can have.
+pub(crate) const MAX_CODE_DATA_PACKETS: u32 = 240;
+
+/// Codes a device keeps built, by (data packets, recovery shards): building
+/// one inverts a matrix (20 µs for 16 + 4), using one costs about a
+/// microsecond per 16 KiB.
+const CODES_KEPT: usize = 8;
 
 /// Recovery shard bytes a QP may hold for messages not yet rebuilt: what a
 /// peer can make the receiver keep by sending repair packets for messages
@@ -143,10 +150,46 @@ fn binomial_tail(n: u32, p: f64, at_least: u32) -> f64 {
     (1.0 - below).max(0.0)
 }
 
+/// The Reed-Solomon codes a device has built, the most recently used
+/// first.
+#[derive(Default)]
+pub(crate) struct Codes {
+    kept: Vec<((usize, usize), ReedSolomon)>,
+}
+
+impl std::fmt::Debug for Codes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.kept.iter().map(|(k, _)| k))
+            .finish()
+    }
+}
+
+impl Codes {
+    /// The code of `data` data shards and `recovery` recovery shards.
+    fn get(&mut self, data: usize, recovery: usize) -> Option<&ReedSolomon> {
+        let key = (data, recovery);
+        match self.kept.iter().position(|(k, _)| *k == key) {
+            Some(0) => {}
+            Some(i) => {
+                let hit = self.kept.remove(i);
+                self.kept.insert(0, hit);
+            }
+            None => {
+                let code = ReedSolomon::new(data, recovery).ok()?;
+                self.kept.truncate(CODES_KEPT - 1);
+                self.kept.insert(0, (key, code));
+            }
+        }
+        self.kept.first().map(|(_, c)| c)
+    }
+}
+
 /// Compute a message's `count` recovery shards of `shard_bytes` each from
 /// its payload (`payload_len` bytes gathered by `gather(offset, out)`),
 /// concatenated.
 pub(crate) fn encode(
+    codes: &mut Codes,
     payload_len: u32,
     shard_bytes: u32,
     count: u32,
@@ -160,9 +203,14 @@ pub(crate) fn encode(
         let len = (payload_len as usize - at).min(shard);
         gather(at as u64, &mut chunk[..len]);
     }
-    let shards =
-        reed_solomon_simd::encode(data_packets, count as usize, data.chunks(shard)).ok()?;
-    Some(shards.concat().into_boxed_slice())
+    let mut recovery = vec![0u8; count as usize * shard];
+    let mut parts: Vec<&mut [u8]> = recovery.chunks_mut(shard).collect();
+    let originals: Vec<&[u8]> = data.chunks(shard).collect();
+    codes
+        .get(data_packets, count as usize)?
+        .encode_sep(&originals, &mut parts)
+        .ok()?;
+    Some(recovery.into_boxed_slice())
 }
 
 /// A receiver's repair state for one message: the recovery shards that
@@ -240,6 +288,7 @@ pub(crate) fn missing(msg_len: u32, shard_bytes: u32, have: impl Fn(u64, u64) ->
 /// caller then waits for resends as without repair). Shards without bytes
 /// (the simulator's) rebuild lengths only: nothing to read or write.
 pub(crate) fn rebuild(
+    codes: &mut Codes,
     regions: &mut RegionTable,
     placement: &Placement<'_>,
     msg_len: u32,
@@ -268,36 +317,33 @@ pub(crate) fn rebuild(
         // mixes the two entry points could): rebuild nothing.
         return false;
     }
-    let originals: Vec<(usize, Vec<u8>)> = (0..n)
-        .filter(|i| !missing.contains(&(*i as u32)))
+    // Every shard, data then recovery, with whether it is here.
+    let mut shards: Vec<(Vec<u8>, bool)> = (0..n)
         .map(|i| {
+            if missing.contains(&(i as u32)) {
+                return (vec![0u8; shard], false);
+            }
             let at = i * shard;
             let len = (msg_len as usize - at).min(shard);
             let mut buf = vec![0u8; shard];
             placement.read(regions, at as u64, &mut buf[..len]);
-            (i, buf)
+            (buf, true)
         })
+        .chain(state.shards.iter().map(|s| match s {
+            Some(bytes) => (bytes.to_vec(), true),
+            None => (vec![0u8; shard], false),
+        }))
         .collect();
-    let recovery = state
-        .shards
-        .iter()
-        .enumerate()
-        .filter_map(|(i, s)| s.as_deref().map(|s| (i, s)));
-    let Ok(restored) = reed_solomon_simd::decode(
-        n,
-        usize::from(state.count),
-        originals.iter().map(|(i, b)| (*i, b.as_slice())),
-        recovery,
-    ) else {
+    let Some(code) = codes.get(n, usize::from(state.count)) else {
         return false;
     };
+    if code.reconstruct_data(&mut shards).is_err() {
+        return false;
+    }
     for &i in missing {
-        let Some(bytes) = restored.get(&(i as usize)) else {
-            return false;
-        };
         let at = i as usize * shard;
         let len = (msg_len as usize - at).min(shard);
-        placement.write(regions, at as u64, &bytes[..len]);
+        placement.write(regions, at as u64, &shards[i as usize].0[..len]);
     }
     true
 }
@@ -355,7 +401,8 @@ mod tests {
     #[test]
     fn shards_encode_and_rebuild_lost_packets() {
         let msg: Vec<u8> = (0..10_000u32).map(|i| (i * 7 + 3) as u8).collect();
-        let shards = encode(10_000, 4096, 2, |at, out| {
+        let mut codes = Codes::default();
+        let shards = encode(&mut codes, 10_000, 4096, 2, |at, out| {
             out.copy_from_slice(&msg[at as usize..at as usize + out.len()]);
         })
         .expect("encodes");
@@ -387,9 +434,11 @@ mod tests {
             state.shards[i] = Some(s.into());
             state.received += 1;
         }
+        let whole = Placement::Span(span);
         assert!(rebuild(
+            &mut codes,
             &mut regions,
-            &Placement::Span(span),
+            &whole,
             10_000,
             &state,
             &[0, 2]
@@ -399,11 +448,18 @@ mod tests {
         assert_eq!(back, msg);
         // One shard short of three losses: nothing rebuilt.
         assert!(!rebuild(
+            &mut codes,
             &mut regions,
-            &Placement::Span(span),
+            &whole,
             10_000,
             &state,
             &[0, 1, 2]
         ));
+        // Codes are kept, the most recent first, at most CODES_KEPT.
+        for n in 1..=CODES_KEPT + 2 {
+            assert!(codes.get(n, 1).is_some());
+        }
+        assert_eq!(codes.kept.len(), CODES_KEPT);
+        assert_eq!(codes.kept[0].0, (CODES_KEPT + 2, 1));
     }
 }

@@ -38,6 +38,11 @@ pub struct Transmit {
     pub len: usize,
     /// Data or ACK.
     pub kind: PacketKind,
+    /// A repair packet (data: a recovery shard of its message; transport
+    /// spec §4). A driver that reorders a batch sends it behind the batch's
+    /// other data packets: ahead of them it is of no use, and a receiver
+    /// seeing it first may rebuild packets that are on their way.
+    pub repair: bool,
 }
 
 /// How a datagram from the gathering poll lies in memory.

@@ -1890,7 +1890,8 @@ fn send_all(ctx: &Context, io: &mut Io) {
     order.clear();
     // Data before ACKs: a reply that is ready goes out ahead of the ACK
     // for the request it answers (the ACK is not on the peer's critical
-    // path; the reply is); then grouped by source port, ECN and
+    // path; the reply is), repair packets behind the rest of the data
+    // (they answer losses among it); then grouped by source port, ECN and
     // destination, so runs can become GSO messages. Stable: per-path order
     // is kept, which is all the protocol needs. One integer per datagram
     // (its own index in the low bits makes an unstable sort stable; the
@@ -1907,8 +1908,13 @@ fn send_all(ctx: &Context, io: &mut Io) {
                 dsts.len() - 1
             }
         };
+        // Repair packets after the other data (see `Transmit::repair`).
+        let rank = match t.kind {
+            PacketKind::Data => u64::from(t.repair),
+            PacketKind::Ack => 2,
+        };
         sort_keys.push(
-            (u64::from(t.kind == PacketKind::Ack) << 63)
+            (rank << 62)
                 | (u64::from(t.src_port) << 40)
                 | (u64::from(sys::ecn_bits(t.ecn)) << 38)
                 | ((d as u64) << 16)

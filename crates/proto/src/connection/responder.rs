@@ -342,7 +342,7 @@ pub(super) fn on_request(
         false
     };
     if !done && fatal.is_none() && entry.repair.is_some() {
-        done = rebuild_lost(dev, qp_index, ahead, repr);
+        done = rebuild_lost(dev, qp_index, ahead, repr, is_repair);
     }
     let qp = live_qp(dev, qp_index);
     let entry = entry_of(qp, ahead);
@@ -429,12 +429,23 @@ fn hold_repair(
 
 /// Rebuild a message's missing data packets from those placed and its
 /// recovery shards, once there are enough (`repair.rs`); whether the
-/// message is now whole.
-fn rebuild_lost(dev: &mut DeviceState, qp_index: usize, ahead: usize, repr: &DataRepr) -> bool {
+/// message is now whole. On a data packet's arrival (`by_repair` false),
+/// only if every packet still missing was sent before it: packets after it
+/// are more likely on their way than lost (a driver may send a repair
+/// packet ahead of data packets on other paths), and rebuilding what would
+/// have come costs a decode for nothing.
+fn rebuild_lost(
+    dev: &mut DeviceState,
+    qp_index: usize,
+    ahead: usize,
+    repr: &DataRepr,
+    by_repair: bool,
+) -> bool {
     let DeviceState {
         qps,
         regions,
         stats,
+        repair_codes,
         ..
     } = &mut *dev;
     let Some(qp) = qps.at_mut(qp_index) else {
@@ -460,6 +471,10 @@ fn rebuild_lost(dev: &mut DeviceState, qp_index: usize, ahead: usize, repr: &Dat
     if missing.is_empty() || missing.len() > usize::from(state.received) {
         return false;
     }
+    let this_packet = repr.offset / state.shard_bytes;
+    if !by_repair && missing.iter().any(|&i| i > this_packet) {
+        return false;
+    }
     let rebuilt = match repr.op {
         OpHeader::Write {
             rkey, remote_addr, ..
@@ -480,20 +495,16 @@ fn rebuild_lost(dev: &mut DeviceState, qp_index: usize, ahead: usize, repr: &Dat
             if !remote_access.contains(AccessFlags::REMOTE_WRITE) {
                 return false;
             }
-            repair::rebuild(regions, &Placement::Span(span), len, state, &missing)
+            let placement = Placement::Span(span);
+            repair::rebuild(repair_codes, regions, &placement, len, state, &missing)
         }
         OpHeader::Send { .. } | OpHeader::SendImm { .. } => {
             let slot = entry.recv_index.wrapping_sub(*rq_base) as usize;
             let Some(recv) = rq.get(slot).filter(|r| u64::from(len) <= r.capacity) else {
                 return false;
             };
-            repair::rebuild(
-                regions,
-                &Placement::Spans(&recv.spans),
-                len,
-                state,
-                &missing,
-            )
+            let placement = Placement::Spans(&recv.spans);
+            repair::rebuild(repair_codes, regions, &placement, len, state, &missing)
         }
         _ => false,
     };

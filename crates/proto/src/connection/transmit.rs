@@ -322,15 +322,21 @@ impl Connection {
 
     /// The recovery shards of message `r`'s repair packets, computed from
     /// its payload the first time one goes (`repair.rs`).
-    fn compute_repair_shards(&mut self, dev: &DeviceState, r: MsgRef) {
+    fn compute_repair_shards(&mut self, dev: &mut DeviceState, r: MsgRef) {
         let Some(msg) = self.msgs.get(r).filter(|m| m.repair_shards.is_none()) else {
             return;
         };
+        let DeviceState {
+            regions,
+            repair_codes,
+            ..
+        } = dev;
         let shards = crate::repair::encode(
+            repair_codes,
             msg.payload_len,
             msg.repair_shard_bytes(),
             msg.repair_count,
-            |at, out| msg.source.gather(&dev.regions, at, out),
+            |at, out| msg.source.gather(regions, at, out),
         );
         if let Some(msg) = self.msgs.get_mut(r) {
             msg.repair_shards = shards;
@@ -582,6 +588,7 @@ impl Connection {
             ecn: Ecn::Ect0,
             len: total,
             kind: PacketKind::Data,
+            repair,
         }
     }
 
@@ -779,6 +786,7 @@ impl Connection {
             ecn: Ecn::NotEct,
             len,
             kind: PacketKind::Ack,
+            repair: false,
         }
     }
 }
