@@ -342,7 +342,7 @@ pub(super) fn on_request(
         false
     };
     if !done && fatal.is_none() && entry.repair.is_some() {
-        done = rebuild_lost(dev, qp_index, ahead, repr, is_repair);
+        done = rebuild_lost(dev, qp_index, ahead, repr);
     }
     let qp = live_qp(dev, qp_index);
     let entry = entry_of(qp, ahead);
@@ -429,18 +429,11 @@ fn hold_repair(
 
 /// Rebuild a message's missing data packets from those placed and its
 /// recovery shards, once there are enough (`repair.rs`); whether the
-/// message is now whole. On a data packet's arrival (`by_repair` false),
-/// only if every packet still missing was sent before it: packets after it
-/// are more likely on their way than lost (a driver may send a repair
-/// packet ahead of data packets on other paths), and rebuilding what would
-/// have come costs a decode for nothing.
-fn rebuild_lost(
-    dev: &mut DeviceState,
-    qp_index: usize,
-    ahead: usize,
-    repr: &DataRepr,
-    by_repair: bool,
-) -> bool {
+/// message is now whole. Repair packets are sent behind the message's data
+/// packets (and drivers keep them behind: `Transmit::repair`), so when
+/// enough are here the missing packets are most likely lost, not on their
+/// way; if they were on their way, a decode was spent for nothing.
+fn rebuild_lost(dev: &mut DeviceState, qp_index: usize, ahead: usize, repr: &DataRepr) -> bool {
     let DeviceState {
         qps,
         regions,
@@ -469,10 +462,6 @@ fn rebuild_lost(
     let len = entry.len;
     let missing = repair::missing(len, state.shard_bytes, |s, e| entry.ranges.contains(s, e));
     if missing.is_empty() || missing.len() > usize::from(state.received) {
-        return false;
-    }
-    let this_packet = repr.offset / state.shard_bytes;
-    if !by_repair && missing.iter().any(|&i| i > this_packet) {
         return false;
     }
     let rebuilt = match repr.op {
