@@ -173,6 +173,19 @@ pub const CHECKS: &[CheckSpec] = &[
         "(same)",
         "the WRITE completes (msn = m + 1) and READ shows all six segments",
     ),
+    // Repair packets: recovery shards that stand in for lost data packets.
+    check(
+        "repair.rebuilds",
+        "wire.md §4.4",
+        "a 5-segment WRITE (the last one short) with segment 2 withheld, then repair shard 1 of 2",
+        "the repair packet is acknowledged like a data packet, the WRITE completes (msn = m + 1) and READ shows every byte, segment 2's too",
+    ),
+    check(
+        "repair.not-enough",
+        "wire.md §4.4",
+        "a 5-segment WRITE with segments 1 and 3 withheld and only repair shard 0 of 2, later 1 and 3 resent under new PSNs",
+        "no op-ack reports the WRITE executed before the resends; after them it completes and READ shows every byte",
+    ),
     // Duplicates and exactly-once.
     check(
         "dup.same-psn",
@@ -295,6 +308,12 @@ pub const CHECKS: &[CheckSpec] = &[
         "wire.md §4.3 rule 3",
         "a FETCH_ADD with msg_len 16",
         "dropped silently, not counted, the word unchanged",
+    ),
+    check(
+        "drop.repair-bad-id",
+        "wire.md §4.3 (repair packets), §4.4 offset",
+        "a one-packet WRITE's valid repair shard 0 of 1 with REPAIR set but the offset's top bit clear (1 << 16)",
+        "dropped silently, not counted, nothing placed (not rebuilt from the shard)",
     ),
     plain(check(
         "drop.needs-key",

@@ -11,9 +11,10 @@
 //! tests; the list is [`CHECKS`] and `docs/spec/conformance.md`.
 //!
 //! The checks are written from the spec, not from MetaRoCE's core: the
-//! suite does not depend on `metaroce-proto`, and its receive window and
-//! packet authentication (which needs AES-GCM and HKDF, from `ring`) are
-//! its own.
+//! suite does not depend on `metaroce-proto`, and its receive window,
+//! packet authentication (which needs AES-GCM and HKDF, from `ring`) and
+//! repair packets' recovery shards (the code wire.md §4.4 names, from
+//! `reed-solomon-erasure`) are its own.
 //!
 //! ```no_run
 //! use std::net::SocketAddr;

@@ -12,9 +12,10 @@ use std::time::{Duration, Instant};
 
 use metaroce_wire::{
     AUTH_TRAILER_LEN, AckRepr, AuthRepr, AuthTrailer, BaseRepr, DATA_HEADER_LEN, DataRepr, Flags,
-    OpAck, OpHeader, Opcode, Packet, SACK_BITS, SackBits, emit_ack, emit_data, parse,
+    OpAck, OpHeader, Opcode, Packet, RepairId, SACK_BITS, SackBits, emit_ack, emit_data, parse,
     parse_authenticated, seal, seq,
 };
+use reed_solomon_erasure::galois_8::ReedSolomon;
 
 use crate::expect;
 use crate::keys::{DirectionKey, derive_key};
@@ -830,4 +831,55 @@ impl<L: Link> Peer<L> {
             None => Err(format!("no ATOMIC_RESPONSE within {timeout:?}")),
         }
     }
+}
+
+/// The first `count` repair packets of the message cut into `segments`
+/// (wire.md §4.4): recovery shard `i` of `count` of the spec's code
+/// (systematic Reed-Solomon over GF(2^8), as `reed-solomon-erasure` 6
+/// builds it) over the message's payload cut into shards of the first
+/// segment's payload size (a one-packet message's length rounded up to
+/// even), the last shard zero-padded. Every other field is the message's
+/// own; `offset` names the shard. Each asks for an ACK: repair packets
+/// trail their message's burst.
+pub(crate) fn repair_segments(segments: &[Segment], count: u16) -> Result<Vec<Segment>, String> {
+    let first = segments
+        .first()
+        .ok_or("a message has at least one packet")?;
+    let shard = first.payload.len().next_multiple_of(2);
+    // The message as the receiver will hold it, wherever its segments go.
+    let mut message = vec![0u8; first.msg_len as usize];
+    for s in segments {
+        message[s.offset as usize..][..s.payload.len()].copy_from_slice(&s.payload);
+    }
+    let originals: Vec<Vec<u8>> = message
+        .chunks(shard)
+        .map(|chunk| {
+            let mut padded = chunk.to_vec();
+            padded.resize(shard, 0);
+            padded
+        })
+        .collect();
+    let mut recovery = vec![vec![0u8; shard]; usize::from(count)];
+    ReedSolomon::new(originals.len(), usize::from(count))
+        .and_then(|code| code.encode_sep(&originals, &mut recovery))
+        .map_err(|e| {
+            format!(
+                "computing {count} repair shards over {} data shards: {e}",
+                originals.len()
+            )
+        })?;
+    Ok(recovery
+        .into_iter()
+        .enumerate()
+        .map(|(index, payload)| Segment {
+            offset: RepairId {
+                index: index as u16,
+                count,
+            }
+            .to_offset(),
+            payload,
+            flags: Flags::REPAIR | Flags::ACK_REQUEST,
+            ..first.clone()
+        })
+        .collect())
 }

@@ -11,7 +11,7 @@ use metaroce_wire::{AUTH_TRAILER_LEN, DATA_HEADER_LEN, Flags, OpHeader, Syndrome
 
 use crate::expect;
 use crate::link::Link;
-use crate::peer::{Event, Path, Peer, SEGMENT_BYTES, Segment};
+use crate::peer::{Event, Path, Peer, SEGMENT_BYTES, Segment, repair_segments};
 use crate::report::Verdicts;
 use crate::target::QpRole;
 
@@ -64,6 +64,14 @@ pub(crate) fn all<L: Link>() -> Vec<Scenario<L>> {
                 "resend.new-psn",
             ],
             run: holes_and_resend,
+        },
+        Scenario {
+            checks: &["repair.rebuilds"],
+            run: repair_rebuilds,
+        },
+        Scenario {
+            checks: &["repair.not-enough"],
+            run: repair_not_enough,
         },
         Scenario {
             checks: &["dup.same-psn", "dup.not-reexecuted"],
@@ -145,6 +153,10 @@ pub(crate) fn all<L: Link>() -> Vec<Scenario<L>> {
         Scenario {
             checks: &["drop.atomic-length"],
             run: atomic_length,
+        },
+        Scenario {
+            checks: &["drop.repair-bad-id"],
+            run: repair_bad_id,
         },
         Scenario {
             checks: &["drop.needs-key"],
@@ -411,6 +423,99 @@ fn holes_and_resend<L: Link>(peer: &mut Peer<L>, v: &mut Verdicts) -> Result<(),
         .read_back(offset, data.len() as u32)
         .and_then(|bytes| expect::same_bytes(&bytes, &data));
     v.check("resend.new-psn", expect::all([executed, placed]));
+    Ok(())
+}
+
+// ------------------------------------------------------------ repair packets
+
+/// A 5-segment WRITE, the last segment short, with segment 2 lost: a
+/// repair packet stands in for it (wire.md §4.4).
+fn repair_rebuilds<L: Link>(peer: &mut Peer<L>, v: &mut Verdicts) -> Result<(), String> {
+    let offset = area(25);
+    // A fill first, so that segment 2's bytes can only come from the rebuild.
+    peer.write(QpRole::Main, offset, &pattern(125, 4 * SEGMENT_BYTES + 100))?;
+    // Four full segments and a short one: the last shard is zero-padded.
+    let data = pattern(25, 4 * SEGMENT_BYTES + 100);
+    let msg_seq = peer.take_msg_seq(QpRole::Main);
+    let segments = peer.write_segments(QpRole::Main, msg_seq, offset, &data);
+    let repair = repair_segments(&segments, 2)?;
+    let path = peer.fresh_path()?;
+    let p = path.next_psn;
+    let mark = peer.mark();
+    // Segment i at PSN p+i, floors at p (nothing was acknowledged when
+    // they left); segment 2 and the first repair packet are lost, the
+    // second repair packet arrives at p+5. Any five of the seven shards
+    // rebuild the message, so four data packets and one recovery shard do.
+    for i in [0usize, 1, 3, 4] {
+        peer.send_segment(&path, p.wrapping_add(i as u32), i as u16, &segments[i])?;
+    }
+    peer.send_segment(&path, p.wrapping_add(5), 5, &repair[1])?;
+    // The repair packet takes a PSN and is acknowledged like a data
+    // packet; p+2 never came.
+    let counted = peer
+        .wait_ack_state(mark, &path, p.wrapping_add(2), &[0, 1, 2])
+        .map(drop)
+        .map_err(|e| format!("the repair packet's PSN: {e}"));
+    // Completed as if segment 2 had arrived: executed, every byte placed.
+    let executed = peer.wait_executed(mark, QpRole::Main, msg_seq);
+    let placed = peer
+        .read_back(offset, data.len() as u32)
+        .and_then(|bytes| expect::same_bytes(&bytes, &data));
+    v.check("repair.rebuilds", expect::all([counted, executed, placed]));
+    Ok(())
+}
+
+/// A 5-segment WRITE with two segments lost and one repair packet: one
+/// shard cannot make up two, so the message waits for the resends.
+fn repair_not_enough<L: Link>(peer: &mut Peer<L>, v: &mut Verdicts) -> Result<(), String> {
+    let offset = area(26);
+    peer.write(QpRole::Main, offset, &pattern(126, 5 * SEGMENT_BYTES))?;
+    let data = pattern(26, 5 * SEGMENT_BYTES);
+    let msg_seq = peer.take_msg_seq(QpRole::Main);
+    let segments = peer.write_segments(QpRole::Main, msg_seq, offset, &data);
+    let repair = repair_segments(&segments, 2)?;
+    let path = peer.fresh_path()?;
+    let p = path.next_psn;
+    let mark = peer.mark();
+    // Segments 1 and 3 are lost, and of the two repair packets only the
+    // first arrives (at p+5): five data shards needed, four held.
+    for i in [0usize, 2, 4] {
+        peer.send_segment(&path, p.wrapping_add(i as u32), i as u16, &segments[i])?;
+    }
+    peer.send_segment(&path, p.wrapping_add(5), 5, &repair[0])?;
+    peer.wait_ack_state(mark, &path, p.wrapping_add(1), &[0, 2, 3])?;
+    // Let every answer to these arrive before judging op-acks.
+    peer.drain(peer.config.quiet_period);
+    let qpn = peer.local_qpn(QpRole::Main);
+    let premature = peer.events[mark..].iter().find_map(|e| match e {
+        Event::Ack(a) => a
+            .op_acks()
+            .iter()
+            .find(|o| o.qpn == qpn && expect::executed(o, msg_seq))
+            .copied(),
+        _ => None,
+    });
+    let waited = match premature {
+        Some(o) => Err(format!(
+            "an op-ack reported msn {} with two segments missing and one repair shard",
+            o.msn
+        )),
+        None => Ok(()),
+    };
+    // The lost segments resent at p+6 and p+7: the oldest outstanding PSN
+    // is p+6 then (p+1 and p+3 given up), so the floor moves there. The
+    // held shard may rebuild the second once the first is in; either way
+    // the bytes must be the message's.
+    for (k, &i) in [1usize, 3].iter().enumerate() {
+        let mut s = segments[i].clone();
+        s.flags = Flags::ACK_REQUEST | Flags::RETRANSMIT;
+        peer.send_segment(&path, p.wrapping_add(6 + k as u32), k as u16, &s)?;
+    }
+    let executed = peer.wait_executed(mark, QpRole::Main, msg_seq);
+    let placed = peer
+        .read_back(offset, data.len() as u32)
+        .and_then(|bytes| expect::same_bytes(&bytes, &data));
+    v.check("repair.not-enough", expect::all([waited, executed, placed]));
     Ok(())
 }
 
@@ -848,6 +953,24 @@ fn atomic_length<L: Link>(peer: &mut Peer<L>, v: &mut Verdicts) -> Result<(), St
         );
     }
     Ok(())
+}
+
+/// A repair packet whose `offset` is no repair id (wire.md §4.3): count 1,
+/// index 0, but the top bit clear. Its payload is the real shard 0 of 1 of
+/// a one-packet WRITE, which alone would rebuild the whole message: a
+/// receiver that read the id without checking the top bit would place it.
+fn repair_bad_id<L: Link>(peer: &mut Peer<L>, v: &mut Verdicts) -> Result<(), String> {
+    let offset = area(27);
+    let fill = pattern(27, 64);
+    peer.write(QpRole::Main, offset, &fill)?;
+    let msg_seq = peer.peek_msg_seq(QpRole::Main);
+    let segments = peer.write_segments(QpRole::Main, msg_seq, offset, &pattern(208, 64));
+    let mut repair = repair_segments(&segments, 1)?.remove(0);
+    // Also past msg_len, so a receiver ignoring REPAIR drops it too (rule 1).
+    repair.offset = 1 << 16;
+    let path = peer.fresh_path()?;
+    let bytes = peer.craft(&path, path.next_psn, 0, &repair);
+    judge_dropped(peer, v, "drop.repair-bad-id", &path, &bytes, offset, &fill)
 }
 
 fn needs_key<L: Link>(peer: &mut Peer<L>, v: &mut Verdicts) -> Result<(), String> {

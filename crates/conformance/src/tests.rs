@@ -10,16 +10,16 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use metaroce_wire::{
-    AckRepr, BaseRepr, DataRepr, Flags, OpAck, OpHeader, SackBits, Syndrome, emit_ack,
+    AckRepr, BaseRepr, DataRepr, Flags, OpAck, OpHeader, RepairId, SackBits, Syndrome, emit_ack,
     parse_authenticated,
 };
 
 use crate::expect::{self, ReadAssembly};
 use crate::keys::{DirectionKey, derive_key};
 use crate::link::Link;
-use crate::peer::{Event, Peer};
+use crate::peer::{Event, Peer, SEGMENT_BYTES, repair_segments};
 use crate::scenarios;
-use crate::{CHECKS, Config, InitialPsn, Outcome, TargetInfo, run_with_link, spec_of};
+use crate::{CHECKS, Config, InitialPsn, Outcome, QpRole, TargetInfo, run_with_link, spec_of};
 
 fn ack(ack_psn: u32, bits: &[usize]) -> AckRepr {
     let mut a = AckRepr::new(BaseRepr {
@@ -155,6 +155,90 @@ fn atomic_response_checks_qp_message_and_original() {
     assert!(expect::atomic_response(&r, 7, 4, 41).is_err());
     r.op = OpHeader::ReadResponse;
     assert!(expect::atomic_response(&r, 7, 3, 41).is_err());
+}
+
+// ------------------------------------------------------------ repair shards
+
+#[test]
+fn repair_segments_are_the_messages_recovery_shards() {
+    let peer = Peer::new(Canned::new(|_| Vec::new()), target(), fast_config());
+    // Three full segments and a 10-byte one.
+    let data = scenarios::pattern(9, 3 * SEGMENT_BYTES + 10);
+    let segments = peer.write_segments(QpRole::Main, 4, 0, &data);
+    let repair = repair_segments(&segments, 2).unwrap();
+    assert_eq!(repair.len(), 2);
+    for (i, r) in repair.iter().enumerate() {
+        let id = RepairId {
+            index: i as u16,
+            count: 2,
+        };
+        assert_eq!(r.offset, id.to_offset());
+        assert_eq!(r.offset, 1 << 31 | 2 << 16 | i as u32);
+        assert!(r.flags.contains(Flags::REPAIR));
+        // Every other field is the message's own.
+        assert_eq!(
+            (r.dst_qpn, r.msg_seq, r.msg_len, r.op),
+            (segments[0].dst_qpn, 4, data.len() as u32, segments[0].op)
+        );
+        assert_eq!(r.payload.len(), SEGMENT_BYTES);
+    }
+    // Segments 1 and 3 lost: the two shards give them back, the short
+    // last one zero-padded to the shard size.
+    let mut shards: Vec<Option<Vec<u8>>> = vec![
+        Some(segments[0].payload.clone()),
+        None,
+        Some(segments[2].payload.clone()),
+        None,
+    ];
+    shards.extend(repair.iter().map(|r| Some(r.payload.clone())));
+    let code = reed_solomon_erasure::galois_8::ReedSolomon::new(4, 2).unwrap();
+    code.reconstruct_data(&mut shards).unwrap();
+    let rebuilt = |i: usize| shards[i].clone().unwrap();
+    assert_eq!(rebuilt(1), segments[1].payload);
+    assert_eq!(&rebuilt(3)[..10], &data[3 * SEGMENT_BYTES..]);
+    assert!(rebuilt(3)[10..].iter().all(|&b| b == 0));
+    // A one-packet message: one shard of its length rounded up to even.
+    let one = peer.write_segments(QpRole::Main, 5, 0, &data[..63]);
+    let shard = repair_segments(&one, 1).unwrap().remove(0);
+    assert_eq!(shard.payload.len(), 64);
+    assert_eq!(shard.msg_len, 63);
+}
+
+/// Multiplication in GF(2^8) modulo x^8 + x^4 + x^3 + x^2 + 1 (wire.md §4.4).
+fn gf_mul(a: u8, b: u8) -> u8 {
+    let (mut a, mut b, mut product) = (u16::from(a), b, 0u16);
+    while b != 0 {
+        if b & 1 == 1 {
+            product ^= a;
+        }
+        a <<= 1;
+        if a & 0x100 != 0 {
+            a ^= 0x11d;
+        }
+        b >>= 1;
+    }
+    product as u8
+}
+
+#[test]
+fn repair_shards_follow_the_construction_wire_md_gives() {
+    // Two data shards: the Vandermonde rows are [1, r]; the top square
+    // [[1, 0], [1, 1]] is its own inverse in characteristic 2, so row r of
+    // the product is [1 + r, r], and recovery shard j (row 2 + j) is
+    // (3 + j)·d0 + (2 + j)·d1 with + as XOR: 3·d0 + 2·d1, then 2·d0 + 3·d1.
+    let peer = Peer::new(Canned::new(|_| Vec::new()), target(), fast_config());
+    let data = scenarios::pattern(10, 2 * SEGMENT_BYTES);
+    let segments = peer.write_segments(QpRole::Main, 0, 0, &data);
+    let repair = repair_segments(&segments, 2).unwrap();
+    let (d0, d1) = (&segments[0].payload, &segments[1].payload);
+    for (j, (c0, c1)) in [(3u8, 2u8), (2, 3)].into_iter().enumerate() {
+        let want: Vec<u8> = d0
+            .iter()
+            .zip(d1)
+            .map(|(&a, &b)| gf_mul(c0, a) ^ gf_mul(c1, b))
+            .collect();
+        assert_eq!(repair[j].payload, want, "recovery shard {j}");
+    }
 }
 
 // ------------------------------------------------------------ keys
@@ -424,7 +508,7 @@ fn a_silent_target_fails_every_check_and_says_why() {
     }
     let text = report.to_string();
     assert!(
-        text.ends_with("conformance: 0 passed, 43 failed, 5 skipped"),
+        text.ends_with("conformance: 0 passed, 46 failed, 5 skipped"),
         "{text}"
     );
 }
