@@ -144,6 +144,20 @@ pub(super) fn on_request(
         return true;
     }
     let ahead = repr.msg_seq.wrapping_sub(qp.rx_msn);
+    let late_repair = repr.base.flags.contains(Flags::REPAIR)
+        && ((ahead as i32) < 0
+            || qp
+                .rx_window
+                .get(ahead as usize)
+                .is_some_and(|m| m.as_ref().is_some_and(|m| m.done)));
+    if late_repair {
+        // A repair packet behind a message that completed without it (the
+        // usual case: nothing was lost). It asks for nothing: its path's
+        // ACK covers it in time, and the op-ack went when the message
+        // completed. Answering it at once, as a duplicate, cost a ping-pong
+        // two ACK datagrams per message.
+        return false;
+    }
     if (ahead as i32) < 0 {
         // Executed long ago: a duplicate or a probe. Repeat the op-ack.
         conn.queue_op_ack(qp);
