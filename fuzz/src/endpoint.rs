@@ -1059,13 +1059,35 @@ impl Harness {
             msg_len = 8;
             offset = 0;
         }
-        if offset + payload_len > msg_len {
+        let mut flags = Flags(d.flags);
+        let request_with_payload = matches!(
+            opcode,
+            wire::Opcode::Write
+                | wire::Opcode::WriteImm
+                | wire::Opcode::Send
+                | wire::Opcode::SendImm
+        );
+        if flags.contains(Flags::REPAIR) && !request_with_payload {
+            flags.remove(Flags::REPAIR);
+        }
+        if flags.contains(Flags::REPAIR) {
+            // A repair packet (wire.md 4.4): the offset names a shard of up
+            // to 16, the shard is even, non-empty and at most the message
+            // rounded up to even.
+            let count = 1 + (offset >> 8) as u16 % 16;
+            let index = (offset & 0xff) as u16 % count;
+            offset = wire::RepairId { index, count }.to_offset();
+            payload_len = (payload_len & !1).max(2);
+            if payload_len > msg_len + 1 {
+                msg_len = payload_len;
+            }
+        } else if offset + payload_len > msg_len {
             msg_len = offset + payload_len;
         }
         let generation = u16::from(d.generation);
         let repr = DataRepr {
             base: BaseRepr {
-                flags: Flags(d.flags),
+                flags,
                 path_slot: d.slot,
                 path_gen: generation,
                 src_device_port: d.origin.device_port.unwrap_or(DEVICE_PORT),

@@ -118,6 +118,28 @@ fn seeds() -> Vec<(&'static str, Vec<Step>)> {
             ],
         ),
         (
+            // A WRITE of four segments, the third withheld, then a repair
+            // packet (flag 0x40; the harness turns the offset into shard
+            // 0 of 1): the receiver holds the shard and tries a rebuild.
+            "write-with-repair",
+            {
+                let write = || OpStep::Write {
+                    key: Key::Main,
+                    addr: main(300),
+                };
+                let mut repair = data(o, 0, 4, 1024, 0, 256, write());
+                if let Step::Data(d) = &mut repair {
+                    d.flags = 0x40;
+                }
+                vec![
+                    repair,
+                    data(o, 0, 0, 1024, 0, 256, write()),
+                    data(o, 0, 1, 1024, 256, 256, write()),
+                    data(o, 0, 3, 1024, 768, 256, write()),
+                ]
+            },
+        ),
+        (
             "send-two-segments",
             vec![
                 data(o, 0, 0, 400, 256, 144, OpStep::SendImm { recv: 0, imm: 9 }),
