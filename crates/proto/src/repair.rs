@@ -93,11 +93,13 @@ pub(crate) struct LossRate {
 impl LossRate {
     /// `delivered` packets arrived and `lost` were lost, seen at `now_ns`.
     pub(crate) fn on_fates(&mut self, now_ns: u64, delivered: u32, lost: u64) {
-        let n = f64::from(delivered) + lost as f64;
-        if n == 0.0 {
+        let n = u64::from(delivered) + lost;
+        if n == 0 {
             return;
         }
-        let keep = (1.0 - 1.0 / LOSS_RATE_PACKETS).powf(n);
+        // Once per received packet (n = 1) and per ACK: no `powf` there.
+        let keep = (1.0 - 1.0 / LOSS_RATE_PACKETS).powi(i32::try_from(n).unwrap_or(i32::MAX));
+        let n = n as f64;
         self.lost = self.lost * keep + lost as f64;
         self.fates = self.fates * keep + n;
         if lost > 0 {

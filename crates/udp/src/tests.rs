@@ -4,8 +4,8 @@
 use crate::capture::{CaptureHook, CapturedDatagram};
 use crate::{Device, DeviceConfig, Impair};
 use metaroce_verbs::{
-    AccessFlags, CompletionQueue, Ecn, EndpointConfig, ProtectionDomain, QpAttr, QpCaps,
-    QpInitAttr, QpState, QpType, QueuePair, RecvWr, SendWr, WcStatus, WorkCompletion, WrOp,
+    AccessFlags, CompletionQueue, Ecn, EndpointConfig, MemoryRegion, ProtectionDomain, QpAttr,
+    QpCaps, QpInitAttr, QpState, QpType, QueuePair, RecvWr, SendWr, WcStatus, WorkCompletion, WrOp,
 };
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -126,6 +126,28 @@ fn two_devices_with(
         });
     }
     (a, b, [(qa, ca, pa), (qb, cb, pb)])
+}
+
+/// WRITE all of `src` into `dst` (regions of equal length) as work request
+/// `wr_id`, and wait until it completes successfully.
+fn write_and_wait(
+    a: &Device,
+    qa: QueuePair,
+    ca: CompletionQueue,
+    src: &MemoryRegion,
+    dst: &MemoryRegion,
+    wr_id: u64,
+) {
+    a.with(|ctx, _| {
+        let op = WrOp::Write {
+            remote_addr: dst.addr,
+            rkey: dst.rkey,
+        };
+        let wr = SendWr::new(wr_id, op, vec![src.sge(0, src.length as u32)]);
+        ctx.post_send(qa, &[wr]).unwrap();
+    });
+    let wc = wait_one(a, ca);
+    assert_eq!((wc.wr_id, wc.status), (wr_id, WcStatus::Success), "{wc:?}");
 }
 
 fn wait_one(d: &Device, cq: CompletionQueue) -> WorkCompletion {
@@ -680,16 +702,7 @@ fn direct_placement_receives_writes_into_the_region() {
         let pattern: Vec<u8> = (0..LEN).map(|i| (i % 253) as u8).collect();
         a.with(|ctx, _| ctx.mr_bytes_mut(&src).copy_from_slice(&pattern));
         for round in 0..4u64 {
-            a.with(|ctx, _| {
-                let op = WrOp::Write {
-                    remote_addr: dst.addr,
-                    rkey: dst.rkey,
-                };
-                let wr = SendWr::new(round, op, vec![src.sge(0, LEN)]);
-                ctx.post_send(qa, &[wr]).unwrap();
-            });
-            let wc = wait_one(&a, ca);
-            assert_eq!((wc.wr_id, wc.status), (round, WcStatus::Success), "{wc:?}");
+            write_and_wait(&a, qa, ca, &src, &dst, round);
         }
         assert!(b.with(|ctx, _| ctx.mr_bytes(&dst) == &pattern[..]));
         // And back by READ.
@@ -738,16 +751,7 @@ fn lost_datagrams_of_short_writes_are_rebuilt_from_repair_packets() {
             .map(|i| (i.wrapping_mul(2_654_435_761) >> 7 ^ round) as u8)
             .collect();
         a.with(|ctx, _| ctx.mr_bytes_mut(&src).copy_from_slice(&pattern));
-        a.with(|ctx, _| {
-            let op = WrOp::Write {
-                remote_addr: dst.addr,
-                rkey: dst.rkey,
-            };
-            let wr = SendWr::new(round, op, vec![src.sge(0, LEN)]);
-            ctx.post_send(qa, &[wr]).unwrap();
-        });
-        let wc = wait_one(&a, ca);
-        assert_eq!((wc.wr_id, wc.status), (round, WcStatus::Success), "{wc:?}");
+        write_and_wait(&a, qa, ca, &src, &dst, round);
         assert!(
             b.with(|ctx, _| ctx.mr_bytes(&dst) == &pattern[..]),
             "round {round}: the bytes differ"

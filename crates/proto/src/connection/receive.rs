@@ -149,15 +149,18 @@ impl Connection {
             rx.ack_port_heard_ns = now_ns.max(1);
             rx.ack_port_floor = rx.window.ack_psn();
         }
-        let highest = rx.window.highest_received();
+        // Only a packet past the cumulative point can skip PSNs: the scan
+        // for the highest one received is off the in-order path.
+        let highest =
+            seq::seq_lt(rx.window.ack_psn(), repr.psn).then(|| rx.window.highest_received());
         let outcome = rx.window.record(repr.psn);
         // The fabric's loss rate as this device sees it receiving: the PSNs
         // a path skipped are lost (or, rarely, overtaken), for sizing
         // repair packets (`repair.rs`).
         let skipped = match outcome {
-            RxOutcome::AfterGap if seq::seq_lt(highest, repr.psn) => {
-                u64::from(repr.psn.wrapping_sub(highest).wrapping_sub(1))
-            }
+            RxOutcome::AfterGap => highest
+                .filter(|&h| seq::seq_lt(h, repr.psn))
+                .map_or(0, |h| u64::from(repr.psn.wrapping_sub(h).wrapping_sub(1))),
             _ => 0,
         };
         dev.loss_rate.on_fates(now_ns, 1, skipped);

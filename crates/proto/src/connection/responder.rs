@@ -397,15 +397,14 @@ fn hold_repair(
     repr: &DataRepr,
     payload: &[u8],
 ) -> bool {
+    // The wire crate checked the rest (wire.md 4.3: a WRITE or SEND, an
+    // even, non-empty shard no longer than the message, index < count);
+    // what is left is what this receiver will hold.
     let shard_bytes = repr.payload_len;
     let id = RepairId::from_offset(repr.offset).filter(|id| {
         id.count <= repair::MAX_REPAIR_COUNT
             && shard_bytes > 0
-            && shard_bytes.is_multiple_of(2)
-            && repr.msg_len > 0
             && repr.msg_len.div_ceil(shard_bytes) <= repair::MAX_CODE_DATA_PACKETS
-            && repr.op.opcode().allows_payload()
-            && repr.op.opcode() != Opcode::ReadResponse
     });
     let qp = live_qp(dev, qp_index);
     let held = &mut qp.repair_bytes_held;

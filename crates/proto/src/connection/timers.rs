@@ -1076,6 +1076,21 @@ mod tests {
         );
     }
 
+    /// Whether a datagram is a repair packet.
+    fn is_repair(bytes: &[u8]) -> bool {
+        metaroce_wire::BaseHeader::new_checked(bytes)
+            .is_ok_and(|p| p.flags().contains(metaroce_wire::Flags::REPAIR))
+    }
+
+    /// A's and B's regions hold the same bytes in `range`.
+    fn same_bytes(l: &Lab, range: std::ops::Range<usize>) {
+        let (a, b) = (l.a, l.b);
+        assert_eq!(
+            l.pair.a.memory(a.mr.handle).unwrap()[range.clone()],
+            l.pair.b.memory(b.mr.handle).unwrap()[range]
+        );
+    }
+
     /// A WRITE of varied bytes from A's region at `at`, into B's at `at`.
     fn write_pattern(l: &mut Lab, wr_id: u64, at: u64, len: u32) {
         let (a, b): (End, End) = (l.a, l.b);
@@ -1132,11 +1147,7 @@ mod tests {
         // Done within a round trip or so, not a probe timeout later.
         let rtt = l.pair.a.config().base_rtt_ns;
         assert!(l.pair.now() - start < 20 * rtt, "{}", l.pair.now() - start);
-        let (a, b) = (l.a, l.b);
-        assert_eq!(
-            l.pair.a.memory(a.mr.handle).unwrap()[8192..12192],
-            l.pair.b.memory(b.mr.handle).unwrap()[8192..12192]
-        );
+        same_bytes(&l, 8192..12192);
     }
 
     #[test]
@@ -1150,8 +1161,7 @@ mod tests {
         let f = from.clone();
         l.pair.set_filter(Some(Box::new(move |hop| {
             let first = f.load(Ordering::Relaxed);
-            let repair = metaroce_wire::BaseHeader::new_checked(hop.bytes)
-                .is_ok_and(|p| p.flags().contains(metaroce_wire::Flags::REPAIR));
+            let repair = is_repair(hop.bytes);
             let drop = hop.from == Side::A
                 && (hop.index == 0 || hop.index == first.wrapping_add(1) || repair);
             if drop { Fate::Drop } else { Fate::Deliver }
@@ -1168,11 +1178,7 @@ mod tests {
         assert!(s.data_packets_retransmitted >= 2, "{s:?}");
         let wcs = completions(&mut l.pair, Side::A);
         assert_eq!((wcs[0].wc.wr_id, wcs[0].wc.status), (2, WcStatus::Success));
-        let (a, b) = (l.a, l.b);
-        assert_eq!(
-            l.pair.a.memory(a.mr.handle).unwrap()[8192..12192],
-            l.pair.b.memory(b.mr.handle).unwrap()[8192..12192]
-        );
+        same_bytes(&l, 8192..12192);
     }
 
     /// Repair packets a broken or hostile peer bends (a count past the
@@ -1191,8 +1197,7 @@ mod tests {
         let captured = Arc::new(Mutex::new(Captured::None));
         let c = captured.clone();
         l.pair.set_filter(Some(Box::new(move |hop| {
-            let repair = metaroce_wire::BaseHeader::new_checked(hop.bytes)
-                .is_ok_and(|p| p.flags().contains(metaroce_wire::Flags::REPAIR));
+            let repair = is_repair(hop.bytes);
             if repair {
                 c.lock()
                     .unwrap()
