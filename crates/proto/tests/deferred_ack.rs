@@ -28,6 +28,8 @@ fn pair(deferred_ack_ns: u64) -> (Pair, QpHandle, MrInfo, QpHandle, MrInfo) {
     let cfg = |seed| EndpointConfig {
         paths_per_connection: 2,
         deferred_ack_ns,
+        // The ACKs are counted: no copy of the answer to the first packet.
+        ack_copy_horizon_ns: 0,
         seed,
         ..EndpointConfig::default()
     };

@@ -60,6 +60,20 @@ const PATH_PSN_WINDOW: u32 = 255;
 const PACKET_OVERHEAD_BYTES: u32 = 64;
 
 /// Receiver-side state of one of the peer's paths.
+/// Whether an ACK goes twice, back to back: one lost on the way back then
+/// costs nothing. Only the ACKs a sender's recovery waits on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AckCopy {
+    No,
+    /// The answer to a resend or a duplicate: twice while this
+    /// connection's packets are being lost (`ack_copy_horizon_ns`).
+    IfLossy,
+    /// The answer to a connection's first packet: a cold sender waits a
+    /// probe timeout (two RTTs) for it, and knows nothing yet to do
+    /// otherwise. One small copy per connection, always.
+    Always,
+}
+
 #[derive(Debug)]
 struct RxPath {
     generation: u16,
@@ -81,8 +95,8 @@ struct RxPath {
     ack_route_moved_ns: u64,
     /// When this path's last ACK left (0: none yet).
     ack_sent_ns: u64,
-    /// The next ACK goes twice (see `ack_copy_horizon_ns`).
-    copy_ack: bool,
+    /// Whether the next ACK goes twice.
+    copy_ack: AckCopy,
     /// Our cumulative ACK point when `ack_port` was picked or last heard:
     /// once the peer's window floor (carried by its data) passes it, the
     /// peer has heard an ACK we sent from that port since.
@@ -136,7 +150,7 @@ impl RxPath {
             ack_route: 0,
             ack_route_moved_ns: 0,
             ack_sent_ns: 0,
-            copy_ack: false,
+            copy_ack: AckCopy::No,
             ack_port_floor: 0,
             ack_port_heard_ns: 0,
             ack_port: 0,

@@ -3,7 +3,7 @@
 //! to the responder or requester; ACKs into the sending paths' in-flight
 //! lists, RTT estimates and the congestion controller.
 
-use super::{Connection, RxPath, give_up, requester, responder};
+use super::{AckCopy, Connection, RxPath, give_up, requester, responder};
 
 /// Losses in a row (no packet acknowledged between) that prove a route dead
 /// while the connection's other routes deliver: at 1 % random loss four in
@@ -168,9 +168,13 @@ impl Connection {
             dev.stats.rx_out_of_window += 1;
             return;
         }
-        if outcome != RxOutcome::InOrder {
-            // A hole (packets lost on the way) or a resend of what we had
-            // (an ACK of ours lost on the way back): the route is lossy.
+        if outcome != RxOutcome::InOrder
+            || (outcome == RxOutcome::InOrder && repr.base.flags.contains(Flags::RETRANSMIT))
+        {
+            // A hole (packets lost on the way), a resend of what we had
+            // (an ACK of ours lost on the way back), or a resend of what
+            // we never had (its original was lost: a cold start's first
+            // packet, a tail): the route is lossy.
             self.rx_loss_seen_ns = now_ns.max(1);
         }
         if matches!(outcome, RxOutcome::InOrder | RxOutcome::Duplicate)
@@ -225,8 +229,12 @@ impl Connection {
         // The answer to a resend (a probe, a packet given up on elsewhere)
         // or to a duplicate (our ACK was lost) is the one the sender's
         // recovery waits for: on a lossy route it goes twice.
-        if repr.base.flags.contains(Flags::RETRANSMIT) || outcome == RxOutcome::Duplicate {
-            rx.copy_ack = true;
+        if self.stats.data_packets_received == 1 && outcome != RxOutcome::Duplicate {
+            rx.copy_ack = AckCopy::Always;
+        } else if (repr.base.flags.contains(Flags::RETRANSMIT) || outcome == RxOutcome::Duplicate)
+            && rx.copy_ack == AckCopy::No
+        {
+            rx.copy_ack = AckCopy::IfLossy;
         }
         dev.admission.on_data(
             &mut self.admission,

@@ -895,9 +895,11 @@ mod tests {
     fn the_ack_answering_a_resend_goes_twice_after_a_loss() {
         // The first packet is lost; its probe (a resend) arrives after the
         // hole, and its answer is what the sender waits for: it goes twice.
+        // (It is also the answer to the connection's first packet,
+        // which always goes twice.)
         assert!(ack_copies_in_a_write(fixture::config(1), true) >= 1);
-        // No loss: no copies.
-        assert_eq!(ack_copies_in_a_write(fixture::config(1), false), 0);
+        // No loss: only that first answer's copy.
+        assert_eq!(ack_copies_in_a_write(fixture::config(1), false), 1);
         // Copies off: none either.
         let off = EndpointConfig {
             ack_copy_horizon_ns: 0,
@@ -1367,10 +1369,12 @@ mod tests {
         }
         let s = *l.pair.a.stats();
         assert_eq!(s.rtos, 0, "{s:?}");
-        // Deterministic (seeded): one ACK per dead port and one more; a
-        // route moved onto the other dead port (the plain step) loses 4.
+        // Deterministic (seeded): one ACK per dead port and one more, two
+        // of them going twice (the answer to the first packet, and to the
+        // probe, a resend on a route seen losing); a route moved onto the
+        // other dead port (the plain step) loses 7.
         assert!(
-            lost.get() <= 3,
+            lost.get() <= 5,
             "{} ACKs lost on dead ports; {s:?}",
             lost.get()
         );

@@ -3,7 +3,7 @@
 //! robin among those with window room), and writing it out as bytes,
 //! split headers and payload, or a parsed repr.
 
-use super::{Connection, PACKET_OVERHEAD_BYTES, PATH_PSN_WINDOW, Resend};
+use super::{AckCopy, Connection, PACKET_OVERHEAD_BYTES, PATH_PSN_WINDOW, Resend};
 use crate::auth::ConnectionAuth;
 use crate::device_state::DeviceState;
 use crate::ecn::Ecn;
@@ -618,7 +618,7 @@ impl Connection {
             .as_mut()
             .expect("ACKs are queued for known paths");
         let src_port = rx.ack_port;
-        let copy_ack = std::mem::take(&mut rx.copy_ack);
+        let copy_ack = std::mem::replace(&mut rx.copy_ack, AckCopy::No);
         rx.ack_sent_ns = now_ns;
         rx.ack_queued = false;
         rx.ack_deadline = MaybeNs::NONE;
@@ -656,9 +656,15 @@ impl Connection {
         // sees its path go silent, retires it, and the new generation moves
         // the ACKs to a new reverse route too. (Spraying ACKs over every
         // route instead would keep feeding a dead one for ever.)
-        if copy_ack
-            && self.rx_loss_seen_ns != 0
-            && now_ns.saturating_sub(self.rx_loss_seen_ns) < dev.config.ack_copy_horizon_ns
+        // (A horizon of 0 turns every copy off, the first answer's too.)
+        let lossy = self.rx_loss_seen_ns != 0
+            && now_ns.saturating_sub(self.rx_loss_seen_ns) < dev.config.ack_copy_horizon_ns;
+        let copy_ack = if dev.config.ack_copy_horizon_ns == 0 {
+            AckCopy::No
+        } else {
+            copy_ack
+        };
+        if (copy_ack == AckCopy::Always || (copy_ack == AckCopy::IfLossy && lossy))
             && self.ack_copies.len() < usize::from(self.path_count.max(1) as u8)
         {
             // This connection's packets are being lost on the way to us
