@@ -59,7 +59,6 @@ const PATH_PSN_WINDOW: u32 = 255;
 /// Bytes of headers a full data packet adds to its payload (for windows).
 const PACKET_OVERHEAD_BYTES: u32 = 64;
 
-/// Receiver-side state of one of the peer's paths.
 /// Whether an ACK goes twice, back to back: one lost on the way back then
 /// costs nothing. Only the ACKs a sender's recovery waits on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,6 +73,7 @@ enum AckCopy {
     Always,
 }
 
+/// Receiver-side state of one of the peer's paths.
 #[derive(Debug)]
 struct RxPath {
     generation: u16,

@@ -168,9 +168,7 @@ impl Connection {
             dev.stats.rx_out_of_window += 1;
             return;
         }
-        if outcome != RxOutcome::InOrder
-            || (outcome == RxOutcome::InOrder && repr.base.flags.contains(Flags::RETRANSMIT))
-        {
+        if outcome != RxOutcome::InOrder || repr.base.flags.contains(Flags::RETRANSMIT) {
             // A hole (packets lost on the way), a resend of what we had
             // (an ACK of ours lost on the way back), or a resend of what
             // we never had (its original was lost: a cold start's first

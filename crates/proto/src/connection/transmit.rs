@@ -656,17 +656,18 @@ impl Connection {
         // sees its path go silent, retires it, and the new generation moves
         // the ACKs to a new reverse route too. (Spraying ACKs over every
         // route instead would keep feeding a dead one for ever.)
-        // (A horizon of 0 turns every copy off, the first answer's too.)
-        let lossy = self.rx_loss_seen_ns != 0
-            && now_ns.saturating_sub(self.rx_loss_seen_ns) < dev.config.ack_copy_horizon_ns;
-        let copy_ack = if dev.config.ack_copy_horizon_ns == 0 {
-            AckCopy::No
-        } else {
-            copy_ack
-        };
-        if (copy_ack == AckCopy::Always || (copy_ack == AckCopy::IfLossy && lossy))
-            && self.ack_copies.len() < usize::from(self.path_count.max(1) as u8)
-        {
+        // A horizon of 0 turns every copy off, the first answer's too.
+        let horizon_ns = dev.config.ack_copy_horizon_ns;
+        let copy = horizon_ns > 0
+            && match copy_ack {
+                AckCopy::No => false,
+                AckCopy::Always => true,
+                AckCopy::IfLossy => {
+                    self.rx_loss_seen_ns != 0
+                        && now_ns.saturating_sub(self.rx_loss_seen_ns) < horizon_ns
+                }
+            };
+        if copy && self.ack_copies.len() < usize::from(self.path_count.max(1) as u8) {
             // This connection's packets are being lost on the way to us
             // (holes in a path's PSNs, or resends we already had): ACKs are
             // lost on the way back as often. The ACK that answers a resend
