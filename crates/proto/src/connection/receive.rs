@@ -226,8 +226,15 @@ impl Connection {
         rx.unacked += 1;
         // The answer to a resend (a probe, a packet given up on elsewhere)
         // or to a duplicate (our ACK was lost) is the one the sender's
-        // recovery waits for: on a lossy route it goes twice.
-        if self.stats.data_packets_received == 1 && outcome != RxOutcome::Duplicate {
+        // recovery waits for: on a lossy route it goes twice. So is the
+        // answer to a connection's first packet, which a cold sender's
+        // whole window waits on, unless that packet was all its sender had
+        // (`SENDER_DRAINED`): then nothing waits behind it, and in an
+        // all-to-all of one-packet messages every ACK would go twice.
+        if self.stats.data_packets_received == 1
+            && outcome != RxOutcome::Duplicate
+            && !repr.base.flags.contains(Flags::SENDER_DRAINED)
+        {
             rx.copy_ack = AckCopy::Always;
         } else if (repr.base.flags.contains(Flags::RETRANSMIT) || outcome == RxOutcome::Duplicate)
             && rx.copy_ack == AckCopy::No

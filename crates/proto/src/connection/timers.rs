@@ -862,9 +862,9 @@ mod tests {
         succeeded(l, wr_id, 64 << 10);
     }
 
-    /// How many ACKs B sent right behind an identical one, in a 4 KiB
-    /// WRITE whose first data packet is lost when `lose_first`.
-    fn ack_copies_in_a_write(cfg: EndpointConfig, lose_first: bool) -> usize {
+    /// How many ACKs B sent right behind an identical one, in a WRITE of
+    /// `bytes` whose first data packet is lost when `lose_first`.
+    fn ack_copies_in_a_write(cfg: EndpointConfig, lose_first: bool, bytes: u32) -> usize {
         let mut l = lab(cfg.clone(), cfg);
         l.pair.record(true);
         let mut lost = !lose_first;
@@ -876,9 +876,9 @@ mod tests {
                 Fate::Deliver
             }
         })));
-        write(&mut l, 1, 4096);
+        write(&mut l, 1, bytes);
         assert!(l.pair.settle(10_000, 1_000));
-        succeeded(&mut l, 1, 4096);
+        succeeded(&mut l, 1, bytes as usize);
         let sent = l.pair.sent(Side::B);
         sent.windows(2)
             .filter(|w| {
@@ -897,15 +897,18 @@ mod tests {
         // hole, and its answer is what the sender waits for: it goes twice.
         // (It is also the answer to the connection's first packet,
         // which always goes twice.)
-        assert!(ack_copies_in_a_write(fixture::config(1), true) >= 1);
+        assert!(ack_copies_in_a_write(fixture::config(1), true, 4096) >= 1);
         // No loss: only that first answer's copy.
-        assert_eq!(ack_copies_in_a_write(fixture::config(1), false), 1);
+        assert_eq!(ack_copies_in_a_write(fixture::config(1), false, 4096), 1);
+        // Unless the first packet was the whole message (and nothing else
+        // is queued): no window waits on its answer.
+        assert_eq!(ack_copies_in_a_write(fixture::config(1), false, 64), 0);
         // Copies off: none either.
         let off = EndpointConfig {
             ack_copy_horizon_ns: 0,
             ..fixture::config(1)
         };
-        assert_eq!(ack_copies_in_a_write(off, true), 0);
+        assert_eq!(ack_copies_in_a_write(off, true, 4096), 0);
     }
 
     #[test]
