@@ -895,8 +895,8 @@ mod tests {
     fn the_ack_answering_a_resend_goes_twice_after_a_loss() {
         // The first packet is lost; its probe (a resend) arrives after the
         // hole, and its answer is what the sender waits for: it goes twice.
-        // (It is also the answer to the connection's first packet,
-        // which always goes twice.)
+        // (It is also the answer to the connection's first packet, which
+        // goes twice unless that packet was all its sender had.)
         assert!(ack_copies_in_a_write(fixture::config(1), true, 4096) >= 1);
         // No loss: only that first answer's copy.
         assert_eq!(ack_copies_in_a_write(fixture::config(1), false, 4096), 1);
