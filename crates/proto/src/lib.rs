@@ -59,6 +59,7 @@ pub mod range_set;
 mod recent_ports;
 mod reorder;
 mod repair;
+mod replacement_ports;
 pub mod rtt;
 mod rtt_histogram;
 pub mod sack;

@@ -253,6 +253,10 @@ pub(crate) struct TxPath {
     /// ACK proves the new route (a fresh port may hash onto the same dead
     /// link as the old one).
     pub(crate) unproven: bool,
+    /// This generation's port was drawn fresh (not taken from a path that
+    /// proved it live): its first answer, or its retirement before one, is
+    /// an outcome for `ReplacementPorts`.
+    pub(crate) drawn_fresh: bool,
     /// What the retirement that opened this generation gave up on: the
     /// previous generation's first outstanding psn and when its oldest
     /// outstanding packet was sent (none: not a retirement, or already
@@ -296,6 +300,7 @@ impl TxPath {
             probe_backoff: 0,
             silent_rounds: 0,
             unproven: false,
+            drawn_fresh: false,
             retired: None,
             echoed_rx_packets: 0,
             echoed_ce_packets: 0,

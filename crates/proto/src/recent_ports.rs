@@ -2,9 +2,10 @@
 //!
 //! A route is a property of the 5-tuple: a port whose packets (or whose
 //! ACKs) died on a failed link will die there again. Replacements and moved
-//! ACK routes skip what is remembered here; the memory is a handful of
-//! entries, the oldest forgotten first, because a link may be repaired and
-//! avoiding a healthy port costs one port of the span, nothing more.
+//! ACK routes skip what is remembered here; the memory is bounded, the
+//! oldest forgotten first, because a link may be repaired and avoiding a
+//! healthy port costs one port of the span, nothing more (four ACK ports;
+//! 64 retired data ports, see `replacement_ports.rs`).
 
 /// The last `N` distinct ports noted (0: an empty entry, never a port).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

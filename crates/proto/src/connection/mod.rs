@@ -46,6 +46,7 @@ use crate::path::{PathStats, RxPathStats, SentPacket, SentState, TxPath, initial
 use crate::qp::Qp;
 use crate::recent_ports::RecentPorts;
 use crate::reorder::GapVerdict;
+use crate::replacement_ports::ReplacementPorts;
 use crate::rtt::RttEstimator;
 use crate::rtt_histogram::RttHistogram;
 use crate::sack::SackBitmap;
@@ -392,8 +393,9 @@ pub(crate) struct Connection {
     admission: SenderState,
     stats: ConnectionStats,
     scratch_segs: Vec<SegRef>,
-    /// Source ports of recently retired paths, avoided by replacements.
-    bad_ports: RecentPorts<8>,
+    /// Ports of retired paths, and how fresh ports fared lately (see
+    /// `replacement_ports.rs`); built with the first retirement.
+    replacement_ports: Option<Box<ReplacementPorts>>,
     /// Source ports our ACKs to this peer recently left from and were lost
     /// on (a probe asked again, or the peer renewed the path): skipped when
     /// an ACK route moves, so a moved route does not land on a port whose
@@ -576,7 +578,7 @@ impl Connection {
             admission: SenderState::default(),
             stats: ConnectionStats::default(),
             scratch_segs: Vec::new(),
-            bad_ports: RecentPorts::new(),
+            replacement_ports: None,
             bad_ack_ports: RecentPorts::new(),
             auth,
             trace: ConnTrace::none(),

@@ -3,6 +3,7 @@
 //! to the responder or requester; ACKs into the sending paths' in-flight
 //! lists, RTT estimates and the congestion controller.
 
+use super::timers::Verdict;
 use super::{AckCopy, Connection, RxPath, give_up, requester, responder};
 
 /// Losses in a row (no packet acknowledged between) that prove a route dead
@@ -451,7 +452,7 @@ impl Connection {
             // Losses in a row on one route while the others deliver: a dead
             // or gray link, not congestion (which would hit every route).
             self.paths[p].consecutive_losses = 0;
-            self.path_failed(now_ns, dev, p);
+            self.path_failed(now_ns, dev, p, Verdict::Lossy);
         }
         dev.stats.data_packets_lost += lost_packets + trimmed_packets;
         // Random losses size the repair packets; trims are congestion.
@@ -489,10 +490,12 @@ impl Connection {
         path.probe_sent_ns = MaybeNs::NONE;
         // An answer: the probe put off is moot (a new one is timed from it).
         path.probe_hold = ProbeHold::None;
+        let fresh_port_answered = acked_bytes > 0 && path.drawn_fresh;
         if acked_bytes > 0 {
             path.probe_backoff = 0;
             path.silent_rounds = 0;
             path.unproven = false;
+            path.drawn_fresh = false;
         }
         if acked_bytes > 0 {
             path.consecutive_rtos = 0;
@@ -512,6 +515,9 @@ impl Connection {
         };
         if acked_packets > 0 || ce_delta > 0 {
             self.cc.on_ack(p, &sample);
+        }
+        if fresh_port_answered && let Some(memory) = self.replacement_ports.as_deref_mut() {
+            memory.fresh_outcome(now_ns, false);
         }
         if lost_bytes > 0 {
             self.cc.on_loss(p, lost_bytes, now_ns);

@@ -9,9 +9,42 @@ use crate::maybe_ns::MaybeNs;
 use crate::message::{MsgKind, SegRef};
 use crate::path::{AckWait, ProbeHold, SentState, TxPath};
 use crate::probe_budget::ProbeGrant;
+use crate::replacement_ports::ReplacementPorts;
 use crate::trace::trace_event;
 use crate::work::WcStatus;
 use rand_core::Rng;
+
+/// How long, in smoothed RTTs, the outcomes of fresh port draws count
+/// (see `replacement_ports.rs`): on real sockets (an RTT of 0.1-1 ms under
+/// load) a fraction of a second to seconds, which covers a failure's
+/// whole burst of replacements (60 ms on the namespace fabric).
+const FRESH_SCORE_FORGET_RTTS: u64 = 4096;
+
+/// Retirements within this many smoothed RTTs of a burst's first belong to
+/// it (a failed link's paths are found within a few probe timeouts).
+const RETIREMENT_BURST_RTTS: u64 = 64;
+
+/// Why a path is retired, as far as the choice of its next port cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Verdict {
+    /// Silent while other paths delivered (an unanswered probe, timeouts,
+    /// packets all delivered by copies elsewhere): its route, or its ACKs'
+    /// way back, is dead. `since_ns`: when the silence began, for a path
+    /// with nothing outstanding any more. Only these count toward a burst
+    /// of retirements (`replacement_ports.rs`): they are what a failed
+    /// link does.
+    Silent { since_ns: Option<u64> },
+    /// Losses in a row while others deliver: a lossy route that still
+    /// answers. A fabric losing packets at random retires paths so, often
+    /// (10 % loss: a quarter of a connection's paths within a burst
+    /// window), and taking proven ports then only piled paths onto fewer
+    /// routes.
+    Lossy,
+}
+
+impl Verdict {
+    pub(super) const SILENT: Self = Self::Silent { since_ns: None };
+}
 
 /// How fast a stall allowance (see `rto_floor_ns`) is forgotten: halved
 /// per second without another spurious timeout. Host stalls come in
@@ -273,11 +306,32 @@ impl Connection {
                 // they went out while the others delivered them, its route
                 // (or its ACKs' way back) is dead: retire it, or its ACKs
                 // would keep going into the failure.
+                // Where hosts share their CPUs (`probe_timeout_min_ns` set,
+                // as on real sockets) that is not yet proof: a queue that
+                // overflowed on one link, or a receive buffer full during a
+                // stall, loses a burst of packets sent back to back, one
+                // on each of a run of paths, whose resends elsewhere then
+                // settle them all at once. On the namespace fabric, healthy,
+                // runs of 25 consecutive slots were retired so. There the
+                // path keeps its port on probation (one packet at a time,
+                // as a fresh replacement): answered, it is cleared; silent
+                // while others deliver, it is retired then.
                 if let Some(t) = oldest_sent
                     && self.paths[p].last_acked_ns < t
                     && self.silent_while_others_deliver(p, t, now_ns)
                 {
-                    self.path_failed(now_ns, dev, p);
+                    if dev.config.probe_timeout_min_ns > 0 {
+                        self.paths[p].unproven = true;
+                        trace_event!(
+                            in: self.trace.enter_path(p),
+                            DEBUG,
+                            now_ns,
+                            "path silent while its packets were delivered elsewhere: on probation"
+                        );
+                    } else {
+                        let verdict = Verdict::Silent { since_ns: Some(t) };
+                        self.path_failed(now_ns, dev, p, verdict);
+                    }
                 }
                 self.refresh_path_deadline(p, dev);
                 continue;
@@ -302,7 +356,7 @@ impl Connection {
                     // made it suspect): this route is dead (a failed link or
                     // switch, either way). Move its packets elsewhere and take
                     // a new route now, long before an RTO would.
-                    self.path_failed(now_ns, dev, p);
+                    self.path_failed(now_ns, dev, p, Verdict::SILENT);
                 } else {
                     // The whole connection is silent (its first packet lost,
                     // or a lost tail and its probe, or only a deep queue):
@@ -353,7 +407,7 @@ impl Connection {
                 {
                     // A replacement that never answered while others did:
                     // its port hashed onto a dead route again. Next.
-                    self.path_failed(now_ns, dev, p);
+                    self.path_failed(now_ns, dev, p, Verdict::SILENT);
                 } else if rack_due || overtaken {
                     // Overdue past a later packet acknowledged elsewhere
                     // (cross-path RACK), or a probe's worth of silence while
@@ -495,8 +549,7 @@ impl Connection {
         now_ns: u64,
     ) -> bool {
         if dev.config.probe_timeout_min_ns > 0 {
-            (self.paths[p].silent_rounds > 0 || self.acked_sent_after(p, sent))
-                && now_ns.saturating_sub(sent) >= self.stall_allowance_ns
+            self.acked_sent_after(p, sent) && now_ns.saturating_sub(sent) >= self.stall_allowance_ns
         } else {
             self.last_progress_ns > sent || self.paths[p].silent_rounds > 0
         }
@@ -524,7 +577,13 @@ impl Connection {
     /// Path `p` proved dead (an unanswered probe, or losses in a row while
     /// the other paths deliver): resend its packets elsewhere and retire it
     /// for a fresh route, without an RTO and without a congestion cut.
-    pub(super) fn path_failed(&mut self, now_ns: u64, dev: &mut DeviceState, p: usize) {
+    pub(super) fn path_failed(
+        &mut self,
+        now_ns: u64,
+        dev: &mut DeviceState,
+        p: usize,
+        verdict: Verdict,
+    ) {
         self.stats.path_failovers += 1;
         dev.stats.path_failovers += 1;
         trace_event!(
@@ -535,7 +594,7 @@ impl Connection {
             unproven = self.paths[p].unproven,
             "path failed: proved dead, retired without an RTO or a window cut"
         );
-        self.retire_path(now_ns, dev, p);
+        self.retire_path(now_ns, dev, p, verdict);
     }
 
     fn path_timeout(&mut self, now_ns: u64, dev: &mut DeviceState, p: usize) {
@@ -580,10 +639,10 @@ impl Connection {
         let rtos = self.paths[p].consecutive_rtos;
         let retire_after = dev.config.path_retire_after_rtos;
         if others_progressed && rtos >= retire_after {
-            self.retire_path(now_ns, dev, p);
+            self.retire_path(now_ns, dev, p, Verdict::SILENT);
         } else if rtos >= retire_after + 2 && !self.blind_retired {
             self.blind_retired = true;
-            self.retire_path(now_ns, dev, p);
+            self.retire_path(now_ns, dev, p, Verdict::SILENT);
         }
     }
 
@@ -612,16 +671,43 @@ impl Connection {
 
     /// Retire a path that keeps losing and reopen its slot on a fresh source
     /// port: a new port is a new ECMP hash, hence most likely a new route.
-    fn retire_path(&mut self, now_ns: u64, dev: &mut DeviceState, p: usize) {
+    fn retire_path(&mut self, now_ns: u64, dev: &mut DeviceState, p: usize, verdict: Verdict) {
+        let silent_since_ns = match verdict {
+            Verdict::Silent { since_ns } => since_ns,
+            Verdict::Lossy => None,
+        };
         let oldest_sent_ns = self.paths[p].oldest_outstanding_sent_ns();
         let first_psn = self.paths[p].first_inflight_psn();
         let lost = self.mark_path_lost(p);
         self.inflight_bytes -= lost;
         let cfg = &dev.config;
         // A retired route is remembered for a while: a fresh port that
-        // hashes back onto the same dead link would only fail again.
+        // hashes back onto the same dead link would only fail again. A
+        // freshly drawn port retired before its first answer is a failed
+        // bet on the fabric (see `replacement_ports.rs`).
         let retired_port = self.paths[p].src_port;
-        self.bad_ports.note(retired_port);
+        let srtt_ns = self.conn_rtt.srtt_ns();
+        let forget_after_ns = FRESH_SCORE_FORGET_RTTS.saturating_mul(srtt_ns);
+        let burst_ns = RETIREMENT_BURST_RTTS.saturating_mul(srtt_ns);
+        let memory = self
+            .replacement_ports
+            .get_or_insert_with(|| Box::new(ReplacementPorts::new()));
+        memory.note_dead(retired_port);
+        if matches!(verdict, Verdict::Silent { .. }) {
+            memory.note_retirement(now_ns, burst_ns);
+        }
+        if self.paths[p].drawn_fresh && self.paths[p].unproven {
+            memory.fresh_outcome(now_ns, true);
+        }
+        let prefer_proven = memory.prefer_proven(
+            now_ns,
+            self.path_count,
+            burst_ns,
+            forget_after_ns,
+            dev.loss_rate.rate(),
+        );
+        let memory = self.replacement_ports.as_deref();
+        let is_bad = |port: u16| memory.is_some_and(|m| m.is_dead(port));
         // Slots not used yet will take their default ports.
         let in_use: Vec<u16> = self
             .paths
@@ -637,22 +723,23 @@ impl Connection {
                 .map(|k| cfg.device_port + k)
                 .filter(|port| port % planes == plane)
                 .filter(|port| !in_use.contains(port))
-                .filter(|&port| !avoid_bad || !self.bad_ports.contains(port))
+                .filter(|&port| !avoid_bad || !is_bad(port))
                 .collect()
         };
         // A replacement that failed in turn (its fresh port hashed onto the
-        // dead part again) takes a route proved to deliver right now: the
-        // port of a path of the same plane that had a packet acknowledged
-        // which was sent after this path's oldest lost one. A fresh port is
-        // a coin toss when a link of two is dead, and each miss costs a
-        // probe timeout and another replacement. The first replacement
-        // still draws a fresh port, for spreading: two paths on one port
-        // share a route (the slot, not the port, names a path). The least
-        // shared proven port is taken. (Taking proven ports for every
-        // replacement for a second after a fresh one failed gave more
-        // replacements on the namespace fabric, 62-69 against 49-65.)
+        // dead part again), or any replacement while fresh draws keep
+        // failing, takes a route proved to deliver right now: the port of
+        // a path of the same plane that had a packet acknowledged which was
+        // sent after this path's oldest lost one (or, when copies elsewhere
+        // delivered those, after it fell silent). A fresh port is a coin
+        // toss when a link of two is dead, and each miss costs a probe
+        // timeout and another replacement. Otherwise the replacement draws
+        // a fresh port, for spreading: two paths on one port share a route
+        // (the slot, not the port, names a path). The least shared proven
+        // port is taken.
         let proven = oldest_sent_ns
-            .filter(|_| self.paths[p].unproven)
+            .or(silent_since_ns)
+            .filter(|_| self.paths[p].unproven || prefer_proven)
             .and_then(|t| {
                 self.paths
                     .iter()
@@ -662,7 +749,7 @@ impl Connection {
                             && !x.unproven
                             && x.last_acked_sent_ns > t
                             && x.src_port % planes == plane
-                            && !self.bad_ports.contains(x.src_port)
+                            && !is_bad(x.src_port)
                     })
                     .map(|(_, x)| x.src_port)
                     .min_by_key(|&port| {
@@ -702,6 +789,7 @@ impl Connection {
         );
         fresh.stats = stats;
         fresh.unproven = true;
+        fresh.drawn_fresh = proven.is_none() && port != old.src_port;
         fresh.retired = oldest_sent_ns.map(|t| (first_psn, t));
         self.paths[p] = fresh;
         self.cc.on_path_replaced(p, now_ns);
@@ -833,12 +921,16 @@ mod tests {
     /// A 64 KiB WRITE while the route of A's path slot 0 holds its data
     /// for `hold_ns` (a queue stalled on the way, not a dead link): what
     /// enters it comes out that much later; everything else is on time.
+    /// Two WRITEs go back to back: a verdict on a silent path on a host
+    /// that stalls needs packets sent after its probe delivered elsewhere,
+    /// and the second WRITE's are those.
     fn slow_route_write(l: &mut Lab, wr_id: u64, hold_ns: u64) {
         write(l, wr_id, 64 << 10);
+        write(l, wr_id + 100, 64 << 10);
         let peer = l.pair.addr(Side::B);
         let mut held: Vec<(u64, Transmit, Vec<u8>)> = Vec::new();
         let end = l.pair.now() + 4 * hold_ns;
-        while l.pair.now() < end {
+        while l.pair.now() < end || !held.is_empty() {
             let slow = l.pair.a.path_ports(peer).unwrap()[0];
             for (t, bytes) in l.pair.poll_transmits(Side::A) {
                 if t.kind == PacketKind::Data && t.src_port == slow {
@@ -859,7 +951,19 @@ mod tests {
         }
         assert!(held.is_empty());
         assert!(l.pair.settle(1_000, 1_000));
-        succeeded(l, wr_id, 64 << 10);
+        let wcs: Vec<_> = completions(&mut l.pair, Side::A)
+            .iter()
+            .map(|c| (c.wc.wr_id, c.wc.status))
+            .collect();
+        assert_eq!(
+            wcs,
+            [(wr_id, WcStatus::Success), (wr_id + 100, WcStatus::Success)]
+        );
+        let (a, b) = (l.a, l.b);
+        assert_eq!(
+            l.pair.a.memory(a.mr.handle).unwrap(),
+            l.pair.b.memory(b.mr.handle).unwrap()
+        );
     }
 
     /// How many ACKs B sent right behind an identical one, in a WRITE of
@@ -913,8 +1017,13 @@ mod tests {
 
     #[test]
     fn a_replacement_that_fails_takes_a_delivering_paths_port() {
+        // Sixteen paths: one dead is a sixteenth of the routes, and its
+        // first replacement draws a fresh port (with four, a quarter, it
+        // would take a proven one at once: see the next test).
         let cfg = |seed| EndpointConfig {
             line_rate_bps: 10_000_000_000,
+            paths_per_connection: 16,
+            path_port_span: 64,
             ..fixture::config(seed)
         };
         let mut l = lab(cfg(1), cfg(2));
@@ -944,11 +1053,52 @@ mod tests {
     }
 
     #[test]
-    fn a_retired_path_heard_from_later_holds_later_verdicts_on_silence() {
-        // A host whose CPUs are shared (the floor set, as the UDP datapath
-        // does): verdicts on silence weigh proved stalls.
+    fn when_half_the_paths_die_at_once_their_replacements_take_proven_ports() {
         let cfg = |seed| EndpointConfig {
             line_rate_bps: 10_000_000_000,
+            paths_per_connection: 8,
+            path_port_span: 32,
+            ..fixture::config(seed)
+        };
+        let mut l = lab(cfg(1), cfg(2));
+        let peer = l.pair.addr(Side::B);
+        let ports = l.pair.a.path_ports(peer).unwrap();
+        // Half of the routes dead, slots 0-3, and so is every fresh port's
+        // (a link of two down: a fresh draw is a coin toss at best).
+        let live = ports[4..].to_vec();
+        l.pair.set_filter(Some(Box::new(move |hop| {
+            if hop.transmit.kind == PacketKind::Data && !live.contains(&hop.transmit.src_port) {
+                Fate::Drop
+            } else {
+                Fate::Deliver
+            }
+        })));
+        for wr_id in 1..=4 {
+            write(&mut l, wr_id, 64 << 10);
+            assert!(l.pair.settle(10_000, 1_000));
+            succeeded(&mut l, wr_id, 64 << 10);
+        }
+        let s = *l.pair.a.stats();
+        // The burst's first replacement draws a fresh port (dead) and is
+        // replaced again; once a quarter of the paths went, the others take
+        // the ports of delivering paths at once: 5 replacements, against 8
+        // when each dead slot drew a fresh port first.
+        assert_eq!(s.paths_replaced, 5, "{s:?}");
+        let now = l.pair.a.path_ports(peer).unwrap();
+        assert!(
+            now.iter().all(|p| ports[4..].contains(p)),
+            "{ports:?} -> {now:?}"
+        );
+    }
+
+    #[test]
+    fn a_retired_path_heard_from_later_holds_later_verdicts_on_silence() {
+        // A host whose CPUs are shared (the floor set, as the UDP datapath
+        // does): verdicts on silence weigh proved stalls. At 1 Gb/s the two
+        // WRITEs take a millisecond to send, long past the slow path's
+        // probe.
+        let cfg = |seed| EndpointConfig {
+            line_rate_bps: 1_000_000_000,
             probe_timeout_min_ns: 1_000,
             ..fixture::config(seed)
         };
