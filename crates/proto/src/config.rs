@@ -245,6 +245,14 @@ pub struct ConfigError {
 }
 
 impl EndpointConfig {
+    /// Whether this endpoint's hosts share their CPUs (a probe-timeout
+    /// floor is set, as the UDP datapath does): silences then come from
+    /// stalls as well as dead routes, and the verdicts on silence ask for
+    /// stronger evidence (transport spec §4-§5).
+    pub fn hosts_share_cpus(&self) -> bool {
+        self.probe_timeout_min_ns > 0
+    }
+
     /// The tunables of the protocol's behaviour by name (limits, keys and
     /// identities are set in code, not here). Ranges are what
     /// [`validate`](Self::validate) accepts or tighter; fields that depend

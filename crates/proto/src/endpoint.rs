@@ -1376,7 +1376,7 @@ fn sq_failed(e: &SqEntry) -> bool {
 mod tests {
     use super::*;
     use crate::testing::Side;
-    use crate::testing::fixture::{self, ALL, End, completions, lab};
+    use crate::testing::fixture::{self, ALL, End, completions, lab, statuses};
     use crate::work::WrOp;
 
     fn write(wr_id: u64, from: &End, to: &End, len: u32) -> SendWr {
@@ -1425,11 +1425,8 @@ mod tests {
         let after = *l.pair.a.stats();
         assert_eq!(after.rx_datagrams, before.rx_datagrams + 1);
         assert_eq!(after.rx_malformed, before.rx_malformed);
-        let done = completions(&mut l.pair, Side::A);
         assert_eq!(
-            done.iter()
-                .map(|c| (c.wc.wr_id, c.wc.status))
-                .collect::<Vec<_>>(),
+            statuses(&mut l.pair, Side::A),
             [(1, WcStatus::Success)],
             "the ACK in front completed A's write"
         );
@@ -1623,10 +1620,7 @@ mod tests {
             "the error waits for the WRITE before it"
         );
         assert!(l.pair.settle(1_000, 1_000));
-        let wcs: Vec<_> = completions(&mut l.pair, Side::A)
-            .iter()
-            .map(|c| (c.wc.wr_id, c.wc.status))
-            .collect();
+        let wcs = statuses(&mut l.pair, Side::A);
         assert_eq!(
             wcs,
             [

@@ -346,7 +346,7 @@ pub(crate) mod fixture {
     use crate::config::EndpointConfig;
     use crate::memory::{AccessFlags, MrInfo};
     use crate::qp::{QpCaps, QpHandle};
-    use crate::work::{Completion, Sge};
+    use crate::work::{Completion, Sge, WcStatus};
 
     /// Every access right.
     pub(crate) const ALL: AccessFlags = AccessFlags(0xf);
@@ -412,6 +412,14 @@ pub(crate) mod fixture {
     pub(crate) fn completions(pair: &mut Pair, side: Side) -> Vec<Completion> {
         let ep = pair.endpoint_mut(side);
         std::iter::from_fn(|| ep.poll_completion()).collect()
+    }
+
+    /// Every completion `side` has, in order, as (work request id, status).
+    pub(crate) fn statuses(pair: &mut Pair, side: Side) -> Vec<(u64, WcStatus)> {
+        completions(pair, side)
+            .iter()
+            .map(|c| (c.wc.wr_id, c.wc.status))
+            .collect()
     }
 }
 

@@ -289,7 +289,7 @@ mod tests {
     use crate::config::EndpointConfig;
     use crate::qp::QpRunState;
     use crate::testing::Side;
-    use crate::testing::fixture::{self, completions, lab};
+    use crate::testing::fixture::{self, completions, lab, statuses};
     use crate::work::{SendWr, WcStatus, WrOp};
 
     #[test]
@@ -329,10 +329,7 @@ mod tests {
         l.pair.a.post_send(a.qp, write(2, b.mr.rkey ^ 1)).unwrap();
         l.pair.a.post_send(a.qp, write(3, b.mr.rkey)).unwrap();
         assert!(l.pair.settle(1_000, 1_000));
-        let wcs: Vec<_> = completions(&mut l.pair, Side::A)
-            .iter()
-            .map(|c| (c.wc.wr_id, c.wc.status))
-            .collect();
+        let wcs = statuses(&mut l.pair, Side::A);
         assert_eq!(
             wcs,
             [

@@ -598,7 +598,7 @@ fn recv_opcode(op: Opcode) -> WcOpcode {
 #[cfg(test)]
 mod tests {
     use crate::config::EndpointConfig;
-    use crate::testing::fixture::{self, End, Lab, completions, lab};
+    use crate::testing::fixture::{self, End, completions, lab, statuses};
     use crate::testing::{Fate, Side};
     use crate::transmit::PacketKind;
     use crate::work::{RecvWr, SendWr, WcStatus, WrOp};
@@ -615,13 +615,6 @@ mod tests {
         )
     }
 
-    fn statuses(l: &mut Lab, side: Side) -> Vec<(u64, WcStatus)> {
-        completions(&mut l.pair, side)
-            .iter()
-            .map(|c| (c.wc.wr_id, c.wc.status))
-            .collect()
-    }
-
     #[test]
     fn a_packet_of_an_executed_message_repeats_the_op_ack() {
         let mut l = lab(fixture::config(1), fixture::config(2));
@@ -629,7 +622,7 @@ mod tests {
         l.pair.record(true);
         l.pair.a.post_send(a.qp, write(1, &a, &b, 0, 2048)).unwrap();
         assert!(l.pair.settle(1_000, 1_000));
-        assert_eq!(statuses(&mut l, Side::A), [(1, WcStatus::Success)]);
+        assert_eq!(statuses(&mut l.pair, Side::A), [(1, WcStatus::Success)]);
         let first = l.pair.sent(Side::A)[0].clone();
         let before = *l.pair.b.stats();
         let src = std::net::SocketAddr::new(crate::testing::Pair::A_IP, 4792);
@@ -665,7 +658,10 @@ mod tests {
         assert!(l.pair.b.stats().rnr_naks_sent > 0);
         let peer = l.pair.addr(Side::B);
         assert!(l.pair.a.connection_stats(peer).unwrap().rnr_naks > 0);
-        assert!(statuses(&mut l, Side::A).is_empty(), "waits, not fails");
+        assert!(
+            statuses(&mut l.pair, Side::A).is_empty(),
+            "waits, not fails"
+        );
         assert!(
             l.pair.b.memory(b.mr.handle).unwrap()[..4096]
                 .iter()
@@ -678,8 +674,8 @@ mod tests {
         };
         l.pair.b.post_recv(b.qp, recv).unwrap();
         assert!(l.pair.settle(1_000, 1_000));
-        assert_eq!(statuses(&mut l, Side::A), [(1, WcStatus::Success)]);
-        assert_eq!(statuses(&mut l, Side::B), [(5, WcStatus::Success)]);
+        assert_eq!(statuses(&mut l.pair, Side::A), [(1, WcStatus::Success)]);
+        assert_eq!(statuses(&mut l.pair, Side::B), [(5, WcStatus::Success)]);
         assert_eq!(l.pair.b.memory(b.mr.handle).unwrap()[..4096], [3; 4096]);
     }
 
@@ -706,7 +702,7 @@ mod tests {
         assert!(l.pair.settle(10_000, 1_000));
         assert!(l.pair.b.stats().rx_over_limit > 0, "the second READ waited");
         assert_eq!(
-            statuses(&mut l, Side::A),
+            statuses(&mut l.pair, Side::A),
             [(0, WcStatus::Success), (1, WcStatus::Success)]
         );
         assert_eq!(l.pair.a.memory(a.mr.handle).unwrap()[..8192], [9; 8192]);
@@ -740,6 +736,6 @@ mod tests {
         assert!(l.pair.settle(10_000, 1_000));
         assert!(l.pair.b.stats().rx_dropped_ops > 0);
         let all_ok: Vec<_> = (0..4).map(|i| (i, WcStatus::Success)).collect();
-        assert_eq!(statuses(&mut l, Side::A), all_ok);
+        assert_eq!(statuses(&mut l.pair, Side::A), all_ok);
     }
 }

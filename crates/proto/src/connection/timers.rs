@@ -320,7 +320,7 @@ impl Connection {
                     && self.paths[p].last_acked_ns < t
                     && self.silent_while_others_deliver(p, t, now_ns)
                 {
-                    if dev.config.probe_timeout_min_ns > 0 {
+                    if dev.config.hosts_share_cpus() {
                         self.paths[p].unproven = true;
                         trace_event!(
                             in: self.trace.enter_path(p),
@@ -548,7 +548,7 @@ impl Connection {
         sent: u64,
         now_ns: u64,
     ) -> bool {
-        if dev.config.probe_timeout_min_ns > 0 {
+        if dev.config.hosts_share_cpus() {
             self.acked_sent_after(p, sent) && now_ns.saturating_sub(sent) >= self.stall_allowance_ns
         } else {
             self.last_progress_ns > sent || self.paths[p].silent_rounds > 0
@@ -696,7 +696,8 @@ impl Connection {
         if matches!(verdict, Verdict::Silent { .. }) {
             memory.note_retirement(now_ns, burst_ns);
         }
-        if self.paths[p].drawn_fresh && self.paths[p].unproven {
+        if self.paths[p].drawn_fresh {
+            // Never answered (its first ACK clears the mark).
             memory.fresh_outcome(now_ns, true);
         }
         let prefer_proven = memory.prefer_proven(
@@ -706,8 +707,8 @@ impl Connection {
             forget_after_ns,
             dev.loss_rate.rate(),
         );
-        let memory = self.replacement_ports.as_deref();
-        let is_bad = |port: u16| memory.is_some_and(|m| m.is_dead(port));
+        let memory = self.replacement_ports.as_deref().expect("built above");
+        let is_bad = |port: u16| memory.is_dead(port);
         // Slots not used yet will take their default ports.
         let in_use: Vec<u16> = self
             .paths
@@ -869,7 +870,8 @@ impl Connection {
 #[cfg(test)]
 mod tests {
     use crate::config::EndpointConfig;
-    use crate::testing::fixture::{self, End, Lab, completions, lab};
+    use crate::stats::EndpointStats;
+    use crate::testing::fixture::{self, End, Lab, completions, lab, statuses};
     use crate::testing::{Fate, Side};
     use crate::transmit::{PacketKind, Transmit};
     use crate::work::{SendWr, WcStatus, WrOp};
@@ -889,10 +891,7 @@ mod tests {
     }
 
     fn succeeded(l: &mut Lab, wr_id: u64, len: usize) {
-        let wcs: Vec<_> = completions(&mut l.pair, Side::A)
-            .iter()
-            .map(|c| (c.wc.wr_id, c.wc.status))
-            .collect();
+        let wcs = statuses(&mut l.pair, Side::A);
         assert_eq!(wcs, [(wr_id, WcStatus::Success)]);
         let (a, b) = (l.a, l.b);
         assert_eq!(
@@ -951,10 +950,7 @@ mod tests {
         }
         assert!(held.is_empty());
         assert!(l.pair.settle(1_000, 1_000));
-        let wcs: Vec<_> = completions(&mut l.pair, Side::A)
-            .iter()
-            .map(|c| (c.wc.wr_id, c.wc.status))
-            .collect();
+        let wcs = statuses(&mut l.pair, Side::A);
         assert_eq!(
             wcs,
             [(wr_id, WcStatus::Success), (wr_id + 100, WcStatus::Success)]
@@ -1015,23 +1011,25 @@ mod tests {
         assert_eq!(ack_copies_in_a_write(off, true, 4096), 0);
     }
 
-    #[test]
-    fn a_replacement_that_fails_takes_a_delivering_paths_port() {
-        // Sixteen paths: one dead is a sixteenth of the routes, and its
-        // first replacement draws a fresh port (with four, a quarter, it
-        // would take a proven one at once: see the next test).
+    /// Four 64 KiB WRITEs over `paths` paths (ports drawn from a span of
+    /// `span`) while the routes of the first `dead` slots, and of every
+    /// port not in use at the start, drop all data. Returns the ports
+    /// before, A's counters, and the ports after.
+    fn writes_over_dead_routes(
+        paths: usize,
+        span: u16,
+        dead: usize,
+    ) -> (Vec<u16>, EndpointStats, Vec<u16>) {
         let cfg = |seed| EndpointConfig {
             line_rate_bps: 10_000_000_000,
-            paths_per_connection: 16,
-            path_port_span: 64,
+            paths_per_connection: paths,
+            path_port_span: span,
             ..fixture::config(seed)
         };
         let mut l = lab(cfg(1), cfg(2));
         let peer = l.pair.addr(Side::B);
         let ports = l.pair.a.path_ports(peer).unwrap();
-        // Slot 0's route is dead, and so is every fresh port's: only the
-        // routes of the other three paths deliver.
-        let live = ports[1..].to_vec();
+        let live = ports[dead..].to_vec();
         l.pair.set_filter(Some(Box::new(move |hop| {
             if hop.transmit.kind == PacketKind::Data && !live.contains(&hop.transmit.src_port) {
                 Fate::Drop
@@ -1044,47 +1042,32 @@ mod tests {
             assert!(l.pair.settle(10_000, 1_000));
             succeeded(&mut l, wr_id, 64 << 10);
         }
-        let s = *l.pair.a.stats();
-        // The first replacement draws a fresh port (dead here); the second
-        // reuses a proven one and holds.
-        assert_eq!(s.paths_replaced, 2, "{s:?}");
+        let stats = *l.pair.a.stats();
         let now = l.pair.a.path_ports(peer).unwrap();
+        (ports, stats, now)
+    }
+
+    #[test]
+    fn a_replacement_that_fails_takes_a_delivering_paths_port() {
+        // Slot 0's route dead among sixteen: a sixteenth of the routes, so
+        // its first replacement draws a fresh port (dead here too); the
+        // second reuses a proven one and holds. (With four paths, a
+        // quarter, it would take a proven one at once: see the next test.)
+        let (ports, s, now) = writes_over_dead_routes(16, 64, 1);
+        assert_eq!(s.paths_replaced, 2, "{s:?}");
         assert!(ports[1..].contains(&now[0]), "{ports:?} -> {now:?}");
     }
 
     #[test]
     fn when_half_the_paths_die_at_once_their_replacements_take_proven_ports() {
-        let cfg = |seed| EndpointConfig {
-            line_rate_bps: 10_000_000_000,
-            paths_per_connection: 8,
-            path_port_span: 32,
-            ..fixture::config(seed)
-        };
-        let mut l = lab(cfg(1), cfg(2));
-        let peer = l.pair.addr(Side::B);
-        let ports = l.pair.a.path_ports(peer).unwrap();
-        // Half of the routes dead, slots 0-3, and so is every fresh port's
-        // (a link of two down: a fresh draw is a coin toss at best).
-        let live = ports[4..].to_vec();
-        l.pair.set_filter(Some(Box::new(move |hop| {
-            if hop.transmit.kind == PacketKind::Data && !live.contains(&hop.transmit.src_port) {
-                Fate::Drop
-            } else {
-                Fate::Deliver
-            }
-        })));
-        for wr_id in 1..=4 {
-            write(&mut l, wr_id, 64 << 10);
-            assert!(l.pair.settle(10_000, 1_000));
-            succeeded(&mut l, wr_id, 64 << 10);
-        }
-        let s = *l.pair.a.stats();
-        // The burst's first replacement draws a fresh port (dead) and is
+        // Half of eight routes dead, slots 0-3, and every fresh port's (a
+        // link of two down: a fresh draw is a coin toss at best). The
+        // burst's first replacement draws a fresh port (dead) and is
         // replaced again; once a quarter of the paths went, the others take
         // the ports of delivering paths at once: 5 replacements, against 8
         // when each dead slot drew a fresh port first.
+        let (ports, s, now) = writes_over_dead_routes(8, 32, 4);
         assert_eq!(s.paths_replaced, 5, "{s:?}");
-        let now = l.pair.a.path_ports(peer).unwrap();
         assert!(
             now.iter().all(|p| ports[4..].contains(p)),
             "{ports:?} -> {now:?}"
@@ -1462,10 +1445,7 @@ mod tests {
         }
         assert!(l.pair.settle(10_000, 1_000));
         let s = *l.pair.a.stats();
-        let wcs: Vec<_> = completions(&mut l.pair, Side::A)
-            .iter()
-            .map(|c| (c.wc.wr_id, c.wc.status))
-            .collect();
+        let wcs = statuses(&mut l.pair, Side::A);
         assert_eq!(
             wcs,
             (1..=8).map(|i| (i, WcStatus::Success)).collect::<Vec<_>>()
