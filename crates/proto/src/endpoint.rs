@@ -1488,6 +1488,46 @@ mod tests {
         assert!(l.pair.a.is_quiescent() && l.pair.b.is_quiescent());
     }
 
+    /// A cold connection sends one packet until its receiver's first ACK;
+    /// of a message longer than a packet that one is short
+    /// (`cold_packet_bytes`), so that many newcomers at once fill little of
+    /// the receiver's queue. The rest follows the ACK, and every byte lands.
+    #[test]
+    fn a_cold_connections_one_packet_is_short_and_the_rest_follows_the_ack() {
+        use crate::transmit::PacketKind;
+        let mut l = lab(fixture::config(1), fixture::config(2));
+        let (a, b) = (l.a, l.b);
+        let data: Vec<u8> = (0..4000u32).map(|i| (i * 7 + 3) as u8).collect();
+        l.pair.a.memory_mut(a.mr.handle).unwrap()[..4000].copy_from_slice(&data);
+        l.pair.a.post_send(a.qp, write(1, &a, &b, 4000)).unwrap();
+        let sent = l.pair.poll_transmits(Side::A);
+        let data_packets: Vec<_> = sent
+            .iter()
+            .filter(|(t, _)| t.kind == PacketKind::Data)
+            .collect();
+        assert_eq!(data_packets.len(), 1, "one packet while cold");
+        let Ok(wire::Packet::Data { repr, .. }) = wire::parse(&data_packets[0].1) else {
+            panic!("a data packet")
+        };
+        let cold = EndpointConfig::default().cold_packet_bytes;
+        assert_eq!((repr.offset, repr.payload_len), (0, cold));
+        for (t, bytes) in &sent {
+            l.pair.deliver(Side::A, t, bytes);
+        }
+        assert!(l.pair.settle(100, 1_000));
+        assert_eq!(statuses(&mut l.pair, Side::A), [(1, WcStatus::Success)]);
+        assert_eq!(
+            &l.pair.b.memory_mut(b.mr.handle).unwrap()[..4000],
+            &data[..]
+        );
+        // 256 bytes, then 3,744 in four packets of at most 1 KiB.
+        assert_eq!(l.pair.a.stats().data_packets_sent, 5);
+        // A warm connection's next message is cut as before.
+        l.pair.a.post_send(a.qp, write(2, &a, &b, 4000)).unwrap();
+        assert!(l.pair.settle(100, 1_000));
+        assert_eq!(l.pair.a.stats().data_packets_sent, 9);
+    }
+
     #[test]
     fn a_trimmed_packet_is_nacked_and_resent_at_once() {
         use crate::transmit::PacketKind;

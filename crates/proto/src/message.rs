@@ -90,6 +90,9 @@ pub(crate) struct TxMessage {
     pub(crate) solicited: bool,
     pub(crate) source: Source,
     pub(crate) seg_bytes: u32,
+    /// Payload of a short first segment (see `cut_head`); `0`: every
+    /// segment but the last is `seg_bytes`.
+    pub(crate) head_bytes: u32,
     pub(crate) segs: u32,
     /// Next segment never sent yet.
     pub(crate) next_unsent: u32,
@@ -185,6 +188,7 @@ impl TxMessage {
             solicited,
             source,
             seg_bytes,
+            head_bytes: 0,
             segs,
             next_unsent: 0,
             acked: vec![0; segs.div_ceil(64) as usize],
@@ -208,11 +212,44 @@ impl TxMessage {
             };
             return (id.to_offset(), self.repair_shard_bytes());
         }
+        if self.head_bytes > 0 {
+            if seg == 0 {
+                return (0, self.head_bytes);
+            }
+            let start = self.head_bytes + (seg - 1) * self.seg_bytes;
+            return (
+                start,
+                (start + self.seg_bytes).min(self.payload_len) - start,
+            );
+        }
         let start = seg * self.seg_bytes;
         (
             start,
             (start + self.seg_bytes).min(self.payload_len) - start,
         )
+    }
+
+    /// Make the first segment `head_bytes` long, the others following it
+    /// `seg_bytes` apart: a cold connection's one packet (see
+    /// `EndpointConfig::cold_packet_bytes`). Only before anything of the
+    /// message went and only where it is shorter than a segment; a message
+    /// with a short head gets no repair packets (their shards are whole
+    /// segments).
+    pub(crate) fn cut_head(&mut self, head_bytes: u32) {
+        if head_bytes == 0
+            || head_bytes >= self.seg_bytes
+            || self.head_bytes != 0
+            || self.next_unsent != 0
+            || self.attempt != 0
+            || self.acked_count != 0
+            || self.repair_count != 0
+            || self.payload_len <= self.seg_bytes
+        {
+            return;
+        }
+        self.head_bytes = head_bytes;
+        self.segs = 1 + (self.payload_len - head_bytes).div_ceil(self.seg_bytes);
+        self.acked.resize(self.segs.div_ceil(64) as usize, 0);
     }
 
     /// Bytes per recovery shard: one data packet's size; a one-packet
@@ -382,6 +419,47 @@ mod tests {
         assert_eq!(m.seg_range(2), (200, 50));
         assert_eq!(msg(0).segs, 1);
         assert_eq!(msg(0).seg_range(0), (0, 0));
+    }
+
+    #[test]
+    fn a_short_head_shifts_the_segments_after_it() {
+        let mut m = msg(250);
+        m.cut_head(30);
+        assert_eq!(m.segs, 4);
+        let ranges: Vec<_> = (0..m.segs).map(|s| m.seg_range(s)).collect();
+        assert_eq!(ranges, [(0, 30), (30, 100), (130, 100), (230, 20)]);
+        assert_eq!(ranges.iter().map(|r| r.1).sum::<u32>(), 250);
+        for s in 0..m.segs {
+            assert!(m.ack(s));
+        }
+        assert!(m.fully_acked());
+        // 64 segments exactly, then one more for the head: the bitmap grows.
+        let mut m = msg(6400);
+        m.cut_head(1);
+        assert_eq!(m.segs, 65);
+        assert!(m.ack(64));
+    }
+
+    #[test]
+    fn a_head_is_cut_only_before_anything_went_and_where_it_is_shorter() {
+        let mut one = msg(100);
+        one.cut_head(30);
+        assert_eq!(
+            (one.segs, one.seg_range(0)),
+            (1, (0, 100)),
+            "one packet goes whole"
+        );
+        let mut started = msg(250);
+        started.next_unsent = 1;
+        started.cut_head(30);
+        assert_eq!(started.head_bytes, 0);
+        let mut whole = msg(250);
+        whole.cut_head(100);
+        assert_eq!((whole.head_bytes, whole.segs), (0, 3));
+        let mut twice = msg(250);
+        twice.cut_head(30);
+        twice.cut_head(10);
+        assert_eq!(twice.seg_range(0), (0, 30));
     }
 
     #[test]

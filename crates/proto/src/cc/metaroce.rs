@@ -793,6 +793,10 @@ impl CongestionController for MetaRoceCc {
         self.conn_window = self.conn_window.min(cold).max(self.mss);
     }
 
+    fn awaiting_grant(&self) -> bool {
+        self.cold
+    }
+
     fn connection_window(&self) -> u64 {
         self.conn_window
     }

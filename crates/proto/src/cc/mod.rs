@@ -125,6 +125,11 @@ pub trait CongestionController: std::fmt::Debug + Send {
     fn on_idle_restart(&mut self, now_ns: u64) {
         let _ = now_ns;
     }
+    /// Whether the controller holds the connection to one packet until the
+    /// receiver's first ACK (a cold start).
+    fn awaiting_grant(&self) -> bool {
+        false
+    }
     /// Current connection window in bytes (always >= one MSS).
     fn connection_window(&self) -> u64;
     /// Snapshot for stats/tracing.

@@ -122,7 +122,13 @@ impl Connection {
         if self.rack_sent_ns <= newest_ns {
             return None;
         }
-        let reorder_ns = (self.conn_rtt.rtt_ns_min() * u64::from(cfg.rack_reorder_permille) / 1000)
+        let rtt_min_ns = self.conn_rtt.rtt_ns_min();
+        if rtt_min_ns == u64::MAX {
+            // No round trip measured yet (a short cold packet's is not
+            // taken): nothing to time a reordering window by.
+            return None;
+        }
+        let reorder_ns = (rtt_min_ns * u64::from(cfg.rack_reorder_permille) / 1000)
             .max(2 * self.conn_rtt.rttvar_ns());
         let delay_ns = path.ack_wait_ns(AckWait::of(cfg));
         Some(newest_ns + self.rack_rtt_ns.max(path.rtt.srtt_ns()) + reorder_ns + delay_ns)

@@ -133,6 +133,14 @@ impl Connection {
                 self.retransmit_queue.pop_front();
                 continue;
             }
+            if self.inflight_bytes > 0 && self.cc.awaiting_grant() {
+                // Cold, with a packet out: the window is one packet, even
+                // when a short first packet (`cold_packet_bytes`) leaves
+                // room for more bytes. Copies of it on every path would
+                // only wait in the same silent receiver, and the stall
+                // that proves them spurious would look shorter than it was.
+                return None;
+            }
             let bytes = self.wire_bytes(resend.seg);
             let path = self.choose_path(now_ns, dev, bytes, resend.lost_on)?;
             self.retransmit_queue.pop_front();
@@ -152,6 +160,20 @@ impl Connection {
                 }
                 continue;
             };
+            if msg.next_unsent == 0
+                && self.inflight_bytes == 0
+                && self.cc.awaiting_grant()
+                && dev.config.cold_packet_bytes > 0
+            {
+                // Cold: one packet until the receiver's first word, and a
+                // short one (`cold_packet_bytes`), so that many newcomers
+                // at once do not fill its queue before any hears of the
+                // others.
+                if let Some(m) = self.msgs.get_mut(r) {
+                    m.cut_head(dev.config.cold_packet_bytes);
+                }
+            }
+            let msg = self.msgs.get(r).expect("checked above");
             if msg.next_unsent + 1 == msg.segs {
                 // The message's last data packet: size its repair now, when
                 // it is known whether anything is queued behind it.
@@ -222,6 +244,7 @@ impl Connection {
                 | OpHeader::SendImm { .. }
         ) && msg.payload_len > 0;
         if !short
+            || msg.head_bytes > 0
             || self.backlogged_behind(dev)
             || !carries_payload
             || msg.kind != MsgKind::Request
