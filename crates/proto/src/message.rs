@@ -212,21 +212,13 @@ impl TxMessage {
             };
             return (id.to_offset(), self.repair_shard_bytes());
         }
-        if self.head_bytes > 0 {
-            if seg == 0 {
-                return (0, self.head_bytes);
-            }
-            let start = self.head_bytes + (seg - 1) * self.seg_bytes;
-            return (
-                start,
-                (start + self.seg_bytes).min(self.payload_len) - start,
-            );
-        }
-        let start = seg * self.seg_bytes;
-        (
-            start,
-            (start + self.seg_bytes).min(self.payload_len) - start,
-        )
+        // A short head (`cut_head`) is segment 0; the others follow it.
+        let (start, len) = match (self.head_bytes, seg) {
+            (0, s) => (s * self.seg_bytes, self.seg_bytes),
+            (h, 0) => (0, h),
+            (h, s) => (h + (s - 1) * self.seg_bytes, self.seg_bytes),
+        };
+        (start, (start + len).min(self.payload_len) - start)
     }
 
     /// Make the first segment `head_bytes` long, the others following it

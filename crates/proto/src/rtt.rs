@@ -72,6 +72,11 @@ impl RttEstimator {
         u64::from(self.srtt_ns)
     }
 
+    /// Smallest sample seen, `None` before the first.
+    pub fn measured_min_ns(&self) -> Option<u64> {
+        (self.rtt_ns_min != u32::MAX).then(|| u64::from(self.rtt_ns_min))
+    }
+
     /// Smallest sample seen (`u64::MAX` before the first).
     pub fn rtt_ns_min(&self) -> u64 {
         match self.rtt_ns_min {

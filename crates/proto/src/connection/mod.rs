@@ -770,9 +770,8 @@ impl Connection {
 
     /// Counters, with the connection's current RTT and window.
     pub(crate) fn stats(&self) -> ConnectionStats {
-        let min = self.conn_rtt.rtt_ns_min();
         ConnectionStats {
-            rtt_min_ns: if min == u64::MAX { 0 } else { min },
+            rtt_min_ns: self.conn_rtt.measured_min_ns().unwrap_or(0),
             srtt_ns: self.conn_rtt.srtt_ns(),
             rtt_p99_ns: self.rtt_histogram.quantile_ns(990),
             window_bytes: if self.path_count == 0 {

@@ -549,8 +549,7 @@ impl Connection {
             // slot of each would meet the same burst and be trimmed again.
             // A random point within one gap spreads them over it, and
             // their arrivals add up to the grants' sum, not a burst.
-            let gap_ns = (self.last_paced_bytes.max(1) * 8_000_000_000 / rate_bps.max(1)).max(1);
-            self.pace_restart_ns = MaybeNs::some(now_ns + dev.rng.next_u64() % gap_ns);
+            self.pace_out_of_step(now_ns, dev, self.last_paced_bytes, rate_bps);
         } else if was_cold && let Some(rate_bps) = self.cc.pacing_rate_bps() {
             // The first grant of a newcomer that has others beside it:
             // newcomers that started together hear their first grants
@@ -560,11 +559,24 @@ impl Connection {
             // 84 us, its queue swinging from empty to 790 KB for ever).
             // Each starts at a random point within one full packet's gap.
             let packet = u64::from(dev.config.mtu_payload_bytes + PACKET_OVERHEAD_BYTES);
-            let gap_ns = (packet * 8_000_000_000 / rate_bps.max(1)).max(1);
-            self.pace_restart_ns = MaybeNs::some(now_ns + dev.rng.next_u64() % gap_ns);
+            self.pace_out_of_step(now_ns, dev, packet, rate_bps);
         }
         self.refresh_path_deadline(p, dev);
         self.rack_advance(latest_acked_sent_ns, now_ns, dev);
+    }
+
+    /// Restart pacing at a random point within the gap of a `packet_bytes`
+    /// packet at `rate_bps`: senders that would keep meeting in step (an
+    /// incast's) spread over the gap.
+    fn pace_out_of_step(
+        &mut self,
+        now_ns: u64,
+        dev: &mut DeviceState,
+        packet_bytes: u64,
+        rate_bps: u64,
+    ) {
+        let gap_ns = (packet_bytes.max(1) * 8_000_000_000 / rate_bps.max(1)).max(1);
+        self.pace_restart_ns = MaybeNs::some(now_ns + dev.rng.next_u64() % gap_ns);
     }
 
     /// Whether the latest packet given up on for a SACK gap of path `p`
@@ -597,8 +609,7 @@ impl Connection {
             self.gap_lost = None;
             self.stats.spurious_gap_losses += 1;
             dev.stats.spurious_gap_losses += 1;
-            let rtt_min_ns = self.conn_rtt.rtt_ns_min();
-            if rtt_min_ns != u64::MAX {
+            if let Some(rtt_min_ns) = self.conn_rtt.measured_min_ns() {
                 dev.reorder.on_proof(now_ns, rtt_min_ns);
             }
         } else if fate == Some(false) {

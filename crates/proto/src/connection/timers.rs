@@ -122,12 +122,9 @@ impl Connection {
         if self.rack_sent_ns <= newest_ns {
             return None;
         }
-        let rtt_min_ns = self.conn_rtt.rtt_ns_min();
-        if rtt_min_ns == u64::MAX {
-            // No round trip measured yet (a short cold packet's is not
-            // taken): nothing to time a reordering window by.
-            return None;
-        }
+        // No round trip measured yet (a short cold packet's is not taken):
+        // nothing to time a reordering window by.
+        let rtt_min_ns = self.conn_rtt.measured_min_ns()?;
         let reorder_ns = (rtt_min_ns * u64::from(cfg.rack_reorder_permille) / 1000)
             .max(2 * self.conn_rtt.rttvar_ns());
         let delay_ns = path.ack_wait_ns(AckWait::of(cfg));
