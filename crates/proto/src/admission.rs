@@ -66,6 +66,13 @@ struct Active {
     /// remembered for the epoch, so a sender of short messages (a ring's
     /// steps) resumes at its share instead of starting over as a newcomer.
     dormant: bool,
+    /// The send time (the sender's clock) of the packet that said so.
+    /// Packets sprayed over many paths arrive out of order: one sent
+    /// before that packet but arriving after it is the drained message's
+    /// own tail, not new data, and must not count the sender again (it
+    /// would hold everyone else's grants at a share for an epoch after
+    /// the sender has gone).
+    drained_at_ts: u32,
 }
 
 /// A reduction of the committed sum that takes effect at `at_ns`.
@@ -194,16 +201,18 @@ impl Admission {
     }
 
     /// A data packet from a peer, sent at its clock's `timestamp_ns`,
-    /// arrived at `now_ns`: count the peer as active and fold its queueing
-    /// delay into the estimate. `drained`: the sender says it has nothing
-    /// more queued for us (wire flag `SENDER_DRAINED`): it stops counting at
-    /// once and its grant is released an RTT later; its next data counts it
-    /// afresh.
+    /// arrived at `now_ns`: count the peer as active and, if `queue_sample`,
+    /// fold its queueing delay into the estimate (a trimmed header overtook
+    /// the queue the data waits in: its delay says nothing of that queue).
+    /// `drained`: the sender says it has nothing more queued for us (wire
+    /// flag `SENDER_DRAINED`): it stops counting at once and its grant is
+    /// released an RTT later; data it sends later counts it afresh.
     pub(crate) fn on_data(
         &mut self,
         s: &mut SenderState,
         now_ns: u64,
-        timestamp_ns: Option<u32>,
+        timestamp_ns: u32,
+        queue_sample: bool,
         drained: bool,
     ) {
         self.roll_epoch(now_ns);
@@ -212,7 +221,10 @@ impl Admission {
                 let epoch = self.epoch;
                 let a = self.active[i as usize].as_mut().expect("entry() checked");
                 a.seen_epoch = epoch;
-                if a.dormant {
+                // Sent after the drained packet (mod 2^32 ns; a dormant
+                // entry lives an epoch or so, far less than 2 s): new data.
+                let sent_later = (timestamp_ns.wrapping_sub(a.drained_at_ts) as i32) > 0;
+                if a.dormant && sent_later {
                     a.dormant = false;
                     self.committed_mbps += a.grant_mbps;
                     self.live += 1;
@@ -224,6 +236,7 @@ impl Admission {
                 a.seen_epoch = epoch;
                 if !a.dormant {
                     a.dormant = true;
+                    a.drained_at_ts = timestamp_ns;
                     let g = a.grant_mbps;
                     self.committed_mbps -= g;
                     self.live -= 1;
@@ -236,6 +249,7 @@ impl Admission {
                     seen_epoch: self.epoch,
                     tag: self.next_tag,
                     dormant: false,
+                    drained_at_ts: 0,
                     qdelay_ns: 0,
                 };
                 self.next_tag = self.next_tag.wrapping_add(1);
@@ -255,11 +269,9 @@ impl Admission {
             }
             (None, true) => {}
         }
-        // A trimmed header (no timestamp given) overtook the queue the
-        // data waits in: its delay says nothing of that queue.
-        let Some(timestamp_ns) = timestamp_ns else {
+        if !queue_sample {
             return;
-        };
+        }
         let owd = (now_ns as u32).wrapping_sub(timestamp_ns);
         let base = match s.owd_base {
             // A smaller delay (mod 2^32, within half the range) is the new base.
@@ -395,9 +407,9 @@ mod tests {
     fn a_lone_sender_is_uncapped_and_two_share_the_link() {
         let mut a = adm();
         let (mut x, mut y) = (SenderState::default(), SenderState::default());
-        a.on_data(&mut x, 100, Some(100), false);
+        a.on_data(&mut x, 100, 100, true, false);
         assert_eq!(a.grant_mbps(&mut x, 110), 0);
-        a.on_data(&mut y, 200, Some(200), false);
+        a.on_data(&mut y, 200, 200, true, false);
         // y arrives while x holds the whole link: a quarter of its share.
         assert_eq!(a.grant_mbps(&mut y, 210), 50_000 / 4);
         // x is cut to its share, y gets its own from its next ACK on.
@@ -405,8 +417,26 @@ mod tests {
         assert_eq!(a.grant_mbps(&mut y, 400), 50_000);
         // x says it is drained (its last packet): y alone gets the whole
         // link back at once, not after x falls silent for an epoch.
-        a.on_data(&mut x, 20_000, Some(20_000), true);
+        a.on_data(&mut x, 20_000, 20_000, true, true);
         assert_eq!(a.grant_mbps(&mut y, 20_001), 0);
+    }
+
+    #[test]
+    fn a_drained_senders_late_tail_does_not_count_it_again() {
+        let mut a = adm();
+        let (mut x, mut y) = (SenderState::default(), SenderState::default());
+        a.on_data(&mut x, 100, 100, true, false);
+        a.on_data(&mut y, 100, 100, true, false);
+        a.grant_mbps(&mut y, 110);
+        // x's last packet (sent at 5,000) overtakes two of its packets sent
+        // just before it on slower paths.
+        a.on_data(&mut x, 6_000, 5_000, true, true);
+        a.on_data(&mut x, 6_300, 4_900, true, false);
+        a.on_data(&mut x, 6_400, 4_950, false, false);
+        assert_eq!(a.grant_mbps(&mut y, 6_500), 0, "y is alone");
+        // x's next message, sent after it said it was drained, counts.
+        a.on_data(&mut x, 9_000, 8_000, true, false);
+        assert_eq!(a.grant_mbps(&mut y, 9_100), 50_000);
     }
 
     #[test]
@@ -419,7 +449,7 @@ mod tests {
         let mut total_first_round = 0u64;
         for st in s.iter_mut() {
             t += 300;
-            a.on_data(st, t, Some(t as u32), false);
+            a.on_data(st, t, t as u32, true, false);
             let g = a.grant_mbps(st, t);
             total_first_round += if g == 0 {
                 LINE / 1_000_000
@@ -437,7 +467,7 @@ mod tests {
         for _ in 0..2 {
             t += 2 * RTT;
             for st in s.iter_mut() {
-                a.on_data(st, t, Some(t as u32), false);
+                a.on_data(st, t, t as u32, true, false);
             }
             for st in s.iter_mut() {
                 a.grant_mbps(st, t);
@@ -450,7 +480,7 @@ mod tests {
         );
         // Silent senders are forgotten after an epoch.
         let mut last = SenderState::default();
-        a.on_data(&mut last, t + 200_000, Some((t + 200_000) as u32), false);
+        a.on_data(&mut last, t + 200_000, (t + 200_000) as u32, true, false);
         assert_eq!(a.live, 1);
         assert_eq!(a.grant_mbps(&mut last, t + 200_000 + RTT), 0);
     }
@@ -459,16 +489,16 @@ mod tests {
     fn a_standing_queue_scales_grants_down() {
         let mut a = adm();
         let (mut x, mut y) = (SenderState::default(), SenderState::default());
-        a.on_data(&mut x, 1_000, Some(1_000), false);
-        a.on_data(&mut y, 1_000, Some(1_000), false);
+        a.on_data(&mut x, 1_000, 1_000, true, false);
+        a.on_data(&mut y, 1_000, 1_000, true, false);
         a.grant_mbps(&mut x, 1_000);
         a.grant_mbps(&mut y, 1_000);
         let clear = a.grant_mbps(&mut y, 1_000 + 2 * RTT);
         // Packets now arrive 2 RTTs later than their base one-way delay.
         for k in 0..64 {
             let t = 40_000 + k * 100;
-            a.on_data(&mut x, t + 2 * RTT, Some(t as u32), false);
-            a.on_data(&mut y, t + 2 * RTT, Some(t as u32), false);
+            a.on_data(&mut x, t + 2 * RTT, t as u32, true, false);
+            a.on_data(&mut y, t + 2 * RTT, t as u32, true, false);
         }
         let queued = a.grant_mbps(&mut y, 40_000 + 10_000 + 2 * RTT);
         assert!(queued < clear, "{queued} !< {clear}");
@@ -484,7 +514,8 @@ mod tests {
             a.on_data(
                 &mut x,
                 now,
-                Some((now as u32).wrapping_add(0xffff_0000)),
+                (now as u32).wrapping_add(0xffff_0000),
+                true,
                 false,
             );
         }

@@ -335,6 +335,30 @@ fn near_senders_run_at_their_grants() {
     }
 }
 
+/// A sender paced at its grant keeps that rate beside an uncapped
+/// connection on its own NIC. Host 0 sends 1 MB to host 1, which also
+/// receives from host 2 (so each is granted about half of host 1's link),
+/// and 2 MB to host 3, which has no other sender (so that flow is not
+/// capped). The NIC serves the two connections in turn, so the paced one
+/// often goes a packet late. When the pacing gap ran from the send time,
+/// it kept that lateness and ran at about 26 of its 47.5 Gb/s.
+#[test]
+fn a_paced_sender_keeps_its_grant_beside_an_uncapped_one() {
+    let o = run(&format!(
+        "{FT16}latency_ns = 1000\n\
+         [[workload]]\nkind = \"incast\"\nbytes = 1000000\nreceiver = 1\nhosts = \"0,2\"\n\
+         [[workload]]\nkind = \"incast\"\nbytes = 2000000\nreceiver = 3\nhosts = \"0\"\n"
+    ));
+    let two = &o.results.collectives[0];
+    // Two senders of 1 MB at 47.5 Gb/s each (95 % of the line shared).
+    let granted_us = 1e6 * 8.0 / 47.5e3;
+    assert!(
+        two.time_us <= 1.2 * granted_us,
+        "{} us against {granted_us:.1} us at the grant",
+        two.time_us
+    );
+}
+
 /// Small-scale lock on the trimming incast (RESULTS.md, `incast-1023`):
 /// 127 senders of 100 KB into one host through switches that trim, with
 /// htsim's scenario-C buffers. Trimmed headers come back as NACKs (no RTO,

@@ -315,6 +315,8 @@ pub struct MetaRoceCc {
     ack_delay_ns: u64,
     /// Losses not taken as congestion (no recent ECN on their path).
     random_losses: u64,
+    /// When the connection window was last cut (ECN, loss, RTO).
+    last_cut_ns: MaybeNs,
 }
 
 /// `a * b / c` without intermediate overflow, saturating at `u64::MAX`.
@@ -380,6 +382,7 @@ impl MetaRoceCc {
             cold: params.initial_window_mss != 0,
             ack_delay_ns: config.ack_delay_ns,
             random_losses: 0,
+            last_cut_ns: MaybeNs::NONE,
         }
     }
 
@@ -610,6 +613,7 @@ impl CongestionController for MetaRoceCc {
                 let conn_cut = f64_bytes(contribution as f64 * alpha / 2.0);
                 debug_assert!(contribution < w || conn_cut >= given_up);
                 self.shrink_connection(conn_cut);
+                self.last_cut_ns = MaybeNs::some(s.now_ns);
                 self.ecn_reductions = self.ecn_reductions.saturating_add(1);
             }
             return;
@@ -644,6 +648,7 @@ impl CongestionController for MetaRoceCc {
         // The nominal cut, also when the one-MSS floor keeps the path window
         // from giving it up (see the ECN case).
         self.shrink_connection(w - w / 2);
+        self.last_cut_ns = MaybeNs::some(now_ns);
         self.loss_reductions = self.loss_reductions.saturating_add(1);
     }
 
@@ -674,9 +679,42 @@ impl CongestionController for MetaRoceCc {
         self.paths[path].pre_rto_window = before;
         self.paths[path].rto_given_up = given_up;
         self.rto_reductions = self.rto_reductions.saturating_add(1);
+        self.last_cut_ns = MaybeNs::some(now_ns);
     }
 
-    fn on_rate_hint(&mut self, rate_bps: u64, srtt_ns: u64, _now_ns: u64) {
+    fn on_rate_hint(&mut self, rate_bps: u64, srtt_ns: u64, now_ns: u64) {
+        let raised = self.rate_cap_bps != 0 && (rate_bps == 0 || rate_bps > self.rate_cap_bps);
+        if raised && !self.cold {
+            // The receiver gives us more of its link (a sender beside us
+            // finished, or our first grant was held to what was not yet
+            // promised). A grant is room the receiver has set aside: unless
+            // the fabric pushed back lately, take it now rather than
+            // growing into it one packet per path per round trip, which
+            // left a receiver of two senders at half its line for 50 µs.
+            // The path windows still bound the sum (a congested route).
+            let rtt = self
+                .min_rtt_ns
+                .unwrap_or(self.base_rtt_ns)
+                .min(self.base_rtt_ns.max(1));
+            let quiet = self
+                .last_cut_ns
+                .get()
+                .is_none_or(|t| now_ns.saturating_sub(t) >= srtt_ns.max(rtt).saturating_mul(2));
+            if quiet {
+                let target = if rate_bps == 0 {
+                    self.bdp
+                } else {
+                    self.grant_window(rate_bps, rtt)
+                };
+                let paths = u64::try_from(self.sum_path_windows).unwrap_or(u64::MAX);
+                let before = self.conn_window;
+                self.conn_window = before.max(target.min(paths)).min(self.max_conn);
+                // What the cap once took away is part of what came back.
+                self.capped_excess = self
+                    .capped_excess
+                    .saturating_sub(self.conn_window.saturating_sub(before));
+            }
+        }
         if self.cold {
             // The receiver's first word: an idle receiver (no cap) lets us
             // go to a full BDP at once; a busy one names our share.
@@ -1179,6 +1217,35 @@ mod tests {
         // Idle long enough that the grant is stale: cold again.
         cc.on_idle_restart(100 * RTT);
         assert_eq!(cc.connection_window(), initial);
+    }
+
+    #[test]
+    fn a_raised_grant_is_taken_at_once_unless_the_fabric_pushed_back() {
+        let cold = || MetaRoceCc::new(cfg(400_000_000_000, 16), MetaRoceParams::default());
+        // First granted a quarter of a fair half (the link was promised to
+        // others), then the half itself: the window is the half's at once.
+        let mut cc = cold();
+        cc.on_rate_hint(25_000_000_000, RTT, 0);
+        assert_eq!(cc.connection_window(), 31_250);
+        cc.on_rate_hint(200_000_000_000, RTT, RTT);
+        assert!(
+            cc.connection_window() >= 250_000,
+            "{}",
+            cc.connection_window()
+        );
+        check_invariants(&cc);
+        // The other sender goes: no cap, a full BDP.
+        cc.on_rate_hint(0, RTT, 2 * RTT);
+        assert_eq!(cc.connection_window(), 500_000);
+        check_invariants(&cc);
+        // After an ECN cut the window grows into a raised grant instead.
+        let mut cc = cold();
+        cc.on_rate_hint(25_000_000_000, RTT, 0);
+        cc.on_ack(1, &ack(RTT, 1, 1, MSS));
+        let cut = cc.connection_window();
+        cc.on_rate_hint(200_000_000_000, RTT, 2 * RTT);
+        assert_eq!(cc.connection_window(), cut);
+        check_invariants(&cc);
     }
 
     #[test]

@@ -341,6 +341,11 @@ pub(crate) struct Connection {
     /// from it), and its size on the wire.
     last_data_sent_ns: u64,
     last_paced_bytes: u64,
+    /// The pacing slot the last data packet took: when it was due, not
+    /// when the NIC took it. A packet held behind other connections'
+    /// packets keeps a little of its lateness as credit, so the next one
+    /// is not pushed back too (see `take_pacing_slot`).
+    pace_slot_ns: u64,
     /// After a trim NACK while paced: the next data packet goes at this
     /// time instead of a gap after the last one (see `on_ack`).
     pace_restart_ns: MaybeNs,
@@ -553,6 +558,7 @@ impl Connection {
             pace_blocked: false,
             last_data_sent_ns: 0,
             last_paced_bytes: 0,
+            pace_slot_ns: 0,
             pace_restart_ns: MaybeNs::NONE,
             stall_allowance_ns: 0,
             stall_allowance_at_ns: 0,

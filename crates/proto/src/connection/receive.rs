@@ -89,7 +89,8 @@ impl Connection {
         dev.admission.on_data(
             &mut self.admission,
             now_ns,
-            None,
+            repr.timestamp_ns,
+            false,
             repr.base.flags.contains(Flags::SENDER_DRAINED),
         );
     }
@@ -245,7 +246,8 @@ impl Connection {
         dev.admission.on_data(
             &mut self.admission,
             now_ns,
-            Some(repr.timestamp_ns),
+            repr.timestamp_ns,
+            true,
             repr.base.flags.contains(Flags::SENDER_DRAINED),
         );
 
