@@ -128,7 +128,8 @@ pub struct PathStats {
     pub packets_retransmitted: u64,
     /// Of `bytes_sent`, the retransmissions' bytes.
     pub bytes_retransmitted: u64,
-    /// Of `packets_retransmitted`, tail-loss probes.
+    /// Tail-loss probes: resends (counted in `packets_retransmitted`), or
+    /// a paced sender's next new data packet.
     pub tail_probes: u64,
     /// Data packets acknowledged.
     pub packets_acked: u64,

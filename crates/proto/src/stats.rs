@@ -59,7 +59,9 @@ pub struct EndpointStats {
     /// Data packets rebuilt from repair packets instead of waiting for
     /// their resend.
     pub rx_repaired_packets: u64,
-    /// Tail-loss probes sent (counted in retransmissions too).
+    /// Tail-loss probes sent: resends of a silent path's newest segment
+    /// (counted in retransmissions too), or, for a paced sender, its next
+    /// new data packet on that path (not a retransmission).
     pub tail_probes: u64,
     /// Tail-loss probes the device's budget for speculative packets
     /// refused (asked again a probe timeout later).

@@ -365,6 +365,9 @@ pub(crate) struct Connection {
     /// Probes to send: on which path, and for a suspect path the segment
     /// to carry (its own were resent elsewhere).
     path_probes: VecDeque<(usize, Option<SegRef>)>,
+    /// A tail-loss probe that goes as the next new data packet, on this
+    /// path (set and cleared within one `poll_transmit`).
+    probe_with_new_data: Option<usize>,
     ack_deadline: Option<u64>,
     /// Local QPs (by slot) whose op-ack the next ACKs must carry.
     dirty_qps: VecDeque<u32>,
@@ -568,6 +571,7 @@ impl Connection {
             rx_loss_seen_ns: 0,
             tail_copy_armed: false,
             path_probes: VecDeque::new(),
+            probe_with_new_data: None,
             ack_deadline: None,
             dirty_qps: VecDeque::new(),
             qps: Vec::new(),

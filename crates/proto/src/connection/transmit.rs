@@ -104,6 +104,31 @@ impl Connection {
                 self.paths[p].probe_sent_ns = MaybeNs::some(now_ns);
                 continue;
             }
+            if own.is_some()
+                && self.cc.pacing_rate_bps().is_some()
+                && (self.paths[p].silent_rounds == 0 || self.sparse_pacing())
+                && self.retransmit_queue.is_empty()
+                && self.has_unsent_data()
+            {
+                // A paced sender with new data probes with it, on a plain
+                // silence (no later packet acknowledged elsewhere), or
+                // whatever the evidence when it sends a packet per round
+                // trip or slower (its probe takes the next paced slot
+                // anyway). The ACK shows the path's earlier packet arrived
+                // or not (the path's SACK), and where only that packet's
+                // ACK was lost, nothing is sent twice: at a grant of a
+                // packet per path every 670 µs (an all-to-all's sender, one
+                // of 127 into each receiver), a lost packet and a lost ACK
+                // each left a path silent, and half the probes resent data
+                // that had arrived. Where evidence says the packet was lost
+                // and new data flows fast, the old segment goes at once.
+                self.paths[p].probe_sent_ns = MaybeNs::some(now_ns);
+                self.probe_with_new_data = Some(p);
+                dev.stats.tail_probes += 1;
+                self.stats.tail_probes += 1;
+                self.paths[p].stats.tail_probes += 1;
+                break;
+            }
             self.paths[p].probe_sent_ns = MaybeNs::some(now_ns);
             self.stats.data_packets_retransmitted += 1;
             dev.stats.data_packets_retransmitted += 1;
@@ -194,7 +219,8 @@ impl Connection {
             // must not wait for the delayed-ACK timer, unless nothing waits
             // on the completion (the receiver may then hold the ACK for
             // data going back).
-            let ask_ack = seg.seg + 1 == msg.segs && !msg.ack_deferrable;
+            let ask_ack = (seg.seg + 1 == msg.segs && !msg.ack_deferrable)
+                || self.probe_with_new_data.is_some();
             let bytes = self.wire_bytes(seg);
             let path = self.choose_path(now_ns, dev, bytes, None)?;
             let msg = self.msgs.get_mut(r).expect("checked above");
@@ -218,7 +244,26 @@ impl Connection {
             }
             return Some(self.emit_segment(now_ns, dev, path, seg, flags, out));
         }
+        self.probe_with_new_data = None;
         None
+    }
+
+    /// Whether the grant paces us at a packet per round trip or slower:
+    /// then a silent path's probe takes the next paced slot whatever it
+    /// carries, and new data in it costs the connection nothing.
+    fn sparse_pacing(&self) -> bool {
+        let Some(rate) = self.cc.pacing_rate_bps() else {
+            return false;
+        };
+        let gap_ns = self.last_paced_bytes * 8_000_000_000 / rate.max(1);
+        gap_ns >= self.conn_rtt.srtt_ns()
+    }
+
+    /// Whether a message has a data packet not yet sent.
+    fn has_unsent_data(&self) -> bool {
+        self.send_queue
+            .iter()
+            .any(|&r| self.msgs.get(r).is_some_and(|m| m.has_unsent()))
     }
 
     /// How many repair packets (`repair.rs`) follow message `msg`: none
@@ -416,6 +461,10 @@ impl Connection {
         bytes: u64,
         avoid: Option<u8>,
     ) -> Option<usize> {
+        if let Some(p) = self.probe_with_new_data.take() {
+            // A probe (see `poll_transmit`): past the windows, paced already.
+            return Some(p);
+        }
         if self.inflight_bytes > 0 && self.inflight_bytes + bytes > self.cc.connection_window() {
             // An ACK will wake us, not the pacing clock.
             self.pace_blocked = false;
