@@ -127,6 +127,12 @@ impl Connection {
                 dev.stats.tail_probes += 1;
                 self.stats.tail_probes += 1;
                 self.paths[p].stats.tail_probes += 1;
+                trace_event!(
+                    in: self.trace.enter_path(p),
+                    DEBUG,
+                    now_ns,
+                    "tail-loss probe: the next new segment on the path, asking for an ACK"
+                );
                 break;
             }
             self.paths[p].probe_sent_ns = MaybeNs::some(now_ns);
