@@ -683,52 +683,39 @@ impl CongestionController for MetaRoceCc {
     }
 
     fn on_rate_hint(&mut self, rate_bps: u64, srtt_ns: u64, now_ns: u64) {
+        // The receiver's first word (a cold start: an idle receiver, no cap,
+        // lets us go to a full BDP at once; a busy one names our share), or
+        // more of its link than before (a sender beside us finished, or our
+        // first grant was held to what was not yet promised): a grant is
+        // room the receiver has set aside, taken now rather than grown into
+        // one packet per path per round trip (which left a receiver of two
+        // senders at half its line for 50 µs), unless the fabric pushed
+        // back lately. The path windows still bound the sum (a congested
+        // route).
         let raised = self.rate_cap_bps != 0 && (rate_bps == 0 || rate_bps > self.rate_cap_bps);
-        if raised && !self.cold {
-            // The receiver gives us more of its link (a sender beside us
-            // finished, or our first grant was held to what was not yet
-            // promised). A grant is room the receiver has set aside: unless
-            // the fabric pushed back lately, take it now rather than
-            // growing into it one packet per path per round trip, which
-            // left a receiver of two senders at half its line for 50 µs.
-            // The path windows still bound the sum (a congested route).
-            let rtt = self
-                .min_rtt_ns
-                .unwrap_or(self.base_rtt_ns)
-                .min(self.base_rtt_ns.max(1));
-            let quiet = self
-                .last_cut_ns
+        let rtt = self
+            .min_rtt_ns
+            .unwrap_or(self.base_rtt_ns)
+            .min(self.base_rtt_ns.max(1));
+        let quiet = || {
+            self.last_cut_ns
                 .get()
-                .is_none_or(|t| now_ns.saturating_sub(t) >= srtt_ns.max(rtt).saturating_mul(2));
-            if quiet {
-                let target = if rate_bps == 0 {
-                    self.bdp
-                } else {
-                    self.grant_window(rate_bps, rtt)
-                };
-                let paths = u64::try_from(self.sum_path_windows).unwrap_or(u64::MAX);
-                let before = self.conn_window;
-                self.conn_window = before.max(target.min(paths)).min(self.max_conn);
-                // What the cap once took away is part of what came back.
-                self.capped_excess = self
-                    .capped_excess
-                    .saturating_sub(self.conn_window.saturating_sub(before));
-            }
-        }
-        if self.cold {
-            // The receiver's first word: an idle receiver (no cap) lets us
-            // go to a full BDP at once; a busy one names our share.
+                .is_none_or(|t| now_ns.saturating_sub(t) >= srtt_ns.max(rtt).saturating_mul(2))
+        };
+        if self.cold || (raised && quiet()) {
             self.cold = false;
-            let rtt = self
-                .min_rtt_ns
-                .unwrap_or(self.base_rtt_ns)
-                .min(self.base_rtt_ns.max(1));
             let target = if rate_bps == 0 {
                 self.bdp
             } else {
                 self.grant_window(rate_bps, rtt)
             };
-            self.conn_window = self.conn_window.max(target).min(self.max_conn);
+            let paths = u64::try_from(self.sum_path_windows).unwrap_or(u64::MAX);
+            let before = self.conn_window;
+            self.conn_window = before.max(target.min(paths)).min(self.max_conn);
+            // What the cap once took away is part of what came back.
+            self.capped_excess = self
+                .capped_excess
+                .saturating_sub(self.conn_window.saturating_sub(before));
         }
         if rate_bps == 0 {
             self.rate_cap_bytes = None;

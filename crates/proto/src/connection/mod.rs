@@ -337,15 +337,13 @@ pub(crate) struct Connection {
     next_pace_ns: u64,
     /// A packet was held back by pacing: wake at `next_pace_ns`.
     pace_blocked: bool,
-    /// When the last data packet went out (idle restart and pacing measure
-    /// from it), and its size on the wire.
-    last_data_sent_ns: u64,
+    /// The last data packet's slot, and its size on the wire. The slot is
+    /// when it went out, or, while paced, when it was due: a packet held
+    /// behind other connections' packets keeps a little of its lateness
+    /// as credit, so the next one is not pushed back too (see
+    /// `take_pacing_slot`). Pacing and the idle restart measure from it.
+    last_data_slot_ns: u64,
     last_paced_bytes: u64,
-    /// The pacing slot the last data packet took: when it was due, not
-    /// when the NIC took it. A packet held behind other connections'
-    /// packets keeps a little of its lateness as credit, so the next one
-    /// is not pushed back too (see `take_pacing_slot`).
-    pace_slot_ns: u64,
     /// After a trim NACK while paced: the next data packet goes at this
     /// time instead of a gap after the last one (see `on_ack`).
     pace_restart_ns: MaybeNs,
@@ -365,9 +363,6 @@ pub(crate) struct Connection {
     /// Probes to send: on which path, and for a suspect path the segment
     /// to carry (its own were resent elsewhere).
     path_probes: VecDeque<(usize, Option<SegRef>)>,
-    /// A tail-loss probe that goes as the next new data packet, on this
-    /// path (set and cleared within one `poll_transmit`).
-    probe_with_new_data: Option<usize>,
     ack_deadline: Option<u64>,
     /// Local QPs (by slot) whose op-ack the next ACKs must carry.
     dirty_qps: VecDeque<u32>,
@@ -559,9 +554,8 @@ impl Connection {
             inflight_bytes: 0,
             next_pace_ns: 0,
             pace_blocked: false,
-            last_data_sent_ns: 0,
+            last_data_slot_ns: 0,
             last_paced_bytes: 0,
-            pace_slot_ns: 0,
             pace_restart_ns: MaybeNs::NONE,
             stall_allowance_ns: 0,
             stall_allowance_at_ns: 0,
@@ -571,7 +565,6 @@ impl Connection {
             rx_loss_seen_ns: 0,
             tail_copy_armed: false,
             path_probes: VecDeque::new(),
-            probe_with_new_data: None,
             ack_deadline: None,
             dirty_qps: VecDeque::new(),
             qps: Vec::new(),
@@ -705,7 +698,7 @@ impl Connection {
         if idle_ns > 0
             && self.inflight_bytes == 0
             && self.stats.data_packets_sent > 0
-            && now_ns.saturating_sub(self.last_data_sent_ns) > idle_ns
+            && now_ns.saturating_sub(self.last_data_slot_ns) > idle_ns
         {
             // Idle long enough that the receiver's last grant says nothing
             // about now (others may have started toward it meanwhile).

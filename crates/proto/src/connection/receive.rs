@@ -4,7 +4,9 @@
 //! lists, RTT estimates and the congestion controller.
 
 use super::timers::Verdict;
-use super::{AckCopy, Connection, PACKET_OVERHEAD_BYTES, RxPath, give_up, requester, responder};
+use super::{
+    AckCopy, Connection, PACKET_OVERHEAD_BYTES, RxPath, give_up, requester, responder, transmit,
+};
 
 /// Losses in a row (no packet acknowledged between) that prove a route dead
 /// while the connection's other routes deliver: at 1 % random loss four in
@@ -577,7 +579,7 @@ impl Connection {
         packet_bytes: u64,
         rate_bps: u64,
     ) {
-        let gap_ns = (packet_bytes.max(1) * 8_000_000_000 / rate_bps.max(1)).max(1);
+        let gap_ns = transmit::pace_gap_ns(packet_bytes.max(1), rate_bps).max(1);
         self.pace_restart_ns = MaybeNs::some(now_ns + dev.rng.next_u64() % gap_ns);
     }
 

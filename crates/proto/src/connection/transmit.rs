@@ -74,6 +74,8 @@ impl Connection {
         if !self.path_probes.is_empty() && self.paced_out(now_ns) {
             return None;
         }
+        // A probe that goes as the next new data packet, on this path.
+        let mut probe_path = None;
         while let Some((p, carry)) = self.path_probes.pop_front() {
             // Tail-loss probe: resend the path's newest outstanding segment on
             // that same path, past its window, asking for an ACK. If the data
@@ -104,40 +106,24 @@ impl Connection {
                 self.paths[p].probe_sent_ns = MaybeNs::some(now_ns);
                 continue;
             }
-            if own.is_some()
+            // A paced sender with new data probes with it, on a plain
+            // silence (no later packet acknowledged elsewhere), or whatever
+            // the evidence when it sends a packet per round trip or slower
+            // (its probe takes the next paced slot anyway). The ACK shows
+            // the path's earlier packet arrived or not (the path's SACK),
+            // and where only that packet's ACK was lost, nothing is sent
+            // twice: at a grant of a packet per path every 670 µs (an
+            // all-to-all's sender, one of 127 into each receiver), a lost
+            // packet and a lost ACK each left a path silent, and half the
+            // probes resent data that had arrived. Where evidence says the
+            // packet was lost and new data flows fast, the old segment goes
+            // at once.
+            let new_data = own.is_some()
                 && self.cc.pacing_rate_bps().is_some()
                 && (self.paths[p].silent_rounds == 0 || self.sparse_pacing())
                 && self.retransmit_queue.is_empty()
-                && self.has_unsent_data()
-            {
-                // A paced sender with new data probes with it, on a plain
-                // silence (no later packet acknowledged elsewhere), or
-                // whatever the evidence when it sends a packet per round
-                // trip or slower (its probe takes the next paced slot
-                // anyway). The ACK shows the path's earlier packet arrived
-                // or not (the path's SACK), and where only that packet's
-                // ACK was lost, nothing is sent twice: at a grant of a
-                // packet per path every 670 µs (an all-to-all's sender, one
-                // of 127 into each receiver), a lost packet and a lost ACK
-                // each left a path silent, and half the probes resent data
-                // that had arrived. Where evidence says the packet was lost
-                // and new data flows fast, the old segment goes at once.
-                self.paths[p].probe_sent_ns = MaybeNs::some(now_ns);
-                self.probe_with_new_data = Some(p);
-                dev.stats.tail_probes += 1;
-                self.stats.tail_probes += 1;
-                self.paths[p].stats.tail_probes += 1;
-                trace_event!(
-                    in: self.trace.enter_path(p),
-                    DEBUG,
-                    now_ns,
-                    "tail-loss probe: the next new segment on the path, asking for an ACK"
-                );
-                break;
-            }
+                && self.has_unsent_data();
             self.paths[p].probe_sent_ns = MaybeNs::some(now_ns);
-            self.stats.data_packets_retransmitted += 1;
-            dev.stats.data_packets_retransmitted += 1;
             dev.stats.tail_probes += 1;
             self.stats.tail_probes += 1;
             self.paths[p].stats.tail_probes += 1;
@@ -146,8 +132,15 @@ impl Connection {
                 DEBUG,
                 now_ns,
                 carried = own.is_none(),
-                "tail-loss probe: a segment again on the path, asking for an ACK"
+                new_data,
+                "tail-loss probe: a packet on the silent path, asking for an ACK"
             );
+            if new_data {
+                probe_path = Some(p);
+                break;
+            }
+            self.stats.data_packets_retransmitted += 1;
+            dev.stats.data_packets_retransmitted += 1;
             let flags = Flags::RETRANSMIT | Flags::ACK_REQUEST | self.drained_flag();
             return Some(self.emit_segment(now_ns, dev, p, seg, flags, out));
         }
@@ -225,10 +218,13 @@ impl Connection {
             // must not wait for the delayed-ACK timer, unless nothing waits
             // on the completion (the receiver may then hold the ACK for
             // data going back).
-            let ask_ack = (seg.seg + 1 == msg.segs && !msg.ack_deferrable)
-                || self.probe_with_new_data.is_some();
+            let ask_ack = (seg.seg + 1 == msg.segs && !msg.ack_deferrable) || probe_path.is_some();
             let bytes = self.wire_bytes(seg);
-            let path = self.choose_path(now_ns, dev, bytes, None)?;
+            let path = match probe_path {
+                // Past the windows; its pacing was checked with the probes.
+                Some(p) => p,
+                None => self.choose_path(now_ns, dev, bytes, None)?,
+            };
             let msg = self.msgs.get_mut(r).expect("checked above");
             msg.next_unsent += 1;
             if !msg.has_unsent() {
@@ -250,7 +246,6 @@ impl Connection {
             }
             return Some(self.emit_segment(now_ns, dev, path, seg, flags, out));
         }
-        self.probe_with_new_data = None;
         None
     }
 
@@ -261,8 +256,7 @@ impl Connection {
         let Some(rate) = self.cc.pacing_rate_bps() else {
             return false;
         };
-        let gap_ns = self.last_paced_bytes * 8_000_000_000 / rate.max(1);
-        gap_ns >= self.conn_rtt.srtt_ns()
+        pace_gap_ns(self.last_paced_bytes, rate) >= self.conn_rtt.srtt_ns()
     }
 
     /// Whether a message has a data packet not yet sent.
@@ -426,13 +420,18 @@ impl Connection {
         let Some(rate) = self.cc.pacing_rate_bps() else {
             return false;
         };
-        let gap = self.last_paced_bytes * 8_000_000_000 / rate.max(1);
-        self.next_pace_ns = self
-            .pace_restart_ns
-            .get()
-            .unwrap_or(self.pace_slot_ns + gap);
+        self.next_pace_ns = self.pace_due_ns(rate);
         self.pace_blocked = now_ns < self.next_pace_ns;
         self.pace_blocked
+    }
+
+    /// When the next data packet is due at `rate_bps`: a gap after the last
+    /// packet's slot, or the restart point an ACK set.
+    fn pace_due_ns(&self, rate_bps: u64) -> u64 {
+        let gap = pace_gap_ns(self.last_paced_bytes, rate_bps);
+        self.pace_restart_ns
+            .get()
+            .unwrap_or(self.last_data_slot_ns + gap)
     }
 
     /// The pacing slot of a data packet going out now. Unpaced, it is now.
@@ -447,15 +446,11 @@ impl Connection {
         let Some(rate) = self.cc.pacing_rate_bps() else {
             return now_ns;
         };
-        let gap = self.last_paced_bytes * 8_000_000_000 / rate.max(1);
-        let due = self
-            .pace_restart_ns
-            .get()
-            .unwrap_or(self.pace_slot_ns + gap);
         let mss = u64::from(dev.config.mtu_payload_bytes + PACKET_OVERHEAD_BYTES);
-        let line_packet_ns = mss * 8_000_000_000 / dev.config.line_rate_bps.max(1);
-        let credit = gap.min(4 * line_packet_ns);
-        due.clamp(now_ns.saturating_sub(credit), now_ns)
+        let credit = pace_gap_ns(self.last_paced_bytes, rate)
+            .min(4 * pace_gap_ns(mss, dev.config.line_rate_bps));
+        self.pace_due_ns(rate)
+            .clamp(now_ns.saturating_sub(credit), now_ns)
     }
 
     /// Pick a path whose window has room for `bytes`, round robin, avoiding
@@ -467,10 +462,6 @@ impl Connection {
         bytes: u64,
         avoid: Option<u8>,
     ) -> Option<usize> {
-        if let Some(p) = self.probe_with_new_data.take() {
-            // A probe (see `poll_transmit`): past the windows, paced already.
-            return Some(p);
-        }
         if self.inflight_bytes > 0 && self.inflight_bytes + bytes > self.cc.connection_window() {
             // An ACK will wake us, not the pacing clock.
             self.pace_blocked = false;
@@ -564,11 +555,10 @@ impl Connection {
             // the receiver's count of packets per ACK).
             flags |= Flags::ACK_REQUEST;
         }
-        self.pace_slot_ns = self.take_pacing_slot(now_ns, dev);
+        self.last_data_slot_ns = self.take_pacing_slot(now_ns, dev);
         self.last_paced_bytes = u64::from(wire_bytes);
         self.pace_blocked = false;
         self.pace_restart_ns = MaybeNs::NONE;
-        self.last_data_sent_ns = now_ns;
         let omit_icrc = self.omits_icrc();
         let flags = if omit_icrc {
             self.base_flags(flags) | Flags::ICRC_OMITTED
@@ -924,4 +914,10 @@ fn seal(auth: &mut Option<Box<ConnectionAuth>>, datagram: &mut [u8], header_len:
         Some(auth) => auth.seal(datagram, header_len),
         None => wire::seal(datagram),
     }
+}
+
+/// The time `bytes` take on the wire at `rate_bps`: a paced sender's gap
+/// after a packet of that size.
+pub(super) fn pace_gap_ns(bytes: u64, rate_bps: u64) -> u64 {
+    bytes * 8_000_000_000 / rate_bps.max(1)
 }
