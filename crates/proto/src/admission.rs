@@ -30,7 +30,17 @@
 //!    first round trip thus drains in a few RTTs instead of at the
 //!    utilisation slack. (A lone sender's delay is the fabric's, which its
 //!    ECN marks steer; it is not capped for it.)
-//! 4. **State per active sender only**, in a slab the epoch sweep empties
+//! 4. **Raised grants are pushed.** A grant reaches a sender in the ACK
+//!    of its data, so a sender granted a thousandth of the link (one packet
+//!    per 340 µs) would learn that the others finished, or that its held
+//!    first grant may now rise, only one packet gap later: the receiver's
+//!    link ran at 60 % through the last half millisecond of a 1023:1
+//!    incast. So when released grants leave room (a sender drained or
+//!    went silent, a reduction took effect), the receiver gives it at once
+//!    to the senders below their fair share, each in an ACK of its own,
+//!    out of what is not committed: the pushes never promise more than
+//!    the link. A sender is pushed at most once per half base RTT.
+//! 5. **State per active sender only**, in a slab the epoch sweep empties
 //!    of senders that fell silent: the receiver of a 1023-sender incast
 //!    holds 1023 small entries, an idle one none.
 //!
@@ -66,6 +76,10 @@ struct Active {
     /// remembered for the epoch, so a sender of short messages (a ring's
     /// steps) resumes at its share instead of starting over as a newcomer.
     dormant: bool,
+    /// Its connection (the endpoint's index): whom a pushed grant goes to.
+    conn: u32,
+    /// When it was last told its grant (an ACK), ns.
+    told_ns: u64,
     /// The send time (the sender's clock) of the packet that said so.
     /// Packets sprayed over many paths arrive out of order: one sent
     /// before that packet but arriving after it is the drained message's
@@ -111,6 +125,11 @@ pub(crate) struct Admission {
     qdelay_ns: u64,
     /// When that minimum was last taken.
     qdelay_at_ns: u64,
+    /// Not before this time, look for senders to push a raised grant to
+    /// (rule 5); `u64::MAX`: no room was released since the last look.
+    regrant_ns: u64,
+    /// When the last look was.
+    regranted_ns: u64,
 }
 
 /// Reductions held at once, at most (older ones are released early: a
@@ -145,6 +164,8 @@ impl Admission {
             pending_mbps: 0,
             qdelay_ns: 0,
             qdelay_at_ns: 0,
+            regrant_ns: u64::MAX,
+            regranted_ns: 0,
         }
     }
 
@@ -173,6 +194,11 @@ impl Admission {
                 let gap_ns = self.packet_bits * 1000 / a.grant_mbps.max(1);
                 let grace = (4 * gap_ns).div_ceil(self.epoch_ns);
                 if a.seen_epoch + 1 + grace < epoch {
+                    if !a.dormant {
+                        // Its grant is free at once: it sent nothing for
+                        // an epoch.
+                        self.regrant_ns = self.regrant_ns.min(now_ns);
+                    }
                     self.remove(i as u32);
                 }
             }
@@ -210,6 +236,7 @@ impl Admission {
     pub(crate) fn on_data(
         &mut self,
         s: &mut SenderState,
+        conn: u32,
         now_ns: u64,
         timestamp_ns: u32,
         queue_sample: bool,
@@ -247,6 +274,8 @@ impl Admission {
                 let a = Active {
                     grant_mbps: 0,
                     seen_epoch: self.epoch,
+                    conn,
+                    told_ns: now_ns,
                     tag: self.next_tag,
                     dormant: false,
                     drained_at_ts: 0,
@@ -306,10 +335,9 @@ impl Admission {
             return;
         }
         self.pending_mbps += mbps;
-        self.releases.push_back(Release {
-            at_ns: now_ns + self.base_rtt_ns,
-            mbps,
-        });
+        let at_ns = now_ns + self.base_rtt_ns;
+        self.releases.push_back(Release { at_ns, mbps });
+        self.regrant_ns = self.regrant_ns.min(at_ns);
     }
 
     fn release_due(&mut self, now_ns: u64) {
@@ -331,6 +359,63 @@ impl Admission {
         }
         let over = (self.qdelay_ns - target) * 1000 / (2 * self.base_rtt_ns);
         1000u64.saturating_sub(over).max(250)
+    }
+
+    /// When [`take_regrants`](Self::take_regrants) next has work: room was
+    /// released (or will be, at that time).
+    pub(crate) fn regrant_deadline(&self) -> Option<u64> {
+        (self.regrant_ns != u64::MAX).then(|| {
+            self.regrant_ns
+                .max(self.regranted_ns + self.base_rtt_ns / 2)
+        })
+    }
+
+    /// Rule 5: the connections of the senders to push a raised grant to
+    /// now, into `out` (each then sends an ACK, whose grant is computed as
+    /// any other's). Only what no one is promised is handed out, to the
+    /// senders furthest below their fair share first in slab order, each
+    /// raise at least a third of its grant (an ACK for less is not worth
+    /// its bytes).
+    pub(crate) fn take_regrants(&mut self, now_ns: u64, out: &mut Vec<u32>) {
+        if self.regrant_deadline().is_none_or(|d| d > now_ns) {
+            return;
+        }
+        self.regranted_ns = now_ns;
+        self.release_due(now_ns);
+        // Look again when the next held reduction is released.
+        self.regrant_ns = self.releases.front().map_or(u64::MAX, |r| r.at_ns);
+        self.roll_epoch(now_ns);
+        let n = self.live;
+        if n == 0 {
+            return;
+        }
+        let qf = if n > 1 {
+            self.queue_factor_permille()
+        } else {
+            1000
+        };
+        let total = self.line_mbps * self.utilisation_permille / 1000 * qf / 1000;
+        let fair = if n == 1 { self.line_mbps } else { total / n };
+        let mut room = total.saturating_sub(self.committed_mbps + self.pending_mbps);
+        if n == 1 {
+            // Alone: the whole link (`grant_mbps`), whatever is committed.
+            room = self.line_mbps;
+        }
+        if room * 3 < fair {
+            return;
+        }
+        let told_before = now_ns.saturating_sub(self.base_rtt_ns / 2);
+        for a in self.active.iter().flatten() {
+            if a.dormant || a.grant_mbps == 0 || a.told_ns > told_before {
+                continue;
+            }
+            let raise = fair.saturating_sub(a.grant_mbps);
+            if raise * 3 < a.grant_mbps || raise > room {
+                continue;
+            }
+            room -= raise;
+            out.push(a.conn);
+        }
     }
 
     /// The grant for the ACK now going to a sender, Mbit/s (0: no cap).
@@ -383,6 +468,7 @@ impl Admission {
         }
         if let Some(a) = self.active[i as usize].as_mut() {
             a.grant_mbps = grant;
+            a.told_ns = now_ns;
         }
         if grant >= self.line_mbps {
             0
@@ -407,9 +493,9 @@ mod tests {
     fn a_lone_sender_is_uncapped_and_two_share_the_link() {
         let mut a = adm();
         let (mut x, mut y) = (SenderState::default(), SenderState::default());
-        a.on_data(&mut x, 100, 100, true, false);
+        a.on_data(&mut x, 0, 100, 100, true, false);
         assert_eq!(a.grant_mbps(&mut x, 110), 0);
-        a.on_data(&mut y, 200, 200, true, false);
+        a.on_data(&mut y, 0, 200, 200, true, false);
         // y arrives while x holds the whole link: a quarter of its share.
         assert_eq!(a.grant_mbps(&mut y, 210), 50_000 / 4);
         // x is cut to its share, y gets its own from its next ACK on.
@@ -417,25 +503,63 @@ mod tests {
         assert_eq!(a.grant_mbps(&mut y, 400), 50_000);
         // x says it is drained (its last packet): y alone gets the whole
         // link back at once, not after x falls silent for an epoch.
-        a.on_data(&mut x, 20_000, 20_000, true, true);
+        a.on_data(&mut x, 0, 20_000, 20_000, true, true);
         assert_eq!(a.grant_mbps(&mut y, 20_001), 0);
+    }
+
+    #[test]
+    fn room_released_by_finished_senders_is_pushed_to_the_rest() {
+        let mut a = adm();
+        let mut s = [SenderState::default(); 8];
+        // Eight senders, each granted its share by a few rounds of ACKs.
+        let mut t = 0;
+        for _ in 0..3 {
+            t += 2 * RTT;
+            for (c, st) in s.iter_mut().enumerate() {
+                a.on_data(st, c as u32, t, t as u32, true, false);
+            }
+            for st in s.iter_mut() {
+                assert!(a.grant_mbps(st, t) > 0);
+            }
+        }
+        assert_eq!(a.grant_mbps(&mut s[7], t), 100_000 / 8);
+        // Six finish.
+        for (c, st) in s.iter_mut().enumerate().take(6) {
+            a.on_data(st, c as u32, t + 100, (t + 100) as u32, true, true);
+        }
+        // Their grants are still promised for a base RTT: nothing to push.
+        let mut out = Vec::new();
+        a.take_regrants(t + 200, &mut out);
+        assert!(out.is_empty(), "{out:?}");
+        // Once released, the two left are told at once, not at their next
+        // packet's ACK, and their ACKs grant half the link each.
+        let d = a.regrant_deadline().expect("room is coming");
+        assert_eq!(d, t + 100 + RTT);
+        a.take_regrants(d, &mut out);
+        assert_eq!(out, vec![6, 7]);
+        assert_eq!(a.grant_mbps(&mut s[6], d), 50_000);
+        assert_eq!(a.grant_mbps(&mut s[7], d), 50_000);
+        // Nothing more to give.
+        out.clear();
+        a.take_regrants(d + RTT, &mut out);
+        assert!(out.is_empty(), "{out:?}");
     }
 
     #[test]
     fn a_drained_senders_late_tail_does_not_count_it_again() {
         let mut a = adm();
         let (mut x, mut y) = (SenderState::default(), SenderState::default());
-        a.on_data(&mut x, 100, 100, true, false);
-        a.on_data(&mut y, 100, 100, true, false);
+        a.on_data(&mut x, 0, 100, 100, true, false);
+        a.on_data(&mut y, 0, 100, 100, true, false);
         a.grant_mbps(&mut y, 110);
         // x's last packet (sent at 5,000) overtakes two of its packets sent
         // just before it on slower paths.
-        a.on_data(&mut x, 6_000, 5_000, true, true);
-        a.on_data(&mut x, 6_300, 4_900, true, false);
-        a.on_data(&mut x, 6_400, 4_950, false, false);
+        a.on_data(&mut x, 0, 6_000, 5_000, true, true);
+        a.on_data(&mut x, 0, 6_300, 4_900, true, false);
+        a.on_data(&mut x, 0, 6_400, 4_950, false, false);
         assert_eq!(a.grant_mbps(&mut y, 6_500), 0, "y is alone");
         // x's next message, sent after it said it was drained, counts.
-        a.on_data(&mut x, 9_000, 8_000, true, false);
+        a.on_data(&mut x, 0, 9_000, 8_000, true, false);
         assert_eq!(a.grant_mbps(&mut y, 9_100), 50_000);
     }
 
@@ -449,7 +573,7 @@ mod tests {
         let mut total_first_round = 0u64;
         for st in s.iter_mut() {
             t += 300;
-            a.on_data(st, t, t as u32, true, false);
+            a.on_data(st, 0, t, t as u32, true, false);
             let g = a.grant_mbps(st, t);
             total_first_round += if g == 0 {
                 LINE / 1_000_000
@@ -467,7 +591,7 @@ mod tests {
         for _ in 0..2 {
             t += 2 * RTT;
             for st in s.iter_mut() {
-                a.on_data(st, t, t as u32, true, false);
+                a.on_data(st, 0, t, t as u32, true, false);
             }
             for st in s.iter_mut() {
                 a.grant_mbps(st, t);
@@ -480,7 +604,7 @@ mod tests {
         );
         // Silent senders are forgotten after an epoch.
         let mut last = SenderState::default();
-        a.on_data(&mut last, t + 200_000, (t + 200_000) as u32, true, false);
+        a.on_data(&mut last, 0, t + 200_000, (t + 200_000) as u32, true, false);
         assert_eq!(a.live, 1);
         assert_eq!(a.grant_mbps(&mut last, t + 200_000 + RTT), 0);
     }
@@ -489,16 +613,16 @@ mod tests {
     fn a_standing_queue_scales_grants_down() {
         let mut a = adm();
         let (mut x, mut y) = (SenderState::default(), SenderState::default());
-        a.on_data(&mut x, 1_000, 1_000, true, false);
-        a.on_data(&mut y, 1_000, 1_000, true, false);
+        a.on_data(&mut x, 0, 1_000, 1_000, true, false);
+        a.on_data(&mut y, 0, 1_000, 1_000, true, false);
         a.grant_mbps(&mut x, 1_000);
         a.grant_mbps(&mut y, 1_000);
         let clear = a.grant_mbps(&mut y, 1_000 + 2 * RTT);
         // Packets now arrive 2 RTTs later than their base one-way delay.
         for k in 0..64 {
             let t = 40_000 + k * 100;
-            a.on_data(&mut x, t + 2 * RTT, t as u32, true, false);
-            a.on_data(&mut y, t + 2 * RTT, t as u32, true, false);
+            a.on_data(&mut x, 0, t + 2 * RTT, t as u32, true, false);
+            a.on_data(&mut y, 0, t + 2 * RTT, t as u32, true, false);
         }
         let queued = a.grant_mbps(&mut y, 40_000 + 10_000 + 2 * RTT);
         assert!(queued < clear, "{queued} !< {clear}");
@@ -513,6 +637,7 @@ mod tests {
             let now = 1_000_000 + k * 1_000;
             a.on_data(
                 &mut x,
+                0,
                 now,
                 (now as u32).wrapping_add(0xffff_0000),
                 true,

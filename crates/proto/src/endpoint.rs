@@ -162,6 +162,8 @@ pub struct Endpoint {
     /// The latest time an input or poll carried: what a post is stamped
     /// with when the caller gives none.
     now_ns: u64,
+    /// Connections admission wants a raised grant pushed to (reused).
+    regrants: Vec<u32>,
 }
 
 /// Mixed into the seed for the session id, so that drawing it leaves the
@@ -193,6 +195,7 @@ impl Endpoint {
             icrc_policy,
             plaintext: Vec::new(),
             now_ns: 0,
+            regrants: Vec::new(),
         })
     }
 
@@ -1219,7 +1222,11 @@ impl Endpoint {
     /// connection changes, so an endpoint with thousands of peers (an incast
     /// receiver in the simulator) does not scan them all.
     pub fn poll_timeout(&self) -> Option<u64> {
-        self.timers.peek().map(|Reverse((d, _))| *d)
+        let conns = self.timers.peek().map(|Reverse((d, _))| *d);
+        match (conns, self.dev.admission.regrant_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Fire every timer due at `now_ns`. Extra calls are harmless.
@@ -1237,6 +1244,25 @@ impl Endpoint {
                 .on_timeout(now_ns, &mut self.dev);
             self.mark_ready(c);
         }
+        self.push_grants(now_ns);
+    }
+
+    /// Room on our link was released: tell the senders below their share
+    /// now (admission's rule 5).
+    fn push_grants(&mut self, now_ns: u64) {
+        let mut regrants = std::mem::take(&mut self.regrants);
+        self.dev.admission.take_regrants(now_ns, &mut regrants);
+        for &c in &regrants {
+            let Some(slot) = self.conns.get_mut(c as usize) else {
+                continue;
+            };
+            if slot.conn.push_grant() {
+                self.dev.stats.grants_pushed += 1;
+                self.mark_ready(c);
+            }
+        }
+        regrants.clear();
+        self.regrants = regrants;
     }
 
     /// The next work completion, in the order they happened.

@@ -51,6 +51,9 @@ pub struct EndpointStats {
     pub trim_nacks: u64,
     /// ACKs sent.
     pub ack_packets_sent: u64,
+    /// ACKs sent only to carry a raised grant to a sender (admission's
+    /// rule 5; also in `ack_packets_sent`).
+    pub grants_pushed: u64,
     /// Repair packets sent after short messages while losing packets
     /// (counted in `data_packets_sent` too).
     pub repair_packets_sent: u64,
@@ -145,6 +148,7 @@ named_counters!(EndpointStats {
     rx_trimmed,
     trim_nacks,
     ack_packets_sent,
+    grants_pushed,
     repair_packets_sent,
     rx_repair_packets,
     rx_repaired_packets,

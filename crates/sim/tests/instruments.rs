@@ -359,6 +359,29 @@ fn a_paced_sender_keeps_its_grant_beside_an_uncapped_one() {
     );
 }
 
+/// When most senders of an incast finish, the rest take their room at
+/// once: the receiver pushes the raised grants (admission's rule 5) rather
+/// than telling each sender at its next packet, one gap at its small
+/// grant later. 240 senders of 20 KB and 16 of 400 KB into one host: the
+/// 16 long flows end 1,031 µs in when they learn at their next packets,
+/// 1,003 µs with the push (an ideal drain of all the bytes: 896 µs).
+#[test]
+fn the_senders_left_in_an_incast_take_the_room_of_those_that_finished() {
+    let o = run(
+        "name = \"t\"\nend_us = 50000\n[topology]\nkind = \"star\"\nhosts = 257\n\
+         link_gbps = 100\nlatency_ns = 1000\n\
+         [[workload]]\nkind = \"incast\"\nbytes = 20000\nreceiver = 0\nhosts = \"0-240\"\n\
+         [[workload]]\nkind = \"incast\"\nbytes = 400000\nreceiver = 0\nhosts = \"0,241-256\"\n",
+    );
+    let long = &o.results.collectives[1];
+    let ideal_us = (240 * 20_000 + 16 * 400_000) as f64 * 8.0 / 100e3;
+    assert!(
+        long.time_us <= 1.13 * ideal_us,
+        "{} us against an ideal {ideal_us} us",
+        long.time_us
+    );
+}
+
 /// A sender paced at a small grant probes a silent path with its next new
 /// packet: where only the ACK was lost, nothing is sent twice. 32 senders
 /// of 200 KB into one host through one switch at 1 % loss per link, each

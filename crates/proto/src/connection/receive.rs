@@ -90,6 +90,7 @@ impl Connection {
         }
         dev.admission.on_data(
             &mut self.admission,
+            self.index,
             now_ns,
             repr.timestamp_ns,
             false,
@@ -247,6 +248,7 @@ impl Connection {
         }
         dev.admission.on_data(
             &mut self.admission,
+            self.index,
             now_ns,
             repr.timestamp_ns,
             true,
@@ -296,6 +298,30 @@ impl Connection {
                 self.ack_deadline = Some(self.ack_deadline.map_or(deadline, |d| d.min(deadline)));
             }
         }
+    }
+
+    /// The receiver's admission raised this peer's grant (rule 5 in
+    /// `admission.rs`): tell it now, in an ACK of the path it last sent on,
+    /// not one packet gap later in the ACK of its next packet. An ACK
+    /// repeats what the path's last one said, so the peer takes it as no
+    /// news but the grant. False if the peer never sent us data.
+    pub(crate) fn push_grant(&mut self) -> bool {
+        let Some(slot) = self
+            .rx_paths
+            .iter()
+            .enumerate()
+            .filter_map(|(i, rx)| rx.as_ref().map(|rx| (i, rx.last_rx_ns)))
+            .max_by_key(|&(_, t)| t)
+            .map(|(i, _)| i)
+        else {
+            return false;
+        };
+        let rx = self.rx_paths[slot].as_mut().expect("found above");
+        if !rx.ack_queued {
+            rx.ack_queued = true;
+            self.ack_now.push_back(slot as u8);
+        }
+        true
     }
 
     /// An ACK from the peer.
@@ -540,11 +566,30 @@ impl Connection {
         // Every ACK carries the receiver's grant, 0 meaning no cap: a cap
         // set while the receiver briefly had two senders must also be lifted.
         let was_cold = self.cc.awaiting_grant();
+        let rate_before = self.cc.pacing_rate_bps();
         self.cc.on_rate_hint(
             u64::from(ack.rate_hint_mbps) * 1_000_000,
             self.conn_rtt.srtt_ns(),
             now_ns,
         );
+        if let Some(restart) = self.pace_restart_ns.get()
+            && restart > now_ns
+            && let Some(before) = rate_before
+        {
+            // A raised grant while waiting for the random start point the
+            // first grant gave: the same point within the new, shorter
+            // gap (a newcomer first held to a quarter of its share would
+            // otherwise wait up to four of its fair gaps).
+            match self.cc.pacing_rate_bps() {
+                None => self.pace_restart_ns = MaybeNs::NONE,
+                Some(after) if after > before => {
+                    let wait =
+                        u128::from(restart - now_ns) * u128::from(before) / u128::from(after);
+                    self.pace_restart_ns = MaybeNs::some(now_ns + wait as u64);
+                }
+                Some(_) => {}
+            }
+        }
         if trimmed_packets > 0
             && let Some(rate_bps) = self.cc.pacing_rate_bps()
         {
