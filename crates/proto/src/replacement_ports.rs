@@ -47,7 +47,7 @@ const BURST_SHARE_DENOMINATOR: usize = 4;
 /// often enough that silences come in bursts on live routes too (10 %
 /// loss: one suspicion in five ends unanswered), and a fresh port is as
 /// good a bet as a proven one.
-const RANDOM_LOSS_FOR_BURSTS: f64 = 0.02;
+pub(crate) const RANDOM_LOSS_FOR_BURSTS: f64 = 0.02;
 
 /// See the module documentation.
 #[derive(Debug, Clone)]

@@ -302,6 +302,7 @@ impl Connection {
             let ack_delay = AckWait::of(&dev.config);
             let pto_min = dev.config.probe_timeout_min_ns;
             let oldest_sent = self.paths[p].oldest_outstanding_sent_ns();
+            let probe_sent = self.paths[p].probe_sent_ns.get();
             if self.forget_settled(p) {
                 // Only copies of segments acknowledged elsewhere were left
                 // (a tail copy, or a resend, got there first): nothing to
@@ -319,9 +320,27 @@ impl Connection {
                 // path keeps its port on probation (one packet at a time,
                 // as a fresh replacement): answered, it is cleared; silent
                 // while others deliver, it is retired then.
+                // The probe that the path's silence drew counts as well: a
+                // path whose ACKs stopped in a failure keeps delivering its
+                // data, and the message's completion (op-acks on the other
+                // paths) settles the probe before its timeout. Its answer
+                // never came while later packets were acknowledged
+                // elsewhere: its way back is dead. (Judged by its oldest
+                // packet alone, the path's last ACK from before the failure
+                // excused it, every message anew, for 100 µs and more.)
+                // Not where the fabric loses packets at random as often as
+                // a probe or its answer goes missing on a live route (the
+                // bar of `replacement_ports`): at 5 % loss per link it
+                // retired live paths and cost the permutation 7 %.
+                let unanswered = |t: &u64| {
+                    self.paths[p].last_acked_ns < *t
+                        && self.silent_while_others_deliver(p, *t, now_ns)
+                };
+                let probes_tell =
+                    dev.loss_rate.rate() < crate::replacement_ports::RANDOM_LOSS_FOR_BURSTS;
                 if let Some(t) = oldest_sent
-                    && self.paths[p].last_acked_ns < t
-                    && self.silent_while_others_deliver(p, t, now_ns)
+                    .filter(unanswered)
+                    .or_else(|| probe_sent.filter(|t| probes_tell && unanswered(t)))
                 {
                     if dev.config.hosts_share_cpus() {
                         self.paths[p].unproven = true;
