@@ -410,6 +410,8 @@ pub(crate) struct EpState {
     /// worked, by QP: their FINs go out together at the end of the batch,
     /// a few ids to a message (see [`EpState::send_fins`]).
     fins: Vec<(u32, u64)>,
+    /// An RTS was posted without a flush behind it (see `send`).
+    rts_held: bool,
     pub(crate) counters: EpCounters,
 }
 
@@ -522,6 +524,7 @@ impl EpState {
             wcs: vec![WorkCompletion::default(); 64],
             scratch: Vec::new(),
             fins: Vec::new(),
+            rts_held: false,
             counters: EpCounters::default(),
         })
     }
@@ -1268,7 +1271,7 @@ impl EpState {
         let cq_flags = flags::SEND | if r.tagged { flags::TAGGED } else { flags::MSG };
         let eager = len <= self.cfg.eager_limit;
         let dev = self.dev.clone();
-        let job = dev.with(|ctx, _| -> Result<Option<ConnectJob>, i32> {
+        let post = |ctx: &mut Context, _| -> Result<Option<ConnectJob>, i32> {
             let (msg, staging) = if eager {
                 let mut m = Vec::with_capacity(HEADER_BYTES + len);
                 h.write(&mut m);
@@ -1319,7 +1322,20 @@ impl EpState {
             let job = self.request(ctx, s, peer, wr);
             self.fix_op_qpn(peer, id);
             Ok(job)
-        })?;
+        };
+        // An RTS waits for the next flush (this thread's next poll, which
+        // flushes first thing, or the device's hold limit): a burst of
+        // rendezvous sends (an MPI window) then leaves in one flush, the
+        // RTSes to a path in one GSO datagram, which the peer takes in
+        // whole (GRO) and acknowledges once, instead of a datagram, two
+        // receive calls and an ACK each at the receiver.
+        let job = if eager {
+            dev.with(post)?
+        } else {
+            let job = dev.with_deferred(post)?;
+            self.rts_held = true;
+            job
+        };
         Ok(job)
     }
 
@@ -1811,6 +1827,10 @@ impl EpState {
     /// Take the device's completions and act on them.
     pub(crate) fn progress(&mut self, s: &mut Sinks<'_>) -> bool {
         let dev = self.dev.clone();
+        if self.rts_held {
+            self.rts_held = false;
+            dev.flush();
+        }
         let mut did = false;
         for _ in 0..8 {
             let n = match dev.poll_cq(self.vcq, &mut self.wcs) {
