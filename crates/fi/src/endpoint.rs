@@ -48,7 +48,7 @@ use crate::ffi::log;
 use crate::ffi::mem::UserIov;
 use crate::flags;
 use crate::matching::{MatchQueues, RecvFilter};
-use crate::wire::{FLAG_CQ_DATA, FLAG_LAST, FLAG_TAGGED, HEADER_BYTES, Header, Kind};
+use crate::wire::{FLAG_CQ_DATA, FLAG_LAST, FLAG_TAGGED, HEADER_BYTES, Header, Kind, fin_ids};
 use metaroce_cm::{Endpoint as CmEndpoint, RemoteBuf};
 use metaroce_udp::{Device, DeviceConfig, os_seed};
 use metaroce_verbs::{
@@ -2006,14 +2006,7 @@ impl EpState {
         match h.kind {
             Kind::Eager | Kind::Rts => self.on_ordered(ctx, s, qpn, h, payload),
             Kind::Fin => {
-                // The header's id, then any more the payload lists (one
-                // status for all); a trailing partial id is ignored.
-                let more = payload.chunks_exact(8).map(|b| {
-                    let mut id = [0u8; 8];
-                    id.copy_from_slice(b);
-                    u64::from_le_bytes(id)
-                });
-                for id in std::iter::once(h.id).chain(more) {
+                for id in fin_ids(&h, payload) {
                     // Only a send's id: a FIN naming another op leaves it be.
                     if !matches!(self.ops.get(&id), Some(Op::Send { .. })) {
                         continue;
