@@ -48,7 +48,7 @@ use crate::ffi::log;
 use crate::ffi::mem::UserIov;
 use crate::flags;
 use crate::matching::{MatchQueues, RecvFilter};
-use crate::wire::{FLAG_CQ_DATA, FLAG_LAST, FLAG_TAGGED, HEADER_BYTES, Header, Kind};
+use crate::wire::{FLAG_CQ_DATA, FLAG_LAST, FLAG_TAGGED, HEADER_BYTES, Header, Kind, fin_ids};
 use metaroce_cm::{Endpoint as CmEndpoint, RemoteBuf};
 use metaroce_udp::{Device, DeviceConfig, os_seed};
 use metaroce_verbs::{
@@ -63,6 +63,9 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 const RECV_BIT: u64 = 1 << 63;
 /// Send work requests outstanding per QP before the provider queues.
 const SQ_DEPTH: u32 = 1024;
+/// Most rendezvous a FIN message answers (the header's id and up to this
+/// many less one in its payload).
+const FIN_IDS_MAX: usize = 64;
 /// Staging regions come in powers of two from this size.
 const STAGING_MIN: usize = 64 << 10;
 
@@ -403,6 +406,12 @@ pub(crate) struct EpState {
     staging: Staging,
     wcs: Vec<WorkCompletion>,
     scratch: Vec<u8>,
+    /// Rendezvous READs that completed in the batch of completions being
+    /// worked, by QP: their FINs go out together at the end of the batch,
+    /// a few ids to a message (see [`EpState::send_fins`]).
+    fins: Vec<(u32, u64)>,
+    /// An RTS was posted without a flush behind it (see `send`).
+    rts_held: bool,
     pub(crate) counters: EpCounters,
 }
 
@@ -514,6 +523,8 @@ impl EpState {
             staging,
             wcs: vec![WorkCompletion::default(); 64],
             scratch: Vec::new(),
+            fins: Vec::new(),
+            rts_held: false,
             counters: EpCounters::default(),
         })
     }
@@ -1260,7 +1271,7 @@ impl EpState {
         let cq_flags = flags::SEND | if r.tagged { flags::TAGGED } else { flags::MSG };
         let eager = len <= self.cfg.eager_limit;
         let dev = self.dev.clone();
-        let job = dev.with(|ctx, _| -> Result<Option<ConnectJob>, i32> {
+        let post = |ctx: &mut Context, _| -> Result<Option<ConnectJob>, i32> {
             let (msg, staging) = if eager {
                 let mut m = Vec::with_capacity(HEADER_BYTES + len);
                 h.write(&mut m);
@@ -1311,7 +1322,20 @@ impl EpState {
             let job = self.request(ctx, s, peer, wr);
             self.fix_op_qpn(peer, id);
             Ok(job)
-        })?;
+        };
+        // An RTS waits for the next flush (this thread's next poll, which
+        // flushes first thing, or the device's hold limit): a burst of
+        // rendezvous sends (an MPI window) then leaves in one flush, the
+        // RTSes to a path in one GSO datagram, which the peer takes in
+        // whole (GRO) and acknowledges once, instead of a datagram, two
+        // receive calls and an ACK each at the receiver.
+        let job = if eager {
+            dev.with(post)?
+        } else {
+            let job = dev.with_deferred(post)?;
+            self.rts_held = true;
+            job
+        };
         Ok(job)
     }
 
@@ -1454,6 +1478,40 @@ impl EpState {
         fin.id = id;
         fin.status = status;
         self.control(ctx, s, qpn, fin, &[]);
+    }
+
+    /// FINs for the rendezvous READs the last batch of completions
+    /// finished: one message per QP carries up to `FIN_IDS_MAX` of them (the
+    /// first in the header, the rest as the payload). Under a stream of
+    /// large messages a batch often finishes several, and every FIN saved
+    /// is a datagram less each way (the FIN and its ACK) and a receive
+    /// slot less at the sender. Nothing waits for the batching: what the
+    /// batch posts leaves in one flush after it either way.
+    fn send_fins(&mut self, ctx: &mut Context, s: &mut Sinks<'_>) {
+        if self.fins.is_empty() {
+            return;
+        }
+        let mut fins = std::mem::take(&mut self.fins);
+        // Group by QP, keeping each QP's completion order.
+        fins.sort_by_key(|&(qpn, _)| qpn);
+        // The ids must fit a receive slot at the peer, sized by the same
+        // eager limit as ours.
+        let per_msg = 1 + (self.cfg.eager_limit / 8).min(FIN_IDS_MAX - 1);
+        let mut payload = Vec::with_capacity(8 * (per_msg - 1));
+        for group in fins.chunk_by(|a, b| a.0 == b.0) {
+            let qpn = group[0].0;
+            for chunk in group.chunks(per_msg) {
+                let mut fin = Header::new(Kind::Fin);
+                fin.id = chunk[0].1;
+                payload.clear();
+                for &(_, id) in &chunk[1..] {
+                    payload.extend_from_slice(&id.to_le_bytes());
+                }
+                self.control(ctx, s, qpn, fin, &payload);
+            }
+        }
+        fins.clear();
+        self.fins = fins;
     }
 
     fn control(
@@ -1769,6 +1827,10 @@ impl EpState {
     /// Take the device's completions and act on them.
     pub(crate) fn progress(&mut self, s: &mut Sinks<'_>) -> bool {
         let dev = self.dev.clone();
+        if self.rts_held {
+            self.rts_held = false;
+            dev.flush();
+        }
         let mut did = false;
         for _ in 0..8 {
             let n = match dev.poll_cq(self.vcq, &mut self.wcs) {
@@ -1791,6 +1853,7 @@ impl EpState {
                 for wc in &wcs[..n] {
                     self.on_wc(ctx, s, wc);
                 }
+                self.send_fins(ctx, s);
             });
             let short = n < wcs.len();
             self.wcs = wcs;
@@ -1848,7 +1911,9 @@ impl EpState {
                         let n = (h.len as usize).min(mr.length as usize);
                         recv.iov.scatter_from(0, &ctx.mr_bytes(mr)[..n]);
                     }
-                    self.send_fin(ctx, s, qpn, h.id, 0);
+                    // Answered at the end of the batch, with the other
+                    // READs it completed (`send_fins`).
+                    self.fins.push((qpn, h.id));
                     self.staging.release(ctx, staging);
                     self.complete_recv(s, recv, src, &h, h.len as usize, None);
                 }
@@ -1941,7 +2006,14 @@ impl EpState {
         match h.kind {
             Kind::Eager | Kind::Rts => self.on_ordered(ctx, s, qpn, h, payload),
             Kind::Fin => {
-                if let Some(op @ Op::Send { .. }) = self.ops.remove(&h.id) {
+                for id in fin_ids(&h, payload) {
+                    // Only a send's id: a FIN naming another op leaves it be.
+                    if !matches!(self.ops.get(&id), Some(Op::Send { .. })) {
+                        continue;
+                    }
+                    let Some(op) = self.ops.remove(&id) else {
+                        continue;
+                    };
                     let err = (h.status != 0).then(|| {
                         (
                             i32::from(h.status),

@@ -41,7 +41,8 @@ pub enum Kind {
     Eager = 1,
     /// Request to send: the receiver READs `len` bytes at `addr`/`key`.
     Rts = 2,
-    /// Receiver → sender: the rendezvous `id` is over (status says how).
+    /// Receiver → sender: the rendezvous `id` is over (status says how),
+    /// and so are any more the payload lists ([`fin_ids`]).
     Fin = 3,
     /// RMA write of the payload at `addr` under `key` (one chunk).
     RmaWrite = 4,
@@ -202,6 +203,18 @@ impl Header {
     }
 }
 
+/// The rendezvous ids a FIN answers, all with its status: the header's id,
+/// then any more its payload lists (little-endian `u64`s; a trailing
+/// partial id is ignored).
+pub fn fin_ids<'a>(h: &Header, payload: &'a [u8]) -> impl Iterator<Item = u64> + 'a {
+    let more = payload.chunks_exact(8).map(|b| {
+        let mut id = [0u8; 8];
+        id.copy_from_slice(b);
+        u64::from_le_bytes(id)
+    });
+    std::iter::once(h.id).chain(more)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -220,6 +233,22 @@ mod tests {
         let (p, payload) = Header::parse(&msg).unwrap();
         assert_eq!(p, h);
         assert_eq!(payload, b"abc");
+    }
+
+    #[test]
+    fn fin_lists_its_ids() {
+        let mut h = Header::new(Kind::Fin);
+        h.id = 5;
+        let mut payload = Vec::new();
+        for id in [6u64, u64::MAX] {
+            payload.extend_from_slice(&id.to_le_bytes());
+        }
+        let msg = h.with_payload(&payload);
+        let (p, body) = Header::parse(&msg).unwrap();
+        assert_eq!(fin_ids(&p, body).collect::<Vec<_>>(), [5, 6, u64::MAX]);
+        // A lone FIN, and one whose payload ends in a partial id.
+        assert_eq!(fin_ids(&p, &[]).collect::<Vec<_>>(), [5]);
+        assert_eq!(fin_ids(&p, &payload[..11]).collect::<Vec<_>>(), [5, 6]);
     }
 
     #[test]

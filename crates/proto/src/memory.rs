@@ -313,7 +313,16 @@ impl RegionTable {
         let key = |rng: &mut dyn FnMut() -> u64| {
             (u64::from(index) << KEY_INDEX_SHIFT) | (rng() & KEY_RANDOM_MASK)
         };
-        let mut next = || rng.next_u64();
+        // Both keys from one draw: the endpoint's generator is rebuilt for
+        // every draw (`seeded_rng`), and the libfabric provider registers a
+        // region per rendezvous on each side. The bytes are those two
+        // `next_u64` calls would give.
+        let mut bytes = [0u8; 16];
+        rng.fill_bytes(&mut bytes);
+        let mut words = bytes
+            .chunks_exact(8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()));
+        let mut next = || words.next().unwrap_or_default();
         let lkey = key(&mut next);
         let mut rkey = key(&mut next);
         if rkey == lkey {

@@ -71,4 +71,22 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn sixteen_bytes_are_two_u64_draws() {
+        // `RegionTable::insert` draws both keys at once on this.
+        let mut by_word = SeededRng::new(7);
+        let mut by_bytes = SeededRng::new(7);
+        for skew in 0..3 {
+            for _ in 0..skew {
+                by_word.next_u32();
+                by_bytes.next_u32();
+            }
+            let words = [by_word.next_u64(), by_word.next_u64()];
+            let mut b = [0u8; 16];
+            by_bytes.fill_bytes(&mut b);
+            assert_eq!(u64::from_le_bytes(b[..8].try_into().unwrap()), words[0]);
+            assert_eq!(u64::from_le_bytes(b[8..].try_into().unwrap()), words[1]);
+        }
+    }
 }
