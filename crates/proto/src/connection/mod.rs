@@ -124,11 +124,14 @@ impl Connection {
         }
         self.bad_ack_ports.note(port);
         // Other paths' ACKs leaving from that port take the same dead way
-        // back: move them too, before their senders have to probe.
+        // back: move them too, before their senders have to probe. A moved
+        // route, so the new port is one whose ACKs were heard lately where
+        // there is one (`pick_ack_port`), not a coin toss on the fabric.
         for rx in self.rx_paths.iter_mut().flatten() {
             if rx.ack_port == port {
                 rx.ack_port = 0;
                 rx.ack_port_heard_ns = 0;
+                rx.ack_route = rx.ack_route.wrapping_add(1);
             }
         }
     }

@@ -207,7 +207,21 @@ impl Connection {
             rx.ack_route_moved_ns = now_ns;
             rx.ack_port_heard_ns = 0;
             let dead = std::mem::take(&mut rx.ack_port);
-            self.note_bad_ack_port(dead);
+            // Unless another path's ACKs from that port were heard lately
+            // (a route shared since an earlier move): then the port lives,
+            // and condemning it would move those paths too, onto ports
+            // nobody has proved (in the embedded default's core link
+            // failure, one such move sent a live path's ACKs into the
+            // failed link 125 µs after it failed).
+            let recent_ns = now_ns.saturating_sub(4 * dev.config.base_rtt_ns);
+            let heard_elsewhere = self
+                .rx_paths
+                .iter()
+                .flatten()
+                .any(|x| x.ack_port == dead && dead != 0 && x.ack_port_heard_ns > recent_ns);
+            if !heard_elsewhere {
+                self.note_bad_ack_port(dead);
+            }
         }
         let rx = self.rx_paths[slot as usize]
             .as_mut()

@@ -423,7 +423,10 @@ impl Connection {
             } else if probe_due || rack_due {
                 // Nothing changed the path since `oldest_sent` was read.
                 let overtaken = oldest_sent.is_some_and(|t| self.acked_sent_after(p, t));
-                if probe_due
+                // Cross-path RACK may find it overdue first, a few µs
+                // before the probe timeout: the same verdict (a probe on it
+                // would only be lost into the same failure).
+                if (probe_due || rack_due)
                     && self.paths[p].unproven
                     && oldest_sent.is_some_and(|t| self.silent_while_others_deliver(p, t, now_ns))
                 {
