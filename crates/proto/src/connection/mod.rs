@@ -117,21 +117,24 @@ struct RxPath {
 
 impl Connection {
     /// Remember that our ACKs to the peer from `port` were lost (0: none
-    /// chosen yet, nothing to remember).
-    fn note_bad_ack_port(&mut self, port: u16) {
+    /// chosen yet, nothing to remember): no path picks it anew for a while.
+    fn note_bad_ack_port(&mut self, port: u16, now_ns: u64, base_rtt_ns: u64) {
         if port == 0 {
             return;
         }
         self.bad_ack_ports.note(port);
         // Other paths' ACKs leaving from that port take the same dead way
-        // back: move them too, before their senders have to probe. A moved
-        // route, so the new port is one whose ACKs were heard lately where
-        // there is one (`pick_ack_port`), not a coin toss on the fabric.
+        // back: move them too, before their senders have to probe. Not
+        // those heard from it within four base RTTs (a route shared since
+        // an earlier move): the port lives for them, and the probe that
+        // condemned it had another cause. In the embedded default's core
+        // link failure a live path moved so was sent by the plain step onto
+        // the failed link, its ACKs going into it 124.8 µs after it failed.
+        let recent_ns = now_ns.saturating_sub(4 * base_rtt_ns);
         for rx in self.rx_paths.iter_mut().flatten() {
-            if rx.ack_port == port {
+            if rx.ack_port == port && rx.ack_port_heard_ns <= recent_ns {
                 rx.ack_port = 0;
                 rx.ack_port_heard_ns = 0;
-                rx.ack_route = rx.ack_route.wrapping_add(1);
             }
         }
     }

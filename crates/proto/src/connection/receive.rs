@@ -28,7 +28,7 @@ impl Connection {
     /// The receive state of the peer's path that a data packet names:
     /// created on first use, renewed for a newer generation. `None`
     /// (counted) for a slot over the limit or a stale generation.
-    fn rx_path_of(&mut self, dev: &mut DeviceState, repr: &DataRepr) -> Option<usize> {
+    fn rx_path_of(&mut self, now_ns: u64, dev: &mut DeviceState, repr: &DataRepr) -> Option<usize> {
         let slot = repr.base.path_slot;
         let generation = repr.base.path_gen;
         if slot as usize >= dev.config.max_peer_paths {
@@ -53,7 +53,7 @@ impl Connection {
             // `pick_ack_port`); keep them off the old port a while.
             let old_ack_port = rx.ack_port;
             *rx = RxPath::new(psn_base, slot, generation);
-            self.note_bad_ack_port(old_ack_port);
+            self.note_bad_ack_port(old_ack_port, now_ns, dev.config.base_rtt_ns);
         }
         Some(slot as usize)
     }
@@ -67,7 +67,7 @@ impl Connection {
     /// and the packet does not count as received. The sender still counts
     /// toward the receiver's admission: it has data for us.
     pub(crate) fn on_trimmed(&mut self, now_ns: u64, dev: &mut DeviceState, repr: &DataRepr) {
-        let Some(slot) = self.rx_path_of(dev, repr) else {
+        let Some(slot) = self.rx_path_of(now_ns, dev, repr) else {
             return;
         };
         let rx = self.rx_paths[slot].as_mut().expect("created above");
@@ -140,7 +140,7 @@ impl Connection {
         repr: &DataRepr,
         payload: &[u8],
     ) {
-        let Some(slot) = self.rx_path_of(dev, repr) else {
+        let Some(slot) = self.rx_path_of(now_ns, dev, repr) else {
             return;
         };
         let slot = slot as u8;
@@ -207,21 +207,7 @@ impl Connection {
             rx.ack_route_moved_ns = now_ns;
             rx.ack_port_heard_ns = 0;
             let dead = std::mem::take(&mut rx.ack_port);
-            // Unless another path's ACKs from that port were heard lately
-            // (a route shared since an earlier move): then the port lives,
-            // and condemning it would move those paths too, onto ports
-            // nobody has proved (in the embedded default's core link
-            // failure, one such move sent a live path's ACKs into the
-            // failed link 125 µs after it failed).
-            let recent_ns = now_ns.saturating_sub(4 * dev.config.base_rtt_ns);
-            let heard_elsewhere = self
-                .rx_paths
-                .iter()
-                .flatten()
-                .any(|x| x.ack_port == dead && dead != 0 && x.ack_port_heard_ns > recent_ns);
-            if !heard_elsewhere {
-                self.note_bad_ack_port(dead);
-            }
+            self.note_bad_ack_port(dead, now_ns, dev.config.base_rtt_ns);
         }
         let rx = self.rx_paths[slot as usize]
             .as_mut()

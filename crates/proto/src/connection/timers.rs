@@ -425,8 +425,13 @@ impl Connection {
                 let overtaken = oldest_sent.is_some_and(|t| self.acked_sent_after(p, t));
                 // Cross-path RACK may find it overdue first, a few µs
                 // before the probe timeout: the same verdict (a probe on it
-                // would only be lost into the same failure).
-                if (probe_due || rack_due)
+                // would only be lost into the same failure), unless the
+                // fabric loses 2 % or more at random (the bar of
+                // `replacement_ports`): there a packet overdue is often
+                // only lost, and the probe decides.
+                let rack_tells = rack_due
+                    && dev.loss_rate.rate() < crate::replacement_ports::RANDOM_LOSS_FOR_BURSTS;
+                if (probe_due || rack_tells)
                     && self.paths[p].unproven
                     && oldest_sent.is_some_and(|t| self.silent_while_others_deliver(p, t, now_ns))
                 {
