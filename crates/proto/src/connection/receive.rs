@@ -53,7 +53,7 @@ impl Connection {
             // `pick_ack_port`); keep them off the old port a while.
             let old_ack_port = rx.ack_port;
             *rx = RxPath::new(psn_base, slot, generation);
-            self.note_bad_ack_port(old_ack_port, now_ns, dev.config.base_rtt_ns);
+            self.note_bad_ack_port(old_ack_port, now_ns, dev);
         }
         Some(slot as usize)
     }
@@ -207,7 +207,7 @@ impl Connection {
             rx.ack_route_moved_ns = now_ns;
             rx.ack_port_heard_ns = 0;
             let dead = std::mem::take(&mut rx.ack_port);
-            self.note_bad_ack_port(dead, now_ns, dev.config.base_rtt_ns);
+            self.note_bad_ack_port(dead, now_ns, dev);
         }
         let rx = self.rx_paths[slot as usize]
             .as_mut()
