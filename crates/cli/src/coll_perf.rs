@@ -52,8 +52,8 @@ const METAROCE_USAGE: &str = "\
                               whose packets leave unfragmented, at most 8192, or 61440 toward a rank on this host; more than the path carries is an error)
   --icrc                      compute and check the ICRC on every data packet (default: ranks agree to leave it
                               to the UDP checksum)
-  --paths <n>                 paths per connection (default 8, or 1 when every peer is on this host and ranks
-                              share cores)
+  --paths <n>                 paths per connection (default 8, or 1 for ranks started by --ranks, all on
+                              127.0.0.1)
   --slots <n>                 staging slots per peer (default 4)
   --slot-bytes <size>         bytes per staging slot (default 256K)
   --algo <name>               all-reduce algorithm, like NCCL_ALGO: auto (default: rd up to 64 KiB, then ring,

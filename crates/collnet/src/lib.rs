@@ -50,7 +50,7 @@ pub use comm::{DriverStats, Member, NetComm};
 pub use error::CollNetError;
 pub use job::{DEFAULT_PORT, Job};
 pub use metaroce_udp::Impair;
-pub use rig::{AUTO_MTU_CAP, AUTO_PATHS, LOCAL_MTU_CAP, LOCAL_SHARED_PATHS};
+pub use rig::{AUTO_MTU_CAP, AUTO_PATHS, LOCAL_MTU_CAP, LOCAL_PATHS};
 
 use metaroce_coll::CommConfig;
 use std::time::Duration;
@@ -69,9 +69,8 @@ pub struct NetConfig {
     /// cannot carry whole is an error when that peer is connected.
     pub mtu: u32,
     /// Paths (UDP source ports) per connection. 0 (the default):
-    /// [`AUTO_PATHS`], or [`LOCAL_SHARED_PATHS`] for a device bound to a
-    /// loopback address when `comm.ranks_share_cores` (this rank's host
-    /// runs more ranks than cores).
+    /// [`AUTO_PATHS`], or [`LOCAL_PATHS`] for a device bound to a loopback
+    /// address (every peer on this host).
     pub paths: u32,
     /// Receive-side impairment of this rank's device.
     pub impair: Option<Impair>,

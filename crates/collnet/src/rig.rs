@@ -69,25 +69,24 @@ pub(crate) fn device_mtu(cfg: &NetConfig, ip: IpAddr) -> u32 {
 pub const AUTO_PATHS: u32 = 8;
 
 /// Paths per connection ([`NetConfig::paths`] 0) of a device bound to a
-/// loopback address when ranks share cores. Loopback has one route, so
-/// spraying buys nothing there, and each path costs per-datagram work
-/// that, with more ranks than cores, is the operation's time: every path
-/// is a socket of its own (a burst over 8 paths leaves in up to 8
-/// `sendmmsg` calls, not one), and the receiver acknowledges each path on
-/// its own (a 60 KiB-packet message spread over 8 paths got about one ACK
-/// per data packet). 1 MiB all-reduce at 8 ranks on 2 cores, per
+/// loopback address (every peer on this host). Loopback has one route, so
+/// spraying buys nothing there, and each path costs per-datagram work:
+/// every path is a socket of its own (a burst over 8 paths leaves in up
+/// to 8 `sendmmsg` calls, not one), and the receiver acknowledges each
+/// path on its own (a 60 KiB-packet message spread over 8 paths got about
+/// one ACK per data packet). 1 MiB all-reduce at 8 ranks on 2 cores, per
 /// operation and rank: 48 ACKs sent with 8 paths, 18 with 1; 78
-/// `sendmmsg` calls against 21 (BENCHMARKS.md, collectives round 12).
-/// Ranks with a core each keep [`AUTO_PATHS`]: two ranks on 2 cores ran
-/// slower with 1 or 2 paths in the same measurements.
-pub const LOCAL_SHARED_PATHS: u32 = 1;
+/// `sendmmsg` calls against 21; busbw +28 % in twenty interleaved runs
+/// (BENCHMARKS.md, collectives round 12).
+pub const LOCAL_PATHS: u32 = 1;
 
 /// The device's paths per connection: the configured count, or when it is
-/// 0, [`LOCAL_SHARED_PATHS`] for a device bound to a loopback address (every
-/// peer on this host) whose ranks share cores, [`AUTO_PATHS`] for any other.
+/// 0, [`LOCAL_PATHS`] for a device bound to a loopback address and
+/// [`AUTO_PATHS`] for any other (like [`device_mtu`], a routable device
+/// cannot tell which of its peers share its host).
 pub(crate) fn device_paths(cfg: &NetConfig, ip: IpAddr) -> u32 {
     match cfg.paths {
-        0 if ip.is_loopback() && cfg.comm.ranks_share_cores => LOCAL_SHARED_PATHS,
+        0 if ip.is_loopback() => LOCAL_PATHS,
         0 => AUTO_PATHS,
         p => p,
     }
