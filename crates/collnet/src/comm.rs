@@ -641,7 +641,7 @@ impl NetComm {
             // message usually comes within microseconds, far sooner than
             // two thread wake-ups (engine, then this thread) deliver it.
             if !self.poll_window.is_zero() && idle < self.poll_window {
-                if self.yield_polling || idle >= SPIN_ALONE {
+                if self.yield_polling {
                     std::thread::yield_now();
                 } else {
                     std::hint::spin_loop();
@@ -856,23 +856,6 @@ fn region_of(
         Buf::Recv => ops.get(&op)?.recv,
     }
 }
-
-/// How long a spinning rank ([`NetConfig::yield_while_polling`] off)
-/// spins before it yields between polls for the rest of its window. A
-/// rank with a core of its own gets a small message's answer within a few
-/// microseconds (8-byte all-reduce over 2 loopback ranks: 6 µs), and a
-/// yield with nothing else runnable on the core returns at once, so this
-/// costs such a rank nothing. But when something else takes a core (a
-/// build, another job) two ranks not bound to cores can end up on one, and
-/// a rank spinning there for its peer's message holds the CPU that peer
-/// needs until the scheduler's next tick: on a loaded 2-vCPU host an
-/// 8-byte all-reduce over 2 such ranks took 5-8 µs in some runs and
-/// 0.5-1 ms in others; spinning 10 µs, then yielding, 20 µs in most
-/// (`coll-perf` binds ranks with a core each to their cores, which avoids
-/// the sharing altogether).
-///
-/// [`NetConfig::yield_while_polling`]: crate::NetConfig::yield_while_polling
-const SPIN_ALONE: Duration = Duration::from_micros(10);
 
 /// Bytes copied into or out of a region per hold of the device lock.
 const COPY_PIECE_BYTES: usize = 4 << 20;

@@ -116,10 +116,7 @@ pub struct NetConfig {
     /// Give the CPU up between polls of that window (`sched_yield`), as MPI
     /// does when it runs more ranks than cores: a rank that waits lets the
     /// ranks sharing its core run, yet takes its answer without two thread
-    /// wake-ups (the device's engine, then its own). Off by default: the
-    /// rank spins for the first 10 µs of the window and yields between
-    /// polls after that (a rank meant to have a core of its own may still
-    /// find it shared with its peer on a loaded host).
+    /// wake-ups (the device's engine, then its own). Off by default.
     pub yield_while_polling: bool,
     /// After the polling window, sleep on the device's receive socket in
     /// the rank's own thread (the device's `poll_cq_wait`, which takes in
