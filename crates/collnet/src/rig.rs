@@ -76,7 +76,7 @@ pub const AUTO_PATHS: u32 = 8;
 /// path on its own (a 60 KiB-packet message spread over 8 paths got about
 /// one ACK per data packet). 1 MiB all-reduce at 8 ranks on 2 cores, per
 /// operation and rank: 48 ACKs sent with 8 paths, 18 with 1; 78
-/// `sendmmsg` calls against 21; busbw +28 % in twenty interleaved runs
+/// `sendmmsg` calls against 21; busbw +28 % in ten interleaved runs
 /// (BENCHMARKS.md, collectives round 12).
 pub const LOCAL_PATHS: u32 = 1;
 
