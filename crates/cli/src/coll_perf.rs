@@ -52,7 +52,8 @@ const METAROCE_USAGE: &str = "\
                               whose packets leave unfragmented, at most 8192, or 61440 toward a rank on this host; more than the path carries is an error)
   --icrc                      compute and check the ICRC on every data packet (default: ranks agree to leave it
                               to the UDP checksum)
-  --paths <n>                 paths per connection (default 8)
+  --paths <n>                 paths per connection (default 8, or 1 for ranks started by --ranks, all on
+                              127.0.0.1)
   --slots <n>                 staging slots per peer (default 4)
   --slot-bytes <size>         bytes per staging slot (default 256K)
   --algo <name>               all-reduce algorithm, like NCCL_ALGO: auto (default: rd up to 64 KiB, then ring,
@@ -66,6 +67,8 @@ const METAROCE_USAGE: &str = "\
   --sleep socket|event        after polling, sleep on the device's receive socket in the rank's thread, or on
                               the CQ's completion event while the device's engine drives (default: socket when
                               ranks share cores, as for --poll, else event)
+  --bind core|none            bind each rank of this host to a core of its own when there are no more ranks than
+                              cores, as mpirun does (default core; ranks that share cores are never bound)
   --dev-port <port>           MetaRoCE device UDP port (default 4793, or a free range when another rank has it;
                               a port given here is used as given: one rank per host)
   --stats                     print every rank's device, connection and path counters (name value lines) on
@@ -92,6 +95,7 @@ struct Extra {
     poll_us: Option<u64>,
     poll_mode: Option<String>,
     sleep: Option<String>,
+    bind: Option<String>,
     dev_port: Option<u16>,
     stats: bool,
     icrc: bool,
@@ -123,6 +127,7 @@ fn split_args(rest: &[String]) -> Result<(Vec<String>, Extra), String> {
             "--poll-us",
             "--poll",
             "--sleep",
+            "--bind",
             "--dev-port",
             "--pcap",
             "--pcap-snaplen",
@@ -188,6 +193,12 @@ fn split_args(rest: &[String]) -> Result<(Vec<String>, Extra), String> {
                 }
                 x.sleep = Some(v.clone());
             }
+            "--bind" => {
+                if v != "core" && v != "none" {
+                    return Err(format!("--bind {v:?}: core or none"));
+                }
+                x.bind = Some(v.clone());
+            }
             "--dev-port" => {
                 x.dev_port = Some(
                     v.parse()
@@ -241,6 +252,64 @@ fn poll_defaults() -> (u64, bool) {
         .unwrap_or(1);
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     (POLL_US, local > cores)
+}
+
+/// This rank's place among the ranks of its host: `LOCAL_RANK` and
+/// `LOCAL_WORLD_SIZE` (torchrun's names; `--ranks` sets the second), or the
+/// job's rank when the whole job is on this host.
+fn local_rank(job: &Job) -> Option<(u32, u32)> {
+    let var = |name| std::env::var(name).ok().and_then(|v| v.parse::<u32>().ok());
+    let local_world = var("LOCAL_WORLD_SIZE")?;
+    match var("LOCAL_RANK") {
+        Some(r) => Some((r, local_world)),
+        None => (local_world == job.world).then_some((job.rank, local_world)),
+    }
+}
+
+/// Binds the calling thread, and so every thread it starts afterwards (the
+/// device's engine, the control channel), to the `local_rank`-th CPU this
+/// process may run on, when there are at least `local_world` such CPUs: a
+/// core per rank, as `mpirun` binds ranks to cores when there are no more
+/// ranks than cores. Returns the CPU, or `None` when ranks share cores
+/// (they are left to the scheduler) or the system refused.
+///
+/// A waiting rank with a core of its own spins for its peer's message.
+/// Left to float, two such ranks on a 2-vCPU host that also runs something
+/// else (a build, another job) were often put on the same core, and each
+/// then spun through its time slice while the peer it waited for sat
+/// runnable behind it: 1 MiB all-reduce over 2 ranks ran at 0.3-3 GB/s
+/// from run to run and an 8-byte one took 6 µs or 1 ms, where the same
+/// ranks bound to cores 0 and 1 ran at 1.1-3.5 GB/s and 6-27 µs
+/// (BENCHMARKS.md, collectives round 12).
+#[allow(unsafe_code)]
+fn bind_to_core(local_rank: u32, local_world: u32) -> Option<usize> {
+    if local_rank >= local_world {
+        return None;
+    }
+    let size = size_of::<libc::cpu_set_t>();
+    // SAFETY: `cpu_set_t` is a plain bit array, for which all zeroes is a
+    // valid (empty) value.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid, writable `cpu_set_t` of `size` bytes; pid 0
+    // names the calling thread.
+    if unsafe { libc::sched_getaffinity(0, size, &raw mut set) } != 0 {
+        return None;
+    }
+    let allowed: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: `cpu` is below CPU_SETSIZE, the bit count of `set`.
+        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+        .collect();
+    let cpu = *allowed.get(local_rank as usize)?;
+    if allowed.len() < local_world as usize {
+        return None;
+    }
+    // SAFETY: as above, an empty set.
+    let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpu` came from the scan above, so it is below CPU_SETSIZE.
+    unsafe { libc::CPU_SET(cpu, &mut one) };
+    // SAFETY: `one` is a valid `cpu_set_t` of `size` bytes; pid 0 names the
+    // calling thread.
+    (unsafe { libc::sched_setaffinity(0, size, &raw const one) } == 0).then_some(cpu)
 }
 
 /// How long a waiting rank polls before it sleeps, µs.
@@ -361,6 +430,12 @@ pub(crate) fn run(args: CollPerfArgs) -> Result<ExitCode, String> {
         }
         None => None,
     };
+    if extra.bind.as_deref() != Some("none")
+        && let Some((local_rank, local_world)) = local_rank(&job)
+    {
+        // Before the device starts: its engine thread inherits the core.
+        bind_to_core(local_rank, local_world);
+    }
     let mut comm = connect(&job, &cfg).map_err(|e| e.to_string())?;
     let result = run_rank(&mut comm, collective, &options, &extra);
     let stats =

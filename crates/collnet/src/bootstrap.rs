@@ -120,7 +120,7 @@ fn host_name() -> String {
 fn local_endpoint(rig: &Rig, cfg: &NetConfig) -> Endpoint {
     Endpoint {
         device_port: rig.dev.addr().port(),
-        path_port_span: cfg.paths as u16,
+        path_port_span: rig::device_paths(cfg, rig.dev.addr().ip()) as u16,
         mtu: rig::device_mtu(cfg, rig.dev.addr().ip()),
         qpns: rig
             .qps

@@ -50,7 +50,7 @@ pub use comm::{DriverStats, Member, NetComm};
 pub use error::CollNetError;
 pub use job::{DEFAULT_PORT, Job};
 pub use metaroce_udp::Impair;
-pub use rig::{AUTO_MTU_CAP, LOCAL_MTU_CAP};
+pub use rig::{AUTO_MTU_CAP, AUTO_PATHS, LOCAL_MTU_CAP, LOCAL_PATHS};
 
 use metaroce_coll::CommConfig;
 use std::time::Duration;
@@ -68,7 +68,9 @@ pub struct NetConfig {
     /// [`LOCAL_MTU_CAP`] toward a rank on this one; a value the path to a peer
     /// cannot carry whole is an error when that peer is connected.
     pub mtu: u32,
-    /// Paths (UDP source ports) per connection.
+    /// Paths (UDP source ports) per connection. 0 (the default):
+    /// [`AUTO_PATHS`], or [`LOCAL_PATHS`] for a device bound to a loopback
+    /// address (every peer on this host).
     pub paths: u32,
     /// Receive-side impairment of this rank's device.
     pub impair: Option<Impair>,
@@ -142,7 +144,7 @@ impl Default for NetConfig {
         Self {
             comm: CommConfig::default(),
             mtu: 0,
-            paths: 8,
+            paths: 0,
             impair: None,
             seed: metaroce_udp::os_seed(),
             device_port: metaroce_udp::DEFAULT_DEVICE_PORT,

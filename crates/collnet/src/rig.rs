@@ -63,13 +63,43 @@ pub(crate) fn device_mtu(cfg: &NetConfig, ip: IpAddr) -> u32 {
     }
 }
 
+/// Paths per connection ([`NetConfig::paths`] 0) toward peers on other
+/// hosts: enough source ports for ECMP to spread a connection over a
+/// fabric's links.
+pub const AUTO_PATHS: u32 = 8;
+
+/// Paths per connection ([`NetConfig::paths`] 0) of a device bound to a
+/// loopback address (every peer on this host). Loopback has one route, so
+/// spraying buys nothing there, and each path costs per-datagram work:
+/// every path is a socket of its own (a burst over 8 paths leaves in up
+/// to 8 `sendmmsg` calls, not one), and the receiver acknowledges each
+/// path on its own (a 60 KiB-packet message spread over 8 paths got about
+/// one ACK per data packet). 1 MiB all-reduce at 8 ranks on 2 cores, per
+/// operation and rank: 48 ACKs sent with 8 paths, 18 with 1; 78
+/// `sendmmsg` calls against 21; busbw +28 % in ten interleaved runs
+/// (BENCHMARKS.md, collectives round 12).
+pub const LOCAL_PATHS: u32 = 1;
+
+/// The device's paths per connection: the configured count, or when it is
+/// 0, [`LOCAL_PATHS`] for a device bound to a loopback address and
+/// [`AUTO_PATHS`] for any other (like [`device_mtu`], a routable device
+/// cannot tell which of its peers share its host).
+pub(crate) fn device_paths(cfg: &NetConfig, ip: IpAddr) -> u32 {
+    match cfg.paths {
+        0 if ip.is_loopback() => LOCAL_PATHS,
+        0 => AUTO_PATHS,
+        p => p,
+    }
+}
+
 fn endpoint_config(cfg: &NetConfig, ip: IpAddr) -> EndpointConfig {
+    let paths = device_paths(cfg, ip);
     EndpointConfig {
         device_port: cfg.device_port,
         mtu_payload_bytes: device_mtu(cfg, ip),
         accept_icrc_omitted: cfg.icrc_omission,
-        paths_per_connection: cfg.paths as usize,
-        path_port_span: cfg.paths as u16,
+        paths_per_connection: paths as usize,
+        path_port_span: paths as u16,
         seed: cfg.seed,
         // Real sockets on a shared machine: a thread often waits a
         // scheduler tick for its CPU, and an RTO below that fires on
