@@ -361,6 +361,18 @@ impl Admission {
         1000u64.saturating_sub(over).max(250)
     }
 
+    /// What `n` active senders are granted in all, Mbit/s: the
+    /// utilisation target, scaled down by a standing queue when there are
+    /// several (a lone sender's delay is the fabric's).
+    fn granted_total_mbps(&self, n: u64) -> u64 {
+        let qf = if n > 1 {
+            self.queue_factor_permille()
+        } else {
+            1000
+        };
+        self.line_mbps * self.utilisation_permille / 1000 * qf / 1000
+    }
+
     /// When [`take_regrants`](Self::take_regrants) next has work: room was
     /// released (or will be, at that time).
     pub(crate) fn regrant_deadline(&self) -> Option<u64> {
@@ -372,10 +384,9 @@ impl Admission {
 
     /// Rule 5: the connections of the senders to push a raised grant to
     /// now, into `out` (each then sends an ACK, whose grant is computed as
-    /// any other's). Only what no one is promised is handed out, to the
-    /// senders furthest below their fair share first in slab order, each
-    /// raise at least a third of its grant (an ACK for less is not worth
-    /// its bytes).
+    /// any other's). Only what no one is promised is handed out, in slab
+    /// order, each raise at least a third of the sender's grant (an ACK for
+    /// less is not worth its bytes).
     pub(crate) fn take_regrants(&mut self, now_ns: u64, out: &mut Vec<u32>) {
         if self.regrant_deadline().is_none_or(|d| d > now_ns) {
             return;
@@ -389,18 +400,14 @@ impl Admission {
         if n == 0 {
             return;
         }
-        let qf = if n > 1 {
-            self.queue_factor_permille()
-        } else {
-            1000
-        };
-        let total = self.line_mbps * self.utilisation_permille / 1000 * qf / 1000;
-        let fair = if n == 1 { self.line_mbps } else { total / n };
-        let mut room = total.saturating_sub(self.committed_mbps + self.pending_mbps);
-        if n == 1 {
+        let total = self.granted_total_mbps(n);
+        let (fair, mut room) = if n == 1 {
             // Alone: the whole link (`grant_mbps`), whatever is committed.
-            room = self.line_mbps;
-        }
+            (self.line_mbps, self.line_mbps)
+        } else {
+            let free = total.saturating_sub(self.committed_mbps + self.pending_mbps);
+            (total / n, free)
+        };
         if room * 3 < fair {
             return;
         }
@@ -437,12 +444,7 @@ impl Admission {
             };
         };
         let n = self.live.max(1);
-        let qf = if n > 1 {
-            self.queue_factor_permille()
-        } else {
-            1000
-        };
-        let total = self.line_mbps * self.utilisation_permille / 1000 * qf / 1000;
+        let total = self.granted_total_mbps(n);
         let current = self.active[i as usize].map_or(0, |a| a.grant_mbps);
         let grant = if n == 1 {
             // Alone: the whole link (what others still have in flight is

@@ -74,6 +74,17 @@ impl DeviceState {
     /// The QP a packet naming local `qpn` on connection `conn` is for; a
     /// miss (not ours, or not bound to that peer) is counted, and the
     /// caller drops the packet.
+    /// Whether a silence is evidence of a failure: the fabric loses less
+    /// than `RANDOM_LOSS_FOR_BURSTS` at random. Above it a probe or its
+    /// answer goes missing on a live route often enough that an
+    /// unanswered one proves little, and the rules that act on one
+    /// (`replacement_ports` bursts, retiring a path on a settled probe or
+    /// on cross-path RACK while unproven, keeping heard paths on a
+    /// condemned ACK port) stand back.
+    pub(crate) fn silence_is_evidence(&self) -> bool {
+        self.loss_rate.rate() < crate::replacement_ports::RANDOM_LOSS_FOR_BURSTS
+    }
+
     pub(crate) fn qp_for_packet(&mut self, qpn: u32, conn: u32) -> Option<&mut Qp> {
         let qp = self.qps.for_packet(qpn, conn);
         if qp.is_none() {

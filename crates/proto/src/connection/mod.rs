@@ -134,7 +134,7 @@ impl Connection {
         // `replacement_ports`): there probes come from random losses, a
         // port heard a moment ago proves little, and keeping paths on it
         // cost the 10 %/link permutation 6 % (mean of seeds 1-6).
-        let recent_ns = if dev.loss_rate.rate() < crate::replacement_ports::RANDOM_LOSS_FOR_BURSTS {
+        let recent_ns = if dev.silence_is_evidence() {
             now_ns.saturating_sub(4 * dev.config.base_rtt_ns)
         } else {
             u64::MAX

@@ -336,8 +336,7 @@ impl Connection {
                     self.paths[p].last_acked_ns < *t
                         && self.silent_while_others_deliver(p, *t, now_ns)
                 };
-                let probes_tell =
-                    dev.loss_rate.rate() < crate::replacement_ports::RANDOM_LOSS_FOR_BURSTS;
+                let probes_tell = dev.silence_is_evidence();
                 if let Some(t) = oldest_sent
                     .filter(unanswered)
                     .or_else(|| probe_sent.filter(|t| probes_tell && unanswered(t)))
@@ -429,8 +428,7 @@ impl Connection {
                 // fabric loses 2 % or more at random (the bar of
                 // `replacement_ports`): there a packet overdue is often
                 // only lost, and the probe decides.
-                let rack_tells = rack_due
-                    && dev.loss_rate.rate() < crate::replacement_ports::RANDOM_LOSS_FOR_BURSTS;
+                let rack_tells = rack_due && dev.silence_is_evidence();
                 if (probe_due || rack_tells)
                     && self.paths[p].unproven
                     && oldest_sent.is_some_and(|t| self.silent_while_others_deliver(p, t, now_ns))
