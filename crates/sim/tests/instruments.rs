@@ -232,26 +232,32 @@ fn failures_report_how_long_traffic_kept_running_into_them() {
 /// unanswered while later packets were acknowledged on other paths. The
 /// ring's next message used to settle the probe (through op-acks on the
 /// other paths) before its timeout and excuse the path, message after
-/// message: the last ACK went into the link 98.4 µs after it failed; now
-/// 36.9 µs.
+/// message: the last ACK went into the link 98.4 µs after it failed (seed
+/// 1). And a path is judged by its newest packet as well as its oldest,
+/// from when an answer could first come: judged by the oldest alone, an
+/// old packet sent before an ACK that did come excused the packets sent
+/// since (seed 2: 91.5 µs). Now 36.9 / 30.7 / 31.9 µs on seeds 1-3.
 #[test]
 fn acks_stop_going_into_a_failed_link_when_the_data_still_gets_through() {
-    let o = run(&format!(
-        "{FT16}latency_ns = 1000
+    for seed in 1..=3 {
+        let o = run(&format!(
+            "seed = {seed}
+{FT16}latency_ns = 1000
 [[failure]]
 at_us = 100
 link = [\"core1\", \"agg2\"]
 \
-         [[workload]]
+             [[workload]]
 kind = \"ring_allreduce\"
 bytes = 2097152
 order = \"random\"
 "
-    ));
-    let f = &o.results.failures[0];
-    assert!(f.acks_lost > 0, "{f:?}");
-    assert!(f.acks_quiet_after_us <= 50.0, "{f:?}");
-    assert_eq!(o.results.fct.failed, 0);
+        ));
+        let f = &o.results.failures[0];
+        assert!(f.acks_lost > 0, "seed {seed}: {f:?}");
+        assert!(f.acks_quiet_after_us <= 50.0, "seed {seed}: {f:?}");
+        assert_eq!(o.results.fct.failed, 0, "seed {seed}");
+    }
 }
 
 #[test]

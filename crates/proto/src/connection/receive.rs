@@ -207,6 +207,14 @@ impl Connection {
             rx.ack_route_moved_ns = now_ns;
             rx.ack_port_heard_ns = 0;
             let dead = std::mem::take(&mut rx.ack_port);
+            trace_event!(
+                in: self.trace.enter(),
+                DEBUG,
+                now_ns,
+                slot,
+                dead_port = dead,
+                "probe on a path with nothing missing: its ACKs move off their port"
+            );
             self.note_bad_ack_port(dead, now_ns, dev);
         }
         let rx = self.rx_paths[slot as usize]

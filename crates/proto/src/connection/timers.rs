@@ -7,7 +7,7 @@ use super::{Connection, PACKET_OVERHEAD_BYTES, Resend, give_up, requester};
 use crate::device_state::DeviceState;
 use crate::maybe_ns::MaybeNs;
 use crate::message::{MsgKind, SegRef};
-use crate::path::{AckWait, ProbeHold, SentState, TxPath};
+use crate::path::{AckWait, ProbeHold, SentPacket, SentState, TxPath};
 use crate::probe_budget::ProbeGrant;
 use crate::replacement_ports::ReplacementPorts;
 use crate::trace::trace_event;
@@ -303,6 +303,12 @@ impl Connection {
             let pto_min = dev.config.probe_timeout_min_ns;
             let oldest_sent = self.paths[p].oldest_outstanding_sent_ns();
             let probe_sent = self.paths[p].probe_sent_ns.get();
+            let newest_sent = self.paths[p]
+                .inflight
+                .iter()
+                .rev()
+                .find(|s| s.state() == SentState::Outstanding)
+                .map(|s| s.sent_ns);
             if self.forget_settled(p) {
                 // Only copies of segments acknowledged elsewhere were left
                 // (a tail copy, or a resend, got there first): nothing to
@@ -332,14 +338,29 @@ impl Connection {
                 // a probe or its answer goes missing on a live route (the
                 // bar of `replacement_ports`): at 5 % loss per link it
                 // retired live paths and cost the permutation 7 %.
+                // Unanswered: no ACK of this path arrived after `t` plus
+                // the minimum RTT, the earliest an answer to a packet sent
+                // at `t` can come (an ACK just after `t` was for earlier
+                // packets). And judged by the newest packet too, not only
+                // the oldest: an old packet whose ACK never came (sent long
+                // before an ACK that did) says nothing about the packets
+                // sent since. Judged by the oldest packet's send time
+                // alone, a path whose ACKs died in a failed link was
+                // excused by its last ACK from just before the failure,
+                // went back into service clean and acked the ring's next
+                // message into the failure 60-80 µs later
+                // (`fail-core-link`, seeds 1-6: ACKs into the failed link
+                // stopped 83-106 µs after it, now 24-39 µs).
+                let rtt_min_ns = self.conn_rtt.measured_min_ns().unwrap_or(0);
                 let unanswered = |t: &u64| {
-                    self.paths[p].last_acked_ns < *t
+                    self.paths[p].last_acked_ns < t.saturating_add(rtt_min_ns)
                         && self.silent_while_others_deliver(p, *t, now_ns)
                 };
                 let probes_tell = dev.silence_is_evidence();
                 if let Some(t) = oldest_sent
                     .filter(unanswered)
                     .or_else(|| probe_sent.filter(|t| probes_tell && unanswered(t)))
+                    .or_else(|| newest_sent.filter(|t| probes_tell && unanswered(t)))
                 {
                     if dev.config.hosts_share_cpus() {
                         self.paths[p].unproven = true;
@@ -706,6 +727,14 @@ impl Connection {
         };
         let oldest_sent_ns = self.paths[p].oldest_outstanding_sent_ns();
         let first_psn = self.paths[p].first_inflight_psn();
+        // A segment the replacement can probe with at once (below): the
+        // oldest this path lost, else any waiting to go again.
+        let probe_seg = self.paths[p]
+            .inflight
+            .iter()
+            .find(|s| s.state() == SentState::Outstanding)
+            .map(SentPacket::seg)
+            .or_else(|| self.retransmit_queue.front().map(|r| r.seg));
         let lost = self.mark_path_lost(p);
         self.inflight_bytes -= lost;
         let cfg = &dev.config;
@@ -820,7 +849,17 @@ impl Connection {
         fresh.unproven = true;
         fresh.drawn_fresh = proven.is_none() && port != old.src_port;
         fresh.retired = oldest_sent_ns.map(|t| (first_psn, t));
+        let probe_now = fresh.drawn_fresh && probe_seg.is_some();
         self.paths[p] = fresh;
+        if probe_now {
+            // A fresh port is a new ECMP hash, and may land on the dead
+            // part again. Asked at once (a copy of a segment resent
+            // elsewhere anyway, asking for an ACK), it is proven or retired
+            // within a probe timeout of this retirement; otherwise its
+            // first packet waits for new data (a ring's next message, tens
+            // of microseconds later) and only then starts the clock.
+            self.path_probes.push_back((p, probe_seg));
+        }
         self.cc.on_path_replaced(p, now_ns);
         self.stats.paths_replaced += 1;
         dev.stats.paths_replaced += 1;
@@ -1084,6 +1123,49 @@ mod tests {
         let (ports, s, now) = writes_over_dead_routes(16, 64, 1);
         assert_eq!(s.paths_replaced, 2, "{s:?}");
         assert!(ports[1..].contains(&now[0]), "{ports:?} -> {now:?}");
+    }
+
+    #[test]
+    fn a_fresh_replacement_is_probed_at_once_not_with_the_next_message() {
+        // One WRITE; slot 0's route is dead (and so is every fresh
+        // port's). The path is retired once its probe goes unanswered, when
+        // nothing new is left to send; its replacement asks for an ACK at
+        // once (a copy of a packet the dead route lost), so its fresh route
+        // is tried within this WRITE, not with a next message (in a ring
+        // all-reduce, tens of µs later). Without the probe it is never
+        // tried here.
+        let cfg = |seed| EndpointConfig {
+            line_rate_bps: 10_000_000_000,
+            paths_per_connection: 16,
+            path_port_span: 64,
+            ..fixture::config(seed)
+        };
+        let mut l = lab(cfg(1), cfg(2));
+        let peer = l.pair.addr(Side::B);
+        let ports = l.pair.a.path_ports(peer).unwrap();
+        let live = ports[1..].to_vec();
+        let fresh_tries = std::rc::Rc::new(std::cell::Cell::new(0u32));
+        let tries = fresh_tries.clone();
+        l.pair.set_filter(Some(Box::new(move |hop| {
+            let port = hop.transmit.src_port;
+            if hop.transmit.kind == PacketKind::Data && !live.contains(&port) {
+                if port != ports[0] {
+                    tries.set(tries.get() + 1);
+                }
+                Fate::Drop
+            } else {
+                Fate::Deliver
+            }
+        })));
+        write(&mut l, 1, 64 << 10);
+        assert!(l.pair.settle(10_000, 1_000));
+        succeeded(&mut l, 1, 64 << 10);
+        assert!(
+            l.pair.a.stats().paths_replaced >= 1,
+            "{:?}",
+            l.pair.a.stats()
+        );
+        assert!(fresh_tries.get() >= 1, "the replacement was never tried");
     }
 
     #[test]

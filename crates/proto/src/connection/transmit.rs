@@ -714,6 +714,18 @@ impl Connection {
             rx.ack_port = port;
             rx.ack_port_floor = rx.window.ack_psn();
             rx.ack_port_heard_ns = 0;
+            if route != 0 || rx.generation != 0 {
+                trace_event!(
+                    in: self.trace.enter(),
+                    DEBUG,
+                    now_ns,
+                    slot,
+                    generation = rx.generation,
+                    route,
+                    port,
+                    "ACK route picked for a renewed or moved path"
+                );
+            }
         }
         let rx = self.rx_paths[slot as usize]
             .as_mut()
