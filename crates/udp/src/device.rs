@@ -45,10 +45,16 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// Monotonic nanoseconds from a process-wide origin.
+/// Monotonic nanoseconds from a process-wide origin (never 0 after the
+/// first call: the origin is one nanosecond before it).
+///
+/// Read straight from `CLOCK_MONOTONIC`: a ping-pong reads the clock a few
+/// times per hop and each empty poll once, and `Instant::elapsed` (its
+/// `Duration` and `u128` arithmetic) cost ~100 instructions a read.
 pub fn now_ns() -> u64 {
-    static ORIGIN: OnceLock<Instant> = OnceLock::new();
-    ORIGIN.get_or_init(Instant::now).elapsed().as_nanos() as u64
+    static ORIGIN: OnceLock<u64> = OnceLock::new();
+    let origin = *ORIGIN.get_or_init(|| sys::monotonic_ns().saturating_sub(1));
+    sys::monotonic_ns().saturating_sub(origin)
 }
 
 /// A seed from the OS (`/dev/urandom`, or time and pid if that fails).
@@ -1736,6 +1742,11 @@ fn flush(ctx: &mut Context, io: &mut Io, now: u64) -> usize {
 
 fn send_due(ctx: &mut Context, io: &mut Io, now: u64) -> usize {
     io.held_since_ns = 0;
+    // Nothing queued (an idle poll's flush): the core would only answer
+    // `None` after stamping the time and checking both of its queues.
+    if !ctx.wants_to_transmit() {
+        return 0;
+    }
     let mut total = 0;
     loop {
         io.meta.clear();

@@ -799,3 +799,21 @@ pub(crate) fn thread_involuntary_switches() -> u64 {
     }
     u64::try_from(ru.ru_nivcsw).unwrap_or(0)
 }
+
+/// `CLOCK_MONOTONIC` in nanoseconds (the clock `Instant` reads), as one
+/// `u64` without the `Duration` and `u128` arithmetic of
+/// `Instant::elapsed`: a busy-polling thread reads it on every poll.
+pub(crate) fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into the live, writable
+    // `ts`; CLOCK_MONOTONIC always exists on Linux.
+    unsafe {
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts);
+    }
+    (ts.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts.tv_nsec as u64)
+}
