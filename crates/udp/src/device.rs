@@ -530,6 +530,9 @@ struct Io {
     pmtu_refused: bool,
     /// The core had a deadline pending after the last progress pass.
     busy_at_last_pass: bool,
+    /// The last receive pass found the socket empty at once (see
+    /// `take_input`: the next datagram is likely alone).
+    rx_was_idle: bool,
     /// When a due timer was first held back for an undrained socket (see
     /// `TIMER_DEFER_MAX_NS`); None while none is.
     timer_deferred_since: Option<u64>,
@@ -771,6 +774,7 @@ impl Device {
             pmtu_recheck_at_ns: 0,
             pmtu_refused: false,
             busy_at_last_pass: false,
+            rx_was_idle: false,
             timer_deferred_since: None,
             deadline_at_last_pass: None,
             bind_ip: cfg.bind_ip,
@@ -1325,8 +1329,21 @@ fn take_input(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
         if round > 0 {
             now = now_ns();
         }
+        // After a pass that found the socket empty, the datagram that came
+        // since is most likely alone (a ping-pong's request or answer):
+        // read it alone. A batch read would go on to ask the socket for a
+        // second one (its header copied in, the queue locked), on the way
+        // from the datagram to the reply; what else came is the next
+        // pass's, moments later.
+        let lone = round == 0 && io.rx_was_idle;
         // Transient socket errors (e.g. ICMP) are not fatal.
-        let n = io.rxb.recv(&io.rx).unwrap_or_default();
+        let n = io
+            .rxb
+            .recv_up_to(&io.rx, if lone { 1 } else { RX_BATCH })
+            .unwrap_or_default();
+        if round == 0 {
+            io.rx_was_idle = n == 0;
+        }
         if n == 0 {
             drained = true;
             break;
@@ -1364,6 +1381,10 @@ fn take_input(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
             if n == RX_BATCH {
                 break;
             }
+        }
+        // Read alone: the rest (if any) is the next pass's.
+        if lone {
+            break;
         }
         // A short batch emptied the socket: asking again would only cost
         // a system call that finds nothing (a datagram landing meanwhile

@@ -522,8 +522,16 @@ impl RxBatch {
     /// One non-blocking `recvmmsg`; fills `meta`. Returns how many messages
     /// (0 when none is waiting).
     pub fn recv(&mut self, sock: &Socket) -> io::Result<usize> {
+        self.recv_up_to(sock, usize::MAX)
+    }
+
+    /// [`recv`](Self::recv), at most `max` datagrams (at least one). With
+    /// room for more, `recvmmsg` goes on to the next descriptor after a
+    /// datagram (its header copied in, the socket asked again) and finds
+    /// nothing when the datagram was alone, as a ping-pong's is.
+    pub fn recv_up_to(&mut self, sock: &Socket, max: usize) -> io::Result<usize> {
         self.meta.clear();
-        let n = self.bufs.len();
+        let n = self.bufs.len().min(max.max(1));
         let hdrs = &mut self.hdrs;
         // The kernel rewrote the in/out lengths of the messages it filled
         // last time; every other descriptor is as `new` wired it (an idle
