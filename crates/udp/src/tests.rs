@@ -920,3 +920,27 @@ fn guessed_reads_that_miss_leave_received_bytes_intact() {
     );
     assert!(io.rx_direct_guessed > 0, "{io:?}");
 }
+
+/// The clock the driver stamps everything with (`CLOCK_MONOTONIC` read
+/// directly): never 0 (0 means "never" in the driver's state), never
+/// backwards, and in step with `Instant`.
+#[test]
+fn now_ns_is_monotonic_and_in_step_with_instant() {
+    let t0 = crate::now_ns();
+    let i0 = std::time::Instant::now();
+    assert!(t0 > 0);
+    let mut last = t0;
+    for _ in 0..10_000 {
+        let t = crate::now_ns();
+        assert!(t >= last, "{t} < {last}");
+        last = t;
+    }
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let dt = crate::now_ns() - t0;
+    let di = i0.elapsed().as_nanos() as u64;
+    assert!(dt >= 20_000_000, "{dt}");
+    assert!(
+        dt.abs_diff(di) < 5_000_000,
+        "now_ns {dt} against Instant {di}"
+    );
+}
