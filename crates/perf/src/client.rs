@@ -427,36 +427,51 @@ fn client_lat(
     // meanwhile). The ACK for the answer still leaves in front of the
     // request: the completion that handed the answer out held it.
     let mut repost: Option<u64> = None;
+    // A ping-pong's request is the same every time but for its id (and
+    // immediate): built once, so that no allocation sits between an answer
+    // and the next request.
+    let mut pp_wr = match test {
+        Test::WriteLat => Some(SendWr::new(
+            0,
+            WrOp::WriteImm {
+                remote_addr: remote.addr,
+                rkey: remote.rkey,
+                imm: 0,
+            },
+            vec![rig.mr.sge(0, p.size as u32)],
+        )),
+        Test::SendLat => Some(SendWr::new(
+            0,
+            WrOp::Send,
+            vec![rig.mr.sge(0, p.size as u32)],
+        )),
+        _ => None,
+    };
+    if let Some(w) = &mut pp_wr {
+        w.signaled = false;
+    }
+    let mut other_wr;
     while k < target && end_at.is_none_or(|e| now_ns() < e) {
-        let wr = match test {
-            Test::WriteLat => {
-                let mut w = SendWr::new(
-                    k,
-                    WrOp::WriteImm {
-                        remote_addr: remote.addr,
-                        rkey: remote.rkey,
-                        imm: k as u32,
-                    },
-                    vec![rig.mr.sge(0, p.size as u32)],
-                );
-                w.signaled = false;
+        let wr = match &mut pp_wr {
+            Some(w) => {
+                w.wr_id = k;
+                if let WrOp::WriteImm { imm, .. } = &mut w.op {
+                    *imm = k as u32;
+                }
                 w
             }
-            Test::SendLat => {
-                let mut w = SendWr::new(k, WrOp::Send, vec![rig.mr.sge(0, p.size as u32)]);
-                w.signaled = false;
-                w
+            None => {
+                other_wr = bw_wr(test, k, p, 1, &rig.mr, remote);
+                &mut other_wr
             }
-            _ => bw_wr(test, k, p, 1, &rig.mr, remote),
         };
-        let mut wr = wr;
         let t0 = now_ns();
         rig.dev.with(|ctx, now| {
             if inline {
                 wr.sg_list.clear();
                 wr.inline_data = Some(ctx.mr_bytes(&rig.mr)[..p.size as usize].to_vec());
             }
-            ctx.post_send_at(now, qp, std::slice::from_ref(&wr))
+            ctx.post_send_at(now, qp, std::slice::from_ref(wr))
                 .map_err(|(_, e)| PerfError::Other(format!("post_send: {e}")))
         })?;
         if let Some(j) = repost.take() {

@@ -174,9 +174,27 @@ fn serve_on_rig(
         let mut spins = 0u32;
         let mut peeked_ns = now_ns();
         tcp.set_nonblocking(true)?;
+        // The reply is the same every time but for its id: built once, and
+        // the list of receives to repost kept, so that no allocation sits
+        // between a request's completion and its reply.
+        let mut reply = if test == Test::WriteLat {
+            SendWr::new(
+                0,
+                WrOp::WriteImm {
+                    remote_addr: hello.endpoint.buf.addr,
+                    rkey: hello.endpoint.buf.rkey,
+                    imm: 0,
+                },
+                vec![rig.mr.sge(0, p.size as u32)],
+            )
+        } else {
+            SendWr::new(0, WrOp::Send, vec![rig.mr.sge(0, p.size as u32)])
+        };
+        reply.signaled = false;
+        let mut repost: Vec<(usize, u64)> = Vec::new();
         loop {
             let n = rig.dev.poll_cq_wait(rig.cq, &mut wcs, SERVER_WAIT_MAX)?;
-            let mut repost: Vec<(usize, u64)> = Vec::new();
+            repost.clear();
             for wc in &wcs[..n] {
                 if wc.status != WcStatus::Success {
                     if wc.status == WcStatus::WrFlushErr {
@@ -210,32 +228,20 @@ fn serve_on_rig(
                 }
                 repost.push((q, wc.wr_id));
                 if pingpong {
-                    let mut w = if test == Test::WriteLat {
-                        SendWr::new(
-                            wc.wr_id,
-                            WrOp::WriteImm {
-                                remote_addr: hello.endpoint.buf.addr,
-                                rkey: hello.endpoint.buf.rkey,
-                                imm: 0,
-                            },
-                            vec![rig.mr.sge(0, p.size as u32)],
-                        )
-                    } else {
-                        SendWr::new(wc.wr_id, WrOp::Send, vec![rig.mr.sge(0, p.size as u32)])
-                    };
-                    w.signaled = false;
+                    let w = &mut reply;
+                    w.wr_id = wc.wr_id;
                     let qp = rig.qps[q];
                     rig.dev.with(|ctx, now| {
                         if reply_inline {
                             w.sg_list.clear();
                             w.inline_data = Some(ctx.mr_bytes(&rig.mr)[..p.size as usize].to_vec());
                         }
-                        ctx.post_send_at(now, qp, std::slice::from_ref(&w))
+                        ctx.post_send_at(now, qp, std::slice::from_ref(w))
                             .map_err(|(_, e)| PerfError::Other(format!("post_send: {e}")))
                     })?;
                 }
             }
-            for (q, _) in repost {
+            for &(q, _) in &repost {
                 let j = posted_recv[q];
                 posted_recv[q] += 1;
                 post_recvs(rig, rig.qps[q], std::iter::once((j, recv_sge(j, q as u64))))?;

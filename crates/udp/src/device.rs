@@ -45,10 +45,16 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// Monotonic nanoseconds from a process-wide origin.
+/// Monotonic nanoseconds from a process-wide origin (never 0 after the
+/// first call: the origin is one nanosecond before it).
+///
+/// Read straight from `CLOCK_MONOTONIC`: a ping-pong reads the clock a few
+/// times per hop and each empty poll once, and `Instant::elapsed` (its
+/// `Duration` and `u128` arithmetic) cost ~100 instructions a read.
 pub fn now_ns() -> u64 {
-    static ORIGIN: OnceLock<Instant> = OnceLock::new();
-    ORIGIN.get_or_init(Instant::now).elapsed().as_nanos() as u64
+    static ORIGIN: OnceLock<u64> = OnceLock::new();
+    let origin = *ORIGIN.get_or_init(|| sys::monotonic_ns().saturating_sub(1));
+    sys::monotonic_ns().saturating_sub(origin)
 }
 
 /// A seed from the OS (`/dev/urandom`, or time and pid if that fails).
@@ -190,6 +196,13 @@ pub struct IoStats {
     /// Datagrams whose payload was received straight into its memory
     /// region (direct placement; counted in `rx_datagrams` too).
     pub rx_direct: u64,
+    /// Of `rx_direct`: datagrams read straight into the place the next
+    /// packet of the WRITE being placed would go, without a peek at their
+    /// headers first (the guess was right).
+    pub rx_direct_guessed: u64,
+    /// Datagrams read into a guessed place that turned out to be another
+    /// packet: copied out and handled as the batch read would.
+    pub rx_direct_misguessed: u64,
     /// ACKs coalesced in front of a small data packet that were handled
     /// after the next flush rather than before the data
     /// (`DEFER_ACK_MAX_DATAGRAM`).
@@ -263,6 +276,8 @@ impl IoStats {
             ("rx_datagrams", self.rx_datagrams),
             ("rx_gro_msgs", self.rx_gro_msgs),
             ("rx_direct", self.rx_direct),
+            ("rx_direct_guessed", self.rx_direct_guessed),
+            ("rx_direct_misguessed", self.rx_direct_misguessed),
             ("rx_acks_deferred", self.rx_acks_deferred),
             ("impair_dropped", self.impair_dropped),
             ("impair_duplicated", self.impair_duplicated),
@@ -490,6 +505,22 @@ struct Io {
     deferred_acks: DeferredAcks,
     /// A datagram read on the way that was not for direct placement.
     direct_scratch: Vec<u8>,
+    /// The next packet of the WRITE (or READ response) whose packet was
+    /// placed last, as its headers would read (`guess_next`): sender, header
+    /// length (in `direct_guess_head`) and datagram length.
+    direct_guess: Option<(SocketAddr, usize, usize)>,
+    /// The headers of `direct_guess`.
+    direct_guess_head: Vec<u8>,
+    /// What `direct_guess` names: QP, message and offset.
+    direct_guess_key: (u32, u32, u32),
+    /// Whether guessing pays: +1 for each datagram that was the guessed
+    /// packet, -3 for each that was not (a miss costs a copy more than the
+    /// peek it saves would, about three times a hit's gain), kept in
+    /// -8..=8; below 0 the driver peeks instead and goes on keeping score
+    /// of the guesses it would have made. On loopback a sender's flush goes
+    /// out sorted by source port, so a message's packets can arrive in
+    /// another order than their offsets.
+    direct_guess_credit: i32,
     capture: Option<Arc<dyn CaptureHook>>,
     /// Peers whose path MTU this device follows, with what it last learned.
     paths: Vec<(SocketAddr, PathMtu)>,
@@ -499,6 +530,9 @@ struct Io {
     pmtu_refused: bool,
     /// The core had a deadline pending after the last progress pass.
     busy_at_last_pass: bool,
+    /// The last receive pass found the socket empty at once (see
+    /// `take_input`: the next datagram is likely alone).
+    rx_was_idle: bool,
     /// When a due timer was first held back for an undrained socket (see
     /// `TIMER_DEFER_MAX_NS`); None while none is.
     timer_deferred_since: Option<u64>,
@@ -723,6 +757,10 @@ impl Device {
             direct_small_left: 0,
             direct_head: vec![0; DIRECT_HEAD_LEN],
             deferred_acks: DeferredAcks::default(),
+            direct_guess: None,
+            direct_guess_head: vec![0; DIRECT_HEAD_LEN],
+            direct_guess_key: (0, 0, 0),
+            direct_guess_credit: 0,
             direct_scratch: vec![
                 0;
                 if cfg.direct_placement {
@@ -736,6 +774,7 @@ impl Device {
             pmtu_recheck_at_ns: 0,
             pmtu_refused: false,
             busy_at_last_pass: false,
+            rx_was_idle: false,
             timer_deferred_since: None,
             deadline_at_last_pass: None,
             bind_ip: cfg.bind_ip,
@@ -1290,8 +1329,21 @@ fn take_input(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
         if round > 0 {
             now = now_ns();
         }
+        // After a pass that found the socket empty, the datagram that came
+        // since is most likely alone (a ping-pong's request or answer):
+        // read it alone. A batch read would go on to ask the socket for a
+        // second one (its header copied in, the queue locked), on the way
+        // from the datagram to the reply; what else came is the next
+        // pass's, moments later.
+        let lone = round == 0 && io.rx_was_idle;
         // Transient socket errors (e.g. ICMP) are not fatal.
-        let n = io.rxb.recv(&io.rx).unwrap_or_default();
+        let n = io
+            .rxb
+            .recv_up_to(&io.rx, if lone { 1 } else { RX_BATCH })
+            .unwrap_or_default();
+        if round == 0 {
+            io.rx_was_idle = n == 0;
+        }
         if n == 0 {
             drained = true;
             break;
@@ -1329,6 +1381,10 @@ fn take_input(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
             if n == RX_BATCH {
                 break;
             }
+        }
+        // Read alone: the rest (if any) is the next pass's.
+        if lone {
+            break;
         }
         // A short batch emptied the socket: asking again would only cost
         // a system call that finds nothing (a datagram landing meanwhile
@@ -1388,6 +1444,29 @@ fn take_direct(ctx: &mut Context, io: &mut Io, now: u64) -> DirectPass {
     let mut queue_long = false;
     let mut empty = false;
     while taken < DIRECT_MAX_PER_PASS && misses < DIRECT_MAX_MISSES && io.direct_small_left > 0 {
+        // The next packet of the message placed last is most likely the
+        // next datagram: read it into its place without peeking first.
+        let guess = io.direct_guess.take();
+        if let Some(guess) = guess
+            && io.direct_guess_credit >= 0
+        {
+            match take_guessed(ctx, io, now, guess, taken, &mut queue_long) {
+                Guessed::NoTarget => {}
+                Guessed::Took => {
+                    taken += 1;
+                    continue;
+                }
+                Guessed::Empty => {
+                    // Still the best guess for the next pass.
+                    io.direct_guess = Some(guess);
+                    empty = true;
+                    break;
+                }
+                Guessed::Failed => break,
+            }
+        }
+        // A guess not taken: kept score of against what comes.
+        let shadow = (guess.is_some() && io.direct_guess_credit < 0).then_some(io.direct_guess_key);
         let peeked = {
             let mut parts: [&mut [u8]; 1] = [&mut io.direct_head[..]];
             sys::recv_one(&io.rx, &mut parts, true)
@@ -1420,6 +1499,9 @@ fn take_direct(ctx: &mut Context, io: &mut Io, now: u64) -> DirectPass {
             io.direct_small_left -= 1;
         }
         let Some(target) = target else {
+            if shadow.is_some() {
+                score_guess(io, false);
+            }
             misses += usize::from(peek.len >= DIRECT_MIN_BYTES);
             let got = {
                 let mut parts: [&mut [u8]; 1] = [&mut io.direct_scratch[..]];
@@ -1463,6 +1545,10 @@ fn take_direct(ctx: &mut Context, io: &mut Io, now: u64) -> DirectPass {
             target: &target,
         };
         sink.datagram(ctx, now, src, ecn, placed);
+        let key = guess_next(io, src, hl, &target);
+        if let Some(shadow) = shadow {
+            score_guess(io, key == Some(shadow));
+        }
     }
     if misses >= DIRECT_MAX_MISSES {
         io.direct_small_left = 0;
@@ -1472,6 +1558,193 @@ fn take_direct(ctx: &mut Context, io: &mut Io, now: u64) -> DirectPass {
         empty,
         full: taken >= DIRECT_MAX_PER_PASS,
     }
+}
+
+/// How a read at a guessed place went ([`take_guessed`]).
+enum Guessed {
+    /// The core gives the guess no target (now): peek as usual.
+    NoTarget,
+    /// A datagram was read and handled, placed or copied.
+    Took,
+    /// The socket is empty.
+    Empty,
+    /// The read failed (the datagram, if any, is still queued).
+    Failed,
+}
+
+/// Read the next datagram as the packet `guess` names (sender, header
+/// length, datagram length; headers in `io.direct_guess_head`): its
+/// headers into `direct_head`, its payload straight into the region, its
+/// trailer behind the headers, anything beyond into `direct_scratch`. One
+/// `recvmsg` where a peek and a read took two.
+///
+/// The place is the core's answer for the guessed headers
+/// (`Endpoint::direct_target`, asked now, under the lock the read happens
+/// under): bytes of an unfinished message, not received yet, that the
+/// message's rkey lets the peer write. Another datagram than the guessed
+/// one (a miss) leaves its bytes there, which a checked packet of that
+/// message must still bring before the message completes, exactly as a
+/// datagram that changed between a peek and its read does; the datagram
+/// itself is put back together from where its parts went and handled as
+/// the batch read would.
+fn take_guessed(
+    ctx: &mut Context,
+    io: &mut Io,
+    now: u64,
+    (src, head_len, datagram_len): (SocketAddr, usize, usize),
+    taken: usize,
+    queue_long: &mut bool,
+) -> Guessed {
+    let Some(target) = ctx
+        .direct_target(src, &io.direct_guess_head[..head_len], datagram_len)
+        .filter(|t| {
+            t.header_len() == head_len && t.header_len() + t.trailer_len() <= io.direct_head.len()
+        })
+    else {
+        return Guessed::NoTarget;
+    };
+    let (hl, pl, tl) = (
+        target.header_len(),
+        target.payload_len(),
+        target.trailer_len(),
+    );
+    // Where the bytes beyond a guessed datagram's length go: behind the
+    // room the whole guessed datagram takes in the scratch buffer, so a
+    // miss can be put back together in place.
+    let spare_from = hl + pl + tl;
+    if spare_from >= io.direct_scratch.len() {
+        return Guessed::NoTarget;
+    }
+    let (got, place) = {
+        let (head, rest) = io.direct_head.split_at_mut(hl);
+        let Some(payload) = ctx.direct_buffer(&target) else {
+            return Guessed::NoTarget;
+        };
+        let place = (payload.as_ptr() as usize, payload.len());
+        let mut parts: [&mut [u8]; 4] = [
+            head,
+            payload,
+            &mut rest[..tl],
+            &mut io.direct_scratch[spare_from..],
+        ];
+        (sys::recv_one(&io.rx, &mut parts, false), place)
+    };
+    let m = match got {
+        Ok(Some(m)) => m,
+        Ok(None) => return Guessed::Empty,
+        Err(_) => return Guessed::Failed,
+    };
+    if (taken + 1) % 8 == 1 {
+        *queue_long = io.rx_queue_mark_bytes > 0
+            && sys::rx_queue(&io.rx).is_some_and(|(q, _)| q > io.rx_queue_mark_bytes);
+    }
+    if m.len >= DIRECT_MIN_BYTES {
+        io.direct_small_left = DIRECT_SMALL_ALLOWANCE;
+    } else {
+        io.direct_small_left = io.direct_small_left.saturating_sub(1);
+    }
+    let Some(from) = m.src else {
+        return Guessed::Took;
+    };
+    // A hit: the datagram read is a packet whose own headers put its
+    // payload exactly where it went (same bytes of the same region), with
+    // the headers and trailer where the guess put them.
+    let gro = m.segment.is_some_and(|seg| seg < m.len);
+    let actual = (!gro && m.len == spare_from)
+        .then(|| ctx.direct_target(from, &io.direct_head[..hl], m.len))
+        .flatten()
+        .filter(|t| t.header_len() == hl && t.payload_len() == pl && t.trailer_len() == tl)
+        .filter(|t| {
+            ctx.direct_buffer(t)
+                .is_some_and(|b| (b.as_ptr() as usize, b.len()) == place)
+        });
+    if let Some(actual) = actual {
+        io.stats.rx_datagrams += 1;
+        io.stats.rx_direct += 1;
+        io.stats.rx_direct_guessed += 1;
+        score_guess(io, true);
+        let (head, trailer) = io.direct_head.split_at(hl);
+        let mut sink = rx_sink!(io);
+        let ecn = sink.mark(sys::ecn_of_tos(m.tos), *queue_long);
+        let placed = Received::Placed {
+            head,
+            trailer: &trailer[..tl],
+            target: &actual,
+        };
+        sink.datagram(ctx, now, from, ecn, placed);
+        guess_next(io, from, hl, &actual);
+        return Guessed::Took;
+    }
+    // A miss: the datagram back together in `direct_scratch` (its tail is
+    // there already), then handled as a copied one.
+    io.stats.rx_direct_misguessed += 1;
+    score_guess(io, false);
+    let len = m.len.min(io.direct_scratch.len());
+    let in_head = len.min(hl);
+    io.direct_scratch[..in_head].copy_from_slice(&io.direct_head[..in_head]);
+    let in_payload = len.saturating_sub(hl).min(pl);
+    if in_payload > 0 {
+        let Some(payload) = ctx.direct_buffer(&target) else {
+            return Guessed::Took;
+        };
+        io.direct_scratch[hl..hl + in_payload].copy_from_slice(&payload[..in_payload]);
+    }
+    let in_trailer = len.saturating_sub(hl + pl).min(tl);
+    io.direct_scratch[hl + pl..hl + pl + in_trailer]
+        .copy_from_slice(&io.direct_head[hl..hl + in_trailer]);
+    let data = &io.direct_scratch[..len];
+    rx_sink!(io).message(ctx, now, from, m, data, *queue_long);
+    Guessed::Took
+}
+
+/// After a datagram was placed at `target` (its headers, `hl` bytes, in
+/// `direct_head`): the headers the message's next packet would have, if
+/// the message goes on (same length, or what is left of the message),
+/// kept in `direct_guess_head` for `take_guessed`. Only the offset and
+/// length change between two packets of a message that matter for where
+/// its payload goes; the PSN, timestamp and path are the core's business
+/// once the packet is read, and the core names the place anew from the
+/// real headers before the payload counts as placed.
+///
+/// Returns what the placed packet was (QP, message, offset), to score the
+/// guess made before it.
+fn guess_next(
+    io: &mut Io,
+    src: SocketAddr,
+    hl: usize,
+    target: &DirectTarget,
+) -> Option<(u32, u32, u32)> {
+    io.direct_guess = None;
+    let head = &io.direct_head[..hl];
+    let lead = match metaroce_wire::first_packet_len(head) {
+        n if n < head.len() => n,
+        _ => 0,
+    };
+    let mut repr =
+        metaroce_wire::DataRepr::parse_head(&head[lead..], target.datagram_len() - lead).ok()?;
+    let placed = (repr.dst_qpn, repr.msg_seq, repr.offset);
+    let next = repr.offset.checked_add(repr.payload_len)?;
+    if next >= repr.msg_len || repr.payload_len == 0 {
+        return Some(placed);
+    }
+    repr.offset = next;
+    repr.payload_len = repr.payload_len.min(repr.msg_len - next);
+    let header_len = repr.header_len();
+    if header_len > io.direct_guess_head.len() {
+        return Some(placed);
+    }
+    repr.emit_header(&mut io.direct_guess_head[..header_len]);
+    let datagram_len = header_len + repr.payload_len as usize + target.trailer_len();
+    io.direct_guess = Some((src, header_len, datagram_len));
+    io.direct_guess_key = (repr.dst_qpn, repr.msg_seq, repr.offset);
+    Some(placed)
+}
+
+/// Keep score of whether the datagram after a placed one was the packet
+/// guessed for it (`Io::direct_guess_credit`).
+fn score_guess(io: &mut Io, hit: bool) {
+    let c = io.direct_guess_credit + if hit { 1 } else { -3 };
+    io.direct_guess_credit = c.clamp(-8, 8);
 }
 
 /// How one pass of [`take_direct`] ended.
@@ -1736,6 +2009,11 @@ fn flush(ctx: &mut Context, io: &mut Io, now: u64) -> usize {
 
 fn send_due(ctx: &mut Context, io: &mut Io, now: u64) -> usize {
     io.held_since_ns = 0;
+    // Nothing queued (an idle poll's flush): the core would only answer
+    // `None` after stamping the time and checking both of its queues.
+    if !ctx.wants_to_transmit() {
+        return 0;
+    }
     let mut total = 0;
     loop {
         io.meta.clear();

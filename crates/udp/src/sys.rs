@@ -522,8 +522,16 @@ impl RxBatch {
     /// One non-blocking `recvmmsg`; fills `meta`. Returns how many messages
     /// (0 when none is waiting).
     pub fn recv(&mut self, sock: &Socket) -> io::Result<usize> {
+        self.recv_up_to(sock, usize::MAX)
+    }
+
+    /// [`recv`](Self::recv), at most `max` datagrams (at least one). With
+    /// room for more, `recvmmsg` goes on to the next descriptor after a
+    /// datagram (its header copied in, the socket asked again) and finds
+    /// nothing when the datagram was alone, as a ping-pong's is.
+    pub fn recv_up_to(&mut self, sock: &Socket, max: usize) -> io::Result<usize> {
         self.meta.clear();
-        let n = self.bufs.len();
+        let n = self.bufs.len().min(max.max(1));
         let hdrs = &mut self.hdrs;
         // The kernel rewrote the in/out lengths of the messages it filled
         // last time; every other descriptor is as `new` wired it (an idle
@@ -798,4 +806,22 @@ pub(crate) fn thread_involuntary_switches() -> u64 {
         return 0;
     }
     u64::try_from(ru.ru_nivcsw).unwrap_or(0)
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds (the clock `Instant` reads), as one
+/// `u64` without the `Duration` and `u128` arithmetic of
+/// `Instant::elapsed`: a busy-polling thread reads it on every poll.
+pub(crate) fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into the live, writable
+    // `ts`; CLOCK_MONOTONIC always exists on Linux.
+    unsafe {
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts);
+    }
+    (ts.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts.tv_nsec as u64)
 }

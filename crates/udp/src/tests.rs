@@ -820,3 +820,127 @@ fn direct_placement_holds_in_a_two_way_exchange() {
         );
     }
 }
+
+/// Reads into a guessed place (the next packet of the message placed
+/// last, read without a peek): WRITEs in flight together, whose packets
+/// interleave in the receive socket, and garbage sprayed at the device
+/// port meanwhile make many guesses wrong; a wrong guess leaves its bytes
+/// only where the message's own packets still have to come, so every
+/// message arrives intact, and the bytes of the messages finished before
+/// stay as they were.
+#[test]
+fn guessed_reads_that_miss_leave_received_bytes_intact() {
+    const MTU: u32 = 60 << 10;
+    const PART: u64 = 512 << 10;
+    const PARTS: u64 = 8;
+    let (a, b, [(qa, ca, pa), (_qb, _cb, pb)]) =
+        two_devices_with(MTU, MTU, [None, None], true, |dc| {
+            dc.endpoint.accept_icrc_omitted = true;
+        });
+    let (aa, ba) = (a.addr(), b.addr());
+    a.with(|ctx, _| ctx.set_peer_icrc_omission(ba, true));
+    b.with(|ctx, _| ctx.set_peer_icrc_omission(aa, true));
+    let len = PART * PARTS;
+    let src = a.with(|ctx, _| ctx.reg_mr(pa, len, AccessFlags(0xf)).unwrap());
+    let dst = b.with(|ctx, _| ctx.reg_mr(pb, 2 * len, AccessFlags(0xf)).unwrap());
+    let target = b.addr();
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let sprayer = std::thread::spawn(move || {
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut x = 0x0bad_cafe_f00d_1234u64;
+        while !stop2.load(Ordering::Relaxed) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // Up to 64 KiB: as long as a guessed packet, or longer.
+            let n = (x % 65_000) as usize;
+            let mut d: Vec<u8> = (0..n).map(|i| (x >> (i % 56)) as u8).collect();
+            if d.len() > 4 {
+                d[..4].copy_from_slice(&[1, 2, 0, 0]);
+            }
+            let _ = s.send_to(&d, target);
+            std::thread::sleep(std::time::Duration::from_micros(300));
+        }
+    });
+    // The second half of the target: written once, first, and then left
+    // alone: nothing afterwards may change it.
+    let kept: Vec<u8> = (0..len).map(|i| (i % 241) as u8).collect();
+    a.with(|ctx, _| ctx.mr_bytes_mut(&src).copy_from_slice(&kept));
+    a.with(|ctx, _| {
+        let op = WrOp::Write {
+            remote_addr: dst.addr + len,
+            rkey: dst.rkey,
+        };
+        ctx.post_send(qa, &[SendWr::new(100, op, vec![src.sge(0, len as u32)])])
+            .unwrap();
+    });
+    let wc = wait_one(&a, ca);
+    assert_eq!((wc.wr_id, wc.status), (100, WcStatus::Success), "{wc:?}");
+    for round in 0..6u64 {
+        let pattern: Vec<u8> = (0..len)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 9 ^ round) as u8)
+            .collect();
+        a.with(|ctx, _| ctx.mr_bytes_mut(&src).copy_from_slice(&pattern));
+        // All parts at once: their packets interleave.
+        a.with(|ctx, _| {
+            let wrs: Vec<SendWr> = (0..PARTS)
+                .map(|k| {
+                    let op = WrOp::Write {
+                        remote_addr: dst.addr + k * PART,
+                        rkey: dst.rkey,
+                    };
+                    SendWr::new(k, op, vec![src.sge(k * PART, PART as u32)])
+                })
+                .collect();
+            ctx.post_send(qa, &wrs).unwrap();
+        });
+        for _ in 0..PARTS {
+            let wc = wait_one(&a, ca);
+            assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+        }
+        b.with(|ctx, _| {
+            let got = ctx.mr_bytes(&dst);
+            assert!(
+                got[..len as usize] == pattern[..],
+                "round {round}: the bytes differ"
+            );
+            assert!(
+                got[len as usize..] == kept[..],
+                "round {round}: finished bytes changed"
+            );
+        });
+    }
+    stop.store(true, Ordering::Relaxed);
+    sprayer.join().unwrap();
+    let io = b.stats().io;
+    eprintln!(
+        "placed {}, of them guessed {}; guesses missed {}",
+        io.rx_direct, io.rx_direct_guessed, io.rx_direct_misguessed
+    );
+    assert!(io.rx_direct_guessed > 0, "{io:?}");
+}
+
+/// The clock the driver stamps everything with (`CLOCK_MONOTONIC` read
+/// directly): never 0 (0 means "never" in the driver's state), never
+/// backwards, and in step with `Instant`.
+#[test]
+fn now_ns_is_monotonic_and_in_step_with_instant() {
+    let t0 = crate::now_ns();
+    let i0 = std::time::Instant::now();
+    assert!(t0 > 0);
+    let mut last = t0;
+    for _ in 0..10_000 {
+        let t = crate::now_ns();
+        assert!(t >= last, "{t} < {last}");
+        last = t;
+    }
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let dt = crate::now_ns() - t0;
+    let di = i0.elapsed().as_nanos() as u64;
+    assert!(dt >= 20_000_000, "{dt}");
+    assert!(
+        dt.abs_diff(di) < 5_000_000,
+        "now_ns {dt} against Instant {di}"
+    );
+}
