@@ -37,6 +37,7 @@ pub(crate) struct CollPerfArgs {
     /// --ranks N, --hostfile F, --rank R, --impair SPEC, --json FILE,
     /// --mtu N, --paths N, --slots N, --slot-bytes N, --bootstrap-timeout S,
     /// --poll-us N, --poll spin|yield, --sleep socket|event, --dev-port P, --stats, --pcap FILE, --pcap-snaplen N,
+    /// --offload on|off,
     /// --algo NAME.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
     rest: Vec<String>,
@@ -52,6 +53,8 @@ const METAROCE_USAGE: &str = "\
                               whose packets leave unfragmented, at most 8192, or 61440 toward a rank on this host; more than the path carries is an error)
   --icrc                      compute and check the ICRC on every data packet (default: ranks agree to leave it
                               to the UDP checksum)
+  --offload on|off            UDP GSO and GRO (default on, but off for ranks on a loopback address, as --ranks
+                              starts them, when this host has a core per rank)
   --paths <n>                 paths per connection (default 8, or 1 for ranks started by --ranks, all on
                               127.0.0.1)
   --slots <n>                 staging slots per peer (default 4)
@@ -99,6 +102,7 @@ struct Extra {
     dev_port: Option<u16>,
     stats: bool,
     icrc: bool,
+    offload: Option<bool>,
     pcap: Option<PathBuf>,
     pcap_snaplen: Option<u32>,
     algo: Option<Algorithm>,
@@ -132,6 +136,7 @@ fn split_args(rest: &[String]) -> Result<(Vec<String>, Extra), String> {
             "--pcap",
             "--pcap-snaplen",
             "--algo",
+            "--offload",
         ];
         if name == "--stats" && inline.is_none() {
             x.stats = true;
@@ -192,6 +197,13 @@ fn split_args(rest: &[String]) -> Result<(Vec<String>, Extra), String> {
                     return Err(format!("--sleep {v:?}: socket or event"));
                 }
                 x.sleep = Some(v.clone());
+            }
+            "--offload" => {
+                x.offload = match v.as_str() {
+                    "on" => Some(true),
+                    "off" => Some(false),
+                    _ => return Err(format!("--offload {v:?}: on or off")),
+                }
             }
             "--bind" => {
                 if v != "core" && v != "none" {
@@ -400,6 +412,7 @@ pub(crate) fn run(args: CollPerfArgs) -> Result<ExitCode, String> {
         cfg.paths = p;
     }
     cfg.icrc_omission = !extra.icrc;
+    cfg.offload = extra.offload;
     let (poll_us, yield_polling) = poll_defaults();
     cfg.poll_before_sleep = Duration::from_micros(extra.poll_us.unwrap_or(poll_us));
     cfg.yield_while_polling = match extra.poll_mode.as_deref() {

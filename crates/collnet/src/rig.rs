@@ -92,6 +92,29 @@ pub(crate) fn device_paths(cfg: &NetConfig, ip: IpAddr) -> u32 {
     }
 }
 
+/// Whether a device bound to `ip` uses UDP GSO and GRO: as
+/// [`NetConfig::offload`] says, or when it says nothing, everywhere but on
+/// a loopback address whose ranks have a core each (not
+/// `CommConfig::ranks_share_cores`).
+///
+/// Loopback packets are sized up to [`LOCAL_MTU_CAP`], so a GSO message of
+/// them holds one datagram and offload only ever batches small ones. Two
+/// ranks with a core each then answer every message at once, and batching
+/// hurt them: once they drifted apart by one operation, an 8-byte
+/// all-reduce's data went two at a time, GRO-coalesced (with a
+/// `SO_MEMINFO` query per such batch at the receiver), and the ACK could
+/// not ride in front of a data datagram that was not alone in its flush;
+/// without offload they stay in step, one datagram each way per operation
+/// with the ACK in front (5.9 against 8.2 µs, eleven interleaved runs).
+/// Where ranks share cores, a rank taken off its CPU finds several small
+/// messages waiting, and batching them pays: 8 bytes at 8 ranks on 2 cores
+/// took 99 µs with offload and 221 µs without (BENCHMARKS.md, collectives
+/// round 14). 1 MiB all-reduces are unchanged either way.
+pub fn offload_on(cfg: &NetConfig, ip: IpAddr) -> bool {
+    cfg.offload
+        .unwrap_or(!ip.is_loopback() || cfg.comm.ranks_share_cores)
+}
+
 fn endpoint_config(cfg: &NetConfig, ip: IpAddr) -> EndpointConfig {
     let paths = device_paths(cfg, ip);
     EndpointConfig {
@@ -132,8 +155,9 @@ pub(crate) fn rig(
     let mut dc = DeviceConfig::new(endpoint_config(cfg, bind_ip), bind_ip);
     dc.impair = cfg.impair;
     dc.port_fallback = cfg.device_port_fallback;
-    dc.gso = cfg.offload;
-    dc.gro = cfg.offload;
+    let offload = offload_on(cfg, bind_ip);
+    dc.gso = offload;
+    dc.gro = offload;
     dc.busy_poll_ns = cfg.busy_poll_ns;
 
     dc.capture.clone_from(&cfg.capture);
