@@ -347,11 +347,12 @@ fn shares_cores(local_world: u32) -> bool {
 /// vCPUs, bound: 0.3-0.6 GB/s bus bandwidth in whichever measurement came
 /// first, out of place or in place, 1.5-1.7 GB/s in the second; with this
 /// pause 1.5-1.7 in both), whatever the warm-up iterations (`-w 50` did not
-/// help) and whether the ranks slept or spun through the pause. Not
-/// understood yet (the scheduler's view of freshly started threads is the
-/// suspect; docs/collectives.md); `mpirun`'s ranks spend longer than this
-/// in `MPI_Init` before their first measurement. nccl-tests reports steady
-/// state, which the pause lets coll-perf measure.
+/// help). The same pause before the bootstrap does not help: it is the new
+/// connections' first moments (more retransmission timeouts, longer RTT
+/// estimates), not understood further yet (docs/collectives.md, "Where the
+/// time goes"). `mpirun`'s ranks spend longer than this in `MPI_Init`
+/// before their first measurement. nccl-tests reports steady state, which
+/// the pause lets coll-perf measure.
 const SETTLE: Duration = Duration::from_millis(200);
 
 pub(crate) fn run(args: CollPerfArgs) -> Result<ExitCode, String> {
