@@ -50,7 +50,9 @@ pub use comm::{DriverStats, Member, NetComm};
 pub use error::CollNetError;
 pub use job::{DEFAULT_PORT, Job};
 pub use metaroce_udp::Impair;
-pub use rig::{AUTO_MTU_CAP, AUTO_PATHS, LOCAL_MTU_CAP, LOCAL_PATHS, offload_on};
+pub use rig::{
+    AUTO_MTU_CAP, AUTO_PATHS, LOCAL_MTU_CAP, LOCAL_PATHS, SHARED_CORES_RX_MARK_BYTES, offload_on,
+};
 
 use metaroce_coll::CommConfig;
 use std::time::Duration;
