@@ -11,6 +11,11 @@
 # LARGE=0 skips 64 MiB and 256 MiB. BASE: a second metaroce binary (an
 # earlier build) run in each round right after this one, as a fourth
 # contender ("base"), for before/after comparisons under the same load.
+# 1-16 MiB run 20 timed iterations after 5 warm-up ones (nccl-tests'
+# defaults; 5 and 1 until collectives round 14: the first operations of a
+# job on an oversubscribed host are slower, see docs/collectives.md, and 1
+# MiB, the first size, was measured on them alone); Open MPI times 20
+# after 5 warm-up calls too, Gloo 20 after its single warm-up call.
 # needs: cargo build --release -p metaroce; scripts/build-mpi-bench.sh
 set -u
 cd "$(dirname "$0")/.."
@@ -46,12 +51,12 @@ for round in $(seq 1 "$ROUNDS"); do
       --json "$OUT/base-lat-n$n-r$round.json" > /dev/null
     $MPIRUN -np $n $MPI 8 8 2 200 > "$OUT/mpi-lat-n$n-r$round.txt"
     gloo $n 8 8 2 200 "$OUT/gloo-lat-n$n-r$round.txt"
-    $BIN coll-perf all_reduce --ranks $n -b 1M -e 16M -f 4 -n 5 -w 1 -c 0 \
+    $BIN coll-perf all_reduce --ranks $n -b 1M -e 16M -f 4 -n 20 -w 5 -c 0 \
       --json "$OUT/mr-small-n$n-r$round.json" > /dev/null
-    [ -n "${BASE:-}" ] && $BASE coll-perf all_reduce --ranks $n -b 1M -e 16M -f 4 -n 5 -w 1 -c 0 \
+    [ -n "${BASE:-}" ] && $BASE coll-perf all_reduce --ranks $n -b 1M -e 16M -f 4 -n 20 -w 5 -c 0 \
       --json "$OUT/base-small-n$n-r$round.json" > /dev/null
-    $MPIRUN -np $n $MPI 1048576 16777216 4 5 > "$OUT/mpi-small-n$n-r$round.txt"
-    gloo $n 1048576 16777216 4 5 "$OUT/gloo-small-n$n-r$round.txt"
+    $MPIRUN -np $n $MPI 1048576 16777216 4 20 5 > "$OUT/mpi-small-n$n-r$round.txt"
+    gloo $n 1048576 16777216 4 20 "$OUT/gloo-small-n$n-r$round.txt"
     if [ "${LARGE:-1}" != 0 ]; then
       $BIN coll-perf all_reduce --ranks $n -b 64M -e 256M -f 4 -n 3 -w 1 -c 0 \
         --json "$OUT/mr-large-n$n-r$round.json" > /dev/null

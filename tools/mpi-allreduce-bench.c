@@ -1,9 +1,10 @@
 /* MPI_Allreduce timing in nccl-tests' terms, for comparing MetaRoCE's
  * `metaroce coll-perf all_reduce` with Open MPI over its TCP transport.
  *
- * usage: mpirun -np N ./mpi-allreduce-bench MIN_BYTES MAX_BYTES FACTOR ITERS
+ * usage: mpirun -np N ./mpi-allreduce-bench MIN_BYTES MAX_BYTES FACTOR ITERS [WARMUP]
  *
- * For each size (float, sum, out of place): one warm-up call, a barrier,
+ * For each size (float, sum, out of place): WARMUP warm-up calls (default
+ * 1; scripts/bench-allreduce.sh gives 5 where coll-perf runs -w 5), a barrier,
  * ITERS timed calls, the per-call time averaged over ranks (nccl-tests'
  * -a 1), algbw = size / time and busbw = algbw * 2(n-1)/n, one line per
  * size on rank 0: "size time_us algbw_GBps busbw_GBps". Built by
@@ -17,17 +18,18 @@ int main(int argc, char **argv) {
     int rank, world;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
-    if (argc != 5) {
+    if (argc != 5 && argc != 6) {
         if (rank == 0)
-            fprintf(stderr, "usage: %s MIN_BYTES MAX_BYTES FACTOR ITERS\n", argv[0]);
+            fprintf(stderr, "usage: %s MIN_BYTES MAX_BYTES FACTOR ITERS [WARMUP]\n", argv[0]);
         MPI_Finalize();
         return 2;
     }
     long min = atol(argv[1]), max = atol(argv[2]), factor = atol(argv[3]);
     int iters = atoi(argv[4]);
-    if (min < 4 || max < min || factor < 2 || iters < 1) {
+    int warmup = argc == 6 ? atoi(argv[5]) : 1;
+    if (min < 4 || max < min || factor < 2 || iters < 1 || warmup < 0) {
         if (rank == 0)
-            fprintf(stderr, "need 4 <= MIN <= MAX, FACTOR >= 2, ITERS >= 1\n");
+            fprintf(stderr, "need 4 <= MIN <= MAX, FACTOR >= 2, ITERS >= 1, WARMUP >= 0\n");
         MPI_Finalize();
         return 2;
     }
@@ -42,7 +44,8 @@ int main(int argc, char **argv) {
         printf("# MPI_Allreduce float sum, %d ranks\n# size_B time_us algbw_GBps busbw_GBps\n", world);
     for (long size = min; size <= max; size *= factor) {
         int count = (int)(size / 4);
-        MPI_Allreduce(send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        for (int i = 0; i < warmup; i++)
+            MPI_Allreduce(send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = MPI_Wtime();
         for (int i = 0; i < iters; i++)

@@ -37,6 +37,7 @@ pub(crate) struct CollPerfArgs {
     /// --ranks N, --hostfile F, --rank R, --impair SPEC, --json FILE,
     /// --mtu N, --paths N, --slots N, --slot-bytes N, --bootstrap-timeout S,
     /// --poll-us N, --poll spin|yield, --sleep socket|event, --dev-port P, --stats, --pcap FILE, --pcap-snaplen N,
+    /// --offload on|off,
     /// --algo NAME.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
     rest: Vec<String>,
@@ -52,6 +53,8 @@ const METAROCE_USAGE: &str = "\
                               whose packets leave unfragmented, at most 8192, or 61440 toward a rank on this host; more than the path carries is an error)
   --icrc                      compute and check the ICRC on every data packet (default: ranks agree to leave it
                               to the UDP checksum)
+  --offload on|off            UDP GSO and GRO (default on, but off for ranks on a loopback address, as --ranks
+                              starts them, when this host has a core per rank)
   --paths <n>                 paths per connection (default 8, or 1 for ranks started by --ranks, all on
                               127.0.0.1)
   --slots <n>                 staging slots per peer (default 4)
@@ -67,8 +70,8 @@ const METAROCE_USAGE: &str = "\
   --sleep socket|event        after polling, sleep on the device's receive socket in the rank's thread, or on
                               the CQ's completion event while the device's engine drives (default: socket when
                               ranks share cores, as for --poll, else event)
-  --bind core|none            bind each rank of this host to a core of its own when there are no more ranks than
-                              cores, as mpirun does (default core; ranks that share cores are never bound)
+  --bind core|none            bind each rank of this host to a core: a core of its own when there are no more
+                              ranks than cores, as mpirun does, else rank i to the (i mod cores)-th (default core)
   --dev-port <port>           MetaRoCE device UDP port (default 4793, or a free range when another rank has it;
                               a port given here is used as given: one rank per host)
   --stats                     print every rank's device, connection and path counters (name value lines) on
@@ -99,6 +102,7 @@ struct Extra {
     dev_port: Option<u16>,
     stats: bool,
     icrc: bool,
+    offload: Option<bool>,
     pcap: Option<PathBuf>,
     pcap_snaplen: Option<u32>,
     algo: Option<Algorithm>,
@@ -132,6 +136,7 @@ fn split_args(rest: &[String]) -> Result<(Vec<String>, Extra), String> {
             "--pcap",
             "--pcap-snaplen",
             "--algo",
+            "--offload",
         ];
         if name == "--stats" && inline.is_none() {
             x.stats = true;
@@ -192,6 +197,13 @@ fn split_args(rest: &[String]) -> Result<(Vec<String>, Extra), String> {
                     return Err(format!("--sleep {v:?}: socket or event"));
                 }
                 x.sleep = Some(v.clone());
+            }
+            "--offload" => {
+                x.offload = match v.as_str() {
+                    "on" => Some(true),
+                    "off" => Some(false),
+                    _ => return Err(format!("--offload {v:?}: on or off")),
+                }
             }
             "--bind" => {
                 if v != "core" && v != "none" {
@@ -267,11 +279,9 @@ fn local_rank(job: &Job) -> Option<(u32, u32)> {
 }
 
 /// Binds the calling thread, and so every thread it starts afterwards (the
-/// device's engine, the control channel), to the `local_rank`-th CPU this
-/// process may run on, when there are at least `local_world` such CPUs: a
-/// core per rank, as `mpirun` binds ranks to cores when there are no more
-/// ranks than cores. Returns the CPU, or `None` when ranks share cores
-/// (they are left to the scheduler) or the system refused.
+/// device's engine, the control channel), to a CPU this process may run
+/// on: the `local_rank`-th, round robin when there are more ranks than
+/// such CPUs. Returns the CPU, or `None` when the system refused.
 ///
 /// A waiting rank with a core of its own spins for its peer's message.
 /// Left to float, two such ranks on a 2-vCPU host that also runs something
@@ -281,6 +291,15 @@ fn local_rank(job: &Job) -> Option<(u32, u32)> {
 /// from run to run and an 8-byte one took 6 µs or 1 ms, where the same
 /// ranks bound to cores 0 and 1 ran at 1.1-3.5 GB/s and 6-27 µs
 /// (BENCHMARKS.md, collectives round 12).
+///
+/// Ranks that share cores are bound too (rank `i` to CPU `i mod n`). A
+/// waiting rank yields between polls, and a floating one still counts as
+/// runnable where it is: the scheduler balanced the ranks' count per CPU,
+/// not the work, and often left the two ranks with work on one CPU while
+/// the other ran the two waiting ones. 1 MiB all-reduce over 4 ranks on 2
+/// vCPUs, after the settling pause ([`SETTLE`]): about 1.6 GB/s bus
+/// bandwidth bound against 0.4-1.4 floating; 8 ranks 0.60-0.69 against
+/// 0.22-0.61 (BENCHMARKS.md, collectives round 14).
 #[allow(unsafe_code)]
 fn bind_to_core(local_rank: u32, local_world: u32) -> Option<usize> {
     if local_rank >= local_world {
@@ -299,10 +318,11 @@ fn bind_to_core(local_rank: u32, local_world: u32) -> Option<usize> {
         // SAFETY: `cpu` is below CPU_SETSIZE, the bit count of `set`.
         .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
         .collect();
-    let cpu = *allowed.get(local_rank as usize)?;
-    if allowed.len() < local_world as usize {
+    if allowed.is_empty() {
         return None;
     }
+    // More ranks than CPUs: round robin.
+    let cpu = allowed[local_rank as usize % allowed.len()];
     // SAFETY: as above, an empty set.
     let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: `cpu` came from the scan above, so it is below CPU_SETSIZE.
@@ -314,6 +334,26 @@ fn bind_to_core(local_rank: u32, local_world: u32) -> Option<usize> {
 
 /// How long a waiting rank polls before it sleeps, µs.
 const POLL_US: u64 = 1000;
+
+/// Whether ranks share cores: more ranks on this host than CPUs.
+fn shares_cores(local_world: u32) -> bool {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    local_world as usize > cores
+}
+
+/// How long ranks that share cores pause between the bootstrap and the
+/// first measurement. For the first 100-200 ms after the bootstrap they
+/// ran at a third of their later speed (1 MiB all-reduce over 4 ranks on 2
+/// vCPUs, bound: 0.3-0.6 GB/s bus bandwidth in whichever measurement came
+/// first, out of place or in place, 1.5-1.7 GB/s in the second; with this
+/// pause 1.5-1.7 in both), whatever the warm-up iterations (`-w 50` did not
+/// help). The same pause before the bootstrap does not help: it is the new
+/// connections' first moments (more retransmission timeouts, longer RTT
+/// estimates), not understood further yet (docs/collectives.md, "Where the
+/// time goes"). `mpirun`'s ranks spend longer than this in `MPI_Init`
+/// before their first measurement. nccl-tests reports steady state, which
+/// the pause lets coll-perf measure.
+const SETTLE: Duration = Duration::from_millis(200);
 
 pub(crate) fn run(args: CollPerfArgs) -> Result<ExitCode, String> {
     if matches!(args.collective.as_str(), "-h" | "--help") {
@@ -400,6 +440,7 @@ pub(crate) fn run(args: CollPerfArgs) -> Result<ExitCode, String> {
         cfg.paths = p;
     }
     cfg.icrc_omission = !extra.icrc;
+    cfg.offload = extra.offload;
     let (poll_us, yield_polling) = poll_defaults();
     cfg.poll_before_sleep = Duration::from_micros(extra.poll_us.unwrap_or(poll_us));
     cfg.yield_while_polling = match extra.poll_mode.as_deref() {
@@ -437,6 +478,10 @@ pub(crate) fn run(args: CollPerfArgs) -> Result<ExitCode, String> {
         bind_to_core(local_rank, local_world);
     }
     let mut comm = connect(&job, &cfg).map_err(|e| e.to_string())?;
+    if local_rank(&job).is_some_and(|(_, local_world)| shares_cores(local_world)) {
+        // Let the job settle before the first measurement (see SETTLE).
+        std::thread::sleep(SETTLE);
+    }
     let result = run_rank(&mut comm, collective, &options, &extra);
     let stats =
         extra.stats || std::env::var("METAROCE_STATS").is_ok_and(|v| !v.is_empty() && v != "0");

@@ -563,6 +563,10 @@ fn coll_perf_bad_input_is_exit_2() {
     assert_one_line_error(&["coll-perf", "all_reduce", "-d", "float8"], "float8");
     assert_one_line_error(&["coll-perf", "all_reduce", "--impair", "loss=2"], "loss");
     assert_one_line_error(&["coll-perf", "broadcast", "-r", "3"], "-r 3");
+    assert_one_line_error(
+        &["coll-perf", "all_reduce", "--offload", "maybe"],
+        "--offload",
+    );
 }
 
 #[test]

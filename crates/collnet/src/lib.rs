@@ -50,7 +50,9 @@ pub use comm::{DriverStats, Member, NetComm};
 pub use error::CollNetError;
 pub use job::{DEFAULT_PORT, Job};
 pub use metaroce_udp::Impair;
-pub use rig::{AUTO_MTU_CAP, AUTO_PATHS, LOCAL_MTU_CAP, LOCAL_PATHS};
+pub use rig::{
+    AUTO_MTU_CAP, AUTO_PATHS, LOCAL_MTU_CAP, LOCAL_PATHS, SHARED_CORES_RX_MARK_BYTES, offload_on,
+};
 
 use metaroce_coll::CommConfig;
 use std::time::Duration;
@@ -83,8 +85,11 @@ pub struct NetConfig {
     /// a free range instead of failing. On by default; off for a port the
     /// user named.
     pub device_port_fallback: bool,
-    /// UDP GSO / GRO allowed.
-    pub offload: bool,
+    /// UDP GSO / GRO allowed. `None` (the default): on, except for a
+    /// device bound to a loopback address (every peer on this host) when
+    /// the ranks have a core each (`comm.ranks_share_cores` off), see
+    /// [`offload_on`].
+    pub offload: Option<bool>,
     /// How long the device's engine spins after activity before sleeping.
     /// 0 (the default): never spin; with several ranks per core a spinning
     /// engine takes the CPU its peers need.
@@ -149,7 +154,7 @@ impl Default for NetConfig {
             seed: metaroce_udp::os_seed(),
             device_port: metaroce_udp::DEFAULT_DEVICE_PORT,
             device_port_fallback: true,
-            offload: true,
+            offload: None,
             busy_poll_ns: 0,
             rto_min_ns: 4_000_000,
             deferred_ack_ns: 500_000,

@@ -92,6 +92,43 @@ pub(crate) fn device_paths(cfg: &NetConfig, ip: IpAddr) -> u32 {
     }
 }
 
+/// Whether a device bound to `ip` uses UDP GSO and GRO: as
+/// [`NetConfig::offload`] says, or when it says nothing, everywhere but on
+/// a loopback address whose ranks have a core each (not
+/// `CommConfig::ranks_share_cores`).
+///
+/// Loopback packets are sized up to [`LOCAL_MTU_CAP`], so a GSO message of
+/// them holds one datagram and offload only ever batches small ones. Two
+/// ranks with a core each then answer every message at once, and batching
+/// hurt them: once they drifted apart by one operation, an 8-byte
+/// all-reduce's data went two at a time, GRO-coalesced (with a
+/// `SO_MEMINFO` query per such batch at the receiver), and the ACK could
+/// not ride in front of a data datagram that was not alone in its flush;
+/// without offload they stay in step, one datagram each way per operation
+/// with the ACK in front (5.9 against 8.2 µs, eleven interleaved runs).
+/// Where ranks share cores, a rank taken off its CPU finds several small
+/// messages waiting, and batching them pays: 8 bytes at 8 ranks on 2 cores
+/// took 99 µs with offload and 221 µs without (BENCHMARKS.md, collectives
+/// round 14). 1 MiB all-reduces are unchanged either way.
+pub fn offload_on(cfg: &NetConfig, ip: IpAddr) -> bool {
+    cfg.offload
+        .unwrap_or(!ip.is_loopback() || cfg.comm.ranks_share_cores)
+}
+
+/// How many bytes may wait in the receive socket of a device bound to a
+/// loopback address whose ranks share cores before the datagrams taken
+/// from it count as CE-marked (the device's receive-queue ECN; its default,
+/// 512 KiB, applies everywhere else).
+///
+/// On such a host a receive queue builds because its rank is off its CPU
+/// (2 to 4 ranks per vCPU at 4 and 8 ranks on 2), not because a link is
+/// full, and cutting the senders' windows for it only made them wait in
+/// turn. 1 MiB all-reduce on 2 vCPUs, nine interleaved rounds: 4 ranks
+/// 1.675 GB/s busbw against 1.574 with 512 KiB, 8 ranks 0.632 against
+/// 0.544 (no marking at all: 1.684 and 0.627). 4 MiB still marks well
+/// before the 16 MiB socket buffer fills.
+pub const SHARED_CORES_RX_MARK_BYTES: u32 = 4 << 20;
+
 fn endpoint_config(cfg: &NetConfig, ip: IpAddr) -> EndpointConfig {
     let paths = device_paths(cfg, ip);
     EndpointConfig {
@@ -132,9 +169,13 @@ pub(crate) fn rig(
     let mut dc = DeviceConfig::new(endpoint_config(cfg, bind_ip), bind_ip);
     dc.impair = cfg.impair;
     dc.port_fallback = cfg.device_port_fallback;
-    dc.gso = cfg.offload;
-    dc.gro = cfg.offload;
+    let offload = offload_on(cfg, bind_ip);
+    dc.gso = offload;
+    dc.gro = offload;
     dc.busy_poll_ns = cfg.busy_poll_ns;
+    if bind_ip.is_loopback() && cfg.comm.ranks_share_cores {
+        dc.rx_queue_mark_bytes = SHARED_CORES_RX_MARK_BYTES;
+    }
 
     dc.capture.clone_from(&cfg.capture);
     let dev = Device::start(dc)?;
