@@ -32,7 +32,7 @@
 //!         }
 //!     }
 //!     fn poll_transmit(&mut self, _now: u64) -> Option<Datagram> { self.out.pop() }
-//!     fn poll_timeout(&self) -> Option<u64> { None }
+//!     fn poll_timeout(&mut self) -> Option<u64> { None }
 //!     fn handle_timeout(&mut self, _now: u64) {}
 //! }
 //!

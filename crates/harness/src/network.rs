@@ -37,7 +37,7 @@ pub trait Node {
     /// Next datagram to send, if any (drained until None after every input).
     fn poll_transmit(&mut self, now_ns: u64) -> Option<Datagram>;
     /// Earliest time the node wants `handle_timeout`, if any.
-    fn poll_timeout(&self) -> Option<u64>;
+    fn poll_timeout(&mut self) -> Option<u64>;
     /// The time returned by `poll_timeout` has been reached.
     fn handle_timeout(&mut self, now_ns: u64);
 }

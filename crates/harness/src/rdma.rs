@@ -74,7 +74,7 @@ impl Node for RdmaNode {
         })
     }
 
-    fn poll_timeout(&self) -> Option<u64> {
+    fn poll_timeout(&mut self) -> Option<u64> {
         self.ctx.poll_timeout()
     }
 

@@ -60,7 +60,7 @@ impl Node for TestNode {
     fn poll_transmit(&mut self, _now_ns: u64) -> Option<Datagram> {
         self.outbox.pop_front()
     }
-    fn poll_timeout(&self) -> Option<u64> {
+    fn poll_timeout(&mut self) -> Option<u64> {
         if self.livelock {
             return Some(0);
         }

@@ -116,6 +116,8 @@ struct ConnSlot {
     in_ack_ready: bool,
     /// The deadline the connection has in the endpoint's timer heap.
     timer_deadline: Option<u64>,
+    /// Queued in `Endpoint::dirty_timers`: its deadline may have moved.
+    timer_dirty: bool,
 }
 
 impl ConnSlot {
@@ -125,6 +127,7 @@ impl ConnSlot {
             in_ready: false,
             in_ack_ready: false,
             timer_deadline: None,
+            timer_dirty: false,
         }
     }
 }
@@ -144,6 +147,9 @@ pub struct Endpoint {
     /// Connections' next deadlines (min-heap; entries go stale and are
     /// dropped lazily, see `drop_stale_timers`).
     timers: BinaryHeap<Reverse<(u64, u32)>>,
+    /// Connections whose deadline may have moved since their entry in
+    /// `timers` was made (see `flush_timers`).
+    dirty_timers: Vec<u32>,
     next_pd: u32,
     /// This incarnation's random id, mixed into every packet key.
     session_id: u64,
@@ -188,6 +194,7 @@ impl Endpoint {
             ready: VecDeque::new(),
             ack_ready: VecDeque::new(),
             timers: BinaryHeap::new(),
+            dirty_timers: Vec::new(),
             next_pd: 1,
             session_id,
             peer_sessions: HashMap::new(),
@@ -1082,16 +1089,42 @@ impl Endpoint {
         self.refresh_timer(c);
     }
 
-    /// Refresh connection `c`'s entry in the timer heap.
+    /// Connection `c` changed: its deadline may have moved. Recomputed
+    /// once, when the heap is next read (`flush_timers`), not after every
+    /// event: one round trip of an 8-byte ping-pong touches its connection
+    /// about six times (the request, its completion, the reply's post, the
+    /// reply and ACK built), and each recomputation walks every timer the
+    /// connection has.
     fn refresh_timer(&mut self, c: u32) {
         let slot = &mut self.conns[c as usize];
-        let deadline = slot.conn.next_timeout(&self.dev);
-        if deadline != slot.timer_deadline {
-            slot.timer_deadline = deadline;
-            if let Some(d) = deadline {
-                self.timers.push(Reverse((d, c)));
+        if !slot.timer_dirty {
+            slot.timer_dirty = true;
+            self.dirty_timers.push(c);
+        }
+    }
+
+    /// Bring the timer heap up to date with every connection that changed
+    /// since it was last read.
+    fn flush_timers(&mut self) {
+        if self.dirty_timers.is_empty() {
+            return;
+        }
+        let mut dirty = std::mem::take(&mut self.dirty_timers);
+        for c in dirty.drain(..) {
+            let slot = &mut self.conns[c as usize];
+            // A slot replaced since it was queued starts clean.
+            if !std::mem::take(&mut slot.timer_dirty) {
+                continue;
+            }
+            let deadline = slot.conn.next_timeout(&self.dev);
+            if deadline != slot.timer_deadline {
+                slot.timer_deadline = deadline;
+                if let Some(d) = deadline {
+                    self.timers.push(Reverse((d, c)));
+                }
             }
         }
+        self.dirty_timers = dirty;
         self.drop_stale_timers();
         // Entries whose deadline moved later stay in the heap until they
         // surface; every ACK can move a retransmission deadline, so sweep
@@ -1104,7 +1137,7 @@ impl Endpoint {
     }
 
     /// Pop heap entries that no longer match their connection's deadline,
-    /// so the top is always current (which lets `poll_timeout` take `&self`).
+    /// so the top is always current.
     fn drop_stale_timers(&mut self) {
         while let Some(&Reverse((d, c))) = self.timers.peek() {
             if self.conns[c as usize].timer_deadline == Some(d) {
@@ -1218,10 +1251,13 @@ impl Endpoint {
 
     /// The earliest time [`handle_timeout`](Self::handle_timeout) must be called.
     ///
-    /// O(1): connections' deadlines live in a heap refreshed whenever a
-    /// connection changes, so an endpoint with thousands of peers (an incast
-    /// receiver in the simulator) does not scan them all.
-    pub fn poll_timeout(&self) -> Option<u64> {
+    /// Connections' deadlines live in a heap, brought up to date here for
+    /// the connections that changed since the last look, so an endpoint
+    /// with thousands of peers (an incast receiver in the simulator) does
+    /// not scan them all, and one that changed five times is looked at
+    /// once.
+    pub fn poll_timeout(&mut self) -> Option<u64> {
+        self.flush_timers();
         let conns = self.timers.peek().map(|Reverse((d, _))| *d);
         match (conns, self.dev.admission.regrant_deadline()) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -1232,7 +1268,12 @@ impl Endpoint {
     /// Fire every timer due at `now_ns`. Extra calls are harmless.
     pub fn handle_timeout(&mut self, now_ns: u64) {
         self.set_time(now_ns);
-        while let Some(&Reverse((d, c))) = self.timers.peek() {
+        loop {
+            // A connection fired below may be due again at once.
+            self.flush_timers();
+            let Some(&Reverse((d, c))) = self.timers.peek() else {
+                break;
+            };
             if d > now_ns {
                 break;
             }

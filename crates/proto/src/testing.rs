@@ -199,7 +199,7 @@ impl Pair {
     }
 
     /// The earlier of the two endpoints' deadlines.
-    pub fn next_deadline(&self) -> Option<u64> {
+    pub fn next_deadline(&mut self) -> Option<u64> {
         match (self.a.poll_timeout(), self.b.poll_timeout()) {
             (Some(x), Some(y)) => Some(x.min(y)),
             (x, y) => x.or(y),

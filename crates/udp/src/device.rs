@@ -957,7 +957,7 @@ impl Device {
     /// reply, or a deadline is already due).
     fn wait_input(&self, now: u64, max_wait_ns: u64) -> bool {
         let timeout = {
-            let st = self.lock();
+            let mut st = self.lock();
             if st.io.held_since_ns != 0 {
                 return false;
             }

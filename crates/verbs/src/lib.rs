@@ -982,7 +982,7 @@ impl Context {
     }
 
     /// Next deadline.
-    pub fn poll_timeout(&self) -> Option<u64> {
+    pub fn poll_timeout(&mut self) -> Option<u64> {
         self.endpoint.poll_timeout()
     }
 

@@ -450,7 +450,7 @@ impl Transport for MetaRoceHost {
         self.drain_completions();
     }
 
-    fn poll_timeout(&self) -> Option<Ps> {
+    fn poll_timeout(&mut self) -> Option<Ps> {
         self.ep.poll_timeout().map(ns_to_ps)
     }
 

@@ -201,7 +201,7 @@ pub trait Transport {
     );
 
     /// The earliest time `handle_timeout` must run.
-    fn poll_timeout(&self) -> Option<Ps>;
+    fn poll_timeout(&mut self) -> Option<Ps>;
 
     /// Fire timers due at `now`.
     fn handle_timeout(&mut self, now: Ps);

@@ -545,7 +545,7 @@ impl Transport for RcHost {
         }
     }
 
-    fn poll_timeout(&self) -> Option<Ps> {
+    fn poll_timeout(&mut self) -> Option<Ps> {
         let mut t: Option<Ps> = None;
         for (i, q) in self.sqps.iter().enumerate() {
             if let Some(r) = q.rto_at {
