@@ -260,10 +260,9 @@ fn split_args(rest: &[String]) -> Result<(Vec<String>, Extra), String> {
 fn poll_defaults() -> (u64, bool) {
     let local = std::env::var("LOCAL_WORLD_SIZE")
         .ok()
-        .and_then(|v| v.parse::<usize>().ok())
+        .and_then(|v| v.parse::<u32>().ok())
         .unwrap_or(1);
-    let cores = std::thread::available_parallelism().map_or(1, usize::from);
-    (POLL_US, local > cores)
+    (POLL_US, shares_cores(local))
 }
 
 /// This rank's place among the ranks of its host: `LOCAL_RANK` and

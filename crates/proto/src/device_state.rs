@@ -71,9 +71,6 @@ impl DeviceState {
         }
     }
 
-    /// The QP a packet naming local `qpn` on connection `conn` is for; a
-    /// miss (not ours, or not bound to that peer) is counted, and the
-    /// caller drops the packet.
     /// Whether a silence is evidence of a failure: the fabric loses less
     /// than `RANDOM_LOSS_FOR_BURSTS` at random. Above it a probe or its
     /// answer goes missing on a live route often enough that an
@@ -85,6 +82,9 @@ impl DeviceState {
         self.loss_rate.rate() < crate::replacement_ports::RANDOM_LOSS_FOR_BURSTS
     }
 
+    /// The QP a packet naming local `qpn` on connection `conn` is for; a
+    /// miss (not ours, or not bound to that peer) is counted, and the
+    /// caller drops the packet.
     pub(crate) fn qp_for_packet(&mut self, qpn: u32, conn: u32) -> Option<&mut Qp> {
         let qp = self.qps.for_packet(qpn, conn);
         if qp.is_none() {

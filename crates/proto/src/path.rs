@@ -390,12 +390,16 @@ impl TxPath {
         )
     }
 
-    /// When the oldest packet still outstanding on this path was sent.
-    pub(crate) fn oldest_outstanding_sent_ns(&self) -> Option<u64> {
+    /// The oldest packet still outstanding on this path.
+    pub(crate) fn oldest_outstanding(&self) -> Option<&SentPacket> {
         self.inflight
             .iter()
             .find(|s| s.state() == SentState::Outstanding)
-            .map(|s| s.sent_ns)
+    }
+
+    /// When the oldest packet still outstanding on this path was sent.
+    pub(crate) fn oldest_outstanding_sent_ns(&self) -> Option<u64> {
+        self.oldest_outstanding().map(|s| s.sent_ns)
     }
 
     /// When an unanswered probe proves the path dead (if other paths of

@@ -1481,23 +1481,13 @@ fn take_direct(ctx: &mut Context, io: &mut Io, now: u64) -> DirectPass {
         };
         let Some(src) = peek.src else { break };
         taken += 1;
-        // The receive-queue mark of the batch read, asked every eighth
-        // datagram.
-        if taken % 8 == 1 {
-            queue_long = io.rx_queue_mark_bytes > 0
-                && sys::rx_queue(&io.rx).is_some_and(|(q, _)| q > io.rx_queue_mark_bytes);
-        }
+        note_direct_read(io, peek.len, taken, &mut queue_long);
         let gro = peek.segment.is_some_and(|seg| seg < peek.len);
         let head_len = peek.len.min(io.direct_head.len());
         let target = (peek.len >= DIRECT_MIN_BYTES && !gro)
             .then(|| ctx.direct_target(src, &io.direct_head[..head_len], peek.len))
             .flatten()
             .filter(|t| t.header_len() + t.trailer_len() <= io.direct_head.len());
-        if peek.len >= DIRECT_MIN_BYTES {
-            io.direct_small_left = DIRECT_SMALL_ALLOWANCE;
-        } else {
-            io.direct_small_left -= 1;
-        }
         let Some(target) = target else {
             if shadow.is_some() {
                 score_guess(io, false);
@@ -1557,6 +1547,22 @@ fn take_direct(ctx: &mut Context, io: &mut Io, now: u64) -> DirectPass {
         took: taken > 0,
         empty,
         full: taken >= DIRECT_MAX_PER_PASS,
+    }
+}
+
+/// A datagram of `len` bytes was taken, the `taken`-th of this direct
+/// pass: the receive-queue mark of the batch read is asked again every
+/// eighth datagram, and small datagrams use up the allowance of reads by
+/// peeking (`direct_small_left`) that a large one renews.
+fn note_direct_read(io: &mut Io, len: usize, taken: usize, queue_long: &mut bool) {
+    if taken % 8 == 1 {
+        *queue_long = io.rx_queue_mark_bytes > 0
+            && sys::rx_queue(&io.rx).is_some_and(|(q, _)| q > io.rx_queue_mark_bytes);
+    }
+    if len >= DIRECT_MIN_BYTES {
+        io.direct_small_left = DIRECT_SMALL_ALLOWANCE;
+    } else {
+        io.direct_small_left = io.direct_small_left.saturating_sub(1);
     }
 }
 
@@ -1634,15 +1640,7 @@ fn take_guessed(
         Ok(None) => return Guessed::Empty,
         Err(_) => return Guessed::Failed,
     };
-    if (taken + 1) % 8 == 1 {
-        *queue_long = io.rx_queue_mark_bytes > 0
-            && sys::rx_queue(&io.rx).is_some_and(|(q, _)| q > io.rx_queue_mark_bytes);
-    }
-    if m.len >= DIRECT_MIN_BYTES {
-        io.direct_small_left = DIRECT_SMALL_ALLOWANCE;
-    } else {
-        io.direct_small_left = io.direct_small_left.saturating_sub(1);
-    }
+    note_direct_read(io, m.len, taken + 1, queue_long);
     let Some(from) = m.src else {
         return Guessed::Took;
     };

@@ -128,6 +128,23 @@ fn two_devices_with(
     (a, b, [(qa, ca, pa), (qb, cb, pb)])
 }
 
+/// [`two_devices_with`] at `mtu`, each device taking the other's payloads
+/// without an ICRC (as loopback peers negotiate it), which is what lets a
+/// WRITE's payload be read straight into its region (direct placement).
+fn two_devices_omitting_icrc(
+    mtu: u32,
+    tweak: impl Fn(&mut DeviceConfig),
+) -> (Device, Device, Ends) {
+    let (a, b, ends) = two_devices_with(mtu, mtu, [None, None], true, |dc| {
+        dc.endpoint.accept_icrc_omitted = true;
+        tweak(dc);
+    });
+    let (aa, ba) = (a.addr(), b.addr());
+    a.with(|ctx, _| ctx.set_peer_icrc_omission(ba, true));
+    b.with(|ctx, _| ctx.set_peer_icrc_omission(aa, true));
+    (a, b, ends)
+}
+
 /// WRITE all of `src` into `dst` (regions of equal length) as work request
 /// `wr_id`, and wait until it completes successfully.
 fn write_and_wait(
@@ -688,15 +705,10 @@ fn direct_placement_receives_writes_into_the_region() {
     // datagrams as it does others.
     let lossy: Impair = "loss=0.05,dup=0.05,reorder=0.05,seed=3".parse().unwrap();
     for (direct, impair) in [(true, None), (false, None), (true, Some(lossy))] {
-        let (a, b, [(qa, ca, pa), (_qb, _cb, pb)]) =
-            two_devices_with(MTU, MTU, [None, None], true, |dc| {
-                dc.endpoint.accept_icrc_omitted = true;
-                dc.direct_placement = direct;
-                dc.impair = impair;
-            });
-        let (aa, ba) = (a.addr(), b.addr());
-        a.with(|ctx, _| ctx.set_peer_icrc_omission(ba, true));
-        b.with(|ctx, _| ctx.set_peer_icrc_omission(aa, true));
+        let (a, b, [(qa, ca, pa), (_qb, _cb, pb)]) = two_devices_omitting_icrc(MTU, |dc| {
+            dc.direct_placement = direct;
+            dc.impair = impair;
+        });
         let src = a.with(|ctx, _| ctx.reg_mr(pa, u64::from(LEN), AccessFlags(0xf)).unwrap());
         let dst = b.with(|ctx, _| ctx.reg_mr(pb, u64::from(LEN), AccessFlags(0xf)).unwrap());
         let pattern: Vec<u8> = (0..LEN).map(|i| (i % 253) as u8).collect();
@@ -772,13 +784,7 @@ fn direct_placement_holds_in_a_two_way_exchange() {
     const MTU: u32 = 60 << 10;
     const LEN: u32 = 4 << 20;
     const ROUNDS: u64 = 6;
-    let (a, b, [(qa, ca, pa), (qb, cb, pb)]) =
-        two_devices_with(MTU, MTU, [None, None], true, |dc| {
-            dc.endpoint.accept_icrc_omitted = true;
-        });
-    let (aa, ba) = (a.addr(), b.addr());
-    a.with(|ctx, _| ctx.set_peer_icrc_omission(ba, true));
-    b.with(|ctx, _| ctx.set_peer_icrc_omission(aa, true));
+    let (a, b, [(qa, ca, pa), (qb, cb, pb)]) = two_devices_omitting_icrc(MTU, |_| {});
     let len = u64::from(LEN);
     // Each side's region: its source in the first half, the peer's target
     // in the second.
@@ -833,13 +839,7 @@ fn guessed_reads_that_miss_leave_received_bytes_intact() {
     const MTU: u32 = 60 << 10;
     const PART: u64 = 512 << 10;
     const PARTS: u64 = 8;
-    let (a, b, [(qa, ca, pa), (_qb, _cb, pb)]) =
-        two_devices_with(MTU, MTU, [None, None], true, |dc| {
-            dc.endpoint.accept_icrc_omitted = true;
-        });
-    let (aa, ba) = (a.addr(), b.addr());
-    a.with(|ctx, _| ctx.set_peer_icrc_omission(ba, true));
-    b.with(|ctx, _| ctx.set_peer_icrc_omission(aa, true));
+    let (a, b, [(qa, ca, pa), (_qb, _cb, pb)]) = two_devices_omitting_icrc(MTU, |_| {});
     let len = PART * PARTS;
     let src = a.with(|ctx, _| ctx.reg_mr(pa, len, AccessFlags(0xf)).unwrap());
     let dst = b.with(|ctx, _| ctx.reg_mr(pb, 2 * len, AccessFlags(0xf)).unwrap());

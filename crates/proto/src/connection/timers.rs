@@ -303,13 +303,7 @@ impl Connection {
             let pto_min = dev.config.probe_timeout_min_ns;
             let oldest_sent = self.paths[p].oldest_outstanding_sent_ns();
             let probe_sent = self.paths[p].probe_sent_ns.get();
-            let newest_sent = self.paths[p]
-                .inflight
-                .iter()
-                .rev()
-                .find(|s| s.state() == SentState::Outstanding)
-                .map(|s| s.sent_ns);
-            if self.forget_settled(p) {
+            if let Some(newest_sent) = self.forget_settled(p) {
                 // Only copies of segments acknowledged elsewhere were left
                 // (a tail copy, or a resend, got there first): nothing to
                 // time out. But if this path has answered nothing since
@@ -360,7 +354,7 @@ impl Connection {
                 if let Some(t) = oldest_sent
                     .filter(unanswered)
                     .or_else(|| probe_sent.filter(|t| probes_tell && unanswered(t)))
-                    .or_else(|| newest_sent.filter(|t| probes_tell && unanswered(t)))
+                    .or_else(|| Some(newest_sent).filter(|t| probes_tell && unanswered(t)))
                 {
                     if dev.config.hosts_share_cpus() {
                         self.paths[p].unproven = true;
@@ -534,29 +528,27 @@ impl Connection {
     /// If every packet outstanding on path `p` carries a segment that no
     /// longer needs it (acknowledged through another copy, or of a message
     /// finished or restarted), stop waiting for them: they leave the flight
-    /// without counting as lost. Returns whether it did so (with something
-    /// to forget).
-    fn forget_settled(&mut self, p: usize) -> bool {
+    /// without counting as lost. Returns when the newest of them was sent
+    /// (`None`: something still outstanding was needed, or nothing was).
+    fn forget_settled(&mut self, p: usize) -> Option<u64> {
         let msgs = &self.msgs;
         let settled = |seg: SegRef| {
             msgs.get(seg.msg)
                 .is_none_or(|m| m.attempt != seg.attempt || m.is_acked(seg.seg))
         };
         let path = &mut self.paths[p];
-        let mut any = false;
+        let mut newest_sent_ns = None;
         for sent in path
             .inflight
             .iter()
             .filter(|s| s.state() == SentState::Outstanding)
         {
             if !settled(sent.seg()) {
-                return false;
+                return None;
             }
-            any = true;
+            newest_sent_ns = Some(sent.sent_ns);
         }
-        if !any {
-            return false;
-        }
+        newest_sent_ns?;
         let mut freed = 0;
         for sent in path
             .inflight
@@ -571,7 +563,7 @@ impl Connection {
         path.probe_sent_ns = MaybeNs::NONE;
         path.silent_rounds = 0;
         self.inflight_bytes -= freed;
-        true
+        newest_sent_ns
     }
 
     /// Whether path `p`'s probe, sent at `sent` and unanswered for a probe
@@ -725,16 +717,14 @@ impl Connection {
             Verdict::Silent { since_ns } => since_ns,
             Verdict::Lossy => None,
         };
-        let oldest_sent_ns = self.paths[p].oldest_outstanding_sent_ns();
-        let first_psn = self.paths[p].first_inflight_psn();
+        let oldest = self.paths[p].oldest_outstanding();
+        let oldest_sent_ns = oldest.map(|s| s.sent_ns);
         // A segment the replacement can probe with at once (below): the
         // oldest this path lost, else any waiting to go again.
-        let probe_seg = self.paths[p]
-            .inflight
-            .iter()
-            .find(|s| s.state() == SentState::Outstanding)
+        let probe_seg = oldest
             .map(SentPacket::seg)
             .or_else(|| self.retransmit_queue.front().map(|r| r.seg));
+        let first_psn = self.paths[p].first_inflight_psn();
         let lost = self.mark_path_lost(p);
         self.inflight_bytes -= lost;
         let cfg = &dev.config;
@@ -1078,15 +1068,16 @@ mod tests {
         assert_eq!(ack_copies_in_a_write(off, true, 4096), 0);
     }
 
-    /// Four 64 KiB WRITEs over `paths` paths (ports drawn from a span of
-    /// `span`) while the routes of the first `dead` slots, and of every
-    /// port not in use at the start, drop all data. Returns the ports
-    /// before, A's counters, and the ports after.
-    fn writes_over_dead_routes(
+    /// A lab whose A side has `paths` paths (ports drawn from a span of
+    /// `span`), where the routes of the first `dead` slots, and of every
+    /// port not in use at the start, drop all data. Returns the lab, the
+    /// ports at the start, and a count of the data packets sent from ports
+    /// not in use at the start (replacements trying their fresh routes).
+    fn lab_over_dead_routes(
         paths: usize,
         span: u16,
         dead: usize,
-    ) -> (Vec<u16>, EndpointStats, Vec<u16>) {
+    ) -> (Lab, Vec<u16>, std::rc::Rc<std::cell::Cell<u32>>) {
         let cfg = |seed| EndpointConfig {
             line_rate_bps: 10_000_000_000,
             paths_per_connection: paths,
@@ -1096,21 +1087,37 @@ mod tests {
         let mut l = lab(cfg(1), cfg(2));
         let peer = l.pair.addr(Side::B);
         let ports = l.pair.a.path_ports(peer).unwrap();
-        let live = ports[dead..].to_vec();
+        let (all, live) = (ports.clone(), ports[dead..].to_vec());
+        let fresh_tries = std::rc::Rc::new(std::cell::Cell::new(0u32));
+        let tries = fresh_tries.clone();
         l.pair.set_filter(Some(Box::new(move |hop| {
-            if hop.transmit.kind == PacketKind::Data && !live.contains(&hop.transmit.src_port) {
-                Fate::Drop
-            } else {
-                Fate::Deliver
+            let port = hop.transmit.src_port;
+            if hop.transmit.kind != PacketKind::Data || live.contains(&port) {
+                return Fate::Deliver;
             }
+            if !all.contains(&port) {
+                tries.set(tries.get() + 1);
+            }
+            Fate::Drop
         })));
+        (l, ports, fresh_tries)
+    }
+
+    /// Four 64 KiB WRITEs over [`lab_over_dead_routes`]. Returns the ports
+    /// before, A's counters, and the ports after.
+    fn writes_over_dead_routes(
+        paths: usize,
+        span: u16,
+        dead: usize,
+    ) -> (Vec<u16>, EndpointStats, Vec<u16>) {
+        let (mut l, ports, _) = lab_over_dead_routes(paths, span, dead);
         for wr_id in 1..=4 {
             write(&mut l, wr_id, 64 << 10);
             assert!(l.pair.settle(10_000, 1_000));
             succeeded(&mut l, wr_id, 64 << 10);
         }
         let stats = *l.pair.a.stats();
-        let now = l.pair.a.path_ports(peer).unwrap();
+        let now = l.pair.a.path_ports(l.pair.addr(Side::B)).unwrap();
         (ports, stats, now)
     }
 
@@ -1134,29 +1141,7 @@ mod tests {
         // is tried within this WRITE, not with a next message (in a ring
         // all-reduce, tens of µs later). Without the probe it is never
         // tried here.
-        let cfg = |seed| EndpointConfig {
-            line_rate_bps: 10_000_000_000,
-            paths_per_connection: 16,
-            path_port_span: 64,
-            ..fixture::config(seed)
-        };
-        let mut l = lab(cfg(1), cfg(2));
-        let peer = l.pair.addr(Side::B);
-        let ports = l.pair.a.path_ports(peer).unwrap();
-        let live = ports[1..].to_vec();
-        let fresh_tries = std::rc::Rc::new(std::cell::Cell::new(0u32));
-        let tries = fresh_tries.clone();
-        l.pair.set_filter(Some(Box::new(move |hop| {
-            let port = hop.transmit.src_port;
-            if hop.transmit.kind == PacketKind::Data && !live.contains(&port) {
-                if port != ports[0] {
-                    tries.set(tries.get() + 1);
-                }
-                Fate::Drop
-            } else {
-                Fate::Deliver
-            }
-        })));
+        let (mut l, _, fresh_tries) = lab_over_dead_routes(16, 64, 1);
         write(&mut l, 1, 64 << 10);
         assert!(l.pair.settle(10_000, 1_000));
         succeeded(&mut l, 1, 64 << 10);
