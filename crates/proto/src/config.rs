@@ -143,6 +143,9 @@ pub struct EndpointConfig {
     /// 4 KB packets (4.2 MB) overflow a 1 MB buffer four times over. A
     /// message that fits one packet goes whole: nothing waits behind it.
     pub cold_packet_bytes: u32,
+    /// Copies of a cold connection's short first packet, each on another
+    /// path (transport spec §4, "Cold copies"; 0: none).
+    pub cold_copies: u32,
     /// Largest message a work request may carry.
     pub max_message_bytes: u32,
     /// Maximum outstanding send work requests per QP.
@@ -226,6 +229,7 @@ impl Default for EndpointConfig {
             grant_utilisation: 0.95,
             idle_restart_rtts: 16,
             cold_packet_bytes: 256,
+            cold_copies: 1,
             max_message_bytes: 1 << 31,
             max_send_wr: 4096,
             max_recv_wr: 4096,
@@ -303,6 +307,7 @@ impl EndpointConfig {
         ),
         int_knob!(Self, idle_restart_rtts: u64, 0, 1_000_000, "base RTTs idle after which a connection starts its next message cold (0: never)"),
         int_knob!(Self, cold_packet_bytes: u32, 0, 1 << 20, "payload of a cold connection's one packet of a message that needs more than one (0: a full packet)"),
+        int_knob!(Self, cold_copies: u32, 0, 8, "copies of a cold connection's short first packet, each on another path (0: none)"),
     ];
 
     /// Check every field's range; the endpoint refuses a config that fails.

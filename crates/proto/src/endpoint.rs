@@ -1595,6 +1595,75 @@ mod tests {
         assert_eq!(l.pair.a.stats().data_packets_sent, 9);
     }
 
+    /// A cold connection's short first packet goes twice, the copy on
+    /// another path, when its message is longer than a bandwidth-delay
+    /// product: the whole message waits on that packet. With the original
+    /// lost, the copy's ACK opens the window and the message completes
+    /// without waiting for a probe timeout (two base RTTs).
+    #[test]
+    fn a_long_messages_cold_packet_goes_twice_and_a_lost_one_costs_nothing() {
+        use crate::transmit::PacketKind;
+        // 10 Gb/s over a 10 us round trip: a BDP is 12.5 kB.
+        let cfg = |seed| EndpointConfig {
+            line_rate_bps: 10_000_000_000,
+            ..fixture::config(seed)
+        };
+        let mut l = lab(cfg(1), cfg(2));
+        let (a, b) = (l.a, l.b);
+        let len = 32 << 10;
+        let data: Vec<u8> = (0..len).map(|i| (i * 5 + 1) as u8).collect();
+        l.pair.a.memory_mut(a.mr.handle).unwrap()[..len as usize].copy_from_slice(&data);
+        l.pair.a.post_send(a.qp, write(1, &a, &b, len)).unwrap();
+        let sent = l.pair.poll_transmits(Side::A);
+        let data_packets: Vec<_> = sent
+            .iter()
+            .filter(|(t, _)| t.kind == PacketKind::Data)
+            .collect();
+        assert_eq!(data_packets.len(), 2, "the cold packet and its copy");
+        let heads: Vec<_> = data_packets
+            .iter()
+            .map(|(t, bytes)| {
+                let Ok(wire::Packet::Data { repr, .. }) = wire::parse(bytes) else {
+                    panic!("a data packet")
+                };
+                (t.src_port, repr.offset, repr.payload_len)
+            })
+            .collect();
+        let cold = EndpointConfig::default().cold_packet_bytes;
+        assert_ne!(heads[0].0, heads[1].0, "two paths: {heads:?}");
+        assert!(heads.iter().all(|h| (h.1, h.2) == (0, cold)), "{heads:?}");
+        // The original is lost; only the copy arrives.
+        let t0 = l.pair.now();
+        let (t, bytes) = data_packets[1];
+        l.pair.deliver(Side::A, t, bytes);
+        assert!(l.pair.settle(100, 500));
+        assert_eq!(statuses(&mut l.pair, Side::A), [(1, WcStatus::Success)]);
+        assert_eq!(
+            &l.pair.b.memory_mut(b.mr.handle).unwrap()[..len as usize],
+            &data[..]
+        );
+        assert_eq!(l.pair.a.stats().probe_timeouts, 0);
+        let base_rtt_ns = l.pair.a.config().base_rtt_ns;
+        let done = l.pair.a.stats();
+        assert!(
+            l.pair.now() - t0 < 2 * base_rtt_ns,
+            "took {} ns: {done:?}",
+            l.pair.now() - t0
+        );
+
+        // A message within a BDP starts with one packet, as before.
+        let mut l = lab(cfg(3), cfg(4));
+        let (a, b) = (l.a, l.b);
+        l.pair.a.post_send(a.qp, write(1, &a, &b, 8 << 10)).unwrap();
+        let sent = l.pair.poll_transmits(Side::A);
+        assert_eq!(
+            sent.iter()
+                .filter(|(t, _)| t.kind == PacketKind::Data)
+                .count(),
+            1
+        );
+    }
+
     #[test]
     fn a_trimmed_packet_is_nacked_and_resent_at_once() {
         use crate::transmit::PacketKind;

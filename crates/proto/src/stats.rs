@@ -57,6 +57,9 @@ pub struct EndpointStats {
     /// Repair packets sent after short messages while losing packets
     /// (counted in `data_packets_sent` too).
     pub repair_packets_sent: u64,
+    /// Copies of cold connections' first packets (`cold_copies`; counted
+    /// in `data_packets_sent`, not in `data_packets_retransmitted`).
+    pub cold_copies_sent: u64,
     /// Repair packets received whole.
     pub rx_repair_packets: u64,
     /// Data packets rebuilt from repair packets instead of waiting for
@@ -150,6 +153,7 @@ named_counters!(EndpointStats {
     ack_packets_sent,
     grants_pushed,
     repair_packets_sent,
+    cold_copies_sent,
     rx_repair_packets,
     rx_repaired_packets,
     tail_probes,

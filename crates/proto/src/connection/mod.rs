@@ -218,6 +218,30 @@ impl RxPath {
     }
 }
 
+/// A probe owed on a path: a packet asking for an ACK, past the windows.
+#[derive(Debug, Clone, Copy)]
+struct PathProbe {
+    path: usize,
+    /// What it carries when the path has nothing of its own outstanding: a
+    /// suspect path's segments were resent elsewhere, a fresh replacement
+    /// never had any, a cold copy's path is idle.
+    carry: Option<SegRef>,
+    /// A copy of a cold connection's first packet (transport spec §4,
+    /// "Cold copies"): redundancy sent up front, counted as a cold copy,
+    /// not as a resend or a tail-loss probe.
+    cold_copy: bool,
+}
+
+impl PathProbe {
+    fn on(path: usize, carry: Option<SegRef>) -> Self {
+        Self {
+            path,
+            carry,
+            cold_copy: false,
+        }
+    }
+}
+
 /// An entry of the retransmit queue.
 #[derive(Debug, Clone, Copy)]
 struct Resend {
@@ -374,9 +398,8 @@ pub(crate) struct Connection {
     rx_loss_seen_ns: u64,
     /// New data was queued since the tail was last copied.
     tail_copy_armed: bool,
-    /// Probes to send: on which path, and for a suspect path the segment
-    /// to carry (its own were resent elsewhere).
-    path_probes: VecDeque<(usize, Option<SegRef>)>,
+    /// Probes to send.
+    path_probes: VecDeque<PathProbe>,
     ack_deadline: Option<u64>,
     /// Local QPs (by slot) whose op-ack the next ACKs must carry.
     dirty_qps: VecDeque<u32>,

@@ -3,7 +3,7 @@
 //! A path that keeps timing out while the others deliver is retired and
 //! its slot reopened on a fresh source port (a new ECMP route).
 
-use super::{Connection, PACKET_OVERHEAD_BYTES, Resend, give_up, requester};
+use super::{Connection, PACKET_OVERHEAD_BYTES, PathProbe, Resend, give_up, requester};
 use crate::device_state::DeviceState;
 use crate::maybe_ns::MaybeNs;
 use crate::message::{MsgKind, SegRef};
@@ -465,7 +465,7 @@ impl Connection {
                     // fabric most silences are a lost ACK.
                     self.paths[p].silent_rounds += 1;
                     self.paths[p].probe_sent_ns = MaybeNs::some(now_ns);
-                    self.path_probes.push_back((p, None));
+                    self.path_probes.push_back(PathProbe::on(p, None));
                     trace_event!(
                         in: self.trace.enter_path(p),
                         DEBUG,
@@ -498,7 +498,7 @@ impl Connection {
                     if go {
                         path.probe_hold = ProbeHold::None;
                         path.probe_sent_ns = MaybeNs::some(now_ns);
-                        self.path_probes.push_back((p, None));
+                        self.path_probes.push_back(PathProbe::on(p, None));
                     }
                 }
             }
@@ -848,7 +848,7 @@ impl Connection {
             // within a probe timeout of this retirement; otherwise its
             // first packet waits for new data (a ring's next message, tens
             // of microseconds later) and only then starts the clock.
-            self.path_probes.push_back((p, probe_seg));
+            self.path_probes.push_back(PathProbe::on(p, probe_seg));
         }
         self.cc.on_path_replaced(p, now_ns);
         self.stats.paths_replaced += 1;

@@ -3,7 +3,7 @@
 //! robin among those with window room), and writing it out as bytes,
 //! split headers and payload, or a parsed repr.
 
-use super::{AckCopy, Connection, PACKET_OVERHEAD_BYTES, PATH_PSN_WINDOW, Resend};
+use super::{AckCopy, Connection, PACKET_OVERHEAD_BYTES, PATH_PSN_WINDOW, PathProbe, Resend};
 use crate::auth::ConnectionAuth;
 use crate::device_state::DeviceState;
 use crate::ecn::Ecn;
@@ -76,7 +76,12 @@ impl Connection {
         }
         // A probe that goes as the next new data packet, on this path.
         let mut probe_path = None;
-        while let Some((p, carry)) = self.path_probes.pop_front() {
+        while let Some(PathProbe {
+            path: p,
+            carry,
+            cold_copy,
+        }) = self.path_probes.pop_front()
+        {
             // Tail-loss probe: resend the path's newest outstanding segment on
             // that same path, past its window, asking for an ACK. If the data
             // arrived and only the ACK was lost, the ACK covers everything; if
@@ -118,12 +123,24 @@ impl Connection {
             // probes resent data that had arrived. Where evidence says the
             // packet was lost and new data flows fast, the old segment goes
             // at once.
-            let new_data = own.is_some()
+            let new_data = !cold_copy
+                && own.is_some()
                 && self.cc.pacing_rate_bps().is_some()
                 && (self.paths[p].silent_rounds == 0 || self.sparse_pacing())
                 && self.retransmit_queue.is_empty()
                 && self.has_unsent_data();
             self.paths[p].probe_sent_ns = MaybeNs::some(now_ns);
+            if cold_copy {
+                dev.stats.cold_copies_sent += 1;
+                trace_event!(
+                    in: self.trace.enter_path(p),
+                    DEBUG,
+                    now_ns,
+                    "cold copy: the first packet again, on another path"
+                );
+                let flags = Flags::RETRANSMIT | Flags::ACK_REQUEST | self.drained_flag();
+                return Some(self.emit_segment(now_ns, dev, p, seg, flags, out));
+            }
             dev.stats.tail_probes += 1;
             self.stats.tail_probes += 1;
             self.paths[p].stats.tail_probes += 1;
@@ -184,6 +201,7 @@ impl Connection {
                 }
                 continue;
             };
+            let mut cold_copies = 0;
             if msg.next_unsent == 0
                 && self.inflight_bytes == 0
                 && self.cc.awaiting_grant()
@@ -195,6 +213,11 @@ impl Connection {
                 // others.
                 if let Some(m) = self.msgs.get_mut(r) {
                     m.cut_head(dev.config.cold_packet_bytes);
+                    let bdp_bytes =
+                        dev.config.line_rate_bps / 8 * dev.config.base_rtt_ns / 1_000_000_000;
+                    if m.head_bytes > 0 && u64::from(m.payload_len) > bdp_bytes {
+                        cold_copies = (dev.config.cold_copies as usize).min(self.path_count - 1);
+                    }
                 }
             }
             let msg = self.msgs.get(r).expect("checked above");
@@ -243,6 +266,19 @@ impl Connection {
                 dev.stats.repair_packets_sent += 1;
             } else {
                 self.stats.payload_bytes_sent += u64::from(msg.seg_range(seg.seg).1);
+            }
+            // The short cold packet goes again on the next paths, as
+            // probes: the whole message waits on it, and a lost one costs
+            // a probe timeout (two base RTTs) before anything else moves.
+            // A copy costs a few hundred bytes once per cold start.
+            for k in 1..=cold_copies {
+                let q = (path + k) % self.path_count;
+                self.create_paths_through(q, dev);
+                self.path_probes.push_back(PathProbe {
+                    path: q,
+                    carry: Some(seg),
+                    cold_copy: true,
+                });
             }
             return Some(self.emit_segment(now_ns, dev, path, seg, flags, out));
         }
