@@ -498,7 +498,18 @@ impl Connection {
         bytes: u64,
         avoid: Option<u8>,
     ) -> Option<usize> {
-        if self.inflight_bytes > 0 && self.inflight_bytes + bytes > self.cc.connection_window() {
+        // Only a sender the receiver did not cap: a capped one's limit is
+        // its grant, and the room it leaves in a shared receiver's queue
+        // is the other senders'.
+        let allowance = if self.cc.pacing_rate_bps().is_none() {
+            dev.loss_rate.window_allowance()
+        } else {
+            0.0
+        };
+        let with_allowance = |window: u64| window + (window as f64 * allowance) as u64;
+        if self.inflight_bytes > 0
+            && self.inflight_bytes + bytes > with_allowance(self.cc.connection_window())
+        {
             // An ACK will wake us, not the pacing clock.
             self.pace_blocked = false;
             return None;
@@ -529,7 +540,7 @@ impl Connection {
                 }
                 let psn_room = path.psn_span() < PATH_PSN_WINDOW;
                 let window_room = path.inflight_bytes == 0
-                    || path.inflight_bytes + bytes <= self.cc.path_window(p);
+                    || path.inflight_bytes + bytes <= with_allowance(self.cc.path_window(p));
                 if psn_room && window_room {
                     self.rr_path = (p + 1) % n;
                     return Some(p);
