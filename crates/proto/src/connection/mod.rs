@@ -298,8 +298,11 @@ pub struct ConnectionStats {
     /// Retired paths heard from afterwards (the failure was a stall).
     pub spurious_failovers: u64,
     /// RTOs proved spurious afterwards (the packets were late, not lost),
-    /// and their window cut undone.
+    /// and their window cut undone; each RTO counted once.
     pub spurious_rtos: u64,
+    /// Retry rounds' and unanswered probes' give-ups proved spurious, per
+    /// path.
+    pub spurious_give_ups: u64,
     /// Packets given up on for a SACK gap that arrived after all
     /// (reordering within a route).
     pub spurious_gap_losses: u64,

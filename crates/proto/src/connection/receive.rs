@@ -447,14 +447,15 @@ impl Connection {
             }
             // An RTO undone: one of the packets it gave up on arrived after
             // all (the receiver reports it), so the path was only late.
-            if let Some((first, end)) = path.rto_psns {
-                // `end` was the path's next PSN at the RTO.
-                let fate = gave_up_arrived(ack.ack_psn, &ack.sack, limit, (first, end), end);
+            if let Some(gave_up) = path.gave_up {
+                let fate = gave_up.arrived(ack.ack_psn, &ack.sack, limit);
                 if fate == Some(true) {
-                    path.rto_psns = None;
+                    path.gave_up = None;
                     path.consecutive_rtos = 0;
-                    self.stats.spurious_rtos += 1;
-                    dev.stats.spurious_rtos += 1;
+                    self.stats.spurious_rtos += u64::from(gave_up.rtos);
+                    dev.stats.spurious_rtos += u64::from(gave_up.rtos);
+                    self.stats.spurious_give_ups += u64::from(gave_up.others);
+                    dev.stats.spurious_give_ups += u64::from(gave_up.others);
                     trace_event!(
                         in: self.trace.enter_path(p),
                         DEBUG,
@@ -464,8 +465,8 @@ impl Connection {
                     self.cc.on_spurious_rto(p, now_ns);
                     let sent = path.rto_oldest_sent_ns;
                     self.note_stall(now_ns, sent);
-                } else if fate == Some(false) || !seq::seq_lt(ack.ack_psn, end) {
-                    path.rto_psns = None;
+                } else if fate == Some(false) || !seq::seq_lt(ack.ack_psn, gave_up.end) {
+                    path.gave_up = None;
                 }
             }
         }
