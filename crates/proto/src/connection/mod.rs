@@ -399,6 +399,16 @@ pub(crate) struct Connection {
     ack_copies: VecDeque<(AckRepr, u16)>,
     /// When a hole or a duplicate last showed on a receive path (0: never).
     rx_loss_seen_ns: u64,
+    /// The smallest one-way delay seen on the peer's packets, as our clock
+    /// less its 32-bit timestamp (the clocks' offset included), and when
+    /// it was first taken (0: none yet); renewed every second so that the
+    /// clocks' drift does not age it.
+    rx_delay_min: u32,
+    rx_delay_min_at_ns: u64,
+    /// When we last read a peer's packet much later than its fastest
+    /// (this host stalled, or its socket queued): probes for a while
+    /// after it ask about ACKs that were late, not lost.
+    rx_late_ns: u64,
     /// New data was queued since the tail was last copied.
     tail_copy_armed: bool,
     /// Probes to send.
@@ -603,6 +613,9 @@ impl Connection {
             ack_now: VecDeque::new(),
             ack_copies: VecDeque::new(),
             rx_loss_seen_ns: 0,
+            rx_delay_min: 0,
+            rx_delay_min_at_ns: 0,
+            rx_late_ns: 0,
             tail_copy_armed: false,
             path_probes: VecDeque::new(),
             ack_deadline: None,
