@@ -92,6 +92,12 @@ pub struct EndpointStats {
     /// unanswered probe of a silent connection) proved spurious the same
     /// way (each raises the stall allowance as a spurious RTO does).
     pub spurious_give_ups: u64,
+    /// Path RTOs whose packets were proved lost: a later packet of the
+    /// path arrived while the first given up on had not (the PSN floor
+    /// held below it). `rtos` less this and `spurious_rtos` were not
+    /// decided (no ACK of the path came after them, or a floor had to
+    /// move past them).
+    pub rtos_proved_lost: u64,
     /// Packets given up on for a SACK gap that arrived after all: the
     /// fabric reorders within a route (each proof widens the connection's
     /// reordering window).
@@ -172,6 +178,7 @@ named_counters!(EndpointStats {
     spurious_failovers,
     spurious_rtos,
     spurious_give_ups,
+    rtos_proved_lost,
     spurious_gap_losses,
     probe_timeouts,
     random_losses,
@@ -207,6 +214,7 @@ named_counters!(ConnectionStats {
     spurious_failovers,
     spurious_rtos,
     spurious_give_ups,
+    rtos_proved_lost,
     spurious_gap_losses,
     probe_timeouts,
     rnr_naks,

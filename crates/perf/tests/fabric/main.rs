@@ -9,9 +9,11 @@
 //! and, for contrast, one TCP stream whose link is blackholed the same way.
 //!
 //! Asserted, because the datapath alone guarantees it: no IP fragment on
-//! the wire, every link carries at least 30 % of the data, every RTO of the
-//! healthy 9000-byte run proved spurious and undone (unless packets were
-//! really lost: the routers share the host's CPUs), the transfer
+//! the wire, every link carries at least 30 % of the data, no RTO of the
+//! healthy 9000-byte run proved lost and every other one proved spurious
+//! and undone, but for one burst still undecided at the end (none in strict
+//! mode; unless packets were really lost: the routers share the host's
+//! CPUs), the transfer
 //! with a dead link completes and verifies (without strict mode the link
 //! heals when the 5 s posting window closes, so that the outstanding tail
 //! drains), an explicit `--mtu` the path
@@ -116,18 +118,22 @@ fn shares(before: &[u64], after: &[u64]) -> Vec<f64> {
     d.iter().map(|&x| x as f64 / total as f64).collect()
 }
 
-/// The client's timeouts, printed: every path RTO of a run with no
-/// packet lost must have been proved spurious by a later ACK and undone
-/// (transport spec section 4, "Host stalls are not losses"). The routers
-/// share this host's CPUs, so a timeout may fire while a thread waits for
-/// one; only packets really lost (a SACK gap, a kernel drop at a full
-/// socket) may leave an RTO unproven.
+/// The client's timeouts, printed; whether they pass: no RTO proved lost
+/// (a later packet of its path arrived while the first it gave up on had
+/// not) unless packets were really lost (a SACK gap, a kernel drop at a
+/// full socket), and every other RTO proved spurious and undone by a later
+/// ACK (transport spec section 4, "Host stalls are not losses"), but for at
+/// most one burst (every path at once) still undecided when the counters
+/// are read, or none in strict mode. The routers share this host's CPUs,
+/// so a timeout itself may fire while a thread waits for one.
 fn rtos_all_proved(what: &str, s: &metaroce_udp::DeviceStats) -> bool {
     let e = &s.endpoint;
+    let undecided = e.rtos - e.spurious_rtos.min(e.rtos) - e.rtos_proved_lost.min(e.rtos);
     eprintln!(
-        "{what}: rtos {} (proved spurious {}), retry rounds {} (give-ups proved spurious {}), tail probes {}, resent {} of {} data packets, lost {}, kernel drops {}, paths replaced {}",
+        "{what}: rtos {} (proved spurious {}, proved lost {}, undecided {undecided}), retry rounds {} (give-ups proved spurious {}), tail probes {}, resent {} of {} data packets, lost {}, kernel drops {}, paths replaced {}",
         e.rtos,
         e.spurious_rtos,
+        e.rtos_proved_lost,
         e.retry_timeouts,
         e.spurious_give_ups,
         e.tail_probes,
@@ -137,7 +143,9 @@ fn rtos_all_proved(what: &str, s: &metaroce_udp::DeviceStats) -> bool {
         s.io.rx_kernel_drops,
         e.paths_replaced
     );
-    e.spurious_rtos == e.rtos || e.data_packets_lost > 0 || s.io.rx_kernel_drops > 0
+    let lost = e.data_packets_lost > 0 || s.io.rx_kernel_drops > 0;
+    let allowed = if strict() { 0 } else { u64::from(PATHS) };
+    lost || (e.rtos_proved_lost == 0 && undecided <= allowed)
 }
 
 fn fabric_or_skip(tag: u32, links: usize, mtu: u32) -> Option<Fabric> {

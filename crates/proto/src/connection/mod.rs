@@ -303,6 +303,9 @@ pub struct ConnectionStats {
     /// Retry rounds' and unanswered probes' give-ups proved spurious, per
     /// path.
     pub spurious_give_ups: u64,
+    /// RTOs whose packets were proved lost (a later packet of the path
+    /// arrived first).
+    pub rtos_proved_lost: u64,
     /// Packets given up on for a SACK gap that arrived after all
     /// (reordering within a route).
     pub spurious_gap_losses: u64,

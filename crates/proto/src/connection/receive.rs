@@ -496,6 +496,13 @@ impl Connection {
                     let sent = path.rto_oldest_sent_ns;
                     self.note_stall(now_ns, sent);
                 } else if fate == Some(false) || !seq::seq_lt(ack.ack_psn, gave_up.end) {
+                    if fate == Some(false) && gave_up.floor_held {
+                        // A later packet of the path arrived and the first
+                        // given up on had not, on an in-order route with
+                        // no floor above it: really lost.
+                        self.stats.rtos_proved_lost += u64::from(gave_up.rtos);
+                        dev.stats.rtos_proved_lost += u64::from(gave_up.rtos);
+                    }
                     path.gave_up = None;
                 }
             }
