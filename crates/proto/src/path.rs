@@ -7,6 +7,8 @@
 
 use crate::message::{MsgRef, SegRef};
 use crate::rtt::RttEstimator;
+use crate::sack::gave_up_arrived;
+use metaroce_wire::{SackBits, seq};
 use std::collections::VecDeque;
 
 /// How long a receiver may hold an ACK, from the device configuration
@@ -205,6 +207,42 @@ impl ProbeHold {
     }
 }
 
+/// PSNs `[first, end)` of one path that timers gave up on (declared lost
+/// and queued to go again elsewhere), kept until an ACK tells whether one
+/// of them arrived after all (the timers were spurious: the peer's host or
+/// a queue stalled) or not (they were lost).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct GaveUp {
+    pub(crate) first: u32,
+    /// The path's next PSN when the latest of these timers fired.
+    pub(crate) end: u32,
+    /// Path RTOs among the timers (each counted once when proved spurious).
+    pub(crate) rtos: u8,
+    /// Other timers among them (retry rounds, unanswered probes).
+    pub(crate) others: u8,
+    /// Every packet sent on the path since `first` was given up on carried
+    /// a PSN floor no higher than `first` (`TxPath::floor_span`): the
+    /// receiver cannot have skipped `first` for a floor, so a cumulative
+    /// `ack_psn` past it proves it arrived, whatever came after it.
+    pub(crate) floor_held: bool,
+}
+
+impl GaveUp {
+    /// What an ACK reporting `ack_psn` and `sack`, with `limit` one past the
+    /// highest PSN it reports, says of these packets: `Some(true)` one of
+    /// them arrived, `Some(false)` not (lost, or too late to tell), `None`
+    /// not yet known (`crate::sack::gave_up_arrived`).
+    pub(crate) fn arrived(&self, ack_psn: u32, sack: &SackBits, limit: u32) -> Option<bool> {
+        let fate = gave_up_arrived(ack_psn, sack, limit, (self.first, self.end), self.end);
+        if self.floor_held && fate == Some(false) && seq::seq_lt(self.first, ack_psn) {
+            // Past `first` by an arrival, not by a floor: no packet sent
+            // since carried a floor above it.
+            return Some(true);
+        }
+        fate
+    }
+}
+
 /// One sending path.
 #[derive(Debug)]
 pub(crate) struct TxPath {
@@ -229,10 +267,11 @@ pub(crate) struct TxPath {
     pub(crate) probe_sent_ns: crate::maybe_ns::MaybeNs,
     /// A tail-loss probe the device's budget put off.
     pub(crate) probe_hold: ProbeHold,
-    /// PSNs `[first, end)` an RTO declared lost: an ACK for one of them later
-    /// proves the RTO spurious.
-    pub(crate) rto_psns: Option<(u32, u32)>,
-    /// When the oldest packet that RTO gave up on was sent.
+    /// The packets a timer (a path RTO, a retry round, an unanswered probe
+    /// of a silent connection) gave up on, until an ACK tells their fate:
+    /// one of them reported received proves the timer spurious.
+    pub(crate) gave_up: Option<GaveUp>,
+    /// When the oldest packet `gave_up` covers was sent.
     pub(crate) rto_oldest_sent_ns: u64,
     /// Packets lost in a row (SACK gaps) without one acknowledged between.
     pub(crate) consecutive_losses: u32,
@@ -291,7 +330,7 @@ impl TxPath {
             last_sent_ns: 0,
             probe_sent_ns: crate::maybe_ns::MaybeNs::NONE,
             probe_hold: ProbeHold::None,
-            rto_psns: None,
+            gave_up: None,
             rto_oldest_sent_ns: 0,
             consecutive_losses: 0,
             last_acked_ns: 0,
@@ -319,6 +358,60 @@ impl TxPath {
     /// including) `next_psn`: one per packet, as they are consecutive.
     pub(crate) fn psn_span(&self) -> u32 {
         self.inflight.len() as u32
+    }
+
+    /// How far below `next_psn` the PSN floor of the packet about to go
+    /// out lies: the oldest packet in flight, or, while the fate of packets
+    /// a timer gave up on is unknown, the first of them. A floor above
+    /// those would let the receiver skip them unreceived, and an ACK past
+    /// them could then not prove that they arrived; held at the first, a
+    /// packet that was only late (a stalled peer reading them in the same
+    /// batch as later ones) is told from one that was lost. The hold ends
+    /// before the span would pass the receiver's window (`window`): a
+    /// packet beyond it would be dropped unread.
+    pub(crate) fn floor_span(&mut self, window: u32) -> u32 {
+        let span = self.psn_span();
+        let Some(g) = self.gave_up.as_mut().filter(|g| g.floor_held) else {
+            return span;
+        };
+        let held = self.next_psn.wrapping_sub(g.first);
+        if held < window {
+            held.max(span)
+        } else {
+            g.floor_held = false;
+            span
+        }
+    }
+
+    /// A timer (a path RTO if `rto`, else a retry round or an unanswered
+    /// probe) is about to give up on this path's outstanding packets:
+    /// remember them, so that an ACK reporting one of them later proves the
+    /// timer spurious. Timers that fire before the first one's fate is
+    /// known join its record while the floor is held (an arrival proves
+    /// them all late); otherwise the earlier record, whose packets a floor
+    /// may have skipped, gives way.
+    pub(crate) fn note_gave_up(&mut self, now_ns: u64, rto: bool) {
+        let (rtos, others) = (u8::from(rto), u8::from(!rto));
+        match &mut self.gave_up {
+            Some(g) if g.floor_held => {
+                g.end = self.next_psn;
+                g.rtos = g.rtos.saturating_add(rtos);
+                g.others = g.others.saturating_add(others);
+            }
+            // An earlier timer's record stands (as it always did for a
+            // retry round or a probe on top of it); an RTO renews it.
+            Some(_) if !rto => {}
+            _ => {
+                self.gave_up = Some(GaveUp {
+                    first: self.first_inflight_psn(),
+                    end: self.next_psn,
+                    rtos,
+                    others,
+                    floor_held: true,
+                });
+                self.rto_oldest_sent_ns = self.oldest_outstanding_sent_ns().unwrap_or(now_ns);
+            }
+        }
     }
 
     /// Append a packet just sent under PSN `next_psn`, and move `next_psn`

@@ -83,8 +83,21 @@ pub struct EndpointStats {
     /// Retired paths that were heard from afterwards (their packets had
     /// arrived; the silence was a stall): each raises the stall allowance.
     pub spurious_failovers: u64,
-    /// RTOs proved spurious afterwards, and undone.
+    /// Path RTOs proved spurious afterwards (a packet they gave up on
+    /// arrived: the peer's host or a queue stalled), and undone. Each RTO
+    /// counts once, so on a healthy run, where nothing is lost, it equals
+    /// `rtos`.
     pub spurious_rtos: u64,
+    /// Other timers that gave up on a path's packets (a retry round, an
+    /// unanswered probe of a silent connection) proved spurious the same
+    /// way (each raises the stall allowance as a spurious RTO does).
+    pub spurious_give_ups: u64,
+    /// Path RTOs whose packets were proved lost: a later packet of the
+    /// path arrived while the first given up on had not (the PSN floor
+    /// held below it). `rtos` less this and `spurious_rtos` were not
+    /// decided (no ACK of the path came after them, or a floor had to
+    /// move past them).
+    pub rtos_proved_lost: u64,
     /// Packets given up on for a SACK gap that arrived after all: the
     /// fabric reorders within a route (each proof widens the connection's
     /// reordering window).
@@ -164,6 +177,8 @@ named_counters!(EndpointStats {
     path_failovers,
     spurious_failovers,
     spurious_rtos,
+    spurious_give_ups,
+    rtos_proved_lost,
     spurious_gap_losses,
     probe_timeouts,
     random_losses,
@@ -198,6 +213,8 @@ named_counters!(ConnectionStats {
     path_failovers,
     spurious_failovers,
     spurious_rtos,
+    spurious_give_ups,
+    rtos_proved_lost,
     spurious_gap_losses,
     probe_timeouts,
     rnr_naks,

@@ -298,8 +298,14 @@ pub struct ConnectionStats {
     /// Retired paths heard from afterwards (the failure was a stall).
     pub spurious_failovers: u64,
     /// RTOs proved spurious afterwards (the packets were late, not lost),
-    /// and their window cut undone.
+    /// and their window cut undone; each RTO counted once.
     pub spurious_rtos: u64,
+    /// Retry rounds' and unanswered probes' give-ups proved spurious, per
+    /// path.
+    pub spurious_give_ups: u64,
+    /// RTOs whose packets were proved lost (a later packet of the path
+    /// arrived first).
+    pub rtos_proved_lost: u64,
     /// Packets given up on for a SACK gap that arrived after all
     /// (reordering within a route).
     pub spurious_gap_losses: u64,
@@ -396,6 +402,16 @@ pub(crate) struct Connection {
     ack_copies: VecDeque<(AckRepr, u16)>,
     /// When a hole or a duplicate last showed on a receive path (0: never).
     rx_loss_seen_ns: u64,
+    /// The smallest one-way delay seen on the peer's packets, as our clock
+    /// less its 32-bit timestamp (the clocks' offset included), and when
+    /// it was first taken (0: none yet); renewed every second so that the
+    /// clocks' drift does not age it.
+    rx_delay_min: u32,
+    rx_delay_min_at_ns: u64,
+    /// When we last read a peer's packet much later than its fastest
+    /// (this host stalled, or its socket queued): probes for a while
+    /// after it ask about ACKs that were late, not lost.
+    rx_late_ns: u64,
     /// New data was queued since the tail was last copied.
     tail_copy_armed: bool,
     /// Probes to send.
@@ -600,6 +616,9 @@ impl Connection {
             ack_now: VecDeque::new(),
             ack_copies: VecDeque::new(),
             rx_loss_seen_ns: 0,
+            rx_delay_min: 0,
+            rx_delay_min_at_ns: 0,
+            rx_late_ns: 0,
             tail_copy_armed: false,
             path_probes: VecDeque::new(),
             ack_deadline: None,

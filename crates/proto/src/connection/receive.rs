@@ -12,6 +12,9 @@ use super::{
 /// while the connection's other routes deliver: at 1 % random loss four in
 /// a row happen once in 10^8 packets, after a link failure at once.
 const FAILED_PATH_LOSSES: u32 = 4;
+/// How long the smallest one-way delay seen stands before a new one is
+/// taken: two hosts' clocks drift apart by microseconds a second.
+const RX_DELAY_MIN_RENEW_NS: u64 = 1_000_000_000;
 use crate::cc::AckSample;
 use crate::device_state::DeviceState;
 use crate::ecn::Ecn;
@@ -180,7 +183,26 @@ impl Connection {
             // packet, a tail): the route is lossy.
             self.rx_loss_seen_ns = now_ns.max(1);
         }
+        // How late this packet was read, against the fastest the peer's
+        // packets have come (its clock's offset cancels out).
+        let late_after_ns = dev
+            .config
+            .probe_timeout_min_ns
+            .max(4 * dev.config.base_rtt_ns);
+        let delay = (now_ns as u32).wrapping_sub(repr.timestamp_ns);
+        if self.rx_delay_min_at_ns == 0
+            || now_ns.saturating_sub(self.rx_delay_min_at_ns) >= RX_DELAY_MIN_RENEW_NS
+            || (delay.wrapping_sub(self.rx_delay_min) as i32) < 0
+        {
+            self.rx_delay_min = delay;
+            self.rx_delay_min_at_ns = now_ns.max(1);
+        } else if dev.config.hosts_share_cpus()
+            && u64::from(delay.wrapping_sub(self.rx_delay_min)) > late_after_ns
+        {
+            self.rx_late_ns = now_ns.max(1);
+        }
         if matches!(outcome, RxOutcome::InOrder | RxOutcome::Duplicate)
+            && (self.rx_late_ns == 0 || now_ns.saturating_sub(self.rx_late_ns) >= late_after_ns)
             && repr.base.flags.contains(Flags::ACK_REQUEST)
             && repr.base.flags.contains(Flags::RETRANSMIT)
             && rx.rx_packets > 0
@@ -202,7 +224,15 @@ impl Connection {
             // probe that finds an ACK owed or just sent was sent before our
             // ACK could reach its sender (we were stalled, the probe waited
             // in our socket with the data it asks about), and moving then
-            // would trade a live route for a coin toss.
+            // would trade a live route for a coin toss. Nor for a while
+            // after we read packets far later than the peer's fastest: we
+            // were stalled (or a queue held them), our ACKs went late, and
+            // the sender's probes sent before they reached it (hundreds of
+            // microseconds after a stall of milliseconds, past the check
+            // above) say nothing of their route. On the namespace fabric
+            // with a link dead, such probes moved a run of routes at once
+            // onto coin tosses, and the paths whose ACKs fell into the dead
+            // link were retired.
             rx.ack_route = rx.ack_route.wrapping_add(1);
             rx.ack_route_moved_ns = now_ns;
             rx.ack_port_heard_ns = 0;
@@ -447,14 +477,15 @@ impl Connection {
             }
             // An RTO undone: one of the packets it gave up on arrived after
             // all (the receiver reports it), so the path was only late.
-            if let Some((first, end)) = path.rto_psns {
-                // `end` was the path's next PSN at the RTO.
-                let fate = gave_up_arrived(ack.ack_psn, &ack.sack, limit, (first, end), end);
+            if let Some(gave_up) = path.gave_up {
+                let fate = gave_up.arrived(ack.ack_psn, &ack.sack, limit);
                 if fate == Some(true) {
-                    path.rto_psns = None;
+                    path.gave_up = None;
                     path.consecutive_rtos = 0;
-                    self.stats.spurious_rtos += 1;
-                    dev.stats.spurious_rtos += 1;
+                    self.stats.spurious_rtos += u64::from(gave_up.rtos);
+                    dev.stats.spurious_rtos += u64::from(gave_up.rtos);
+                    self.stats.spurious_give_ups += u64::from(gave_up.others);
+                    dev.stats.spurious_give_ups += u64::from(gave_up.others);
                     trace_event!(
                         in: self.trace.enter_path(p),
                         DEBUG,
@@ -464,8 +495,15 @@ impl Connection {
                     self.cc.on_spurious_rto(p, now_ns);
                     let sent = path.rto_oldest_sent_ns;
                     self.note_stall(now_ns, sent);
-                } else if fate == Some(false) || !seq::seq_lt(ack.ack_psn, end) {
-                    path.rto_psns = None;
+                } else if fate == Some(false) || !seq::seq_lt(ack.ack_psn, gave_up.end) {
+                    if fate == Some(false) && gave_up.floor_held {
+                        // A later packet of the path arrived and the first
+                        // given up on had not, on an in-order route with
+                        // no floor above it: really lost.
+                        self.stats.rtos_proved_lost += u64::from(gave_up.rtos);
+                        dev.stats.rtos_proved_lost += u64::from(gave_up.rtos);
+                    }
+                    path.gave_up = None;
                 }
             }
         }

@@ -206,11 +206,7 @@ impl Connection {
     /// proves the timer spurious (the peer was stalled, not the packets
     /// lost) and raises the stall allowance.
     fn note_given_up(&mut self, p: usize, now_ns: u64) {
-        let path = &mut self.paths[p];
-        if path.rto_psns.is_none() {
-            path.rto_psns = Some((path.first_inflight_psn(), path.next_psn));
-            path.rto_oldest_sent_ns = path.oldest_outstanding_sent_ns().unwrap_or(now_ns);
-        }
+        self.paths[p].note_gave_up(now_ns, false);
     }
 
     fn retry_deadline(&self, dev: &DeviceState) -> Option<u64> {
@@ -639,13 +635,10 @@ impl Connection {
     }
 
     fn path_timeout(&mut self, now_ns: u64, dev: &mut DeviceState, p: usize) {
-        let path = &mut self.paths[p];
         // The PSNs this RTO gives up on: an ACK for one later means the RTO
         // was spurious (the packets were only late), and is undone.
-        let first = path.first_inflight_psn();
-        path.rto_psns = Some((first, path.next_psn));
         let oldest_sent_ns = self.paths[p].oldest_outstanding_sent_ns();
-        self.paths[p].rto_oldest_sent_ns = oldest_sent_ns.unwrap_or(now_ns);
+        self.paths[p].note_gave_up(now_ns, true);
         let lost = self.mark_path_lost(p);
         self.inflight_bytes -= lost;
         let path = &mut self.paths[p];
@@ -1203,13 +1196,61 @@ mod tests {
         stalled_write(&mut l, 1, 3 * rto_min);
         let first = *l.pair.a.stats();
         assert!(first.rtos + first.retry_timeouts >= 1, "{first:?}");
-        assert!(first.spurious_rtos >= 1, "{first:?}");
+        assert!(
+            first.spurious_rtos + first.spurious_give_ups >= 1,
+            "{first:?}"
+        );
         // A shorter stall of the same peer soon after: no timeout fires
         // inside it, nothing is resent for it.
         stalled_write(&mut l, 2, 2 * rto_min);
         let second = *l.pair.a.stats();
         assert_eq!(second.rtos, first.rtos, "{second:?}");
         assert_eq!(second.retry_timeouts, first.retry_timeouts, "{second:?}");
+    }
+
+    /// B's host stalls for several RTOs while A, whose timers give up on
+    /// what it sent, goes on sending on the same paths (a second WRITE
+    /// posted within the stall). B then reads everything at once, as a
+    /// process back on its CPU reads its socket, and its one ACK per path
+    /// covers both what A gave up on and what A sent after. Nothing was
+    /// lost: every RTO is proved spurious (the floor A's later packets
+    /// carried stayed below what it gave up on, so B's cumulative ACK
+    /// past it is an arrival, not a skip).
+    #[test]
+    fn a_stall_read_in_one_batch_proves_every_rto_spurious() {
+        // Timers as on real sockets (`metaroce-perf`'s): path RTOs, not
+        // probes, give up on a stalled peer's packets.
+        let cfg = |seed| EndpointConfig {
+            base_rtt_ns: 50_000,
+            rto_min_ns: 1_000_000,
+            probe_timeout_min_ns: 250_000,
+            ..fixture::config(seed)
+        };
+        let mut l = lab(cfg(1), cfg(2));
+        let rto_min = l.pair.a.config().rto_min_ns;
+        let stall_ns = 6 * rto_min;
+        write(&mut l, 1, 8 << 10);
+        let mut held = Vec::new();
+        let end = l.pair.now() + stall_ns;
+        let mut second = false;
+        while l.pair.now() < end {
+            held.extend(l.pair.poll_transmits(Side::A));
+            if !second && l.pair.a.stats().rtos > 0 {
+                second = true;
+                write(&mut l, 2, 8 << 10);
+            }
+            l.pair.advance(stall_ns / 64);
+        }
+        assert!(second, "no RTO within the stall: {:?}", l.pair.a.stats());
+        for (t, bytes) in &held {
+            l.pair.deliver(Side::A, t, bytes);
+        }
+        assert!(l.pair.settle(1_000, 1_000));
+        let wcs = statuses(&mut l.pair, Side::A);
+        assert_eq!(wcs, [(1, WcStatus::Success), (2, WcStatus::Success)]);
+        let s = *l.pair.a.stats();
+        assert!(s.rtos >= 1, "{s:?}");
+        assert_eq!(s.spurious_rtos, s.rtos, "{s:?}");
     }
 
     #[test]

@@ -614,8 +614,9 @@ impl Connection {
         };
         let path = &mut self.paths[p];
         path.trim_front();
-        // How far below this packet the oldest one still in flight is.
-        let psn_floor_delta = path.psn_span() as u16;
+        // How far below this packet the oldest one still in flight is (or
+        // the first a timer gave up on, until its fate is known).
+        let psn_floor_delta = path.floor_span(PATH_PSN_WINDOW) as u16;
         let repr = DataRepr {
             base: BaseRepr {
                 flags,
