@@ -370,6 +370,13 @@ impl MessageSlab {
             + per_msg
     }
 
+    /// Whether any held message satisfies `pred` (no allocation).
+    pub(crate) fn any(&self, mut pred: impl FnMut(&TxMessage) -> bool) -> bool {
+        self.slots
+            .iter()
+            .any(|(_, m)| m.as_ref().is_some_and(&mut pred))
+    }
+
     /// References of every live message satisfying `pred`.
     pub(crate) fn refs_where(&self, mut pred: impl FnMut(&TxMessage) -> bool) -> Vec<MsgRef> {
         self.slots

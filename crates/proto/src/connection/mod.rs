@@ -435,6 +435,9 @@ pub(crate) struct Connection {
     rtt_histogram: RttHistogram,
     /// When the connection last made progress (the retry timer's origin).
     last_progress_ns: u64,
+    /// The `last_progress_ns` at which the early completion probe last
+    /// went (timers.rs, `completion_probe_deadline`): once per progress.
+    completion_probed_at_ns: u64,
     /// Retry timeouts since the last progress.
     timeouts: u32,
     /// A path was retired since the last progress without evidence that
@@ -630,6 +633,7 @@ impl Connection {
             gap_lost: None,
             rtt_histogram: RttHistogram::default(),
             last_progress_ns: 0,
+            completion_probed_at_ns: u64::MAX,
             blind_retired: false,
             timeouts: 0,
             omit_icrc: false,

@@ -296,7 +296,7 @@ impl Connection {
     }
 
     /// Whether a message has a data packet not yet sent.
-    fn has_unsent_data(&self) -> bool {
+    pub(super) fn has_unsent_data(&self) -> bool {
         self.send_queue
             .iter()
             .any(|&r| self.msgs.get(r).is_some_and(|m| m.has_unsent()))
