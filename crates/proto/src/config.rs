@@ -261,6 +261,13 @@ pub struct ConfigError {
 }
 
 impl EndpointConfig {
+    /// One bandwidth-delay product: the bytes the line carries in a base
+    /// round trip.
+    pub fn bdp_bytes(&self) -> u64 {
+        let bytes = u128::from(self.line_rate_bps) * u128::from(self.base_rtt_ns) / 8_000_000_000;
+        u64::try_from(bytes).unwrap_or(u64::MAX)
+    }
+
     /// Whether this endpoint's hosts share their CPUs (a probe-timeout
     /// floor is set, as the UDP datapath does): silences then come from
     /// stalls as well as dead routes, and the verdicts on silence ask for

@@ -460,9 +460,7 @@ impl TxPath {
     /// immediate ACK; doubled per unanswered round in a row.
     pub(crate) fn pto_ns(&self, ack_wait: AckWait, pto_min_ns: u64) -> u64 {
         let delay = self.ack_wait_ns(ack_wait);
-        let base =
-            (self.rtt.srtt_ns() + 4 * self.rtt.rttvar_ns().max(self.rtt.srtt_ns() / 8) + delay)
-                .max(pto_min_ns);
+        let base = (self.rtt.probe_timeout_ns() + delay).max(pto_min_ns);
         base << self.probe_backoff.min(10)
     }
 

@@ -62,12 +62,12 @@ impl RttEstimator {
         self.srtt_ns = saturate((7 * srtt + rtt) / 8);
     }
 
-    /// Smoothed RTT.
     /// The RTT's mean deviation.
     pub fn rttvar_ns(&self) -> u64 {
         u64::from(self.rttvar_ns)
     }
 
+    /// Smoothed RTT.
     pub fn srtt_ns(&self) -> u64 {
         u64::from(self.srtt_ns)
     }
@@ -88,6 +88,14 @@ impl RttEstimator {
     /// Latest sample.
     pub fn latest_ns(&self) -> u64 {
         u64::from(self.latest_ns)
+    }
+
+    /// The probe timeout before any ACK delay: srtt + 4 deviations, the
+    /// deviation taken at least an eighth of srtt (RACK-TLP's rule in
+    /// datacenter units: a quiet path's deviation falls to nothing, and a
+    /// probe must not fire at the first few hundred ns of queueing).
+    pub fn probe_timeout_ns(&self) -> u64 {
+        self.srtt_ns() + 4 * self.rttvar_ns().max(self.srtt_ns() / 8)
     }
 
     /// Retransmission timeout: srtt + 4 rttvar, within the bounds.

@@ -144,6 +144,33 @@ macro_rules! named_counters {
     };
 }
 
+impl EndpointStats {
+    /// RTOs not yet decided either way: neither proved spurious by a later
+    /// ACK nor proved lost.
+    pub fn rtos_undecided(&self) -> u64 {
+        self.rtos
+            .saturating_sub(self.spurious_rtos)
+            .saturating_sub(self.rtos_proved_lost)
+    }
+
+    /// What became of the timeouts and resends, in one line.
+    pub fn timeout_fates(&self) -> String {
+        format!(
+            "rtos {} (proved spurious {}, proved lost {}, undecided {}), retry rounds {} (give-ups proved spurious {}), tail probes {}, resent {} of {} data packets, lost {}",
+            self.rtos,
+            self.spurious_rtos,
+            self.rtos_proved_lost,
+            self.rtos_undecided(),
+            self.retry_timeouts,
+            self.spurious_give_ups,
+            self.tail_probes,
+            self.data_packets_retransmitted,
+            self.data_packets_sent,
+            self.data_packets_lost
+        )
+    }
+}
+
 named_counters!(EndpointStats {
     rx_datagrams,
     rx_bytes,

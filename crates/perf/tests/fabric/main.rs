@@ -128,18 +128,10 @@ fn shares(before: &[u64], after: &[u64]) -> Vec<f64> {
 /// so a timeout itself may fire while a thread waits for one.
 fn rtos_all_proved(what: &str, s: &metaroce_udp::DeviceStats) -> bool {
     let e = &s.endpoint;
-    let undecided = e.rtos - e.spurious_rtos.min(e.rtos) - e.rtos_proved_lost.min(e.rtos);
+    let undecided = e.rtos_undecided();
     eprintln!(
-        "{what}: rtos {} (proved spurious {}, proved lost {}, undecided {undecided}), retry rounds {} (give-ups proved spurious {}), tail probes {}, resent {} of {} data packets, lost {}, kernel drops {}, paths replaced {}",
-        e.rtos,
-        e.spurious_rtos,
-        e.rtos_proved_lost,
-        e.retry_timeouts,
-        e.spurious_give_ups,
-        e.tail_probes,
-        e.data_packets_retransmitted,
-        e.data_packets_sent,
-        e.data_packets_lost,
+        "{what}: {}, kernel drops {}, paths replaced {}",
+        e.timeout_fates(),
         s.io.rx_kernel_drops,
         e.paths_replaced
     );

@@ -115,18 +115,10 @@ fn check_no_false_rtos(
     paths: u64,
 ) {
     let e = &s.endpoint;
-    let undecided = e.rtos - e.spurious_rtos.min(e.rtos) - e.rtos_proved_lost.min(e.rtos);
+    let undecided = e.rtos_undecided();
     eprintln!(
-        "{what}: rtos {} (proved spurious {}, proved lost {}, undecided {undecided}), retry rounds {} (give-ups proved spurious {}), tail probes {}, resent {} of {} data packets, lost {}, kernel drops at the peer {}",
-        e.rtos,
-        e.spurious_rtos,
-        e.rtos_proved_lost,
-        e.retry_timeouts,
-        e.spurious_give_ups,
-        e.tail_probes,
-        e.data_packets_retransmitted,
-        e.data_packets_sent,
-        e.data_packets_lost,
+        "{what}: {}, kernel drops at the peer {}",
+        e.timeout_fates(),
         peer.io.rx_kernel_drops
     );
     let lost = e.data_packets_lost > 0 || peer.io.rx_kernel_drops > 0;

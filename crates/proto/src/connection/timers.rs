@@ -231,9 +231,8 @@ impl Connection {
             return None;
         }
         let cfg = &dev.config;
-        let srtt = self.conn_rtt.srtt_ns();
-        let pto = srtt + 4 * self.conn_rtt.rttvar_ns().max(srtt / 8);
-        let wait = (pto + cfg.ack_delay_ns + cfg.deferred_ack_ns).max(cfg.probe_timeout_min_ns);
+        let wait = (self.conn_rtt.probe_timeout_ns() + cfg.ack_delay_ns + cfg.deferred_ack_ns)
+            .max(cfg.probe_timeout_min_ns);
         Some(self.last_progress_ns + wait)
     }
 

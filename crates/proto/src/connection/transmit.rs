@@ -213,9 +213,7 @@ impl Connection {
                 // others.
                 if let Some(m) = self.msgs.get_mut(r) {
                     m.cut_head(dev.config.cold_packet_bytes);
-                    let bdp_bytes =
-                        dev.config.line_rate_bps / 8 * dev.config.base_rtt_ns / 1_000_000_000;
-                    if m.head_bytes > 0 && u64::from(m.payload_len) > bdp_bytes {
+                    if m.head_bytes > 0 && u64::from(m.payload_len) > dev.config.bdp_bytes() {
                         cold_copies = (dev.config.cold_copies as usize).min(self.path_count - 1);
                     }
                 }
@@ -406,7 +404,7 @@ impl Connection {
     /// behind the message at the head of the send queue: a stream, not a
     /// message someone waits on.
     fn backlogged_behind(&self, dev: &DeviceState) -> bool {
-        let bdp_bytes = dev.config.line_rate_bps / 8 * dev.config.base_rtt_ns / 1_000_000_000;
+        let bdp_bytes = dev.config.bdp_bytes();
         let mut behind = 0u64;
         for r in self.send_queue.iter().skip(1) {
             if let Some(m) = self.msgs.get(*r) {
