@@ -1555,6 +1555,62 @@ mod tests {
         assert!(l.pair.a.is_quiescent() && l.pair.b.is_quiescent());
     }
 
+    /// A packet that finds its path quiet for the ACK delay is acknowledged
+    /// at once: holding its ACK would gather no other packet of the path,
+    /// only add the delay to the sender's round trip. Packets that come
+    /// together still share a delayed one.
+    #[test]
+    fn a_packet_on_a_quiet_path_is_acknowledged_at_once() {
+        use crate::transmit::PacketKind;
+        let one_path = |seed| EndpointConfig {
+            paths_per_connection: 1,
+            ..fixture::config(seed)
+        };
+        let mut l = lab(one_path(1), one_path(2));
+        let (a, b) = (l.a, l.b);
+        let delay_ns = one_path(2).ack_delay_ns;
+        l.pair
+            .a
+            .post_send(a.qp, write(1, &a, &b, 32 * 1024))
+            .unwrap();
+        // The cold packet and its answer; then the window opens.
+        l.pair.transfer(Side::A);
+        l.pair.transfer(Side::B);
+        let plain: Vec<_> = l
+            .pair
+            .poll_transmits(Side::A)
+            .into_iter()
+            .filter(|(t, bytes)| {
+                t.kind == PacketKind::Data
+                    && matches!(wire::parse(bytes), Ok(wire::Packet::Data { repr, .. })
+                        if !repr.base.flags.contains(wire::Flags::ACK_REQUEST))
+            })
+            .collect();
+        assert!(plain.len() >= 3, "{} plain data packets", plain.len());
+        let acks_from_b = |l: &mut fixture::Lab| {
+            let out = l.pair.poll_transmits(Side::B);
+            out.iter()
+                .filter(|(t, _)| t.kind == PacketKind::Ack)
+                .count()
+        };
+        // Two back to back: the first found the path quiet (its ACK goes
+        // now), the second waits for company.
+        l.pair.advance(delay_ns);
+        l.pair.deliver(Side::A, &plain[0].0, &plain[0].1);
+        assert_eq!(acks_from_b(&mut l), 1);
+        assert!(!l.pair.b.ack_pending_anywhere());
+        l.pair.deliver(Side::A, &plain[1].0, &plain[1].1);
+        assert_eq!(acks_from_b(&mut l), 0);
+        assert!(l.pair.b.ack_pending_anywhere());
+        // Its delay runs out, and the path stays quiet: the next packet's
+        // ACK goes at once too, not a delay later.
+        l.pair.advance(delay_ns);
+        assert_eq!(acks_from_b(&mut l), 1);
+        l.pair.deliver(Side::A, &plain[2].0, &plain[2].1);
+        assert_eq!(acks_from_b(&mut l), 1);
+        assert!(!l.pair.b.ack_pending_anywhere());
+    }
+
     /// A cold connection sends one packet until its receiver's first ACK;
     /// of a message longer than a packet that one is short
     /// (`cold_packet_bytes`), so that many newcomers at once fill little of
