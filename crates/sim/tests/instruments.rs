@@ -149,10 +149,13 @@ fn transport_knobs_take_effect_and_bad_ones_are_refused() {
     let base = format!("{FT16}[[workload]]\nkind = \"permutation\"\nbytes = 200000\n");
     let every = run(&base.replace(
         "[[workload]]",
-        "[transport]\nack_every_packets = 1\n[[workload]]",
+        "[transport]\npaths_per_connection = 1\nack_every_packets = 1\n[[workload]]",
     ));
-    let default = run(&base);
-    assert!(every.results.transport_stats.acks > default.results.transport_stats.acks);
+    let few = run(&base.replace(
+        "[[workload]]",
+        "[transport]\npaths_per_connection = 1\nack_every_packets = 64\n[[workload]]",
+    ));
+    assert!(every.results.transport_stats.acks > few.results.transport_stats.acks);
     let e = parse_err(&base.replace(
         "[[workload]]",
         "[transport]\nack_every_packets = 0\n[[workload]]",
