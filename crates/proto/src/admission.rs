@@ -7,11 +7,7 @@
 //! it short from the second round trip on, whatever the number of senders:
 //!
 //! 1. **Fair share of a utilisation target.** Every active sender is granted
-//!    `line x utilisation / n`, the utilisation less the device's loss rate
-//!    (the senders' resends go past their grants and need that room) and
-//!    less up to 2.5 % while arriving packets carry CE marks (a queue that
-//!    stood before the senders' first packets, which rule 3 cannot see).
-//!    A lone sender gets no cap (0): ECN and the
+//!    `line x utilisation / n`. A lone sender gets no cap (0): ECN and the
 //!    sender's own windows steer it. A sender is active from its first
 //!    packet until it says it has nothing more to send (the data flag
 //!    `SENDER_DRAINED`) or falls silent for a whole epoch.
@@ -52,13 +48,6 @@
 //! and paces at it, so a grant below one packet per RTT still works.
 
 use std::collections::VecDeque;
-
-/// The headroom, per mille of the line, the grants leave while every data
-/// packet arrives CE-marked: enough to drain a queue the one-way delays
-/// cannot show (the 256:1 incast's first burst), little enough that a
-/// 1,023:1 incast, marked only through its first round trips, still drains
-/// within 5 % of its ideal (50 per mille: 1.053 x).
-const CE_HEADROOM_PERMILLE: u64 = 25;
 
 /// What the receiver keeps per sending peer (inside its connection).
 #[derive(Debug, Clone, Copy, Default)]
@@ -115,15 +104,8 @@ pub(crate) struct Admission {
 
     epoch_ns: u64,
     line_mbps: u64,
-    /// Share of the line granted in all (per mille) on a loss-free fabric.
+    /// Share of the line granted in all (per mille).
     utilisation_permille: u64,
-    /// The device's loss rate (per mille, at most half): the share of the
-    /// line its senders' resends take, kept out of the grants.
-    loss_permille: u64,
-    /// Smoothed share of the data packets reaching the device that carry a
-    /// CE mark (per 65,536, gain 1/16): a queue standing somewhere on
-    /// their way, the receiver's own downlink most of all.
-    ce_share: u32,
     base_rtt_ns: u64,
     epoch: u64,
     /// Active senders; `None` entries are free.
@@ -171,8 +153,6 @@ impl Admission {
             epoch_ns: epoch_ns.max(1),
             line_mbps: (line_rate_bps / 1_000_000).max(1),
             utilisation_permille: (utilisation.clamp(0.01, 1.0) * 1000.0) as u64,
-            loss_permille: 0,
-            ce_share: 0,
             base_rtt_ns: base_rtt_ns.max(1),
             epoch: 0,
             active: Vec::new(),
@@ -187,31 +167,6 @@ impl Admission {
             regrant_ns: u64::MAX,
             regranted_ns: 0,
         }
-    }
-
-    /// The device's loss rate now (0..=1). A lost packet is sent again, past
-    /// any grant's count of new data: at a loss rate `r` the senders' resends
-    /// take about `r` of the receiver's link, so the grants leave that much
-    /// of the utilisation target free (at most half of it).
-    pub(crate) fn set_loss_rate(&mut self, rate: f64) {
-        self.loss_permille = (rate.clamp(0.0, 0.5) * 1000.0) as u64;
-    }
-
-    /// A data packet reached the device, CE-marked or not.
-    pub(crate) fn note_ce(&mut self, marked: bool) {
-        let target: i64 = if marked { 65_536 } else { 0 };
-        let gap = target - i64::from(self.ce_share);
-        // Rounded away from zero, so the share reaches both ends.
-        let step = (gap + 15 * gap.signum()) / 16;
-        self.ce_share = u32::try_from(i64::from(self.ce_share) + step).unwrap_or(0);
-    }
-
-    /// The share of the line granted in all now, per mille.
-    fn utilisation_now_permille(&self) -> u64 {
-        let queue_permille = u64::from(self.ce_share) * CE_HEADROOM_PERMILLE / 65_536;
-        self.utilisation_permille
-            .saturating_sub(self.loss_permille + queue_permille)
-            .max(self.utilisation_permille / 2)
     }
 
     /// Bytes held (for the per-device memory figure).
@@ -415,7 +370,7 @@ impl Admission {
         } else {
             1000
         };
-        self.line_mbps * self.utilisation_now_permille() / 1000 * qf / 1000
+        self.line_mbps * self.utilisation_permille / 1000 * qf / 1000
     }
 
     /// When [`take_regrants`](Self::take_regrants) next has work: room was
@@ -481,7 +436,7 @@ impl Admission {
             // Not sending to us any more (drained): a share as if it were,
             // which only matters if it starts again before its next ACK.
             let n = self.live + 1;
-            let total = self.line_mbps * self.utilisation_now_permille() / 1000;
+            let total = self.line_mbps * self.utilisation_permille / 1000;
             return if n == 1 {
                 0
             } else {
@@ -552,51 +507,6 @@ mod tests {
         // link back at once, not after x falls silent for an epoch.
         a.on_data(&mut x, 0, 20_000, 20_000, true, true);
         assert_eq!(a.grant_mbps(&mut y, 20_001), 0);
-    }
-
-    #[test]
-    fn the_grants_leave_room_for_the_resends_of_a_lossy_fabric() {
-        let shares = |loss: f64| {
-            let mut a = adm();
-            a.set_loss_rate(loss);
-            let (mut x, mut y) = (SenderState::default(), SenderState::default());
-            a.on_data(&mut x, 0, 100, 100, true, false);
-            a.on_data(&mut y, 1, 100, 100, true, false);
-            // Two rounds: each holds its fair share from the second on.
-            for t in [2 * RTT, 4 * RTT] {
-                a.grant_mbps(&mut x, t);
-                a.grant_mbps(&mut y, t);
-            }
-            (a.grant_mbps(&mut x, 6 * RTT), a.grant_mbps(&mut y, 6 * RTT))
-        };
-        // Loss-free: the whole line between them.
-        assert_eq!(shares(0.0), (50_000, 50_000));
-        // Losing 4 %: their resends take about 4 % of the line.
-        assert_eq!(shares(0.04), (48_000, 48_000));
-        // Never below half the line, however lossy.
-        assert_eq!(shares(0.9), (25_000, 25_000));
-    }
-
-    #[test]
-    fn ce_marks_leave_room_to_drain_a_queue_the_delays_do_not_show() {
-        let mut a = adm();
-        let (mut x, mut y) = (SenderState::default(), SenderState::default());
-        a.on_data(&mut x, 0, 100, 100, true, false);
-        a.on_data(&mut y, 1, 100, 100, true, false);
-        for _ in 0..200 {
-            a.note_ce(true);
-        }
-        for t in [2 * RTT, 4 * RTT] {
-            a.grant_mbps(&mut x, t);
-            a.grant_mbps(&mut y, t);
-        }
-        // Every packet marked: 2.5 % of the line left free.
-        assert_eq!(a.grant_mbps(&mut x, 6 * RTT), 48_750);
-        // The marks stop: the whole line again.
-        for _ in 0..200 {
-            a.note_ce(false);
-        }
-        assert_eq!(a.grant_mbps(&mut x, 8 * RTT), 50_000);
     }
 
     #[test]

@@ -127,9 +127,7 @@ pub struct EndpointConfig {
     /// Window over which the receiver counts active senders for its rate hint.
     pub rate_hint_epoch_ns: u64,
     /// Share of its line a receiver grants its senders in all when there
-    /// are several, on a loss-free fabric without a queue: its loss rate is
-    /// taken off for the senders' resends, and up to 2.5 % while packets
-    /// arrive CE-marked (see `admission.rs`).
+    /// are several (see `admission.rs`); the rest lets queues drain.
     pub grant_utilisation: f64,
     /// A connection idle (nothing in flight) for this many base RTTs starts
     /// its next message as a new one would, cold (0: never).
@@ -228,7 +226,7 @@ impl Default for EndpointConfig {
             retry_round_min_ns: 0,
             probe_share_permille: 250,
             rate_hint_epoch_ns: 50_000,
-            grant_utilisation: 1.0,
+            grant_utilisation: 0.95,
             idle_restart_rtts: 16,
             cold_packet_bytes: 256,
             cold_copies: 1,
@@ -312,7 +310,7 @@ impl EndpointConfig {
             grant_utilisation,
             0.1,
             1.0,
-            "share of its line a receiver grants its senders in all when there are several, less its loss rate and, while packets arrive CE-marked, up to 2.5 %"
+            "share of its line a receiver grants its senders in all when there are several"
         ),
         int_knob!(Self, idle_restart_rtts: u64, 0, 1_000_000, "base RTTs idle after which a connection starts its next message cold (0: never)"),
         int_knob!(Self, cold_packet_bytes: u32, 0, 1 << 20, "payload of a cold connection's one packet of a message that needs more than one (0: a full packet)"),
