@@ -287,6 +287,13 @@ impl TxMessage {
         self.acked_count == self.segs
     }
 
+    /// A request every packet of which was acknowledged, that still waits
+    /// for its completion (an op-ack or a READ's response), and not for a
+    /// receive the peer lacked (RNR).
+    pub(crate) fn awaits_completion_only(&self) -> bool {
+        self.kind == MsgKind::Request && self.fully_acked() && !self.rnr_wait
+    }
+
     /// Forget acknowledgements so every segment goes again (after an RNR NAK:
     /// the peer dropped the payload for want of a receive).
     pub(crate) fn rewind(&mut self) {

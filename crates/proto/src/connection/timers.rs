@@ -6,7 +6,7 @@
 use super::{Connection, PACKET_OVERHEAD_BYTES, PathProbe, Resend, give_up, requester};
 use crate::device_state::DeviceState;
 use crate::maybe_ns::MaybeNs;
-use crate::message::{MsgKind, SegRef};
+use crate::message::{SegRef, TxMessage};
 use crate::path::{AckWait, ProbeHold, SentPacket, SentState, TxPath};
 use crate::probe_budget::ProbeGrant;
 use crate::replacement_ports::ReplacementPorts;
@@ -226,7 +226,7 @@ impl Connection {
             || !self.retransmit_queue.is_empty()
             || !self.path_probes.is_empty()
             || self.has_unsent_data()
-            || !self.awaits_completion_only()
+            || !self.msgs.any(TxMessage::awaits_completion_only)
         {
             return None;
         }
@@ -234,12 +234,6 @@ impl Connection {
         let wait = (self.conn_rtt.probe_timeout_ns() + cfg.ack_delay_ns + cfg.deferred_ack_ns)
             .max(cfg.probe_timeout_min_ns);
         Some(self.last_progress_ns + wait)
-    }
-
-    /// Whether a request waits whose packets were all acknowledged.
-    fn awaits_completion_only(&self) -> bool {
-        self.msgs
-            .any(|m| m.kind == MsgKind::Request && m.fully_acked() && !m.rnr_wait)
     }
 
     fn retry_deadline(&self, dev: &DeviceState) -> Option<u64> {
@@ -946,10 +940,7 @@ impl Connection {
     /// segment asking for an immediate ACK; the responder repeats its
     /// op-ack for duplicates.
     fn probe_completions(&mut self) {
-        for r in self
-            .msgs
-            .refs_where(|m| m.kind == MsgKind::Request && m.fully_acked() && !m.rnr_wait)
-        {
+        for r in self.msgs.refs_where(TxMessage::awaits_completion_only) {
             let msg = self.msgs.get(r).expect("listed above");
             let seg = SegRef {
                 msg: r,
