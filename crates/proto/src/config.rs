@@ -127,7 +127,10 @@ pub struct EndpointConfig {
     /// Window over which the receiver counts active senders for its rate hint.
     pub rate_hint_epoch_ns: u64,
     /// Share of its line a receiver grants its senders in all when there
-    /// are several (see `admission.rs`); the rest lets queues drain.
+    /// are several, on a loss-free fabric without a queue: its loss rate is
+    /// taken off for the senders' resends, up to 2.5 % while packets
+    /// arrive CE-marked, and 5 % from a newcomer's arrival until the link
+    /// is seen idle (see `admission.rs`).
     pub grant_utilisation: f64,
     /// A connection idle (nothing in flight) for this many base RTTs starts
     /// its next message as a new one would, cold (0: never).
@@ -226,7 +229,7 @@ impl Default for EndpointConfig {
             retry_round_min_ns: 0,
             probe_share_permille: 250,
             rate_hint_epoch_ns: 50_000,
-            grant_utilisation: 0.95,
+            grant_utilisation: 1.0,
             idle_restart_rtts: 16,
             cold_packet_bytes: 256,
             cold_copies: 1,
@@ -310,7 +313,7 @@ impl EndpointConfig {
             grant_utilisation,
             0.1,
             1.0,
-            "share of its line a receiver grants its senders in all when there are several"
+            "share of its line a receiver grants its senders in all when there are several, less its loss rate, up to 2.5 % while packets arrive CE-marked, and 5 % from a newcomer's arrival until its link is seen idle"
         ),
         int_knob!(Self, idle_restart_rtts: u64, 0, 1_000_000, "base RTTs idle after which a connection starts its next message cold (0: never)"),
         int_knob!(Self, cold_packet_bytes: u32, 0, 1 << 20, "payload of a cold connection's one packet of a message that needs more than one (0: a full packet)"),

@@ -773,11 +773,18 @@ impl Endpoint {
     /// A datagram may hold an ACK followed by more packets (coalescing,
     /// [`wire::first_packet_len`]); each is taken in turn, checked on its
     /// own, and one that is malformed does not lose the others.
+    /// A datagram of `bytes` reached the device: counted, and its arrival
+    /// time told to admission (which watches the link into the device).
+    fn count_arrival(&mut self, now_ns: u64, bytes: usize, ecn: Ecn) {
+        self.dev.stats.rx_datagrams += 1;
+        self.dev.stats.rx_bytes += bytes as u64;
+        self.dev.stats.rx_ce_marked += u64::from(ecn == Ecn::Ce);
+        self.dev.admission.note_arrival(now_ns, bytes as u64);
+    }
+
     pub fn handle_datagram(&mut self, now_ns: u64, src: SocketAddr, ecn: Ecn, data: &[u8]) {
         self.set_time(now_ns);
-        self.dev.stats.rx_datagrams += 1;
-        self.dev.stats.rx_bytes += data.len() as u64;
-        self.dev.stats.rx_ce_marked += u64::from(ecn == Ecn::Ce);
+        self.count_arrival(now_ns, data.len(), ecn);
         let mut rest = data;
         loop {
             let n = wire::first_packet_len(rest);
@@ -880,9 +887,7 @@ impl Endpoint {
         target: &DirectTarget,
     ) {
         self.set_time(now_ns);
-        self.dev.stats.rx_datagrams += 1;
-        self.dev.stats.rx_bytes += target.datagram_len as u64;
-        self.dev.stats.rx_ce_marked += u64::from(ecn == Ecn::Ce);
+        self.count_arrival(now_ns, target.datagram_len, ecn);
         let lead_len = target.lead_len;
         let (Some(lead), Some(data_head)) = (head.get(..lead_len), head.get(lead_len..)) else {
             self.dev.stats.rx_malformed += 1;
@@ -978,9 +983,7 @@ impl Endpoint {
     /// protection.
     pub fn handle_packet(&mut self, now_ns: u64, src: SocketAddr, ecn: Ecn, packet: &PacketRepr) {
         self.set_time(now_ns);
-        self.dev.stats.rx_datagrams += 1;
-        self.dev.stats.rx_bytes += packet.wire_len() as u64;
-        self.dev.stats.rx_ce_marked += u64::from(ecn == Ecn::Ce);
+        self.count_arrival(now_ns, packet.wire_len(), ecn);
         let flags = match packet {
             PacketRepr::Data(repr) => repr.base.flags,
             PacketRepr::Ack(ack) => ack.base.flags,

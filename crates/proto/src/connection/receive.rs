@@ -172,6 +172,7 @@ impl Connection {
             _ => 0,
         };
         dev.loss_rate.on_fates(now_ns, 1, skipped);
+        dev.admission.set_loss_rate(dev.loss_rate.rate());
         if outcome == RxOutcome::OutOfWindow {
             dev.stats.rx_out_of_window += 1;
             return;
@@ -263,6 +264,7 @@ impl Connection {
                 self.stats.ce_marked_received += 1;
                 rx.ce_packets = rx.ce_packets.wrapping_add(1);
             }
+            dev.admission.note_ce(ecn == Ecn::Ce);
         }
         rx.last_ts = repr.timestamp_ns;
         // A packet that finds its path quiet for an ACK delay: waiting the
@@ -540,6 +542,7 @@ impl Connection {
         dev.stats.data_packets_lost += lost_packets + trimmed_packets;
         // Random losses size the repair packets; trims are congestion.
         dev.loss_rate.on_fates(now_ns, acked_packets, lost_packets);
+        dev.admission.set_loss_rate(dev.loss_rate.rate());
         if lost_packets > 0 {
             dev.probe_budget.loss_seen(now_ns);
         }

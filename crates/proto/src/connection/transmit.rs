@@ -3,7 +3,10 @@
 //! robin among those with window room), and writing it out as bytes,
 //! split headers and payload, or a parsed repr.
 
-use super::{AckCopy, Connection, PACKET_OVERHEAD_BYTES, PATH_PSN_WINDOW, PathProbe, Resend};
+use super::{
+    AckCopy, Connection, FRAME_OVERHEAD_BYTES, PACKET_OVERHEAD_BYTES, PATH_PSN_WINDOW, PathProbe,
+    Resend,
+};
 use crate::auth::ConnectionAuth;
 use crate::device_state::DeviceState;
 use crate::ecn::Ecn;
@@ -601,7 +604,7 @@ impl Connection {
             flags |= Flags::ACK_REQUEST;
         }
         self.last_data_slot_ns = self.take_pacing_slot(now_ns, dev);
-        self.last_paced_bytes = u64::from(wire_bytes);
+        self.last_paced_bytes = u64::from(wire_bytes) + FRAME_OVERHEAD_BYTES;
         self.pace_blocked = false;
         self.pace_restart_ns = MaybeNs::NONE;
         let omit_icrc = self.omits_icrc();
