@@ -773,15 +773,6 @@ impl Endpoint {
     /// A datagram may hold an ACK followed by more packets (coalescing,
     /// [`wire::first_packet_len`]); each is taken in turn, checked on its
     /// own, and one that is malformed does not lose the others.
-    /// A datagram of `bytes` reached the device: counted, and its arrival
-    /// time told to admission (which watches the link into the device).
-    fn count_arrival(&mut self, now_ns: u64, bytes: usize, ecn: Ecn) {
-        self.dev.stats.rx_datagrams += 1;
-        self.dev.stats.rx_bytes += bytes as u64;
-        self.dev.stats.rx_ce_marked += u64::from(ecn == Ecn::Ce);
-        self.dev.admission.note_arrival(now_ns, bytes as u64);
-    }
-
     pub fn handle_datagram(&mut self, now_ns: u64, src: SocketAddr, ecn: Ecn, data: &[u8]) {
         self.set_time(now_ns);
         self.count_arrival(now_ns, data.len(), ecn);
@@ -794,6 +785,15 @@ impl Endpoint {
                 return;
             }
         }
+    }
+
+    /// A datagram of `bytes` reached the device: counted, and its arrival
+    /// time told to admission (which watches the link into the device).
+    fn count_arrival(&mut self, now_ns: u64, bytes: usize, ecn: Ecn) {
+        self.dev.stats.rx_datagrams += 1;
+        self.dev.stats.rx_bytes += bytes as u64;
+        self.dev.stats.rx_ce_marked += u64::from(ecn == Ecn::Ce);
+        self.dev.admission.note_arrival(now_ns, bytes as u64);
     }
 
     /// The ACK that came coalesced in front of a datagram's data, handled
