@@ -27,7 +27,7 @@
 //!    the sum of its grants (`committed`), counts a reduction as released
 //!    only one base RTT after it made it, and raises a grant only out of
 //!    what is not committed. A sender arriving while the link is promised to
-//!    others gets what is left, but at least an eighth of its fair share, so
+//!    others gets what is left, but at least a quarter of its fair share, so
 //!    it is never shut out. Without this rule the first senders of an
 //!    incast, granted the link before the others were seen, would send the
 //!    harmonic sum of their shares (4.7 BDPs for 64 senders) in the second
