@@ -131,6 +131,8 @@ struct Release {
 pub(crate) struct Admission {
     /// A full packet's bits (the configured MTU plus headers).
     packet_bits: u64,
+    /// Its time on the line, ns.
+    packet_ns: u64,
 
     epoch_ns: u64,
     line_mbps: u64,
@@ -194,6 +196,7 @@ impl Admission {
     ) -> Self {
         Self {
             packet_bits: packet_bytes.max(1) * 8,
+            packet_ns: packet_bytes.max(1) * 8 * 1000 / (line_rate_bps / 1_000_000).max(1),
 
             epoch_ns: epoch_ns.max(1),
             line_mbps: (line_rate_bps / 1_000_000).max(1),
@@ -240,8 +243,7 @@ impl Admission {
     /// ended more than a full packet's time earlier, the link into the
     /// device was idle in between: no queue stood in front of it.
     pub(crate) fn note_arrival(&mut self, now_ns: u64, bytes: u64) {
-        let wire_ns = |bits: u64| bits * 1000 / self.line_mbps;
-        let quiet_ns = wire_ns(bytes * 8) + wire_ns(self.packet_bits);
+        let quiet_ns = bytes * 8 * 1000 / self.line_mbps + self.packet_ns;
         if now_ns.saturating_sub(self.last_arrival_ns) >= quiet_ns {
             if self.draining() {
                 // The grants may rise by the drain headroom: tell the

@@ -71,6 +71,13 @@ impl DeviceState {
         }
     }
 
+    /// Fates of this device's packets (`delivered`, `lost`): they move the
+    /// loss rate, which admission's grants leave room for (the resends).
+    pub(crate) fn on_fates(&mut self, now_ns: u64, delivered: u32, lost: u64) {
+        self.loss_rate.on_fates(now_ns, delivered, lost);
+        self.admission.set_loss_rate(self.loss_rate.rate());
+    }
+
     /// Whether a silence is evidence of a failure: the fabric loses less
     /// than `RANDOM_LOSS_FOR_BURSTS` at random. Above it a probe or its
     /// answer goes missing on a live route often enough that an

@@ -83,6 +83,9 @@ pub const OP_ACK_LEN: usize = 16;
 pub const MAX_OP_ACKS: usize = 16;
 /// Number of packets the selective-ACK bitmap of an ACK describes.
 pub const SACK_BITS: usize = 256;
+/// Bytes an Ethernet link adds around a MetaRoCE datagram: the Ethernet
+/// header and FCS (14 + 4), IPv4 (20) and UDP (8).
+pub const FRAME_OVERHEAD_LEN: usize = 46;
 
 /// Why a datagram was rejected.
 ///

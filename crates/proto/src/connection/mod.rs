@@ -59,10 +59,10 @@ use std::net::SocketAddr;
 const PATH_PSN_WINDOW: u32 = 255;
 /// Bytes of headers a full data packet adds to its payload (for windows).
 const PACKET_OVERHEAD_BYTES: u32 = 64;
-/// Bytes the network adds to each datagram on an Ethernet link (Ethernet
-/// header and FCS, IPv4 and UDP headers): a paced sender's grant is a rate
-/// on the receiver's link, where these bytes take their time too.
-const FRAME_OVERHEAD_BYTES: u64 = 46;
+/// Bytes the network adds to each datagram on an Ethernet link: a paced
+/// sender's grant is a rate on the receiver's link, where these bytes
+/// take their time too.
+const FRAME_OVERHEAD_BYTES: u64 = metaroce_wire::FRAME_OVERHEAD_LEN as u64;
 
 /// Whether an ACK goes twice, back to back: one lost on the way back then
 /// costs nothing. Only the ACKs a sender's recovery waits on.

@@ -171,8 +171,7 @@ impl Connection {
                 .map_or(0, |h| u64::from(repr.psn.wrapping_sub(h).wrapping_sub(1))),
             _ => 0,
         };
-        dev.loss_rate.on_fates(now_ns, 1, skipped);
-        dev.admission.set_loss_rate(dev.loss_rate.rate());
+        dev.on_fates(now_ns, 1, skipped);
         if outcome == RxOutcome::OutOfWindow {
             dev.stats.rx_out_of_window += 1;
             return;
@@ -541,8 +540,7 @@ impl Connection {
         }
         dev.stats.data_packets_lost += lost_packets + trimmed_packets;
         // Random losses size the repair packets; trims are congestion.
-        dev.loss_rate.on_fates(now_ns, acked_packets, lost_packets);
-        dev.admission.set_loss_rate(dev.loss_rate.rate());
+        dev.on_fates(now_ns, acked_packets, lost_packets);
         if lost_packets > 0 {
             dev.probe_budget.loss_seen(now_ns);
         }

@@ -21,7 +21,7 @@ use crate::Ps;
 use metaroce_proto::{ConfigError, MemoryError, PostError, QpError};
 
 /// Ethernet (14 + 4 FCS), IPv4 (20) and UDP (8) bytes around a UDP payload.
-pub const FRAME_OVERHEAD_BYTES: u32 = 46;
+pub const FRAME_OVERHEAD_BYTES: u32 = metaroce_wire::FRAME_OVERHEAD_LEN as u32;
 /// The most header bytes any transport here adds to a packet's payload on
 /// the wire (frame, plus MetaRoCE's data header and ICRC): what sizes
 /// buffers that must hold whole frames (PFC headroom, credits).
