@@ -606,6 +606,16 @@ mod tests {
         a.note_arrival(t, 64);
     }
 
+    /// Two newcomers at 100 ns, then the link seen idle at 1 µs: whatever
+    /// queue their first packets built is gone.
+    fn two_senders(a: &mut Admission) -> (SenderState, SenderState) {
+        let (mut x, mut y) = (SenderState::default(), SenderState::default());
+        a.on_data(&mut x, 0, 100, 100, true, false);
+        a.on_data(&mut y, 1, 100, 100, true, false);
+        seen_idle(a, 1_000);
+        (x, y)
+    }
+
     #[test]
     fn a_lone_sender_is_uncapped_and_two_share_the_link() {
         let mut a = adm();
@@ -630,10 +640,7 @@ mod tests {
         let shares = |loss: f64| {
             let mut a = adm();
             a.set_loss_rate(loss);
-            let (mut x, mut y) = (SenderState::default(), SenderState::default());
-            a.on_data(&mut x, 0, 100, 100, true, false);
-            a.on_data(&mut y, 1, 100, 100, true, false);
-            seen_idle(&mut a, 1_000);
+            let (mut x, mut y) = two_senders(&mut a);
             // Two rounds: each holds its fair share from the second on.
             for t in [2 * RTT, 4 * RTT] {
                 a.grant_mbps(&mut x, t);
@@ -652,10 +659,7 @@ mod tests {
     #[test]
     fn ce_marks_leave_room_to_drain_a_queue_the_delays_do_not_show() {
         let mut a = adm();
-        let (mut x, mut y) = (SenderState::default(), SenderState::default());
-        a.on_data(&mut x, 0, 100, 100, true, false);
-        a.on_data(&mut y, 1, 100, 100, true, false);
-        seen_idle(&mut a, 1_000);
+        let (mut x, mut y) = two_senders(&mut a);
         for _ in 0..200 {
             a.note_ce(true);
         }
