@@ -89,7 +89,12 @@ pub enum WritePurpose {
 }
 
 /// Post an RDMA WRITE_WITH_IMM: `len` bytes from this rank's `src` into the
-/// peer's staging area at `remote_offset`, with immediate data `imm`.
+/// peer's buffer `target` at `remote_offset`, with immediate data `imm`.
+/// The target is the peer's staging area, except in an operation on
+/// symmetric buffers ([`OpSpec::symmetric`](crate::OpSpec::symmetric)),
+/// where a message whose only use is to be copied into the peer's output
+/// is written there directly ([`Buf::Recv`], the output of the same
+/// operation at the peer).
 ///
 /// `len` may be zero (credits, barrier messages): a WRITE_WITH_IMM without
 /// payload (no scatter-gather entry; `src` and `remote_offset` mean nothing
@@ -108,7 +113,10 @@ pub struct Write {
     pub peer: Rank,
     /// Source in this rank's buffers.
     pub src: Loc,
-    /// Byte offset in the target's staging area.
+    /// The peer's buffer written: [`Buf::Staging`], or [`Buf::Recv`] for a
+    /// direct write of a symmetric operation.
+    pub target: Buf,
+    /// Byte offset in that buffer.
     pub remote_offset: u64,
     /// Bytes to write.
     pub len: u64,

@@ -394,6 +394,7 @@ impl Communicator {
                     op,
                     peer,
                     src: Loc::new(Buf::Staging, 0),
+                    target: Buf::Staging,
                     remote_offset: 0,
                     len: 0,
                     imm: Imm::credit(slot, seq).encode(),
@@ -821,7 +822,16 @@ impl Communicator {
             op,
             peer: s.peer,
             src,
-            remote_offset: self.layout.remote_in_slot(s.peer, slot),
+            // A direct message still takes its slot's turn (the credit
+            // protocol is the same); only its bytes skip the slot.
+            target: if s.into_recv.is_some() {
+                Buf::Recv
+            } else {
+                Buf::Staging
+            },
+            remote_offset: s
+                .into_recv
+                .unwrap_or_else(|| self.layout.remote_in_slot(s.peer, slot)),
             len: s.len,
             imm: imm.encode(),
             purpose: s.purpose,

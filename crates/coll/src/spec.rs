@@ -305,6 +305,17 @@ pub struct OpSpec {
     /// Bytes per pipelined chunk; `None` for the slot size. At most
     /// [`CommConfig::slot_bytes`]; rounded down to whole elements.
     pub chunk_bytes: Option<u64>,
+    /// Every rank's output buffer is symmetric: registered so that its
+    /// peers may write into it, at the same offsets as their own (a
+    /// driver's collective registration, as `metaroce-collnet`'s
+    /// `NetComm::alloc_symmetric`). A message whose only use at its
+    /// receiver would be a copy from staging into its output is then
+    /// written straight there ([`Buf::Recv`](crate::Buf::Recv) targets):
+    /// the all-gather half of the halving-doubling all-reduce in a
+    /// power-of-two world, where a rank receives each block exactly where
+    /// its partner holds it. Other plans ignore it. Like the rest of the
+    /// spec, the same on every rank.
+    pub symmetric: bool,
 }
 
 impl OpSpec {
@@ -318,6 +329,7 @@ impl OpSpec {
             in_place: false,
             algorithm: Algorithm::Auto,
             chunk_bytes: None,
+            symmetric: false,
         }
     }
 
@@ -336,6 +348,13 @@ impl OpSpec {
     /// The same operation with a given chunk size.
     pub fn with_chunk_bytes(mut self, chunk_bytes: u64) -> Self {
         self.chunk_bytes = Some(chunk_bytes);
+        self
+    }
+
+    /// The same operation on symmetric output buffers (see
+    /// [`OpSpec::symmetric`]).
+    pub fn on_symmetric_buffers(mut self) -> Self {
+        self.symmetric = true;
         self
     }
 

@@ -98,6 +98,7 @@ fn spec(
         in_place,
         algorithm,
         chunk_bytes: None,
+        symmetric: false,
     }
 }
 
@@ -790,4 +791,74 @@ fn large_operations_sizes_only() {
             );
         }
     }
+}
+
+/// Symmetric output buffers (`OpSpec::symmetric`): every collective and
+/// algorithm still gives the reference's bytes, whatever order writes and
+/// completions come in (the test network checks that a direct write lands
+/// only where its receiver no longer needs the bytes, and that a write's
+/// source changes before its completion only by the direct write of the
+/// peer that already took it in). The halving-doubling all-reduce in a
+/// power-of-two world is the one plan that uses it: it computes that many
+/// fewer copies, one per all-gather message, and moves the same bytes.
+#[test]
+fn symmetric_buffers_take_the_all_gather_without_a_copy() {
+    let config = CommConfig {
+        slots: 2,
+        slot_bytes: 16,
+        ..CommConfig::default()
+    };
+    let mut direct_runs = 0;
+    for world in [1u32, 2, 3, 4, 5, 8, 16] {
+        for (name, algorithm, make) in cases(world) {
+            let reduces = make(0, 1).reduces();
+            let ops: &[ReduceOp] = if reduces {
+                &[ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max]
+            } else {
+                &[ReduceOp::Sum]
+            };
+            for dtype in [DataType::Float32, DataType::Int64, DataType::Float16] {
+                for &op in ops {
+                    for (count, in_place) in [(1u64, false), (19, true), (19, false), (97, true)] {
+                        for seed in 0..3u64 {
+                            let seed = seed * 7919 + u64::from(world) * 31 + count;
+                            let plain = |r: Rank| {
+                                spec(make(r, count), dtype, op, count, algorithm, in_place)
+                            };
+                            let symmetric = |r: Rank| plain(r).on_symmetric_buffers();
+                            let what = format!(
+                                "{name}/{algorithm} world {world} {dtype} {op} count {count} in_place {in_place} seed {seed}"
+                            );
+                            let s = check(world, config, &symmetric, Delivery::Random(seed), seed)
+                                .unwrap_or_else(|e| panic!("{what}: {e}"));
+                            assert_eq!(s.wrong, 0, "{what}");
+                            let p = check(world, config, &plain, Delivery::Random(seed), seed)
+                                .unwrap_or_else(|e| panic!("{what}: {e}"));
+                            let sum = |r: &[metaroce_coll::CommStats], f: fn(&metaroce_coll::CommStats) -> u64| {
+                                r.iter().map(f).sum::<u64>()
+                            };
+                            assert_eq!(
+                                sum(&s.stats, |c| c.data_bytes),
+                                sum(&p.stats, |c| c.data_bytes),
+                                "{what}"
+                            );
+                            let direct = algorithm == Algorithm::HalvingDoubling
+                                && world > 1
+                                && world.is_power_of_two();
+                            let copies_saved =
+                                sum(&p.stats, |c| c.computes) - sum(&s.stats, |c| c.computes);
+                            if direct {
+                                // One all-gather message per chunk and step.
+                                assert!(copies_saved > 0, "{what}");
+                                direct_runs += 1;
+                            } else {
+                                assert_eq!(copies_saved, 0, "{what}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(direct_runs > 100, "{direct_runs}");
 }

@@ -108,6 +108,12 @@ impl Pairing {
         b.recv_fold(partner, acc, with);
     }
 
+    /// Whether ranks beyond the power of two pair up (fold in before,
+    /// are handed the result after).
+    pub(super) fn paired(&self) -> bool {
+        self.rem > 0
+    }
+
     /// The real rank of exchanging rank `v` (`0..p`).
     pub(super) fn real(&self, v: u32) -> Rank {
         if v < self.rem {

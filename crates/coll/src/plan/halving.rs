@@ -64,6 +64,13 @@ pub(super) fn all_reduce(b: &mut Builder, ctx: &Ctx) {
     }
     debug_assert_eq!((lo, hi), (v, v + 1));
     b.post_divide(output.at(blocks.whole(v)));
+    // On symmetric buffers, with nobody paired up, each block goes straight
+    // into the partner's output, where it belongs: the partner last touched
+    // those bytes when it sent them to us in the reduce-scatter step of the
+    // same distance (their give-half is our keep-half), it consumed nothing
+    // of ours since that reads or writes them, and its own all-gather steps
+    // at shorter distances fill other blocks.
+    let direct = ctx.symmetric && !pairing.paired();
     let mut mask = 1;
     while mask < p {
         let partner = pairing.real(v ^ mask);
@@ -74,10 +81,20 @@ pub(super) fn all_reduce(b: &mut Builder, ctx: &Ctx) {
             (lo - size, lo)
         };
         each_chunk(b, (lo, hi), &mut |b, blk, j| {
-            b.send(partner, output.at(blocks.chunk(blk, j)), tag(step, j))
+            let at = output.at(blocks.chunk(blk, j));
+            if direct {
+                b.send_direct(partner, at, tag(step, j));
+            } else {
+                b.send(partner, at, tag(step, j));
+            }
         });
         each_chunk(b, theirs, &mut |b, blk, j| {
-            b.recv_copy(partner, output.at(blocks.chunk(blk, j)))
+            let at = output.at(blocks.chunk(blk, j));
+            if direct {
+                b.recv_direct(partner, at);
+            } else {
+                b.recv_copy(partner, at);
+            }
         });
         (lo, hi) = (lo.min(theirs.0), hi.max(theirs.1));
         mask *= 2;

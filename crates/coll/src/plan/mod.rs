@@ -108,6 +108,9 @@ pub(crate) struct SendPart {
     pub(crate) len: u64,
     pub(crate) src: SendSource,
     pub(crate) purpose: WritePurpose,
+    /// Written straight into the peer's output at this byte offset
+    /// ([`Builder::send_direct`]) instead of into a staging slot.
+    pub(crate) into_recv: Option<u64>,
 }
 
 /// One node of the plan.
@@ -246,6 +249,7 @@ impl Builder {
             len,
             src,
             purpose,
+            into_recv: None,
         }
     }
 
@@ -337,6 +341,53 @@ impl Builder {
             ..Task::default()
         };
         self.push(task, &[src], &[], &[]);
+    }
+
+    /// Sends user bytes of the output straight into the peer's output, at
+    /// the same offset (a symmetric operation, [`OpSpec::symmetric`]); the
+    /// peer's plan takes it with [`Builder::recv_direct`] of the same
+    /// region.
+    ///
+    /// Only where the peer cannot touch those bytes between the moment the
+    /// data may land (once it has sent us whatever the data depends on)
+    /// and its receiving task: no task of its own reads or writes them in
+    /// between. They may still be the source of a write the peer made to
+    /// us earlier, not yet completed at the peer; we consumed it before
+    /// sending this, and a transport never places a message again once
+    /// its receiver has it whole (MetaRoCE's responder drops duplicates of
+    /// a completed message), so a resend read from the overwritten bytes
+    /// lands nowhere.
+    pub(crate) fn send_direct(&mut self, peer: Rank, src: Region, purpose: WritePurpose) {
+        debug_assert_eq!(src.buf, Buf::Recv);
+        if src.len == 0 {
+            return;
+        }
+        let mut send = self.send_part(peer, src.len, SendSource::User(src.loc()), purpose);
+        send.into_recv = Some(src.offset);
+        self.push(
+            Task {
+                send: Some(send),
+                ..Task::default()
+            },
+            &[src],
+            &[],
+            &[],
+        );
+    }
+
+    /// A message the peer wrote straight into `dst` ([`Builder::send_direct`]):
+    /// nothing to copy. The task stands for its arrival, which is when the
+    /// bytes are there, so the tasks that read `dst` wait for it.
+    pub(crate) fn recv_direct(&mut self, peer: Rank, dst: Region) {
+        if dst.len == 0 {
+            return;
+        }
+        let recv = self.recv_part(peer, dst.len);
+        let task = Task {
+            recv: Some(recv),
+            ..Task::default()
+        };
+        self.push(task, &[], &[dst], &[]);
     }
 
     /// Receives a message into `dst`.
@@ -540,6 +591,8 @@ pub(crate) struct Ctx {
     /// Elements per chunk.
     pub(crate) chunk: u64,
     pub(crate) in_place: bool,
+    /// The output buffers are symmetric ([`OpSpec::symmetric`]).
+    pub(crate) symmetric: bool,
 }
 
 impl Ctx {
@@ -614,6 +667,7 @@ pub(crate) fn build(
         elem,
         chunk: chunk_bytes / elem,
         in_place: spec.in_place,
+        symmetric: spec.symmetric,
     };
     let mut b = Builder::new(world, spec.dtype, spec.op, reduces);
     let check_root = |root: Rank| {

@@ -53,6 +53,7 @@ fn sends_match_receives_everywhere() {
                                         in_place,
                                         algorithm,
                                         chunk_bytes: Some(chunk),
+                                        symmetric: in_place,
                                     };
                                     build(&spec, r, world, &config).unwrap()
                                 })
