@@ -677,7 +677,7 @@ fn write_json(
         "options": {
             "minbytes": o.min_bytes, "maxbytes": o.max_bytes, "stepbytes": o.step_bytes,
             "stepfactor": o.step_factor, "iters": o.iters, "warmup_iters": o.warmup_iters,
-            "agg_iters": o.agg_iters, "check": o.check, "blocking": o.blocking, "average": o.average,
+            "agg_iters": o.agg_iters, "check": o.check, "blocking": o.blocking, "average": o.average, "register": o.register,
             "op": o.op.map(|x| x.nccl_name()), "datatype": o.dtype.map(DataType::nccl_name),
             "root": o.root,
         },

@@ -17,12 +17,25 @@ use metaroce_verbs::MemoryRegion;
 pub struct DevBuf {
     pub(crate) mr: Option<MemoryRegion>,
     pub(crate) len: u64,
+    /// Its place among the communicator's symmetric buffers
+    /// ([`crate::NetComm::alloc_symmetric`]), if it is one.
+    pub(crate) symmetric: Option<usize>,
 }
 
 impl DevBuf {
     /// A zero-length buffer (no region).
     pub const fn empty() -> Self {
-        Self { mr: None, len: 0 }
+        Self {
+            mr: None,
+            len: 0,
+            symmetric: None,
+        }
+    }
+
+    /// Whether peers may write into it (see
+    /// [`crate::NetComm::alloc_symmetric`]).
+    pub fn is_symmetric(&self) -> bool {
+        self.symmetric.is_some()
     }
 
     /// Bytes in the buffer.
@@ -41,6 +54,7 @@ impl DevBuf {
         (len <= self.len).then_some(Self {
             mr: if len == 0 { None } else { self.mr },
             len,
+            symmetric: self.symmetric,
         })
     }
 }

@@ -64,6 +64,10 @@ struct PeerLink {
 struct OpBuffers {
     send: Option<MemoryRegion>,
     recv: Option<MemoryRegion>,
+    /// The receive buffer's place among the symmetric buffers, for an
+    /// operation on symmetric buffers (its direct writes go to the peers'
+    /// buffer of the same place).
+    recv_symmetric: Option<usize>,
 }
 
 /// Counters of the driver (the state machine's are [`CommStats`]).
@@ -114,6 +118,9 @@ pub struct NetComm {
     control: Control,
     members: Vec<Member>,
     cache: BufferCache,
+    /// Every symmetric buffer allocated, by place: each peer's buffer of
+    /// that place (`None` for this rank, and once freed).
+    symmetric: Vec<Option<Vec<Option<RemoteBuf>>>>,
     stall: Duration,
     poll_window: Duration,
     yield_polling: bool,
@@ -224,6 +231,7 @@ impl NetComm {
             control,
             members,
             cache: BufferCache::default(),
+            symmetric: Vec::new(),
             stall: cfg.stall_timeout,
             poll_window: cfg.poll_before_sleep,
             yield_polling: cfg.yield_while_polling,
@@ -295,13 +303,84 @@ impl NetComm {
     /// as an operation's send or receive buffer.
     pub fn alloc(&mut self, len: u64) -> Result<DevBuf, CollNetError> {
         if len == 0 {
-            return Ok(DevBuf { mr: None, len: 0 });
+            return Ok(DevBuf::empty());
         }
         let pd = self.pd;
         let mr = self
             .dev
             .with(|ctx, _| ctx.reg_mr(pd, len, AccessFlags::LOCAL_WRITE))?;
-        Ok(DevBuf { mr: Some(mr), len })
+        Ok(DevBuf {
+            mr: Some(mr),
+            len,
+            symmetric: None,
+        })
+    }
+
+    /// A zeroed receive buffer of `len` bytes that the peers may write
+    /// into: a collective call, made by every rank in the same order with
+    /// the same `len` (checked: a rank that asked for another size, or is
+    /// at another buffer, fails them all with an error naming it).
+    ///
+    /// An operation on symmetric buffers ([`OpSpec::symmetric`], the same
+    /// on every rank, each passing its buffer of the same place as its
+    /// receive buffer) lets a peer write a message straight where it
+    /// belongs instead of into a staging slot the receiver then copies
+    /// out of (the all-gather half of the halving-doubling all-reduce).
+    /// The peers learn the buffer's address and key here, through an
+    /// all-gather over the communicator. Free it on every rank, once no
+    /// operation using it is pending anywhere.
+    pub fn alloc_symmetric(&mut self, len: u64) -> Result<DevBuf, CollNetError> {
+        self.check_healthy()?;
+        if len == 0 {
+            return Err(CollNetError::Buffer("a symmetric buffer of 0 bytes".into()));
+        }
+        let pd = self.pd;
+        let access = AccessFlags(AccessFlags::LOCAL_WRITE.0 | AccessFlags::REMOTE_WRITE.0);
+        let mr = self.dev.with(|ctx, _| ctx.reg_mr(pd, len, access))?;
+        let place = self.symmetric.len();
+        // What every rank says about its buffer of this place.
+        let mut mine = [0u8; SYMMETRIC_ENTRY_BYTES];
+        for (i, v) in [place as u64, len, mr.addr, mr.rkey].iter().enumerate() {
+            mine[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        let mut all = vec![0u8; SYMMETRIC_ENTRY_BYTES * self.world as usize];
+        let spec = OpSpec::new(
+            metaroce_coll::Collective::AllGather,
+            metaroce_coll::DataType::Uint8,
+            metaroce_coll::ReduceOp::Sum,
+            SYMMETRIC_ENTRY_BYTES as u64,
+        );
+        if let Err(e) = self.run_slices(spec, &mine, &mut all) {
+            let _ = self.dev.with(|ctx, _| ctx.dereg_mr(mr));
+            return Err(e);
+        }
+        let mut peers = vec![None; self.world as usize];
+        for (q, entry) in all.chunks_exact(SYMMETRIC_ENTRY_BYTES).enumerate() {
+            let v =
+                |i: usize| u64::from_le_bytes(entry[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+            let (their_place, their_len) = (v(0), v(1));
+            if their_place != place as u64 || their_len != len {
+                let _ = self.dev.with(|ctx, _| ctx.dereg_mr(mr));
+                let e = CollNetError::Buffer(format!(
+                    "symmetric buffers differ: rank {} allocated {len} bytes as its symmetric buffer {place}, rank {q} {their_len} bytes as its buffer {their_place}",
+                    self.rank
+                ));
+                return Err(self.fail(e));
+            }
+            if q as Rank != self.rank {
+                peers[q] = Some(RemoteBuf {
+                    addr: v(2),
+                    rkey: v(3),
+                    len: their_len,
+                });
+            }
+        }
+        self.symmetric.push(Some(peers));
+        Ok(DevBuf {
+            mr: Some(mr),
+            len,
+            symmetric: Some(place),
+        })
     }
 
     /// Releases a buffer; refused while a started operation uses it.
@@ -321,6 +400,9 @@ impl NetComm {
             ));
         }
         self.dev.with(|ctx, _| ctx.dereg_mr(mr))?;
+        if let Some(place) = buf.symmetric {
+            self.symmetric[place] = None;
+        }
         Ok(())
     }
 
@@ -431,9 +513,19 @@ impl NetComm {
                 "an in-place operation takes no send buffer".into(),
             ));
         }
+        let recv_symmetric = recv.and_then(|b| b.symmetric);
+        if spec.symmetric
+            && recv_symmetric.is_none_or(|p| self.symmetric.get(p).is_none_or(Option::is_none))
+        {
+            return Err(CollNetError::Buffer(
+                "an operation on symmetric buffers needs a receive buffer from alloc_symmetric"
+                    .into(),
+            ));
+        }
         let bufs = OpBuffers {
             send: pick(send, sizes.send_bytes, "send")?,
             recv: pick(recv, sizes.recv_bytes, "receive")?,
+            recv_symmetric: recv_symmetric.filter(|_| spec.symmetric),
         };
         if bufs.send.is_some() && bufs.send == bufs.recv {
             return Err(CollNetError::Buffer(
@@ -708,6 +800,7 @@ impl NetComm {
                 done,
                 peers,
                 staging,
+                symmetric,
                 writes_outstanding,
                 stats,
                 rank,
@@ -717,7 +810,13 @@ impl NetComm {
                 for a in actions.drain(..) {
                     match a {
                         Action::Write(w) => {
-                            if post_write(ctx, *rank, peers, ops, staging.as_ref(), &w)? {
+                            let targets = Targets {
+                                peers,
+                                ops,
+                                staging: staging.as_ref(),
+                                symmetric,
+                            };
+                            if post_write(ctx, *rank, &targets, &w)? {
                                 copied.push(w.id);
                             } else {
                                 // Only uncopied writes are signaled.
@@ -857,6 +956,11 @@ fn region_of(
     }
 }
 
+/// What each rank says about one symmetric buffer in
+/// [`NetComm::alloc_symmetric`]'s all-gather: its place, length, address
+/// and key (four little-endian u64).
+const SYMMETRIC_ENTRY_BYTES: usize = 32;
+
 /// Bytes copied into or out of a region per hold of the device lock.
 const COPY_PIECE_BYTES: usize = 4 << 20;
 
@@ -870,24 +974,61 @@ const INLINE_MAX_BYTES: u64 = 4096;
 /// ([`NetConfig::deferred_ack_ns`](crate::NetConfig)).
 const INLINE_WR: u64 = 1 << 63;
 
+/// What a write may name: the peers' staging areas and symmetric
+/// buffers, and this rank's buffers.
+struct Targets<'a> {
+    peers: &'a [Option<PeerLink>],
+    ops: &'a HashMap<OpId, OpBuffers>,
+    staging: Option<&'a MemoryRegion>,
+    symmetric: &'a [Option<Vec<Option<RemoteBuf>>>],
+}
+
+impl Targets<'_> {
+    /// The peer's buffer `w` writes into: its staging area, or for a
+    /// direct write its symmetric buffer of the place this operation's
+    /// receive buffer has here.
+    fn remote(&self, rank: Rank, link: &PeerLink, w: &Write) -> Result<RemoteBuf, CollNetError> {
+        if w.target != Buf::Recv {
+            return Ok(link.staging);
+        }
+        self.ops
+            .get(&w.op)
+            .and_then(|o| o.recv_symmetric)
+            .and_then(|p| self.symmetric.get(p)?.as_ref()?.get(w.peer as usize).copied().flatten())
+            .ok_or_else(|| {
+                CollNetError::Buffer(format!(
+                    "rank {rank}: a direct write to rank {} outside an operation on symmetric buffers",
+                    w.peer
+                ))
+            })
+    }
+}
+
 /// Posts one WRITE_WITH_IMM; true when its bytes were copied at post time
 /// (inline or zero-length), so its source is free already.
 fn post_write(
     ctx: &mut Context,
     rank: Rank,
-    peers: &[Option<PeerLink>],
-    ops: &HashMap<OpId, OpBuffers>,
-    staging: Option<&MemoryRegion>,
+    targets: &Targets<'_>,
     w: &Write,
 ) -> Result<bool, CollNetError> {
-    let link = peers
+    let (ops, staging) = (targets.ops, targets.staging);
+    let link = targets
+        .peers
         .get(w.peer as usize)
         .copied()
         .flatten()
         .ok_or_else(|| CollNetError::Buffer(format!("rank {rank} has no link to {}", w.peer)))?;
+    let remote = targets.remote(rank, &link, w)?;
+    if w.remote_offset.saturating_add(w.len) > remote.len {
+        return Err(CollNetError::Buffer(format!(
+            "rank {rank}: a {}-byte write at {} past the end of rank {}'s {}-byte buffer",
+            w.len, w.remote_offset, w.peer, remote.len
+        )));
+    }
     let op = WrOp::WriteImm {
-        remote_addr: link.staging.addr + w.remote_offset,
-        rkey: link.staging.rkey,
+        remote_addr: remote.addr + w.remote_offset,
+        rkey: remote.rkey,
         imm: w.imm,
     };
     let (mut wr, copied) = if w.len == 0 {

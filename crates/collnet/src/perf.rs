@@ -45,6 +45,9 @@ pub struct Measure {
     pub seed: u64,
     /// The algorithm (`Auto`: by size, [`Algorithm::resolve`]).
     pub algorithm: Algorithm,
+    /// `-R 2`: symmetric receive buffers ([`NetComm::alloc_symmetric`],
+    /// `OpSpec::symmetric`).
+    pub symmetric: bool,
 }
 
 impl Measure {
@@ -67,6 +70,7 @@ impl Measure {
             average: 1,
             seed: 1,
             algorithm: Algorithm::Auto,
+            symmetric: false,
         }
     }
 }
@@ -118,12 +122,15 @@ fn bytes_needed(
 }
 
 impl Bench {
-    /// Buffers for `collective` up to `max_bytes` of the widest type in `dtypes`.
+    /// Buffers for `collective` up to `max_bytes` of the widest type in
+    /// `dtypes`; a symmetric receive buffer (a collective call) if
+    /// `symmetric`.
     pub fn new(
         comm: &mut NetComm,
         collective: PerfCollective,
         max_bytes: u64,
         dtypes: &[DataType],
+        symmetric: bool,
     ) -> Result<Self, CollNetError> {
         let (mut s, mut r) = (0, 0);
         for &d in dtypes {
@@ -131,9 +138,14 @@ impl Bench {
             s = s.max(a);
             r = r.max(b);
         }
+        let recv = if symmetric && r > 0 {
+            comm.alloc_symmetric(r)?
+        } else {
+            comm.alloc(r)?
+        };
         Ok(Self {
             send: comm.alloc(s)?,
-            recv: comm.alloc(r)?,
+            recv,
         })
     }
 
@@ -189,6 +201,7 @@ impl Bench {
         let mut spec = spec_for(m.collective, count, m.dtype, m.op, m.root, rank, world);
         spec.in_place = in_place;
         spec.algorithm = m.algorithm;
+        spec.symmetric = m.symmetric;
         let (send, recv) = self.buffers(&spec, rank, world)?;
         // Inputs are made, and results checked, in memory of this rank's
         // own, outside the device lock; only the copies take it, a piece
@@ -266,7 +279,7 @@ impl Bench {
 
 /// One row with buffers of its own.
 pub fn measure_row(comm: &mut NetComm, m: &Measure) -> Result<ResultRow, CollNetError> {
-    let bench = Bench::new(comm, m.collective, m.bytes, &[m.dtype])?;
+    let bench = Bench::new(comm, m.collective, m.bytes, &[m.dtype], m.symmetric)?;
     let row = bench.measure(comm, m);
     // A failed measurement leaves its operations pending on the buffers,
     // and freeing them is then refused: report why it failed, not that.
@@ -336,7 +349,7 @@ pub fn run(
     }
     let sizes = options.sizes();
     let max = sizes.iter().copied().max().unwrap_or(0);
-    let bench = Bench::new(comm, collective, max, &dtypes)?;
+    let bench = Bench::new(comm, collective, max, &dtypes, options.register == 2)?;
     let mut rows = Vec::new();
     for &dtype in &dtypes {
         for &op in &ops {
@@ -356,6 +369,7 @@ pub fn run(
                         average: options.average,
                         seed: seed ^ bytes,
                         algorithm,
+                        symmetric: options.register == 2,
                     };
                     let row = bench.measure(comm, &m)?;
                     on_row(&row);

@@ -196,3 +196,74 @@ fn one_oversubscribed_host_sets_the_algorithm_for_all() {
         assert_eq!(wrong, Some(0), "rank {rank}");
     }
 }
+
+/// Symmetric receive buffers (`-R 2`): the halving-doubling all-reduce's
+/// all-gather writes each block straight into the partner's output, at 4
+/// and 8 ranks, every size verified in and out of place, also with 1 % of
+/// received datagrams dropped (resends of the reduce-scatter then race
+/// the partner's writes into the same bytes).
+#[test]
+fn symmetric_buffers_take_direct_writes() {
+    use metaroce_coll::Algorithm;
+    let lossy = NetConfig {
+        impair: Some("loss=0.01,seed=7".parse::<Impair>().unwrap()),
+        ..cfg()
+    };
+    for (world, c) in [(4u32, cfg()), (8, cfg()), (4, lossy.clone()), (8, lossy)] {
+        let results = run_ranks(world, &c, |comm| {
+            let mut rows = Vec::new();
+            for size in [4u64, 65_540, 300_000, 3 << 20] {
+                for dtype in [DataType::Float32, DataType::Bfloat16] {
+                    let m = Measure {
+                        algorithm: Algorithm::HalvingDoubling,
+                        symmetric: true,
+                        seed: size ^ 0x5eed,
+                        ..Measure::once(PerfCollective::AllReduce, size, dtype, ReduceOp::Sum)
+                    };
+                    let row = perf::measure_row(comm, &m)?;
+                    rows.push((size, row.out_of_place.wrong, row.in_place.wrong));
+                }
+            }
+            Ok(rows)
+        });
+        for (rank, r) in results.into_iter().enumerate() {
+            for (size, oop, ip) in r.unwrap_or_else(|e| panic!("world {world} rank {rank}: {e}")) {
+                assert_eq!((oop, ip), (Some(0), Some(0)), "{size} B, world {world}");
+            }
+        }
+    }
+}
+
+/// A symmetric buffer is a collective allocation: ranks that ask for
+/// different sizes all fail with an error naming both, and an operation on
+/// symmetric buffers refuses a receive buffer that is not one.
+#[test]
+fn symmetric_buffers_misused_are_clear_errors() {
+    use metaroce_coll::{Collective, OpSpec};
+    let results = run_ranks(3, &cfg(), |comm| {
+        let len = if comm.rank() == 1 { 2048 } else { 1024 };
+        Ok(comm
+            .alloc_symmetric(len)
+            .map(|_| ())
+            .unwrap_err()
+            .to_string())
+    });
+    for (rank, r) in results.into_iter().enumerate() {
+        // The mismatch fails the communicator too, so the rank's run ends
+        // in the same error.
+        let e = r.unwrap_or_else(|e| e.to_string());
+        assert!(e.contains("symmetric buffers differ"), "rank {rank}: {e}");
+        assert!(e.contains("2048 bytes"), "rank {rank}: {e}");
+    }
+    let results = run_ranks(2, &cfg(), |comm| {
+        let recv = comm.alloc(64)?;
+        let spec = OpSpec::new(Collective::AllReduce, DataType::Float32, ReduceOp::Sum, 16)
+            .in_place()
+            .on_symmetric_buffers();
+        Ok(comm.start(spec, None, Some(&recv)).unwrap_err().to_string())
+    });
+    for (rank, r) in results.into_iter().enumerate() {
+        let e = r.unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+        assert!(e.contains("alloc_symmetric"), "rank {rank}: {e}");
+    }
+}

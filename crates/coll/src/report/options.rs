@@ -57,6 +57,11 @@ pub struct PerfOptions {
     pub blocking: u32,
     /// `-a`: reported time 0-3.
     pub average: u32,
+    /// `-R`: buffer registration, 0-2. Every buffer of a MetaRoCE
+    /// collective is a registered region already, so 0 and 1 (local
+    /// registration) are the same; 2 makes the receive buffers symmetric
+    /// (`OpSpec::symmetric`: peers write straight into them).
+    pub register: u32,
 }
 
 impl Default for PerfOptions {
@@ -75,6 +80,7 @@ impl Default for PerfOptions {
             root: Some(0),
             blocking: 0,
             average: 1,
+            register: 0,
         }
     }
 }
@@ -121,6 +127,8 @@ pub const USAGE: &str = "\
   -r, --root <rank>           root rank or all (default 0)
   -z, --blocking <0-3>        0 async, 1 wait and barrier after each op, 2 wait after each op, 3 wait and barrier after each iteration (default 0)
   -a, --average <0-3>         report rank 0's (0), mean (1), min (2) or max (3) time (default 1)
+  -R, --local_register <0-2>  buffer registration: 0 or 1 local (every buffer is registered), 2 symmetric
+                              receive buffers, written straight into by the peers (default 0)
   -h, --help                  this text
 ";
 
@@ -140,6 +148,7 @@ fn option_of(name: &str) -> Option<char> {
         "-r" | "--root" => 'r',
         "-z" | "--blocking" => 'z',
         "-a" | "--average" => 'a',
+        "-R" | "--local_register" => 'R',
         "-h" | "--help" => 'h',
         _ => return None,
     })
@@ -281,6 +290,7 @@ where
             }
             'z' => o.blocking = parse_u32(opt, v, 3)?,
             'a' => o.average = parse_u32(opt, v, 3)?,
+            'R' => o.register = parse_u32(opt, v, 2)?,
             _ => unreachable!("option_of returns only the letters above"),
         }
     }
@@ -392,6 +402,8 @@ mod tests {
             "2",
             "-m",
             "4",
+            "-R",
+            "2",
         ])
         .unwrap();
         assert_eq!(
@@ -403,9 +415,10 @@ mod tests {
             (8, 3, 0, 4)
         );
         assert_eq!(
-            (o.op, o.dtype, o.root, o.blocking, o.average),
-            (None, Some(DataType::Bfloat16), None, 3, 2)
+            (o.op, o.dtype, o.root, o.blocking, o.average, o.register),
+            (None, Some(DataType::Bfloat16), None, 3, 2, 2)
         );
+        assert!(parse_perf_args(["-R", "3"]).is_err());
         assert_eq!(o.ops().len(), 5);
         assert_eq!(o.dtypes(), [DataType::Bfloat16]);
         assert_eq!(
