@@ -6,6 +6,10 @@
 # UDP ceiling (metaroce perf udp-bw --loopback), ROUNDS rounds, each round
 # every world size of every contender in turn, so that a noisy neighbour
 # hits them all alike. Writes raw outputs to OUT and prints medians.
+# MetaRoCE runs twice per size: with nccl-tests' default buffers, and with
+# symmetric receive buffers (-R 2, as an NCCL job registers its buffers:
+# peers write the all-gather's blocks straight into them, see
+# docs/collectives.md, "Symmetric buffers"); the table shows both.
 #
 # usage: [LARGE=0] [WORLDS="2 4 8"] [BASE=other-metaroce] scripts/bench-allreduce.sh [ROUNDS] [OUT]
 # LARGE=0 skips 64 MiB and 256 MiB. BASE: a second metaroce binary (an
@@ -53,6 +57,8 @@ for round in $(seq 1 "$ROUNDS"); do
     gloo $n 8 8 2 200 "$OUT/gloo-lat-n$n-r$round.txt"
     $BIN coll-perf all_reduce --ranks $n -b 1M -e 16M -f 4 -n 20 -w 5 -c 0 \
       --json "$OUT/mr-small-n$n-r$round.json" > /dev/null
+    $BIN coll-perf all_reduce --ranks $n -b 1M -e 16M -f 4 -n 20 -w 5 -c 0 -R 2 \
+      --json "$OUT/sym-small-n$n-r$round.json" > /dev/null
     [ -n "${BASE:-}" ] && $BASE coll-perf all_reduce --ranks $n -b 1M -e 16M -f 4 -n 20 -w 5 -c 0 \
       --json "$OUT/base-small-n$n-r$round.json" > /dev/null
     $MPIRUN -np $n $MPI 1048576 16777216 4 20 5 > "$OUT/mpi-small-n$n-r$round.txt"
@@ -60,6 +66,8 @@ for round in $(seq 1 "$ROUNDS"); do
     if [ "${LARGE:-1}" != 0 ]; then
       $BIN coll-perf all_reduce --ranks $n -b 64M -e 256M -f 4 -n 3 -w 1 -c 0 \
         --json "$OUT/mr-large-n$n-r$round.json" > /dev/null
+      $BIN coll-perf all_reduce --ranks $n -b 64M -e 256M -f 4 -n 3 -w 1 -c 0 -R 2 \
+        --json "$OUT/sym-large-n$n-r$round.json" > /dev/null
       $MPIRUN -np $n $MPI 67108864 268435456 4 3 > "$OUT/mpi-large-n$n-r$round.txt"
       gloo $n 67108864 268435456 4 3 "$OUT/gloo-large-n$n-r$round.txt"
     fi
@@ -69,7 +77,7 @@ python3 - "$OUT" <<'PY'
 import glob, json, re, statistics, sys
 out = sys.argv[1]
 res = {}  # (who, n, size) -> [(time_us, busbw)]
-for who, pat in (("metaroce", "mr"), ("base", "base")):
+for who, pat in (("metaroce", "mr"), ("symmetric", "sym"), ("base", "base")):
     for f in glob.glob(f"{out}/{pat}-*.json"):
         n = int(re.search(r"-n(\d+)-", f).group(1))
         for r in json.load(open(f))["results"]:
@@ -90,19 +98,22 @@ for f in glob.glob(f"{out}/udp-*.txt"):
             udp.append(float(p[3]) * 1048576 / 1e9)
 med = lambda xs: statistics.median(xs)
 print(f"raw UDP ceiling (udp-bw --loopback, one flow): median {med(udp):.2f} GB/s over {len(udp)} rounds")
-print(f"{'size':>10} {'ranks':>5} {'MetaRoCE busbw':>15} {'Open MPI busbw':>15} {'Gloo busbw':>11} "
-      f"{'MetaRoCE us':>12} {'Open MPI us':>12} {'Gloo us':>10}  rounds")
+print(f"{'size':>10} {'ranks':>5} {'MetaRoCE busbw':>15} {'-R 2 busbw':>11} {'Open MPI busbw':>15} {'Gloo busbw':>11} "
+      f"{'MetaRoCE us':>12} {'-R 2 us':>9} {'Open MPI us':>12} {'Gloo us':>10}  rounds")
 sizes = sorted({k[2] for k in res})
 for n in (2, 4, 8):
     for s in sizes:
         a, b = res.get(("metaroce", n, s), []), res.get(("openmpi-tcp", n, s), [])
         g = res.get(("gloo-tcp", n, s), [])
+        y = res.get(("symmetric", n, s), [])
         if not a or not b:
             continue
         gb = f"{med([x[1] for x in g]):>11.3f}" if g else f"{'-':>11}"
         gt = f"{med([x[0] for x in g]):>10.1f}" if g else f"{'-':>10}"
-        print(f"{s:>10} {n:>5} {med([x[1] for x in a]):>15.3f} {med([x[1] for x in b]):>15.3f} {gb} "
-              f"{med([x[0] for x in a]):>12.1f} {med([x[0] for x in b]):>12.1f} {gt}  {len(a)}/{len(b)}/{len(g)}")
+        yb = f"{med([x[1] for x in y]):>11.3f}" if y else f"{'-':>11}"
+        yt = f"{med([x[0] for x in y]):>9.1f}" if y else f"{'-':>9}"
+        print(f"{s:>10} {n:>5} {med([x[1] for x in a]):>15.3f} {yb} {med([x[1] for x in b]):>15.3f} {gb} "
+              f"{med([x[0] for x in a]):>12.1f} {yt} {med([x[0] for x in b]):>12.1f} {gt}  {len(a)}/{len(y)}/{len(b)}/{len(g)}")
 base = [k for k in res if k[0] == "base"]
 if base:
     print("base (BASE binary) against this build, same rounds:")
