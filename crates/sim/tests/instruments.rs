@@ -418,6 +418,32 @@ fn the_senders_left_in_an_incast_take_the_room_of_those_that_finished() {
     );
 }
 
+/// Small-scale lock on the all-to-all at 10 % loss per link (RESULTS.md,
+/// `loss-link-alltoall`): 32 hosts, 64 KB per pair. About half of all
+/// packets are lost end to end, so some sender's data all arrives while
+/// every answer carrying its completion is lost, several times over. It
+/// asks again whenever the time since its last progress has doubled, and
+/// the last sender learns of its completion within a few round trips of
+/// the last delivery. When it asked once per progress and then left it to
+/// retry rounds (an RTO, doubling), seed 1 took 2,572 µs for data all
+/// delivered at 1,274 (and 64 hosts, 104 ms for 1.9 ms).
+#[test]
+fn a_sender_missing_only_its_completion_asks_again_soon_at_heavy_loss() {
+    let o = run(
+        "name = \"t\"\nseed = 1\nend_us = 200000\n[topology]\nkind = \"fat_tree\"\nhosts = 32\nk = 8\n\
+         link_gbps = 100\nlatency_ns = 1000\n[switch]\nloss = 0.1\n\
+         [[workload]]\nkind = \"all_to_all\"\nbytes = 65536\n",
+    );
+    let r = &o.results;
+    assert!(r.finished);
+    assert!(
+        r.makespan_us < 1.25 * r.fct.max_us,
+        "the last sender learnt of its completion at {} us, the last data landed at {} us",
+        r.makespan_us,
+        r.fct.max_us
+    );
+}
+
 /// A sender paced at a small grant probes a silent path with its next new
 /// packet: where only the ACK was lost, nothing is sent twice. 32 senders
 /// of 200 KB into one host through one switch at 1 % loss per link, each

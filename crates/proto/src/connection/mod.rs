@@ -439,8 +439,9 @@ pub(crate) struct Connection {
     rtt_histogram: RttHistogram,
     /// When the connection last made progress (the retry timer's origin).
     last_progress_ns: u64,
-    /// The `last_progress_ns` at which the early completion probe last
-    /// went (timers.rs, `completion_probe_deadline`): once per progress.
+    /// When the early completion probe last went (timers.rs,
+    /// `completion_probe_deadline`; `u64::MAX`: never): the next waits
+    /// until the time since the last progress has doubled.
     completion_probed_at_ns: u64,
     /// Retry timeouts since the last progress.
     timeouts: u32,
