@@ -306,10 +306,23 @@ impl Builder {
 
     /// Sends user bytes as they are.
     pub(crate) fn send(&mut self, peer: Rank, src: Region, purpose: WritePurpose) {
+        self.send_user(peer, src, purpose, None);
+    }
+
+    /// Sends user bytes as they are, into a staging slot or (`into_recv`)
+    /// straight into the peer's output at that offset.
+    fn send_user(
+        &mut self,
+        peer: Rank,
+        src: Region,
+        purpose: WritePurpose,
+        into_recv: Option<u64>,
+    ) {
         if src.len == 0 {
             return;
         }
-        let send = self.send_part(peer, src.len, SendSource::User(src.loc()), purpose);
+        let mut send = self.send_part(peer, src.len, SendSource::User(src.loc()), purpose);
+        send.into_recv = into_recv;
         self.push(
             Task {
                 send: Some(send),
@@ -359,20 +372,7 @@ impl Builder {
     /// lands nowhere.
     pub(crate) fn send_direct(&mut self, peer: Rank, src: Region, purpose: WritePurpose) {
         debug_assert_eq!(src.buf, Buf::Recv);
-        if src.len == 0 {
-            return;
-        }
-        let mut send = self.send_part(peer, src.len, SendSource::User(src.loc()), purpose);
-        send.into_recv = Some(src.offset);
-        self.push(
-            Task {
-                send: Some(send),
-                ..Task::default()
-            },
-            &[src],
-            &[],
-            &[],
-        );
+        self.send_user(peer, src, purpose, Some(src.offset));
     }
 
     /// A message the peer wrote straight into `dst` ([`Builder::send_direct`]):
