@@ -311,10 +311,11 @@ pub struct OpSpec {
     /// `NetComm::alloc_symmetric`). A message whose only use at its
     /// receiver would be a copy from staging into its output is then
     /// written straight there ([`Buf::Recv`](crate::Buf::Recv) targets):
-    /// the all-gather half of the halving-doubling all-reduce in a
-    /// power-of-two world, where a rank receives each block exactly where
-    /// its partner holds it. Other plans ignore it. Like the rest of the
-    /// spec, the same on every rank.
+    /// the all-gather halves of the ring all-reduce and of the
+    /// halving-doubling all-reduce in a power-of-two world. In both, a
+    /// peer's direct write depends on data this rank sent in the same
+    /// operation, so it never lands before the rank started it. Other
+    /// plans ignore it. Like the rest of the spec, the same on every rank.
     pub symmetric: bool,
 }
 

@@ -798,9 +798,10 @@ fn large_operations_sizes_only() {
 /// completions come in (the test network checks that a direct write lands
 /// only where its receiver no longer needs the bytes, and that a write's
 /// source changes before its completion only by the direct write of the
-/// peer that already took it in). The halving-doubling all-reduce in a
-/// power-of-two world is the one plan that uses it: it computes that many
-/// fewer copies, one per all-gather message, and moves the same bytes.
+/// peer that already took it in). The ring all-reduce's all-gather and
+/// the halving-doubling all-reduce in a power-of-two world use it: they
+/// compute that many fewer copies, one per all-gather message, and move
+/// the same bytes.
 #[test]
 fn symmetric_buffers_take_the_all_gather_without_a_copy() {
     let config = CommConfig {
@@ -842,9 +843,15 @@ fn symmetric_buffers_take_the_all_gather_without_a_copy() {
                                 sum(&p.stats, |c| c.data_bytes),
                                 "{what}"
                             );
-                            let direct = algorithm == Algorithm::HalvingDoubling
-                                && world > 1
-                                && world.is_power_of_two();
+                            let direct = world > 1
+                                && count > 0
+                                && match (name, algorithm) {
+                                    ("all_reduce", Algorithm::HalvingDoubling) => {
+                                        world.is_power_of_two()
+                                    }
+                                    ("all_reduce", Algorithm::Ring) => true,
+                                    _ => false,
+                                };
                             let copies_saved =
                                 sum(&p.stats, |c| c.computes) - sum(&s.stats, |c| c.computes);
                             if direct {

@@ -325,7 +325,8 @@ impl NetComm {
     /// on every rank, each passing its buffer of the same place as its
     /// receive buffer) lets a peer write a message straight where it
     /// belongs instead of into a staging slot the receiver then copies
-    /// out of (the all-gather half of the halving-doubling all-reduce).
+    /// out of (the all-gather halves of the ring and halving-doubling
+    /// all-reduces).
     /// The peers learn the buffer's address and key here, through an
     /// all-gather over the communicator. Free it on every rank, once no
     /// operation using it is pending anywhere.
@@ -515,6 +516,7 @@ impl NetComm {
         }
         let recv_symmetric = recv.and_then(|b| b.symmetric);
         if spec.symmetric
+            && sizes.recv_bytes > 0
             && recv_symmetric.is_none_or(|p| self.symmetric.get(p).is_none_or(Option::is_none))
         {
             return Err(CollNetError::Buffer(

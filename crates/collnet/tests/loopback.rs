@@ -197,11 +197,15 @@ fn one_oversubscribed_host_sets_the_algorithm_for_all() {
     }
 }
 
-/// Symmetric receive buffers (`-R 2`): the halving-doubling all-reduce's
-/// all-gather writes each block straight into the partner's output, at 4
-/// and 8 ranks, every size verified in and out of place, also with 1 % of
-/// received datagrams dropped (resends of the reduce-scatter then race
-/// the partner's writes into the same bytes).
+/// Symmetric receive buffers (`-R 2`): the all-reduce's all-gather writes
+/// each block straight into the peer's output (halving-doubling at 4 and
+/// 8 ranks, the ring at 2, 3 and 4), every size verified in and out of
+/// place, also with 1 % of received datagrams dropped (resends of the
+/// reduce-scatter then race the peer's writes into the same bytes). Each
+/// row runs two operations back to back, the second on buffers the
+/// driver refilled in between: a peer must not write into them before
+/// their rank has started (the all-gather collective, which would, goes
+/// through staging; it is checked here too).
 #[test]
 fn symmetric_buffers_take_direct_writes() {
     use metaroce_coll::Algorithm;
@@ -209,16 +213,35 @@ fn symmetric_buffers_take_direct_writes() {
         impair: Some("loss=0.01,seed=7".parse::<Impair>().unwrap()),
         ..cfg()
     };
-    for (world, c) in [(4u32, cfg()), (8, cfg()), (4, lossy.clone()), (8, lossy)] {
-        let results = run_ranks(world, &c, |comm| {
+    let hd = Algorithm::HalvingDoubling;
+    let ring = Algorithm::Ring;
+    for (world, algorithm, c) in [
+        (4u32, hd, cfg()),
+        (8, hd, cfg()),
+        (4, hd, lossy.clone()),
+        (8, hd, lossy.clone()),
+        (2, ring, cfg()),
+        (3, ring, lossy.clone()),
+        (4, ring, cfg()),
+    ] {
+        let results = run_ranks(world, &c, move |comm| {
             let mut rows = Vec::new();
             for size in [4u64, 65_540, 300_000, 3 << 20] {
-                for dtype in [DataType::Float32, DataType::Bfloat16] {
+                for (collective, dtype) in [
+                    (PerfCollective::AllReduce, DataType::Float32),
+                    (PerfCollective::AllReduce, DataType::Bfloat16),
+                    (PerfCollective::AllGather, DataType::Float32),
+                ] {
+                    let algorithm = match collective {
+                        PerfCollective::AllReduce => algorithm,
+                        _ => Algorithm::Auto,
+                    };
                     let m = Measure {
-                        algorithm: Algorithm::HalvingDoubling,
+                        algorithm,
                         symmetric: true,
                         seed: size ^ 0x5eed,
-                        ..Measure::once(PerfCollective::AllReduce, size, dtype, ReduceOp::Sum)
+                        iters: 2,
+                        ..Measure::once(collective, size, dtype, ReduceOp::Sum)
                     };
                     let row = perf::measure_row(comm, &m)?;
                     rows.push((size, row.out_of_place.wrong, row.in_place.wrong));
@@ -228,7 +251,11 @@ fn symmetric_buffers_take_direct_writes() {
         });
         for (rank, r) in results.into_iter().enumerate() {
             for (size, oop, ip) in r.unwrap_or_else(|e| panic!("world {world} rank {rank}: {e}")) {
-                assert_eq!((oop, ip), (Some(0), Some(0)), "{size} B, world {world}");
+                assert_eq!(
+                    (oop, ip),
+                    (Some(0), Some(0)),
+                    "{size} B, world {world}, {algorithm}"
+                );
             }
         }
     }

@@ -371,8 +371,20 @@ impl Builder {
     /// a completed message), so a resend read from the overwritten bytes
     /// lands nowhere.
     pub(crate) fn send_direct(&mut self, peer: Rank, src: Region, purpose: WritePurpose) {
-        debug_assert_eq!(src.buf, Buf::Recv);
-        self.send_user(peer, src, purpose, Some(src.offset));
+        self.send_direct_to(peer, src, src, purpose);
+    }
+
+    /// As [`Builder::send_direct`], from `src` (the output, or the input)
+    /// into the peer's output where this rank's output has `at`.
+    pub(crate) fn send_direct_to(
+        &mut self,
+        peer: Rank,
+        src: Region,
+        at: Region,
+        purpose: WritePurpose,
+    ) {
+        debug_assert_eq!((at.buf, at.len), (Buf::Recv, src.len));
+        self.send_user(peer, src, purpose, Some(at.offset));
     }
 
     /// A message the peer wrote straight into `dst` ([`Builder::send_direct`]):

@@ -45,6 +45,19 @@ fn reduce_scatter_round(
 
 /// The all-gather part of round `j`: rank's own chunk comes from `own_src`,
 /// every block lands in `output`. Steps are numbered from `first_step`.
+///
+/// With `direct` (an all-reduce on symmetric buffers) each chunk is
+/// written straight into the next rank's output. Every chunk of a rank's
+/// output is written once, by this receive, and then only read
+/// (forwarded); before it, the rank read those bytes at most in place, as
+/// its own input to the reduce-scatter. A finished chunk can only come
+/// after its block's reduce-scatter passed through the rank in this very
+/// operation, so after that read, and after the rank started the
+/// operation at all. The all-gather collective has no such order: a rank
+/// may send its own block before its neighbour has even started (whose
+/// driver may still be filling its buffers), so it always goes through
+/// staging.
+#[allow(clippy::too_many_arguments)]
 fn all_gather_round(
     b: &mut Builder,
     ctx: &Ctx,
@@ -53,15 +66,29 @@ fn all_gather_round(
     output: Area,
     j: u32,
     first_step: u32,
+    direct: bool,
 ) {
     let (n, r) = (ctx.world, ctx.rank);
     let (prev, next) = (ctx.prev(), ctx.next());
-    b.send(next, own_src.at(blocks.chunk(r, j)), tag(first_step, j));
+    let own = blocks.chunk(r, j);
+    if direct {
+        b.send_direct_to(next, own_src.at(own), output.at(own), tag(first_step, j));
+    } else {
+        b.send(next, own_src.at(own), tag(first_step, j));
+    }
     for s in 1..n {
         let dst = output.at(blocks.chunk((r + n - s) % n, j));
-        b.recv_copy(prev, dst);
+        if direct {
+            b.recv_direct(prev, dst);
+        } else {
+            b.recv_copy(prev, dst);
+        }
         if s < n - 1 {
-            b.send(next, dst, tag(first_step + s, j));
+            if direct {
+                b.send_direct(next, dst, tag(first_step + s, j));
+            } else {
+                b.send(next, dst, tag(first_step + s, j));
+            }
         }
     }
 }
@@ -78,7 +105,16 @@ pub(super) fn all_reduce(b: &mut Builder, ctx: &Ctx) {
     let blocks = Blocks::balanced(ctx.count, ctx.world, ctx.chunk);
     for j in 0..blocks.rounds() {
         reduce_scatter_round(b, ctx, &blocks, input, output, j);
-        all_gather_round(b, ctx, &blocks, output, output, j, ctx.world - 1);
+        all_gather_round(
+            b,
+            ctx,
+            &blocks,
+            output,
+            output,
+            j,
+            ctx.world - 1,
+            ctx.symmetric,
+        );
     }
 }
 
@@ -133,6 +169,6 @@ pub(super) fn all_gather(b: &mut Builder, ctx: &Ctx) {
         return;
     }
     for j in 0..blocks.rounds() {
-        all_gather_round(b, ctx, &blocks, input, output, j, 0);
+        all_gather_round(b, ctx, &blocks, input, output, j, 0, false);
     }
 }
