@@ -65,11 +65,12 @@ pub(super) fn all_reduce(b: &mut Builder, ctx: &Ctx) {
     debug_assert_eq!((lo, hi), (v, v + 1));
     b.post_divide(output.at(blocks.whole(v)));
     // On symmetric buffers, with nobody paired up, each block goes straight
-    // into the partner's output, where it belongs: the partner last touched
+    // into the partner's output, where it belongs. The partner last touched
     // those bytes when it sent them to us in the reduce-scatter step of the
-    // same distance (their give-half is our keep-half), it consumed nothing
-    // of ours since that reads or writes them, and its own all-gather steps
-    // at shorter distances fill other blocks.
+    // same distance (its give-half is our keep-half); nothing it does after
+    // that reads or writes them (its shorter-distance all-gather steps fill
+    // other blocks); and the block depends on that send, so it never lands
+    // before the partner has started this operation.
     let direct = ctx.symmetric && !pairing.paired();
     let mut mask = 1;
     while mask < p {
