@@ -339,9 +339,34 @@ impl NetComm {
         let access = AccessFlags(AccessFlags::LOCAL_WRITE.0 | AccessFlags::REMOTE_WRITE.0);
         let mr = self.dev.with(|ctx, _| ctx.reg_mr(pd, len, access))?;
         let place = self.symmetric.len();
-        // What every rank says about its buffer of this place.
+        match self.exchange_symmetric(place, len, mr.addr, mr.rkey) {
+            Ok(peers) => {
+                self.symmetric.push(Some(peers));
+                Ok(DevBuf {
+                    mr: Some(mr),
+                    len,
+                    symmetric: Some(place),
+                })
+            }
+            Err(e) => {
+                let _ = self.dev.with(|ctx, _| ctx.dereg_mr(mr));
+                Err(e)
+            }
+        }
+    }
+
+    /// Every rank's address and key for its symmetric buffer of `place`
+    /// (`None` for this rank), after checking that all of them are at
+    /// that place with `len` bytes; a mismatch fails the communicator.
+    fn exchange_symmetric(
+        &mut self,
+        place: usize,
+        len: u64,
+        addr: u64,
+        rkey: u64,
+    ) -> Result<Vec<Option<RemoteBuf>>, CollNetError> {
         let mut mine = [0u8; SYMMETRIC_ENTRY_BYTES];
-        for (i, v) in [place as u64, len, mr.addr, mr.rkey].iter().enumerate() {
+        for (i, v) in [place as u64, len, addr, rkey].iter().enumerate() {
             mine[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
         }
         let mut all = vec![0u8; SYMMETRIC_ENTRY_BYTES * self.world as usize];
@@ -351,17 +376,13 @@ impl NetComm {
             metaroce_coll::ReduceOp::Sum,
             SYMMETRIC_ENTRY_BYTES as u64,
         );
-        if let Err(e) = self.run_slices(spec, &mine, &mut all) {
-            let _ = self.dev.with(|ctx, _| ctx.dereg_mr(mr));
-            return Err(e);
-        }
+        self.run_slices(spec, &mine, &mut all)?;
         let mut peers = vec![None; self.world as usize];
         for (q, entry) in all.chunks_exact(SYMMETRIC_ENTRY_BYTES).enumerate() {
             let v =
                 |i: usize| u64::from_le_bytes(entry[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
             let (their_place, their_len) = (v(0), v(1));
             if their_place != place as u64 || their_len != len {
-                let _ = self.dev.with(|ctx, _| ctx.dereg_mr(mr));
                 let e = CollNetError::Buffer(format!(
                     "symmetric buffers differ: rank {} allocated {len} bytes as its symmetric buffer {place}, rank {q} {their_len} bytes as its buffer {their_place}",
                     self.rank
@@ -376,12 +397,7 @@ impl NetComm {
                 });
             }
         }
-        self.symmetric.push(Some(peers));
-        Ok(DevBuf {
-            mr: Some(mr),
-            len,
-            symmetric: Some(place),
-        })
+        Ok(peers)
     }
 
     /// Releases a buffer; refused while a started operation uses it.

@@ -22,17 +22,30 @@ fn verify(
     dtype: DataType,
     op: ReduceOp,
 ) {
+    verify_with(world, cfg, collectives, sizes, dtype, op, |m| m);
+}
+
+/// [`verify`], each row's measurement changed by `tweak` first.
+fn verify_with(
+    world: u32,
+    cfg: &NetConfig,
+    collectives: &[PerfCollective],
+    sizes: &[u64],
+    dtype: DataType,
+    op: ReduceOp,
+    tweak: impl Fn(Measure) -> Measure + Send + Sync + 'static,
+) {
     let collectives = collectives.to_vec();
     let sizes = sizes.to_vec();
     let results = run_ranks(world, cfg, move |comm| {
         let mut rows = Vec::new();
         for &c in &collectives {
             for &size in &sizes {
-                let m = Measure {
+                let m = tweak(Measure {
                     root: 1 % comm.world(),
                     seed: size ^ 0x5eed,
                     ..Measure::once(c, size, dtype, op)
-                };
+                });
                 rows.push((c, size, perf::measure_row(comm, &m)?));
             }
         }
@@ -215,6 +228,7 @@ fn symmetric_buffers_take_direct_writes() {
     };
     let hd = Algorithm::HalvingDoubling;
     let ring = Algorithm::Ring;
+    let sizes = [4u64, 65_540, 300_000, 3 << 20];
     for (world, algorithm, c) in [
         (4u32, hd, cfg()),
         (8, hd, cfg()),
@@ -224,40 +238,37 @@ fn symmetric_buffers_take_direct_writes() {
         (3, ring, lossy.clone()),
         (4, ring, cfg()),
     ] {
-        let results = run_ranks(world, &c, move |comm| {
-            let mut rows = Vec::new();
-            for size in [4u64, 65_540, 300_000, 3 << 20] {
-                for (collective, dtype) in [
-                    (PerfCollective::AllReduce, DataType::Float32),
-                    (PerfCollective::AllReduce, DataType::Bfloat16),
-                    (PerfCollective::AllGather, DataType::Float32),
-                ] {
-                    let algorithm = match collective {
-                        PerfCollective::AllReduce => algorithm,
-                        _ => Algorithm::Auto,
-                    };
-                    let m = Measure {
-                        algorithm,
-                        symmetric: true,
-                        seed: size ^ 0x5eed,
-                        iters: 2,
-                        ..Measure::once(collective, size, dtype, ReduceOp::Sum)
-                    };
-                    let row = perf::measure_row(comm, &m)?;
-                    rows.push((size, row.out_of_place.wrong, row.in_place.wrong));
-                }
-            }
-            Ok(rows)
-        });
-        for (rank, r) in results.into_iter().enumerate() {
-            for (size, oop, ip) in r.unwrap_or_else(|e| panic!("world {world} rank {rank}: {e}")) {
-                assert_eq!(
-                    (oop, ip),
-                    (Some(0), Some(0)),
-                    "{size} B, world {world}, {algorithm}"
-                );
-            }
-        }
+        // Two timed operations, then the checked one on refilled buffers;
+        // the all-reduce on the given algorithm, the all-gather on its one.
+        let symmetric = move |m: Measure| Measure {
+            algorithm: match m.collective {
+                PerfCollective::AllReduce => algorithm,
+                _ => Algorithm::Auto,
+            },
+            symmetric: true,
+            iters: 2,
+            ..m
+        };
+        let both = [PerfCollective::AllReduce, PerfCollective::AllGather];
+        verify_with(
+            world,
+            &c,
+            &both,
+            &sizes,
+            DataType::Float32,
+            ReduceOp::Sum,
+            symmetric,
+        );
+        let all_reduce = [PerfCollective::AllReduce];
+        verify_with(
+            world,
+            &c,
+            &all_reduce,
+            &sizes,
+            DataType::Bfloat16,
+            ReduceOp::Sum,
+            symmetric,
+        );
     }
 }
 

@@ -83,19 +83,10 @@ pub(super) fn all_reduce(b: &mut Builder, ctx: &Ctx) {
         };
         each_chunk(b, (lo, hi), &mut |b, blk, j| {
             let at = output.at(blocks.chunk(blk, j));
-            if direct {
-                b.send_direct(partner, at, tag(step, j));
-            } else {
-                b.send(partner, at, tag(step, j));
-            }
+            b.send_to(partner, at, at, direct, tag(step, j));
         });
         each_chunk(b, theirs, &mut |b, blk, j| {
-            let at = output.at(blocks.chunk(blk, j));
-            if direct {
-                b.recv_direct(partner, at);
-            } else {
-                b.recv_copy(partner, at);
-            }
+            b.recv_into(partner, output.at(blocks.chunk(blk, j)), direct);
         });
         (lo, hi) = (lo.min(theirs.0), hi.max(theirs.1));
         mask *= 2;

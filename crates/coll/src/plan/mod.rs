@@ -109,7 +109,7 @@ pub(crate) struct SendPart {
     pub(crate) src: SendSource,
     pub(crate) purpose: WritePurpose,
     /// Written straight into the peer's output at this byte offset
-    /// ([`Builder::send_direct`]) instead of into a staging slot.
+    /// ([`Builder::send_to`]) instead of into a staging slot.
     pub(crate) into_recv: Option<u64>,
 }
 
@@ -356,68 +356,62 @@ impl Builder {
         self.push(task, &[src], &[], &[]);
     }
 
-    /// Sends user bytes of the output straight into the peer's output, at
-    /// the same offset (a symmetric operation, [`OpSpec::symmetric`]); the
-    /// peer's plan takes it with [`Builder::recv_direct`] of the same
-    /// region.
+    /// Sends user bytes `src` meant for the peer's output at `at` (where
+    /// this rank's output has them too): through a staging slot, or with
+    /// `direct` (a symmetric operation, [`OpSpec::symmetric`]) straight
+    /// there. The peer's plan takes it with [`Builder::recv_into`] of the
+    /// same region and the same `direct`.
     ///
-    /// Only where the peer cannot touch those bytes between the moment the
-    /// data may land (once it has sent us whatever the data depends on)
-    /// and its receiving task: no task of its own reads or writes them in
-    /// between. They may still be the source of a write the peer made to
-    /// us earlier, not yet completed at the peer; we consumed it before
-    /// sending this, and a transport never places a message again once
-    /// its receiver has it whole (MetaRoCE's responder drops duplicates of
-    /// a completed message), so a resend read from the overwritten bytes
-    /// lands nowhere.
-    pub(crate) fn send_direct(&mut self, peer: Rank, src: Region, purpose: WritePurpose) {
-        self.send_direct_to(peer, src, src, purpose);
-    }
-
-    /// As [`Builder::send_direct`], from `src` (the output, or the input)
-    /// into the peer's output where this rank's output has `at`.
-    pub(crate) fn send_direct_to(
+    /// Direct only where the peer cannot touch those bytes between the
+    /// moment the data may land (once it has sent us whatever the data
+    /// depends on, in this operation) and its receiving task: no task of
+    /// its own reads or writes them in between. They may still be the
+    /// source of a write the peer made to us earlier, not yet completed at
+    /// the peer; we consumed it before sending this, and a transport never
+    /// places a message again once its receiver has it whole (MetaRoCE's
+    /// responder drops duplicates of a completed message), so a resend
+    /// read from the overwritten bytes lands nowhere.
+    pub(crate) fn send_to(
         &mut self,
         peer: Rank,
         src: Region,
         at: Region,
+        direct: bool,
         purpose: WritePurpose,
     ) {
         debug_assert_eq!((at.buf, at.len), (Buf::Recv, src.len));
-        self.send_user(peer, src, purpose, Some(at.offset));
+        self.send_user(peer, src, purpose, direct.then_some(at.offset));
     }
 
-    /// A message the peer wrote straight into `dst` ([`Builder::send_direct`]):
-    /// nothing to copy. The task stands for its arrival, which is when the
-    /// bytes are there, so the tasks that read `dst` wait for it.
-    pub(crate) fn recv_direct(&mut self, peer: Rank, dst: Region) {
+    /// Receives a message into `dst`: copied out of its staging slot, or,
+    /// `direct`, written there by the peer ([`Builder::send_to`]), and then
+    /// there is nothing to copy: the task stands for its arrival, which is
+    /// when the bytes are there, so the tasks that read `dst` wait for it.
+    pub(crate) fn recv_into(&mut self, peer: Rank, dst: Region, direct: bool) {
         if dst.len == 0 {
             return;
         }
         let recv = self.recv_part(peer, dst.len);
-        let task = Task {
-            recv: Some(recv),
-            ..Task::default()
-        };
-        self.push(task, &[], &[dst], &[]);
-    }
-
-    /// Receives a message into `dst`.
-    pub(crate) fn recv_copy(&mut self, peer: Rank, dst: Region) {
-        if dst.len == 0 {
-            return;
-        }
-        let recv = self.recv_part(peer, dst.len);
-        let task = Task {
-            recv: Some(recv),
-            steps: vec![Step::Copy {
+        let steps = if direct {
+            Vec::new()
+        } else {
+            vec![Step::Copy {
                 dst: Operand::User(dst.loc()),
                 src: Operand::InSlot,
-            }],
+            }]
+        };
+        let task = Task {
+            recv: Some(recv),
+            steps,
             step_len: dst.len,
             ..Task::default()
         };
         self.push(task, &[], &[dst], &[]);
+    }
+
+    /// Receives a message into `dst`, through its staging slot.
+    pub(crate) fn recv_copy(&mut self, peer: Rank, dst: Region) {
+        self.recv_into(peer, dst, false);
     }
 
     /// The steps computing `dst ← with ⊕ message`.

@@ -71,24 +71,18 @@ fn all_gather_round(
     let (n, r) = (ctx.world, ctx.rank);
     let (prev, next) = (ctx.prev(), ctx.next());
     let own = blocks.chunk(r, j);
-    if direct {
-        b.send_direct_to(next, own_src.at(own), output.at(own), tag(first_step, j));
-    } else {
-        b.send(next, own_src.at(own), tag(first_step, j));
-    }
+    b.send_to(
+        next,
+        own_src.at(own),
+        output.at(own),
+        direct,
+        tag(first_step, j),
+    );
     for s in 1..n {
         let dst = output.at(blocks.chunk((r + n - s) % n, j));
-        if direct {
-            b.recv_direct(prev, dst);
-        } else {
-            b.recv_copy(prev, dst);
-        }
+        b.recv_into(prev, dst, direct);
         if s < n - 1 {
-            if direct {
-                b.send_direct(next, dst, tag(first_step + s, j));
-            } else {
-                b.send(next, dst, tag(first_step + s, j));
-            }
+            b.send_to(next, dst, dst, direct, tag(first_step + s, j));
         }
     }
 }
