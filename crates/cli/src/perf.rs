@@ -6,7 +6,8 @@
 //! atomic-bw, atomic-lat, and the raw-UDP baselines udp-bw, udp-lat.
 //!
 //! perftest's flags are accepted where they mean something here (`-m`,
-//! `-Q`, `-l`, `-I`, `-N`, `--run_infinitely`, `--out_json[_file]`),
+//! `-Q`, `-l`, `-I`, `-N`, `--run_infinitely`, `--out_json[_file]`, the
+//! software rate limiter's `--rate_limit`, `--rate_units`, `--burst_size`),
 //! accepted and ignored with a note where they are harmless (`-F`, `-d`,
 //! `-x`), and refused with "not supported by MetaRoCE" otherwise; every
 //! option is checked before the run starts.
@@ -14,7 +15,7 @@
 use metaroce_perf::raw::{self, RawParams, RawTest};
 use metaroce_perf::{
     self as perf, AuthOpts, BwFigures, Figures, JsonRun, LAT_DURATION_HEADER, LAT_TABLE_HEADER,
-    LocalOpts, Measure, Params, RESULT_LINE, Session, Test,
+    LocalOpts, Measure, Params, RESULT_LINE, RateLimit, RateUnits, Session, Test,
 };
 use metaroce_udp::{CaptureHook, DeviceCounters, Impair, PcapCapture};
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
@@ -32,8 +33,9 @@ link). perftest measures no peak with -D, --run_infinitely, -N or beyond \
 -N and --run_infinitely.
 
 perftest flags: -F, -d and -x are accepted and ignored (there is no CPU \
-frequency check, no device or GID to choose); -c takes RC only; -b, \
---report-both and -V are not supported.";
+frequency check, no device or GID to choose); -c takes RC only; \
+--rate_limit_type takes SW only (the requester paces its own posts: no NIC \
+pacing, so no HW or PP); -b, --report-both and -V are not supported.";
 
 /// Arguments of `metaroce perf`.
 #[derive(clap::Args, Debug)]
@@ -98,6 +100,22 @@ pub(crate) struct PerfArgs {
     /// Report Gb/s instead of MiB/s.
     #[arg(long = "report_gbits")]
     report_gbits: bool,
+    /// Send at most this rate, in --rate_units (bandwidth tests; the
+    /// requester paces its posts in software) [default: no limit].
+    #[arg(long = "rate_limit", value_name = "RATE")]
+    rate_limit: Option<f64>,
+    /// Units of --rate_limit: M (MiB/s), g (Gb/s) or p (messages per
+    /// second, perftest's pps) [default: g].
+    #[arg(long = "rate_units", value_name = "M|g|p", value_parser = parse_rate_units)]
+    rate_units: Option<RateUnits>,
+    /// Rate limiter: SW only, the requester's own pacing (perftest's HW
+    /// and PP need a NIC that paces) [default: SW with --rate_limit].
+    #[arg(long = "rate_limit_type", value_name = "SW|HW|PP")]
+    rate_limit_type: Option<String>,
+    /// Messages the rate limiter lets go back to back before it waits,
+    /// 1..=(-t x -q) [default: -l; perftest's is -t].
+    #[arg(long = "burst_size", value_name = "N")]
+    burst_size: Option<u32>,
     /// TCP port of the side channel.
     #[arg(short = 'p', long = "port", default_value_t = 18515)]
     port: u16,
@@ -235,6 +253,21 @@ fn perftest_flags(args: &PerfArgs) -> Result<(), String> {
     {
         return unsupported(&format!("-c {c} (MetaRoCE has RC connections only)"));
     }
+    if let Some(t) = &args.rate_limit_type {
+        match t.to_ascii_uppercase().as_str() {
+            "SW" => {}
+            "HW" | "PP" => {
+                return unsupported(&format!(
+                    "--rate_limit_type {t} (no NIC pacing here; only SW, the requester's own pacing, is supported)"
+                ));
+            }
+            _ => {
+                return Err(format!(
+                    "--rate_limit_type {t}: use SW (HW and PP are not supported)"
+                ));
+            }
+        }
+    }
     if args.cpu_freq {
         eprintln!("note: -F ignored (MetaRoCE runs no CPU frequency check)");
     }
@@ -279,6 +312,33 @@ pub(crate) fn job_secret(loopback: bool) -> Result<[u8; 32], String> {
     };
     metaroce_cm::check_job_secret(&secret).map_err(|e| format!("METAROCE_JOB_SECRET: {e}"))?;
     Ok(secret)
+}
+
+fn parse_rate_units(s: &str) -> Result<RateUnits, String> {
+    RateUnits::from_flag(s).ok_or_else(|| {
+        format!("'{s}' is not a rate unit (M: MiB/s, g: Gb/s, p: messages per second)")
+    })
+}
+
+/// The software rate limiter asked for, if any. As in perftest, its other
+/// options mean nothing without `--rate_limit`, and are refused alone.
+fn rate_limit(args: &PerfArgs) -> Result<Option<RateLimit>, String> {
+    let Some(rate) = args.rate_limit else {
+        let alone = [
+            ("--rate_units", args.rate_units.is_some()),
+            ("--rate_limit_type", args.rate_limit_type.is_some()),
+            ("--burst_size", args.burst_size.is_some()),
+        ];
+        if let Some((flag, _)) = alone.iter().find(|(_, given)| *given) {
+            return Err(format!("{flag} needs --rate_limit RATE"));
+        }
+        return Ok(None);
+    };
+    Ok(Some(RateLimit {
+        rate,
+        units: args.rate_units.unwrap_or_default(),
+        burst: args.burst_size,
+    }))
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -363,13 +423,17 @@ pub(crate) fn run(args: PerfArgs) -> Result<ExitCode, String> {
 
 /// Options only bandwidth tests use, refused for a latency test.
 fn refuse_inapplicable(args: &PerfArgs, test: &str, lat: bool) -> Result<(), String> {
-    let bw_only: [(&str, bool); 6] = [
+    let bw_only: [(&str, bool); 10] = [
         ("-q", args.qps.is_some_and(|q| q != 1)),
         ("-t", args.tx_depth.is_some()),
         ("-Q", args.cq_mod.is_some()),
         ("-l", args.post_list.is_some()),
         ("-N", args.no_peak),
         ("--run_infinitely", args.run_infinitely),
+        ("--rate_limit", args.rate_limit.is_some()),
+        ("--rate_units", args.rate_units.is_some()),
+        ("--rate_limit_type", args.rate_limit_type.is_some()),
+        ("--burst_size", args.burst_size.is_some()),
     ];
     if lat && let Some((flag, _)) = bw_only.iter().find(|(_, given)| *given) {
         return Err(format!(
@@ -432,6 +496,7 @@ fn rdma_test(args: &PerfArgs, json: Option<JsonOut>) -> Result<ExitCode, String>
         peak: !args.no_peak && !args.run_infinitely,
     };
     measure.validate()?;
+    let rate_limit = rate_limit(args)?;
     if args.all && test.is_atomic() {
         return Err("-a: atomic tests have one size (8 B)".into());
     }
@@ -443,6 +508,15 @@ fn rdma_test(args: &PerfArgs, json: Option<JsonOut>) -> Result<ExitCode, String>
     } else {
         vec![size]
     };
+    if let Some(r) = &rate_limit {
+        // Against the largest size of a sweep: the one whose messages the
+        // limit spaces furthest apart.
+        let largest = sizes.iter().copied().max().unwrap_or(size);
+        r.validate(&Params {
+            size: largest,
+            ..p.clone()
+        })?;
+    }
     let auth = if args.auth || args.encrypt {
         Some(AuthOpts {
             job_secret: job_secret(args.loopback)?,
@@ -469,6 +543,7 @@ fn rdma_test(args: &PerfArgs, json: Option<JsonOut>) -> Result<ExitCode, String>
         },
         icrc_omission: !args.icrc,
         rto_min_ns: args.rto_min_us.unwrap_or(0).saturating_mul(1000),
+        rate_limit,
     };
     let capture = Capture::open(args)?;
     let mut local = local;
@@ -632,6 +707,10 @@ fn serve(args: &PerfArgs, test: Test, local: &LocalOpts) -> Result<ExitCode, Str
         ("--no-verify", args.no_verify),
         ("--report_gbits", args.report_gbits),
         ("--json", json_path(args).is_some()),
+        ("--rate_limit", args.rate_limit.is_some()),
+        ("--rate_units", args.rate_units.is_some()),
+        ("--rate_limit_type", args.rate_limit_type.is_some()),
+        ("--burst_size", args.burst_size.is_some()),
     ];
     let given: Vec<&str> = client_side
         .iter()
@@ -869,6 +948,10 @@ fn raw_run(args: &PerfArgs) -> Result<(ExitCode, Option<RawReport>), String> {
         ("--engine-nice", args.engine_nice.is_some()),
         ("--block-when-contended", args.block_when_contended),
         ("--spin-when-contended", args.spin_when_contended),
+        ("--rate_limit", args.rate_limit.is_some()),
+        ("--rate_units", args.rate_units.is_some()),
+        ("--rate_limit_type", args.rate_limit_type.is_some()),
+        ("--burst_size", args.burst_size.is_some()),
     ];
     if let Some((flag, _)) = rdma_only.iter().find(|(_, given)| *given) {
         return Err(format!(

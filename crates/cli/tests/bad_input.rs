@@ -395,6 +395,102 @@ fn perf_bad_option_values_are_exit_2() {
     );
 }
 
+/// perftest's software rate limiter: bad values, HW and PP limiters, the
+/// limiter's options alone or on a latency test are one-line errors
+/// before the run; a limited run prints what an unlimited one does.
+#[test]
+fn perf_rate_limit_options_are_checked() {
+    let base = ["perf", "write-bw", "--loopback"];
+    for (extra, needle) in [
+        (&["--rate_limit", "0"][..], "--rate_limit 0"),
+        (&["--rate_limit", "-2"][..], "--rate_limit -2"),
+        (&["--rate_limit", "nan"][..], "--rate_limit NaN"),
+        (&["--rate_limit", "inf"][..], "--rate_limit inf"),
+        (&["--rate_limit", "fast"][..], "--rate_limit"),
+        (
+            &["--rate_limit", "1", "--rate_units", "G"][..],
+            "--rate_units",
+        ),
+        (&["--rate_limit", "1", "--rate_units", "Kpps"][..], "'Kpps'"),
+        (
+            &["--rate_limit", "1", "--rate_limit_type", "HW"][..],
+            "--rate_limit_type HW",
+        ),
+        (
+            &["--rate_limit", "1", "--rate_limit_type", "PP"][..],
+            "only SW",
+        ),
+        (
+            &["--rate_limit", "1", "--rate_limit_type", "XX"][..],
+            "--rate_limit_type XX",
+        ),
+        (
+            &["--rate_limit", "1", "--burst_size", "0"][..],
+            "--burst_size 0",
+        ),
+        (
+            &["--rate_limit", "1", "-t", "16", "--burst_size", "17"][..],
+            "--burst_size 17",
+        ),
+        (
+            &["--burst_size", "4"][..],
+            "--burst_size needs --rate_limit",
+        ),
+        (
+            &["--rate_units", "M"][..],
+            "--rate_units needs --rate_limit",
+        ),
+        (
+            &["--rate_limit_type", "SW"][..],
+            "--rate_limit_type needs --rate_limit",
+        ),
+    ] {
+        let mut args = base.to_vec();
+        args.extend_from_slice(extra);
+        assert_one_line_error(&args, needle);
+    }
+    for test in ["write-lat", "read-lat", "send-lat", "atomic-lat"] {
+        assert_one_line_error(
+            &["perf", test, "--loopback", "--rate_limit", "1"],
+            "--rate_limit applies to bandwidth tests only",
+        );
+    }
+    assert_one_line_error(
+        &["perf", "udp-bw", "--loopback", "--rate_limit", "1"],
+        "--rate_limit does not apply",
+    );
+    // Limited: the same report, a lower figure, nothing more said. (On a
+    // port of its own: other tests run loopbacks on the default one.)
+    let port = free_tcp_port().to_string();
+    let out = metaroce(&[
+        "perf",
+        "read-bw",
+        "--loopback",
+        "-p",
+        &port,
+        "-s",
+        "64K",
+        "-n",
+        "100",
+        "--report_gbits",
+        "--rate_limit=100",
+        "--rate_units=M",
+        "--rate_limit_type=SW",
+        "--burst_size=4",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.trim().is_empty(), "{stderr}");
+    let row = stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("65536"))
+        .unwrap_or_else(|| panic!("no row: {stdout}"));
+    let avg: f64 = row.split_whitespace().nth(3).unwrap().parse().unwrap();
+    // 100 MiB/s is 0.84 Gb/s.
+    assert!(avg > 0.0 && avg <= 0.84 * 1.1, "{row}");
+}
+
 /// A JSON path that cannot be written fails before the run, not after.
 #[test]
 fn perf_json_path_is_checked_before_the_run() {

@@ -4,6 +4,7 @@
 use crate::figures::{PEAK_MARK_OPS, peak_bps};
 use crate::messages::{Done, Hello, Report};
 use crate::params::auth_mode;
+use crate::rate::Pacer;
 use crate::rig::{
     PP_RECVS, Rig, STALL_NS, connect, empty_wcs, finish_rig, local_endpoint, post_recvs, rig,
     wc_error,
@@ -53,6 +54,15 @@ pub fn run_client_with(
 ) -> Result<Session, PerfError> {
     local.measure.validate().map_err(PerfError::Other)?;
     p.validate(test).map_err(PerfError::Other)?;
+    if let Some(r) = &local.rate_limit {
+        if test.is_lat() {
+            return Err(PerfError::Other(format!(
+                "--rate_limit applies to bandwidth tests only ({} is a latency test)",
+                test.name()
+            )));
+        }
+        r.validate(p).map_err(PerfError::Other)?;
+    }
     if let Some(a) = &local.auth {
         cm::check_job_secret(&a.job_secret)?;
     }
@@ -104,7 +114,7 @@ fn client_on_rig(
         let (f, c) = client_lat(test, rig, p, &local.measure, remote)?;
         (f, c, Progress::default())
     } else {
-        client_bw(test, rig, p, &local.measure, remote, slots, on_interval)?
+        client_bw(test, rig, p, local, remote, slots, on_interval)?
     };
     // Client-side verification (READ data lands here).
     let (mut verified, mut detail) = (None, String::new());
@@ -243,15 +253,18 @@ fn bw_wr(
 /// (message `k` on QP `k % qps`), signal one in `cq_mod` (perftest's CQ
 /// moderation; a QP's last request is always signaled), post at most
 /// `post_list` per call, and time the first post to the last completion.
+/// With a rate limit, post no more than its [`Pacer`] allows, and poll
+/// for completions meanwhile.
 fn client_bw(
     test: Test,
     rig: &Rig,
     p: &Params,
-    m: &Measure,
+    local: &LocalOpts,
     remote: RemoteBuf,
     slots: u64,
     on_interval: IntervalFn<'_>,
 ) -> Result<(Figures, u64, Progress), PerfError> {
+    let m = &local.measure;
     let nq = rig.qps.len() as u64;
     let depth = u64::from(p.tx_depth);
     let cq_mod = u64::from(m.cq_mod_for(p));
@@ -267,6 +280,9 @@ fn client_bw(
         }
     };
     let mut posted_q = vec![0u64; nq as usize];
+    // Whether a QP's last posted request is signaled (nothing posted:
+    // nothing to see complete).
+    let mut last_signaled_q = vec![true; nq as usize];
     let mut done_q = vec![0u64; nq as usize];
     let (mut posted, mut completed) = (0u64, 0u64);
     let mut wcs = empty_wcs();
@@ -279,26 +295,60 @@ fn client_bw(
     let mut last_done = start;
     let mut last_progress = start;
     let mut batch: Vec<Vec<SendWr>> = vec![Vec::new(); nq as usize];
+    let mut pacer = local
+        .rate_limit
+        .as_ref()
+        .map(|r| Pacer::new(r, p, m, start));
+    // The QP a pass starts at. Without a limit always the first; with one,
+    // the QP after the last one posted to: a burst smaller than the QPs
+    // can take would otherwise always go to the first QPs.
+    let mut first_q = 0usize;
     loop {
-        let time_up = end_at.is_some_and(|e| now_ns() >= e);
+        let pass_ns = now_ns();
+        let time_up = end_at.is_some_and(|e| pass_ns >= e);
+        // Messages the limiter lets go in this pass (no limit: any number).
+        let mut allowed = pacer.as_mut().map_or(u64::MAX, |pc| pc.allowed(pass_ns));
+        let posted_before = posted;
         let mut any = false;
-        for (q, b) in batch.iter_mut().enumerate() {
+        let pass_first_q = first_q;
+        for i in 0..nq as usize {
+            let q = (pass_first_q + i) % nq as usize;
+            let b = &mut batch[q];
             b.clear();
             let qu = q as u64;
             // After the time is up a QP still posts up to its next
             // signaled request, so its last request completes visibly.
             while posted_q[q] - done_q[q] < depth
                 && posted_q[q] < quota(qu)
-                && (!time_up || !posted_q[q].is_multiple_of(cq_mod))
+                && (!time_up || !last_signaled_q[q])
                 && b.len() < post_list
+                && allowed > 0
             {
                 let k = posted_q[q] * nq + qu;
                 let mut wr = bw_wr(test, k, p, slots, &rig.mr, remote);
                 posted_q[q] += 1;
                 wr.signaled = posted_q[q].is_multiple_of(cq_mod) || posted_q[q] == quota(qu);
+                last_signaled_q[q] = wr.signaled;
                 b.push(wr);
                 posted += 1;
+                allowed -= 1;
                 any = true;
+                if pacer.is_some() {
+                    first_q = (q + 1) % nq as usize;
+                }
+            }
+        }
+        if pacer.is_some() && allowed == 0 {
+            // The burst ends in this pass: its last request on each QP is
+            // signaled, so that its completion is seen when it comes rather
+            // than a CQ-moderation interval later (bursts apart, at a low
+            // rate), and a timed run that ends now owes no further
+            // requests (at the limited rate) to reach a signaled one.
+            for (q, b) in batch.iter_mut().enumerate() {
+                if let Some(wr) = b.last_mut() {
+                    wr.signaled = true;
+                    last_signaled_q[q] = true;
+                }
             }
         }
         if any {
@@ -323,7 +373,21 @@ fn client_bw(
                 Ok(())
             })?;
         }
-        let n = rig.dev.poll_cq_wait(rig.cq, &mut wcs, CLIENT_WAIT_MAX)?;
+        // How long to wait for a completion: with a limit, no longer than
+        // until the next burst is due.
+        let max_wait = match &mut pacer {
+            Some(pc) => {
+                // Posted when the pass began: the time a post call takes
+                // (it may send) is part of the burst, and measuring the
+                // schedule from its end would space bursts wider than the
+                // rate asks.
+                pc.posted(posted - posted_before, pass_ns);
+                let cap_ns = CLIENT_WAIT_MAX.as_nanos() as u64;
+                Duration::from_nanos(pc.max_wait_ns(now_ns(), cap_ns))
+            }
+            None => CLIENT_WAIT_MAX,
+        };
+        let n = rig.dev.poll_cq_wait(rig.cq, &mut wcs, max_wait)?;
         let now = now_ns();
         for wc in &wcs[..n] {
             if wc.status != WcStatus::Success {
@@ -356,6 +420,11 @@ fn client_bw(
         let all_done = posted_q.iter().zip(&done_q).all(|(p, d)| p == d);
         if (by_iters && completed >= p.iters) || (time_up && all_done) {
             break;
+        }
+        if all_done {
+            // Nothing outstanding: the loop waits for its limiter, not the
+            // peer, and no completion is missing.
+            last_progress = now;
         }
         if now.saturating_sub(last_progress) > STALL_NS {
             return Err(PerfError::Other(format!(

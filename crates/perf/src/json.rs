@@ -204,7 +204,9 @@ fn test_info(r: &JsonRun<'_>) -> TestInfo {
 /// is the MTU used, `mtu_from_path` whether `-m` was left out so the path
 /// sized it; `buffer_bytes` the bytes each side's messages cycle
 /// through; `icrc` is the `--icrc` flag and `icrc_omitted` what the two
-/// sides agreed; `rto_min_us` is the floor in force.
+/// sides agreed; `rto_min_us` is the floor in force; `rate_limit`,
+/// `rate_units`, `rate_limit_type` and `burst_size` (the burst in force)
+/// are there only for a rate-limited run.
 #[derive(Debug, Clone, Serialize)]
 struct Parameters {
     test: &'static str,
@@ -237,6 +239,14 @@ struct Parameters {
     engine_nice: Option<i32>,
     block_when_contended: bool,
     report_gbits: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rate_limit: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rate_units: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rate_limit_type: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    burst_size: Option<u64>,
 }
 
 fn parameters(r: &JsonRun<'_>) -> Parameters {
@@ -276,6 +286,11 @@ fn parameters(r: &JsonRun<'_>) -> Parameters {
         engine_nice: l.engine_nice,
         block_when_contended: l.blocks_when_contended(r.test),
         report_gbits: r.gbits,
+        rate_limit: l.rate_limit.map(|x| x.rate),
+        rate_units: l.rate_limit.map(|x| x.units.flag()),
+        // The only limiter there is: the requester's own pacing.
+        rate_limit_type: l.rate_limit.map(|_| "SW"),
+        burst_size: l.rate_limit.map(|x| x.burst_for(p, &l.measure)),
     }
 }
 
@@ -348,7 +363,7 @@ mod tests {
             avg_bps: 11.0e9,
             msg_rate_mpps: 0.167_847_1,
         });
-        let report = json_report(&JsonRun {
+        let run = JsonRun {
             test: Test::WriteBw,
             params: &p,
             mtu: 4096,
@@ -361,7 +376,8 @@ mod tests {
                 ("rx_datagrams".into(), 5),
                 ("conn.10.0.0.2:4793.rtos".into(), 1),
             ]),
-        });
+        };
+        let report = json_report(&run);
         let text = serde_json::to_string(&report).unwrap();
         assert!(
             text.starts_with(r#"{"schema_version":1,"test_info":{"test":"RDMA_Write_BW_Test","#),
@@ -383,8 +399,26 @@ mod tests {
         assert_eq!(doc["parameters"]["icrc_omitted"], true);
         assert_eq!(doc["parameters"]["rto_min_us"], 4000);
         assert!(doc.get("results_by_size").is_none());
+        assert!(doc["parameters"].get("rate_limit").is_none());
         assert_eq!(doc["counters"]["rx_datagrams"], 5);
         assert_eq!(doc["counters"]["conn.10.0.0.2:4793.rtos"], 1);
+        let limited = LocalOpts {
+            rate_limit: Some(crate::RateLimit {
+                rate: 2.5,
+                units: crate::RateUnits::MiBps,
+                burst: None,
+            }),
+            ..local.clone()
+        };
+        let doc = serde_json::to_value(json_report(&JsonRun {
+            local: &limited,
+            ..run
+        }))
+        .unwrap();
+        assert_eq!(doc["parameters"]["rate_limit"], 2.5);
+        assert_eq!(doc["parameters"]["rate_units"], "M");
+        assert_eq!(doc["parameters"]["rate_limit_type"], "SW");
+        assert_eq!(doc["parameters"]["burst_size"], 32);
         let lat = Figures::Lat(LatFigures::from_samples(2, vec![1000; 100], 1_000_000));
         let row = serde_json::to_string(&json_results(&lat, false, false)).unwrap();
         assert!(

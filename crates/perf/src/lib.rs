@@ -4,7 +4,8 @@
 //! table formats. The `metaroce perf` command is a thin layer on this.
 //!
 //! - [`Test`]: the catalogue (`write-bw`, `write-lat`, ... `atomic-lat`);
-//! - [`Params`] (sent to the server) and [`LocalOpts`] (each side's own);
+//! - [`Params`] (sent to the server) and [`LocalOpts`] (each side's own,
+//!   such as the client's [`RateLimit`]);
 //! - [`run_client`] (and [`run_client_with`], reporting intervals of an
 //!   endless run), [`serve`] and [`run_loopback`]: the two sides over a
 //!   TCP side channel (`metaroce-cm`), or both in one process;
@@ -23,6 +24,7 @@ mod json;
 mod loopback;
 pub mod messages;
 mod params;
+mod rate;
 pub mod raw;
 mod rig;
 mod server;
@@ -40,6 +42,7 @@ pub use params::{
     AuthOpts, CQ_MOD, CQ_MOD_SIZE_LIMIT, CYCLE_BUFFER_BYTES, INFINITE_REPORT_S, LocalOpts,
     MAX_BUFFER_BYTES, MAX_CQ_MOD, MAX_INLINE, MAX_SIZE, Measure, POST_LIST, Params,
 };
+pub use rate::{RateLimit, RateUnits};
 pub use rig::{AUTO_MTU_CAP, LOCAL_MTU_CAP, RTO_MIN_NS, payload_mtu};
 pub use server::serve;
 pub use session::{AddrLine, Progress, ServerSession, Session};

@@ -2,7 +2,7 @@
 //! server adopts ([`Params`]), with their limits, and each side's own
 //! options that never travel ([`LocalOpts`]).
 
-use crate::Test;
+use crate::{RateLimit, Test};
 use metaroce_udp::Impair;
 use serde::{Deserialize, Serialize};
 
@@ -255,6 +255,11 @@ pub struct LocalOpts {
     /// bandwidth tests do (a stream loses nothing to a wake-up), latency
     /// tests spin (a ping-pong would pay one per message).
     pub block_when_contended: Option<bool>,
+    /// The requester's software rate limiter of a bandwidth test
+    /// (`--rate_limit`); `None`: post as fast as the QPs take work
+    /// requests. A client's own choice: the server neither needs nor
+    /// gets it.
+    pub rate_limit: Option<RateLimit>,
 }
 
 impl LocalOpts {
@@ -307,6 +312,7 @@ impl Default for LocalOpts {
             rto_min_ns: 0,
             engine_nice: None,
             block_when_contended: None,
+            rate_limit: None,
         }
     }
 }

@@ -97,6 +97,46 @@ fn loopback_send_bw_verified() {
     check_verified(Test::SendBw, 10_000, 300);
 }
 
+/// perftest's software rate limiter: a timed write-bw limited to 2 Gb/s
+/// measures at most the limit (with 10 % for the one burst the limiter
+/// lets go ahead of the rate, and the clock's reading of the last
+/// completion) and, on a noisy host, at least half of it.
+#[test]
+fn loopback_write_bw_keeps_to_the_rate_limit() {
+    let test = Test::WriteBw;
+    let mut p = params(test, 65_536, 1000);
+    p.duration_s = 1;
+    let limit_bits_per_s = 2e9;
+    let local = LocalOpts {
+        seed: 31,
+        rate_limit: Some(perf::RateLimit {
+            rate: 2.0,
+            units: perf::RateUnits::Gbps,
+            burst: None,
+        }),
+        ..LocalOpts::default()
+    };
+    let s = loopback(test, &p, &local);
+    assert_eq!(s.verified, Some(true), "{}", s.detail);
+    let Figures::Bw(f) = s.figures else {
+        panic!("write-bw measured no bandwidth")
+    };
+    let bits_per_s = f.avg_bps * 8.0;
+    eprintln!(
+        "write-bw limited to 2 Gb/s: {:.3} Gb/s ({} messages)",
+        bits_per_s / 1e9,
+        f.iters
+    );
+    assert!(
+        bits_per_s <= 1.1 * limit_bits_per_s,
+        "{bits_per_s} b/s above the limit"
+    );
+    assert!(
+        bits_per_s >= 0.5 * limit_bits_per_s,
+        "{bits_per_s} b/s: under half the limit"
+    );
+}
+
 /// A loss-free transfer's timeouts on this side of it, printed, and
 /// checked: no RTO may be proved lost (a later packet of its path arrived
 /// while the first it gave up on had not) unless packets were really lost
