@@ -6,7 +6,11 @@
 #   at both receivers, data and ACKs) against loss-free;
 # - a CPU hog: one busy loop pinned to vCPU 0 for the length of a run,
 #   write-bw 64 KiB and one iperf3 TCP stream each with and without it;
-#   the figure is how much of its own hog-free bandwidth each keeps.
+#   the figure is how much of its own hog-free bandwidth each keeps;
+# - the same hog against MetaRoCE held to TCP's rate: write-bw with
+#   --rate_limit set to the rate iperf3 reached in the same round, with and
+#   without the hog (an equal offered load: a stream that needs every
+#   cycle of both vCPUs loses to any hog, one that needs fewer need not).
 #
 #   cargo build --release -p metaroce
 #   scripts/bench-udp-adverse.sh [ROUNDS] [SECONDS]   # defaults: 5 rounds, 3 s
@@ -37,6 +41,10 @@ for r in $(seq "$ROUNDS"); do
     rec loss-1 bw --impair loss=0.01,seed=$r
     rec loss-5 bw --impair loss=0.05,seed=$r
     rec tcp-free iperf
+    rate=$(tail -n 1 "$OUT/tcp-free")
+    case "$rate" in ''|n/a) rate=20 ;; esac
+    rec mr-tcprate-free bw --rate_limit "$rate"
+    hog_on; rec mr-tcprate-hog bw --rate_limit "$rate"; hog_off
     hog_on; rec tcp-hog iperf; hog_off
     hog_on; rec mr-hog bw; hog_off
 done
@@ -61,6 +69,8 @@ echo "| transport | no hog | hog | kept |"
 echo "| --- | --- | --- | --- |"
 echo "| MetaRoCE write-bw 64 KiB | $l0 | $mh | $(pct "$mh" "$l0") |"
 echo "| iperf3 TCP, 1 stream | $tf | $th | $(pct "$th" "$tf") |"
+rf=$(median mr-tcprate-free) rh=$(median mr-tcprate-hog)
+echo "| MetaRoCE write-bw 64 KiB, --rate_limit = the round's TCP rate | $rf | $rh | $(pct "$rh" "$rf") |"
 echo
 echo "All runs:"
 for f in "$OUT"/*; do echo "  $(basename "$f"): $(paste -sd' ' "$f")"; done

@@ -82,7 +82,8 @@ pub(crate) struct PerfArgs {
     #[arg(short = 'l', long = "post_list")]
     post_list: Option<u32>,
     /// Copy WRITE and SEND payloads of at most this many bytes into the
-    /// work request at post time, 0..=1024 [default: 0].
+    /// work request at post time, 0..=1024 [default: perftest's, 220 for
+    /// write-lat, 236 for send-lat, 0 otherwise].
     #[arg(short = 'I', long = "inline_size")]
     inline_size: Option<u32>,
     /// Do not measure the peak bandwidth (reported as 0.00).
@@ -492,7 +493,7 @@ fn rdma_test(args: &PerfArgs, json: Option<JsonOut>) -> Result<ExitCode, String>
     let measure = Measure {
         cq_mod: args.cq_mod,
         post_list: args.post_list.unwrap_or(perf::POST_LIST),
-        inline_bytes: args.inline_size.unwrap_or(0),
+        inline_bytes: args.inline_size.unwrap_or(test.default_inline_bytes()),
         peak: !args.no_peak && !args.run_infinitely,
     };
     measure.validate()?;

@@ -96,4 +96,16 @@ impl Test {
     pub fn default_iters(self) -> u64 {
         if self == Self::WriteBw { 5000 } else { 1000 }
     }
+
+    /// perftest's default inline size (`-I` not given): a latency test
+    /// inlines WRITEs of up to 220 bytes and SENDs of up to 236, so that
+    /// a small payload is copied when posted and not read from the
+    /// registered buffer again; bandwidth tests inline nothing.
+    pub fn default_inline_bytes(self) -> u32 {
+        match self {
+            Self::WriteLat => 220,
+            Self::SendLat => 236,
+            _ => 0,
+        }
+    }
 }
