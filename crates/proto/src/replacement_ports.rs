@@ -109,21 +109,35 @@ impl ReplacementPorts {
 
     /// Whether a replacement should take a proven port rather than draw a
     /// fresh one: the current burst (younger than `burst_ns`) retired a
-    /// quarter of the connection's `path_count` paths or more while the
-    /// fabric loses few packets at random (`random_loss`, the device's
-    /// estimate), or fresh draws failed often lately (the last outcome
-    /// younger than `forget_after_ns`).
+    /// quarter of the connection's `path_count` paths or more, counting
+    /// with them the `suspect_paths` silent right now (probed, not yet
+    /// answered), while the fabric loses few packets at random
+    /// (`random_loss`, the device's estimate); or fresh draws failed often
+    /// lately (the last outcome younger than `forget_after_ns`).
+    ///
+    /// The suspects count because a failure silences its paths at once but
+    /// retires them one probe timeout at a time: when a link of two dies,
+    /// half of the paths fall silent together, and waiting for a quarter
+    /// of them to be retired let the first sixteen of 64 draw fresh ports,
+    /// half of which hashed onto the dead link and were retired in turn.
     pub(crate) fn prefer_proven(
         &self,
         now_ns: u64,
         path_count: usize,
+        suspect_paths: usize,
         burst_ns: u64,
         forget_after_ns: u64,
         random_loss: f64,
     ) -> bool {
+        let in_burst = now_ns.saturating_sub(self.burst_start_ns) <= burst_ns;
+        let retired = if in_burst {
+            usize::from(self.burst_retirements)
+        } else {
+            0
+        };
         let burst_share = random_loss < RANDOM_LOSS_FOR_BURSTS
-            && now_ns.saturating_sub(self.burst_start_ns) <= burst_ns
-            && usize::from(self.burst_retirements) * BURST_SHARE_DENOMINATOR >= path_count.max(2);
+            && retired > 0
+            && (retired + suspect_paths) * BURST_SHARE_DENOMINATOR >= path_count.max(2);
         let mask = (1u16 << self.outcome_count) - 1;
         let misses = now_ns.saturating_sub(self.last_outcome_ns) <= forget_after_ns
             && (u16::from(self.outcomes) & mask).count_ones() >= FAILURES_FOR_PROVEN;
@@ -138,7 +152,7 @@ mod tests {
     #[test]
     fn proven_ports_after_two_failed_draws_in_four_until_forgotten() {
         let mut r = ReplacementPorts::new();
-        let proven = |r: &ReplacementPorts, now| r.prefer_proven(now, 16, 0, 1_000, 0.0);
+        let proven = |r: &ReplacementPorts, now| r.prefer_proven(now, 16, 0, 0, 1_000, 0.0);
         assert!(!proven(&r, 0));
         r.fresh_outcome(10, true);
         assert!(!proven(&r, 10), "one miss is not a pattern");
@@ -157,7 +171,7 @@ mod tests {
     fn proven_ports_once_a_burst_retires_a_quarter_of_the_paths() {
         let mut r = ReplacementPorts::new();
         // 16 paths, bursts of 100 ns.
-        let proven = |r: &ReplacementPorts, now| r.prefer_proven(now, 16, 100, 1_000_000, 0.0);
+        let proven = |r: &ReplacementPorts, now| r.prefer_proven(now, 16, 0, 100, 1_000_000, 0.0);
         for t in [0, 10, 20] {
             r.note_retirement(t, 100);
         }
@@ -168,7 +182,7 @@ mod tests {
         r.note_retirement(30, 100);
         assert!(proven(&r, 30), "four of sixteen");
         assert!(
-            !r.prefer_proven(30, 16, 100, 1_000_000, 0.1),
+            !r.prefer_proven(30, 16, 0, 100, 1_000_000, 0.1),
             "not on a fabric that loses a tenth of its packets at random"
         );
         assert!(!proven(&r, 131), "the burst is over");
@@ -178,6 +192,19 @@ mod tests {
             r.note_retirement(t, 100);
             assert!(!proven(&r, t));
         }
+    }
+
+    #[test]
+    fn paths_silent_now_count_with_the_burst() {
+        let mut r = ReplacementPorts::new();
+        // 64 paths, one retired, 15 more silent: a quarter at risk.
+        r.note_retirement(0, 100);
+        assert!(!r.prefer_proven(0, 64, 14, 100, 1_000_000, 0.0));
+        assert!(r.prefer_proven(0, 64, 15, 100, 1_000_000, 0.0));
+        // Suspects alone, with no retirement in the burst, are only a
+        // slow fabric: fresh ports then.
+        assert!(!r.prefer_proven(200, 64, 40, 100, 1_000_000, 0.0));
+        assert!(!ReplacementPorts::new().prefer_proven(0, 64, 40, 100, 1_000_000, 0.0));
     }
 
     #[test]

@@ -783,9 +783,16 @@ impl Connection {
             // Never answered (its first ACK clears the mark).
             memory.fresh_outcome(now_ns, true);
         }
+        let suspect_paths = self
+            .paths
+            .iter()
+            .enumerate()
+            .filter(|&(i, x)| i != p && x.silent_rounds > 0)
+            .count();
         let prefer_proven = memory.prefer_proven(
             now_ns,
             self.path_count,
+            suspect_paths,
             burst_ns,
             forget_after_ns,
             dev.loss_rate.rate(),
@@ -1197,13 +1204,15 @@ mod tests {
     #[test]
     fn when_half_the_paths_die_at_once_their_replacements_take_proven_ports() {
         // Half of eight routes dead, slots 0-3, and every fresh port's (a
-        // link of two down: a fresh draw is a coin toss at best). The
-        // burst's first replacement draws a fresh port (dead) and is
-        // replaced again; once a quarter of the paths went, the others take
-        // the ports of delivering paths at once: 5 replacements, against 8
-        // when each dead slot drew a fresh port first.
+        // link of two down: a fresh draw is a coin toss at best). When the
+        // burst's first path is retired the other three dead ones are
+        // already silent and probed: with them a quarter of the paths is
+        // at risk, so every replacement takes the port of a delivering
+        // path at once: 4 replacements, one per dead slot, against 5 when
+        // only retirements counted (the first drew a fresh, dead port and
+        // was replaced again) and 8 when each dead slot drew a fresh port.
         let (ports, s, now) = writes_over_dead_routes(8, 32, 4);
-        assert_eq!(s.paths_replaced, 5, "{s:?}");
+        assert_eq!(s.paths_replaced, 4, "{s:?}");
         assert!(
             now.iter().all(|p| ports[4..].contains(p)),
             "{ports:?} -> {now:?}"
