@@ -544,6 +544,8 @@ fn perf_json_has_perftests_layout_and_the_parameters() {
     );
     assert_eq!(doc["schema_version"], 1);
     assert_eq!(doc["test_info"]["test"], "Send_Latency_Test");
+    // No -I: perftest's inline default for a send latency test.
+    assert_eq!(doc["test_info"]["Max_inline_data"], 236, "{text}");
     assert!(doc["results"]["percentile_99.9"].is_number(), "{text}");
     assert_eq!(doc["results"]["n_iterations"], 50);
     for key in [
