@@ -10,13 +10,14 @@
 //! another replacement. The connection tells the two apart by keeping
 //! score: the outcomes of its last few fresh draws (answered, or retired
 //! unanswered), and the share of its paths retired in the current burst
-//! of retirements (the share of routes that died is about the chance that
-//! a fresh port lands on a dead one: half when a link of two dies, an
-//! eighth when one of eight does). While fresh draws keep failing, or a
-//! quarter of the paths or more went at once, a replacement takes a port
-//! that other paths proved live instead (two paths on one port share a
-//! route, which costs spreading, not delivery). The score is forgotten
-//! after a quiet while, so a repaired fabric gets fresh ports again.
+//! of retirements or silent with them (the share of routes that died is
+//! about the chance that a fresh port lands on a dead one: half when a
+//! link of two dies, an eighth when one of eight does). While fresh draws
+//! keep failing, or a quarter of the paths or more went or fell silent at
+//! once, a replacement takes a port that other paths proved live instead
+//! (two paths on one port share a route, which costs spreading, not
+//! delivery). The score is forgotten after a quiet while, so a repaired
+//! fabric gets fresh ports again.
 //!
 //! Built with a connection's first retirement: most never retire a path.
 
