@@ -321,16 +321,23 @@ fn parse_rate_units(s: &str) -> Result<RateUnits, String> {
     })
 }
 
+/// The software rate limiter's flags, and whether each was given: a
+/// client's bandwidth-test options, refused or noted wherever they mean
+/// nothing (a latency test, the server, the raw-UDP baselines).
+fn rate_limit_flags(args: &PerfArgs) -> [(&'static str, bool); 4] {
+    [
+        ("--rate_limit", args.rate_limit.is_some()),
+        ("--rate_units", args.rate_units.is_some()),
+        ("--rate_limit_type", args.rate_limit_type.is_some()),
+        ("--burst_size", args.burst_size.is_some()),
+    ]
+}
+
 /// The software rate limiter asked for, if any. As in perftest, its other
 /// options mean nothing without `--rate_limit`, and are refused alone.
 fn rate_limit(args: &PerfArgs) -> Result<Option<RateLimit>, String> {
     let Some(rate) = args.rate_limit else {
-        let alone = [
-            ("--rate_units", args.rate_units.is_some()),
-            ("--rate_limit_type", args.rate_limit_type.is_some()),
-            ("--burst_size", args.burst_size.is_some()),
-        ];
-        if let Some((flag, _)) = alone.iter().find(|(_, given)| *given) {
+        if let Some((flag, _)) = rate_limit_flags(args).iter().find(|(_, given)| *given) {
             return Err(format!("{flag} needs --rate_limit RATE"));
         }
         return Ok(None);
@@ -424,19 +431,17 @@ pub(crate) fn run(args: PerfArgs) -> Result<ExitCode, String> {
 
 /// Options only bandwidth tests use, refused for a latency test.
 fn refuse_inapplicable(args: &PerfArgs, test: &str, lat: bool) -> Result<(), String> {
-    let bw_only: [(&str, bool); 10] = [
+    let bw_only = [
         ("-q", args.qps.is_some_and(|q| q != 1)),
         ("-t", args.tx_depth.is_some()),
         ("-Q", args.cq_mod.is_some()),
         ("-l", args.post_list.is_some()),
         ("-N", args.no_peak),
         ("--run_infinitely", args.run_infinitely),
-        ("--rate_limit", args.rate_limit.is_some()),
-        ("--rate_units", args.rate_units.is_some()),
-        ("--rate_limit_type", args.rate_limit_type.is_some()),
-        ("--burst_size", args.burst_size.is_some()),
     ];
-    if lat && let Some((flag, _)) = bw_only.iter().find(|(_, given)| *given) {
+    let rate_flags = rate_limit_flags(args);
+    let mut given = bw_only.iter().chain(&rate_flags);
+    if lat && let Some((flag, _)) = given.find(|(_, given)| *given) {
         return Err(format!(
             "{flag} applies to bandwidth tests only ({test} is a latency test)"
         ));
@@ -708,13 +713,10 @@ fn serve(args: &PerfArgs, test: Test, local: &LocalOpts) -> Result<ExitCode, Str
         ("--no-verify", args.no_verify),
         ("--report_gbits", args.report_gbits),
         ("--json", json_path(args).is_some()),
-        ("--rate_limit", args.rate_limit.is_some()),
-        ("--rate_units", args.rate_units.is_some()),
-        ("--rate_limit_type", args.rate_limit_type.is_some()),
-        ("--burst_size", args.burst_size.is_some()),
     ];
     let given: Vec<&str> = client_side
         .iter()
+        .chain(&rate_limit_flags(args))
         .filter(|(_, g)| *g)
         .map(|(f, _)| *f)
         .collect();
@@ -949,12 +951,10 @@ fn raw_run(args: &PerfArgs) -> Result<(ExitCode, Option<RawReport>), String> {
         ("--engine-nice", args.engine_nice.is_some()),
         ("--block-when-contended", args.block_when_contended),
         ("--spin-when-contended", args.spin_when_contended),
-        ("--rate_limit", args.rate_limit.is_some()),
-        ("--rate_units", args.rate_units.is_some()),
-        ("--rate_limit_type", args.rate_limit_type.is_some()),
-        ("--burst_size", args.burst_size.is_some()),
     ];
-    if let Some((flag, _)) = rdma_only.iter().find(|(_, given)| *given) {
+    let rate_flags = rate_limit_flags(args);
+    let mut given = rdma_only.iter().chain(&rate_flags);
+    if let Some((flag, _)) = given.find(|(_, given)| *given) {
         return Err(format!(
             "{flag} does not apply to {} (raw UDP, no MetaRoCE protocol)",
             args.test
