@@ -1474,6 +1474,14 @@ fn take_direct(ctx: &mut Context, io: &mut Io, now: u64) -> DirectPass {
         let peek = match peeked {
             Ok(Some(peek)) => peek,
             Ok(None) => {
+                // A guess kept score of (not taken) stays for the next
+                // pass too: a reader that keeps up with its sender meets
+                // each packet in a pass of its own, and a guess dropped
+                // here would never be scored, so guessing, once stopped,
+                // would never come back.
+                if guess.is_some() && io.direct_guess.is_none() {
+                    io.direct_guess = guess;
+                }
                 empty = true;
                 break;
             }

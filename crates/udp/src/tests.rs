@@ -877,27 +877,37 @@ fn guessed_reads_that_miss_leave_received_bytes_intact() {
     });
     let wc = wait_one(&a, ca);
     assert_eq!((wc.wr_id, wc.status), (100, WcStatus::Success), "{wc:?}");
-    for round in 0..6u64 {
+    // Six rounds with all parts at once (their packets interleave, so
+    // guesses miss and the device stops guessing), then four with one
+    // part at a time (guesses hit again, so guessing comes back while the
+    // sprayer keeps making some of them miss).
+    for round in 0..10u64 {
         let pattern: Vec<u8> = (0..len)
             .map(|i| (i.wrapping_mul(2_654_435_761) >> 9 ^ round) as u8)
             .collect();
         a.with(|ctx, _| ctx.mr_bytes_mut(&src).copy_from_slice(&pattern));
-        // All parts at once: their packets interleave.
-        a.with(|ctx, _| {
-            let wrs: Vec<SendWr> = (0..PARTS)
-                .map(|k| {
-                    let op = WrOp::Write {
-                        remote_addr: dst.addr + k * PART,
-                        rkey: dst.rkey,
-                    };
-                    SendWr::new(k, op, vec![src.sge(k * PART, PART as u32)])
-                })
-                .collect();
-            ctx.post_send(qa, &wrs).unwrap();
-        });
-        for _ in 0..PARTS {
-            let wc = wait_one(&a, ca);
-            assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+        let write = |k: u64| {
+            let op = WrOp::Write {
+                remote_addr: dst.addr + k * PART,
+                rkey: dst.rkey,
+            };
+            SendWr::new(k, op, vec![src.sge(k * PART, PART as u32)])
+        };
+        if round < 6 {
+            a.with(|ctx, _| {
+                let wrs: Vec<SendWr> = (0..PARTS).map(write).collect();
+                ctx.post_send(qa, &wrs).unwrap();
+            });
+            for _ in 0..PARTS {
+                let wc = wait_one(&a, ca);
+                assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+            }
+        } else {
+            for k in 0..PARTS {
+                a.with(|ctx, _| ctx.post_send(qa, &[write(k)]).unwrap());
+                let wc = wait_one(&a, ca);
+                assert_eq!((wc.wr_id, wc.status), (k, WcStatus::Success), "{wc:?}");
+            }
         }
         b.with(|ctx, _| {
             let got = ctx.mr_bytes(&dst);
@@ -918,7 +928,11 @@ fn guessed_reads_that_miss_leave_received_bytes_intact() {
         "placed {}, of them guessed {}; guesses missed {}",
         io.rx_direct, io.rx_direct_guessed, io.rx_direct_misguessed
     );
-    assert!(io.rx_direct_guessed > 0, "{io:?}");
+    // Reads at a guessed place were made, and every byte above survived
+    // them. How many hit is not asserted: it depends on the order the
+    // sender's paths deliver in, and a device that keeps missing stops
+    // guessing until the guesses it keeps score of come true again.
+    assert!(io.rx_direct_guessed + io.rx_direct_misguessed > 0, "{io:?}");
 }
 
 /// The clock the driver stamps everything with (`CLOCK_MONOTONIC` read
