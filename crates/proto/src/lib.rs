@@ -63,6 +63,7 @@ mod reorder;
 mod repair;
 mod replacement_ports;
 pub mod rtt;
+mod rtt_ceiling;
 mod rtt_histogram;
 pub mod sack;
 mod seeded_rng;

@@ -567,6 +567,7 @@ impl Connection {
         {
             path.rtt.update(rtt);
             self.conn_rtt.update(rtt);
+            dev.rtt_ceiling.record(now_ns, rtt);
             self.rtt_histogram.record(rtt);
             self.stats.rtt_samples += 1;
         }

@@ -82,7 +82,11 @@ impl Connection {
         let cfg = &dev.config;
         let path = &self.paths[p];
         let rto = path
-            .rto_deadline(self.rto_floor_ns(dev), cfg.rto_max_ns)
+            .rto_deadline(
+                self.rto_floor_ns(dev),
+                cfg.rto_max_ns,
+                dev.unsampled_rto_ns(),
+            )
             .unwrap_or(u64::MAX);
         let probe = path
             .probe_deadline(AckWait::of(cfg), cfg.probe_timeout_min_ns)
@@ -409,7 +413,7 @@ impl Connection {
                 .is_some_and(|d| d <= now_ns);
             let rack_due = !probe_due && self.rack_deadline(p, dev).is_some_and(|d| d <= now_ns);
             if self.paths[p]
-                .rto_deadline(rto_min, rto_max)
+                .rto_deadline(rto_min, rto_max, dev.unsampled_rto_ns())
                 .is_some_and(|d| d <= now_ns)
             {
                 self.path_timeout(now_ns, dev, p);
