@@ -634,3 +634,34 @@ fn the_device_port_is_the_scenarios_to_choose() {
         "t.toml:9: transport.device_port: must be 1..=65471: the 64 path ports above it must fit in a UDP port"
     );
 }
+
+/// Small-scale lock on the 1,024-host all-to-all's "no spurious RTO"
+/// (RESULTS.md, `collisions-alltoall`, stop 43): 128 hosts at 10 Gb/s, 4 KB
+/// per pair, nothing lost. One-packet flows cannot answer ECN, and their
+/// routes are a hash draw, so some queues grow past the 100 µs RTO floor;
+/// a fresh path's first packet then timed out before its ACK came. With
+/// the device's RTT ceiling (transport spec §4) seed 1 fires 177 RTOs and
+/// resends 46 packets (makespan 587.8 µs); before, 5,772 RTOs and 2,682
+/// resends (614.7 µs).
+#[test]
+fn one_packet_flows_behind_long_queues_wait_for_the_device_ceiling() {
+    let o = run(
+        "name = \"t\"\nseed = 1\nend_us = 100000\n[topology]\nkind = \"fat_tree\"\nhosts = 128\nk = 8\n\
+         link_gbps = 10\nlatency_ns = 1000\n[switch]\necn_kmin_bytes = 30000\necn_kmax_bytes = 120000\n\
+         [[workload]]\nkind = \"all_to_all\"\nbytes = 4096\n",
+    );
+    let r = &o.results;
+    assert!(r.finished);
+    let flows = 128 * 127;
+    let t = &r.transport_stats;
+    assert!(
+        t.timeouts * 50 <= flows,
+        "{} RTOs for {flows} one-packet flows",
+        t.timeouts
+    );
+    assert!(
+        t.retransmissions * 100 <= flows,
+        "{} resends for {flows} packets",
+        t.retransmissions
+    );
+}
