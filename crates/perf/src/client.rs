@@ -7,7 +7,7 @@ use crate::params::auth_mode;
 use crate::rate::Pacer;
 use crate::rig::{
     PP_RECVS, Rig, STALL_NS, connect, empty_wcs, finish_rig, local_endpoint, post_recvs, rig,
-    wc_error,
+    set_inline, wc_error,
 };
 use crate::verify::{first_diff, pattern};
 use crate::{
@@ -518,15 +518,8 @@ fn client_lat(
     };
     if let Some(w) = &mut pp_wr {
         w.signaled = false;
-        // Inline, the bytes are copied into the request when it is posted,
-        // as a NIC copies them into the WQE: taken from the buffer once
-        // (it does not change during a latency test).
         if inline {
-            w.sg_list.clear();
-            w.inline_data = Some(
-                rig.dev
-                    .with(|ctx, _| ctx.mr_bytes(&rig.mr)[..p.size as usize].to_vec()),
-            );
+            set_inline(rig, w, p.size);
         }
     }
     let mut other_wr;
@@ -546,10 +539,6 @@ fn client_lat(
         };
         let t0 = now_ns();
         rig.dev.with(|ctx, now| {
-            if inline && wr.inline_data.is_none() {
-                wr.sg_list.clear();
-                wr.inline_data = Some(ctx.mr_bytes(&rig.mr)[..p.size as usize].to_vec());
-            }
             ctx.post_send_at(now, qp, std::slice::from_ref(wr))
                 .map_err(|(_, e)| PerfError::Other(format!("post_send: {e}")))
         })?;

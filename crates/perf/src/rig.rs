@@ -11,7 +11,7 @@ use metaroce_proto::{AuthConfig, EndpointConfig, QpCaps};
 use metaroce_udp::{Device, DeviceConfig, PathMtu, pmtu};
 use metaroce_verbs::{
     AccessFlags, CompletionQueue, MemoryRegion, QpAttr, QpInitAttr, QpState, QpType, QueuePair,
-    RecvWr, Sge, VerbsError, WcStatus, WorkCompletion,
+    RecvWr, SendWr, Sge, VerbsError, WcStatus, WorkCompletion,
 };
 use std::net::{IpAddr, SocketAddr};
 
@@ -304,6 +304,19 @@ pub(crate) fn wc_error(wc: &WorkCompletion) -> PerfError {
         "QP {:#x}: work request {} failed: {} ({:?}){hint}",
         wc.qp_num, wc.wr_id, wc.status, wc.status
     ))
+}
+
+/// Make `wr` carry the first `len` bytes of the rig's buffer inline, as a
+/// latency test's ping or pong does when perftest's inline default covers
+/// its size: the bytes are copied into the request when it is posted, as a
+/// NIC copies them into the WQE, and taken from the buffer once (it does
+/// not change during a latency test).
+pub(crate) fn set_inline(rig: &Rig, wr: &mut SendWr, len: u64) {
+    wr.sg_list.clear();
+    wr.inline_data = Some(
+        rig.dev
+            .with(|ctx, _| ctx.mr_bytes(&rig.mr)[..len as usize].to_vec()),
+    );
 }
 
 /// A completion array to poll into.

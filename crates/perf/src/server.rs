@@ -5,7 +5,8 @@
 use crate::messages::{Done, Hello, Report};
 use crate::params::auth_mode;
 use crate::rig::{
-    PP_RECVS, Rig, connect, empty_wcs, finish_rig, local_endpoint, post_recvs, rig, wc_error,
+    PP_RECVS, Rig, connect, empty_wcs, finish_rig, local_endpoint, post_recvs, rig, set_inline,
+    wc_error,
 };
 use crate::verify::{first_diff, pattern};
 use crate::{AddrLine, LocalOpts, PerfError, ServerSession, Test};
@@ -191,15 +192,8 @@ fn serve_on_rig(
             SendWr::new(0, WrOp::Send, vec![rig.mr.sge(0, p.size as u32)])
         };
         reply.signaled = false;
-        // Inline, the reply's bytes are copied in once: the buffer does not
-        // change during a latency test (the post copies them, as a NIC
-        // copies them into the WQE).
         if reply_inline {
-            reply.sg_list.clear();
-            reply.inline_data = Some(
-                rig.dev
-                    .with(|ctx, _| ctx.mr_bytes(&rig.mr)[..p.size as usize].to_vec()),
-            );
+            set_inline(rig, &mut reply, p.size);
         }
         let mut repost: Vec<(usize, u64)> = Vec::new();
         loop {

@@ -330,6 +330,7 @@ impl Connection {
         // paths whose deadline has passed need a look: a connection with a
         // hundred paths wakes for one path's timer at a time.
         let (rto_min, rto_max) = (self.rto_floor_ns(dev), dev.config.rto_max_ns);
+        let unsampled_rto = dev.unsampled_rto_ns();
         let packet_bytes = u64::from(dev.config.mtu_payload_bytes + PACKET_OVERHEAD_BYTES);
         for p in 0..self.paths.len() {
             if self.path_deadlines[p] > now_ns {
@@ -413,7 +414,7 @@ impl Connection {
                 .is_some_and(|d| d <= now_ns);
             let rack_due = !probe_due && self.rack_deadline(p, dev).is_some_and(|d| d <= now_ns);
             if self.paths[p]
-                .rto_deadline(rto_min, rto_max, dev.unsampled_rto_ns())
+                .rto_deadline(rto_min, rto_max, unsampled_rto)
                 .is_some_and(|d| d <= now_ns)
             {
                 self.path_timeout(now_ns, dev, p);
