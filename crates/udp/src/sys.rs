@@ -794,6 +794,42 @@ pub(crate) fn set_thread_nice(nice: i32) {
     }
 }
 
+/// The calling thread's scheduler statistics (`/proc/thread-self/
+/// schedstat`: time on a CPU, time runnable but waiting for one, count of
+/// slices), kept open: a spinning thread reads it every few tens of µs to
+/// learn how long it waited for its CPU (~250 ns a read).
+///
+/// Open it on the thread it is to measure: `thread-self` is resolved when
+/// the file is opened.
+#[derive(Debug)]
+pub(crate) struct ThreadSchedStat {
+    file: std::fs::File,
+}
+
+impl ThreadSchedStat {
+    /// The calling thread's statistics, or `None` where the kernel keeps
+    /// none (built without scheduler statistics, or no procfs).
+    pub(crate) fn open() -> Option<Self> {
+        let file = std::fs::File::open("/proc/thread-self/schedstat").ok()?;
+        let s = Self { file };
+        s.run_delay_ns().map(|_| s)
+    }
+
+    /// Nanoseconds this thread has spent runnable but waiting for a CPU,
+    /// since it started (the second field).
+    pub(crate) fn run_delay_ns(&self) -> Option<u64> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = [0u8; 96];
+        let n = self.file.read_at(&mut buf, 0).ok()?;
+        std::str::from_utf8(&buf[..n])
+            .ok()?
+            .split_ascii_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    }
+}
+
 /// Times the calling thread has been taken off its CPU while it could
 /// still run (preempted, or yielding to another runnable thread): the
 /// scheduler's sign that some other thread wants this CPU.
