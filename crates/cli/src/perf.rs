@@ -202,8 +202,8 @@ pub(crate) struct PerfArgs {
     #[arg(long = "engine-nice", allow_negative_numbers = true)]
     engine_nice: Option<i32>,
     /// Stop the application thread's spinning while other threads want its
-    /// CPU (once preempted, it blocks on every empty poll for 50 ms, longer
-    /// while it keeps being preempted): a stream keeps more of its
+    /// CPU (once preempted, it blocks on every empty poll for 2 ms, twice
+    /// as long each time it is preempted again soon after, up to 800 ms): a stream keeps more of its
     /// bandwidth under a CPU hog, a ping-pong loses latency to wake-ups
     /// [default: bandwidth tests do, latency tests spin their busy-poll
     /// window whatever the load; the engine thread stops when it waits for

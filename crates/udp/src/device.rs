@@ -400,13 +400,19 @@ const APP_HOLD_MAX_NS: u64 = 4_000_000;
 /// share into time slices spent waiting for the thread it keeps off the
 /// CPU. Application threads in `poll_cq_wait` stop the same way when
 /// `DeviceConfig::app_block_when_contended` is on (`WaitClock` says how
-/// each kind of thread tells it is contended).
-const CONTENDED_HOLD_NS: u64 = 50_000_000;
+/// each kind of thread tells it is contended). Short, because contention
+/// is often brief: the peer setting up its buffers beside a READ
+/// responder's engine stopped it, and with a first stop of 50 ms the
+/// 8-byte READs measured right after waited for wake-ups (`perf read-lat
+/// --loopback -a`: 20 µs at a few sizes against 5.5 at the others; 7.5 to
+/// 12.8 µs t_avg against 5.7-6.0 with 2 ms). A thread that keeps being
+/// contended stops for longer each time (`SpinGuard::hold_ns`).
+const CONTENDED_HOLD_NS: u64 = 2_000_000;
 /// Longest a thread that keeps being contended stops spinning for (see
 /// `SpinGuard::hold_ns`). Under a hog on one of two vCPUs, a 64 KiB
-/// write-bw at TCP's rate moved 2 % less when each stop lasted
-/// `CONTENDED_HOLD_NS` (the engine's rule found the hog one slice after
-/// each stop, 20.5 against 20.9 Gb/s in five interleaved runs).
+/// write-bw at TCP's rate moved 2 % less when each stop lasted a fixed
+/// 50 ms (the engine's rule found the hog one slice after each stop, 20.5
+/// against 20.9 Gb/s in five interleaved runs).
 const CONTENDED_HOLD_MAX_NS: u64 = 800_000_000;
 /// How often a spinning thread asks whether it was taken off its CPU.
 const PREEMPT_CHECK_NS: u64 = 50_000;
@@ -1050,7 +1056,8 @@ impl Device {
     ///
     /// Like the engine, a thread that was taken off its CPU while it spun
     /// (another runnable thread wanted it: the peer, the engine, a hog)
-    /// then stops spinning for `CONTENDED_HOLD_NS` and blocks on every
+    /// then stops spinning for `CONTENDED_HOLD_NS` (longer while it keeps
+    /// being taken off) and blocks on every
     /// empty poll, when [`DeviceConfig::app_block_when_contended`] is on
     /// (it is off by default: it costs a ping-pong its latency).
     pub fn poll_cq_wait(
@@ -2655,12 +2662,12 @@ mod spin_guard_tests {
         guard.stop(1_000);
         assert_eq!(guard.hold_ns, CONTENDED_HOLD_NS);
         let mut holds = Vec::new();
-        for _ in 0..8 {
+        for _ in 0..11 {
             let resumed = guard.contended_until_ns;
-            guard.stop(resumed + 2_000_000);
+            guard.stop(resumed + guard.hold_ns / 2);
             holds.push(guard.hold_ns / 1_000_000);
         }
-        assert_eq!(holds, [100, 200, 400, 800, 800, 800, 800, 800]);
+        assert_eq!(holds, [4, 8, 16, 32, 64, 128, 256, 512, 800, 800, 800]);
         // A stop-free spell as long as the hold: back to the start.
         let resumed = guard.contended_until_ns;
         guard.stop(resumed + CONTENDED_HOLD_MAX_NS + 1);
