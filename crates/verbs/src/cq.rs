@@ -171,6 +171,12 @@ impl CqTable {
         Ok(n)
     }
 
+    /// Whether a poll of `cq` would return something: a completion, an
+    /// overrun, or (unknown CQ) an error.
+    pub(crate) fn has_completions(&self, cq: CompletionQueue) -> bool {
+        self.get(cq).is_none_or(|q| q.overrun || !q.ring.is_empty())
+    }
+
     /// Arm `cq` for its next completion (or, with `solicited_only`, its
     /// next solicited or failed one). Completions already in the CQ do not
     /// fire it.

@@ -686,6 +686,14 @@ impl Context {
         self.cqs.poll(cq, wc)
     }
 
+    /// Whether `cq` holds a completion a poll would return (or an overrun
+    /// it would report): a driver checks it before it blocks a thread that
+    /// polls `cq`. An unknown CQ answers true, so the poll reports it.
+    pub fn cq_has_completions(&mut self, cq: CompletionQueue) -> bool {
+        self.dispatch_completions();
+        self.cqs.has_completions(cq)
+    }
+
     /// `ibv_req_notify_cq`: arm `cq` so that its next completion (with
     /// `solicited_only`: its next solicited receive completion, or any
     /// completion in error) puts one event on the completion channel. The

@@ -555,3 +555,22 @@ fn a_solicited_only_arm_waits_for_a_solicited_receive() {
     assert_eq!(l.b.poll_cq(l.cq_b, &mut wc), Ok(3));
     assert_eq!(wc[2].status, WcStatus::WrFlushErr);
 }
+
+#[test]
+fn a_cq_says_whether_a_poll_would_return_something_without_taking_it() {
+    let mut l = Link::new();
+    l.recv(0);
+    assert!(!l.b.cq_has_completions(l.cq_b));
+    l.send(10, false);
+    l.settle();
+    // Twice: looking takes nothing.
+    assert!(l.b.cq_has_completions(l.cq_b));
+    assert!(l.b.cq_has_completions(l.cq_b));
+    let mut wc = [WorkCompletion::default(); 4];
+    assert_eq!(l.b.poll_cq(l.cq_b, &mut wc), Ok(1));
+    assert!(!l.b.cq_has_completions(l.cq_b));
+    // An unknown CQ says yes, so that the poll that follows reports it.
+    l.b.destroy_qp(l.qb).unwrap();
+    l.b.destroy_cq(l.cq_b).unwrap();
+    assert!(l.b.cq_has_completions(l.cq_b));
+}
