@@ -29,6 +29,46 @@ pub(crate) fn pattern(seed: u64, len: usize) -> Vec<u8> {
     v
 }
 
+/// The offset of the first byte where `a` and `b` differ, over their
+/// common length. Compared a block at a time with the slices' own
+/// equality (a vectorised `memcmp`), and byte by byte only inside the
+/// block that differs: a byte loop over every message kept a send-bw
+/// server, which checks each 64 KiB message as it completes, at 13.8 Gb/s
+/// against 61.3 without checking.
 pub(crate) fn first_diff(a: &[u8], b: &[u8]) -> Option<usize> {
-    a.iter().zip(b).position(|(x, y)| x != y)
+    const BLOCK: usize = 4096;
+    let len = a.len().min(b.len());
+    let (a, b) = (&a[..len], &b[..len]);
+    a.chunks(BLOCK)
+        .zip(b.chunks(BLOCK))
+        .enumerate()
+        .find(|(_, (x, y))| x != y)
+        .and_then(|(i, (x, y))| {
+            x.iter()
+                .zip(y.iter())
+                .position(|(p, q)| p != q)
+                .map(|at| i * BLOCK + at)
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_diff;
+
+    #[test]
+    fn the_first_difference_is_found_in_any_block() {
+        let a: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
+        assert_eq!(first_diff(&a, &a), None);
+        for at in [0, 1, 4095, 4096, 4097, 12_345, 19_999] {
+            let mut b = a.clone();
+            b[at] ^= 0x40;
+            // A later difference does not hide the first.
+            if at + 5_000 < b.len() {
+                b[at + 5_000] ^= 0x01;
+            }
+            assert_eq!(first_diff(&a, &b), Some(at), "changed byte {at}");
+        }
+        // Only the common length is compared.
+        assert_eq!(first_diff(&a[..100], &a), None);
+    }
 }
