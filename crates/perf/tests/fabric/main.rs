@@ -208,8 +208,13 @@ fn ecmp_fabric_1500_spreading_no_fragments_gray_failure() {
     let healthy_from = start + 500_000_000;
     let healthy_to = failed_at.unwrap_or(start + fail_after_ns);
     let healthy = rate_bps(&s, healthy_from, healthy_to);
+    let healthy_bins: Vec<String> = (0..)
+        .map(|i| start + i * 100_000_000)
+        .take_while(|&b| b + 100_000_000 <= healthy_to)
+        .map(|b| format!("{:.1}", rate_bps(&s, b, b + 100_000_000) / 1e9))
+        .collect();
     eprintln!(
-        "fabric 1500: MTU {} B payload ({}), {} paths; fragments {frags}; link shares {:?}; healthy goodput {:.2} Gb/s",
+        "fabric 1500: MTU {} B payload ({}), {} paths; fragments {frags}; link shares {:?}; healthy goodput {:.2} Gb/s from 0.5 s, 100 ms bins from the start {:?} Gb/s",
         s.mtu,
         s.path.describe(),
         PATHS,
@@ -217,7 +222,8 @@ fn ecmp_fabric_1500_spreading_no_fragments_gray_failure() {
             .iter()
             .map(|x| format!("{:.1} %", 100.0 * x))
             .collect::<Vec<_>>(),
-        healthy / 1e9
+        healthy / 1e9,
+        healthy_bins
     );
     let ep = &s.stats.endpoint;
     if let Some(t) = failed_at {
