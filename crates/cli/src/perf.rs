@@ -195,6 +195,14 @@ pub(crate) struct PerfArgs {
     /// 4000, a scheduler tick at HZ=250].
     #[arg(long = "rto-min-us")]
     rto_min_us: Option<u64>,
+    /// Bytes of data packets sent on one path before the next path's turn,
+    /// 0..=1048576 (0: one packet per path in turn, the finest spray).
+    /// Runs up to 65536 (what one GSO send carries) let the kernel move a
+    /// path's run of small packets as one at both ends: 3 x the goodput of
+    /// per-packet spraying over 1500-byte links, but a failover that
+    /// sometimes stalls (docs/real-networks.md) [default: 0].
+    #[arg(long = "path-burst", value_parser = clap::value_parser!(u32).range(0..=1_048_576))]
+    path_burst: Option<u32>,
     /// Run the device's engine thread at this niceness (e.g. -10, needs
     /// CAP_SYS_NICE below 0): on a host whose CPUs are contended it keeps
     /// ACKs and timers moving while the application waits for a CPU
@@ -550,6 +558,7 @@ fn rdma_test(args: &PerfArgs, json: Option<JsonOut>) -> Result<ExitCode, String>
         },
         icrc_omission: !args.icrc,
         rto_min_ns: args.rto_min_us.unwrap_or(0).saturating_mul(1000),
+        path_burst_bytes: args.path_burst,
         rate_limit,
     };
     let capture = Capture::open(args)?;
@@ -949,6 +958,7 @@ fn raw_run(args: &PerfArgs) -> Result<(ExitCode, Option<RawReport>), String> {
         ("--encrypt", args.encrypt),
         ("--icrc", args.icrc),
         ("--rto-min-us", args.rto_min_us.is_some()),
+        ("--path-burst", args.path_burst.is_some()),
         ("--engine-nice", args.engine_nice.is_some()),
         ("--block-when-contended", args.block_when_contended),
         ("--spin-when-contended", args.spin_when_contended),

@@ -154,6 +154,7 @@ fn endpoint_config(cfg: &NetConfig, ip: IpAddr) -> EndpointConfig {
         rto_max_ns: 2_000_000_000,
         retry_round_min_ns: 100_000_000,
         probe_timeout_min_ns: metaroce_udp::PROBE_TIMEOUT_MIN_NS,
+        path_burst_bytes: metaroce_udp::PATH_BURST_BYTES,
         ..EndpointConfig::default()
     }
 }

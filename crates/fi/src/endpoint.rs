@@ -474,6 +474,7 @@ impl EpState {
             rto_min_ns: cfg.rto_min_us * 1000,
             rto_max_ns: 200_000_000,
             probe_timeout_min_ns: metaroce_udp::PROBE_TIMEOUT_MIN_NS,
+            path_burst_bytes: metaroce_udp::PATH_BURST_BYTES,
             ..EndpointConfig::default()
         };
         let mut dc = DeviceConfig::new(ep_cfg, IpAddr::V4(cfg.bind_ip));

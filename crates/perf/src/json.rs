@@ -236,6 +236,7 @@ struct Parameters {
     icrc: bool,
     icrc_omitted: bool,
     rto_min_us: u64,
+    path_burst_bytes: u32,
     engine_nice: Option<i32>,
     block_when_contended: bool,
     report_gbits: bool,
@@ -283,6 +284,7 @@ fn parameters(r: &JsonRun<'_>) -> Parameters {
         } else {
             crate::RTO_MIN_NS
         } / 1000,
+        path_burst_bytes: l.path_burst_bytes.unwrap_or(metaroce_udp::PATH_BURST_BYTES),
         engine_nice: l.engine_nice,
         block_when_contended: l.blocks_when_contended(r.test),
         report_gbits: r.gbits,

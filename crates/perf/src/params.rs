@@ -247,6 +247,9 @@ pub struct LocalOpts {
     /// Lower bound of every retransmission timeout, ns (0: the tools'
     /// default, [`RTO_MIN_NS`](crate::RTO_MIN_NS)).
     pub rto_min_ns: u64,
+    /// Bytes of data packets sent on one path before the next path's turn
+    /// (`None`: [`metaroce_udp::PATH_BURST_BYTES`]).
+    pub path_burst_bytes: Option<u32>,
     /// Niceness of the device's engine thread
     /// ([`metaroce_udp::DeviceConfig::engine_nice`]).
     pub engine_nice: Option<i32>,
@@ -310,6 +313,7 @@ impl Default for LocalOpts {
             auth: None,
             icrc_omission: true,
             rto_min_ns: 0,
+            path_burst_bytes: None,
             engine_nice: None,
             block_when_contended: None,
             rate_limit: None,

@@ -116,6 +116,9 @@ fn endpoint_config(p: &Params, local: &LocalOpts, mtu: u32) -> EndpointConfig {
     };
     cfg.rto_max_ns = 200_000_000;
     cfg.probe_timeout_min_ns = metaroce_udp::PROBE_TIMEOUT_MIN_NS;
+    cfg.path_burst_bytes = local
+        .path_burst_bytes
+        .unwrap_or(metaroce_udp::PATH_BURST_BYTES);
     cfg
 }
 

@@ -1616,6 +1616,57 @@ mod tests {
         assert!(!l.pair.b.ack_pending_anywhere());
     }
 
+    /// With `path_burst_bytes`, consecutive data packets take one path in
+    /// runs of that many bytes before the next path's turn (so that a host
+    /// stack can move each run as one GSO send); with 0, every packet
+    /// takes the next path.
+    #[test]
+    fn data_packets_take_each_path_in_runs_of_path_burst_bytes() {
+        use crate::transmit::PacketKind;
+        let slots = |burst: u32| -> Vec<u8> {
+            let cfg = |seed| EndpointConfig {
+                path_burst_bytes: burst,
+                ..fixture::config(seed)
+            };
+            let mut l = lab(cfg(1), cfg(2));
+            let (a, b) = (l.a, l.b);
+            l.pair
+                .a
+                .post_send(a.qp, write(1, &a, &b, 64 * 1024))
+                .unwrap();
+            // The cold packet and its answer; then the window opens.
+            l.pair.transfer(Side::A);
+            l.pair.transfer(Side::B);
+            l.pair
+                .poll_transmits(Side::A)
+                .into_iter()
+                .filter(|(t, _)| t.kind == PacketKind::Data)
+                .filter_map(|(_, bytes)| match wire::parse(&bytes) {
+                    Ok(wire::Packet::Data { repr, .. }) => Some(repr.base.path_slot),
+                    _ => None,
+                })
+                .collect()
+        };
+        let runs =
+            |v: &[u8]| -> Vec<usize> { v.chunk_by(|x, y| x == y).map(<[u8]>::len).collect() };
+        let sprayed = slots(0);
+        assert!(sprayed.len() >= 8, "{sprayed:?}");
+        assert!(runs(&sprayed).iter().all(|&r| r == 1), "{sprayed:?}");
+        // Three packets of 1,024 bytes and their headers fit 3.5 KiB; a
+        // fourth would not.
+        let bursts = slots(3 * 1024 + 512);
+        assert!(bursts.len() >= 8, "{bursts:?}");
+        let r = runs(&bursts);
+        assert!(r[..r.len() - 1].iter().all(|&n| n == 3), "{bursts:?}");
+        assert!(
+            bursts
+                .windows(2)
+                .filter(|w| w[0] != w[1])
+                .all(|w| (w[0] + 1) % 4 == w[1]),
+            "{bursts:?}"
+        );
+    }
+
     /// A cold connection sends one packet until its receiver's first ACK;
     /// of a message longer than a packet that one is short
     /// (`cold_packet_bytes`), so that many newcomers at once fill little of

@@ -401,6 +401,9 @@ pub(crate) struct Connection {
     /// When it was last raised or halved.
     stall_allowance_at_ns: u64,
     rr_path: usize,
+    /// Wire bytes sent on `rr_path` in its current turn (see
+    /// `EndpointConfig::path_burst_bytes`).
+    path_run_bytes: u64,
     ack_now: VecDeque<u8>,
     /// Second copies of ACKs just sent, while the connection is lossy.
     ack_copies: VecDeque<(AckRepr, u16)>,
@@ -621,6 +624,7 @@ impl Connection {
             stall_allowance_ns: 0,
             stall_allowance_at_ns: 0,
             rr_path: 0,
+            path_run_bytes: 0,
             ack_now: VecDeque::new(),
             ack_copies: VecDeque::new(),
             rx_loss_seen_ns: 0,
