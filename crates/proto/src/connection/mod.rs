@@ -400,10 +400,11 @@ pub(crate) struct Connection {
     stall_allowance_ns: u64,
     /// When it was last raised or halved.
     stall_allowance_at_ns: u64,
-    rr_path: usize,
+    /// The path whose turn it is (paths are at most 256).
+    rr_path: u8,
     /// Wire bytes sent on `rr_path` in its current turn (see
     /// `EndpointConfig::path_burst_bytes`).
-    path_run_bytes: u64,
+    path_run_bytes: u32,
     ack_now: VecDeque<u8>,
     /// Second copies of ACKs just sent, while the connection is lossy.
     ack_copies: VecDeque<(AckRepr, u16)>,

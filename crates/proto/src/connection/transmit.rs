@@ -547,13 +547,14 @@ impl Connection {
             Spray::InRuns => u64::from(dev.config.path_burst_bytes),
             Spray::PerPacket => 0,
         };
-        if self.path_run_bytes > 0 && self.path_run_bytes + bytes > burst {
-            self.rr_path = (self.rr_path + 1) % n.max(1);
+        let run = u64::from(self.path_run_bytes);
+        if run > 0 && run + bytes > burst {
+            self.rr_path = ((usize::from(self.rr_path) + 1) % n.max(1)) as u8;
             self.path_run_bytes = 0;
         }
         for pass in 0..2 {
             for k in 0..n {
-                let p = (self.rr_path + k) % n;
+                let p = (usize::from(self.rr_path) + k) % n;
                 if pass == 0 && n > 1 && avoid == Some(p as u8) {
                     continue;
                 }
@@ -577,11 +578,14 @@ impl Connection {
                 if psn_room && window_room {
                     // A path passed over for want of room starts a run of
                     // its own.
-                    if p != self.rr_path {
-                        self.rr_path = p;
+                    if p != usize::from(self.rr_path) {
+                        self.rr_path = p as u8;
                         self.path_run_bytes = 0;
                     }
-                    self.path_run_bytes += bytes;
+                    // At most a burst (1 MiB) and one packet: fits.
+                    self.path_run_bytes = self
+                        .path_run_bytes
+                        .saturating_add(u32::try_from(bytes).unwrap_or(u32::MAX));
                     return Some(p);
                 }
             }
