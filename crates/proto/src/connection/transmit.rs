@@ -29,7 +29,9 @@ enum Spray {
     /// of two links blackholed, runs of 64 KiB for resends too failed the
     /// transfer with `RetryExcErr` in 2 of 5 runs and moved nothing after
     /// the failure in a third; resent per packet, 4 of 4 were back at 90 %
-    /// within 200 ms.
+    /// within 200 ms (runs of new data still stall a failover now and
+    /// then, which is why they are off by default on real hosts:
+    /// `metaroce_udp::PATH_BURST_BYTES`).
     PerPacket,
 }
 
@@ -645,7 +647,6 @@ impl Connection {
             // the receiver's count of packets per ACK).
             flags |= Flags::ACK_REQUEST;
         }
-
         self.last_data_slot_ns = self.take_pacing_slot(now_ns, dev);
         self.last_paced_bytes = u64::from(wire_bytes) + FRAME_OVERHEAD_BYTES;
         self.pace_blocked = false;
