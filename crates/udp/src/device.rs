@@ -1100,9 +1100,10 @@ impl Device {
         // before it shows in the look. Without it, the engine could take the
         // datagrams this thread was about to wait for between its empty poll
         // and its wait, and the completions they made sat in the CQ while
-        // this thread slept on an empty socket for its whole timeout: 4 KiB
-        // write-bw on loopback stalled 100 ms at a time, three times in
-        // 20,000 messages, averaging 1.6 against 16 Gb/s.
+        // this thread slept on an empty socket for its whole timeout (a race
+        // found while looking at 100 ms stalls of 4 KiB write-bw on
+        // loopback, most of which had another cause: the perf client
+        // waited with room to post).
         self.inner.app_waiting.store(true, Ordering::SeqCst);
         let timeout = {
             let mut st = self.lock();
