@@ -143,9 +143,8 @@ fn rtos_all_proved(what: &str, s: &metaroce_udp::DeviceStats) -> bool {
 /// One fabric test at a time. Both move data as fast as the host's CPUs
 /// allow (the routers forward in the same kernel), so run side by side
 /// they measure each other: the 1500-byte test's healthy phase shared the
-/// CPUs with the whole 9000-byte test and ran at 10.5 Gb/s, then at 27
-/// once that test ended, which made goodput after the failure look like
-/// 250 % of healthy.
+/// CPUs with the 9000-byte test and ran at 4.9-5.1 Gb/s, against 8.6-9.2
+/// alone.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// The fabric, with the lock that keeps other fabric tests off the CPUs
