@@ -198,9 +198,9 @@ pub(crate) struct PerfArgs {
     /// Bytes of data packets sent on one path before the next path's turn,
     /// 0..=1048576 (0: one packet per path in turn, the finest spray).
     /// Runs up to 65536 (what one GSO send carries) let the kernel move a
-    /// path's run of small packets as one at both ends: 3 x the goodput of
-    /// per-packet spraying over 1500-byte links, but a failover that
-    /// sometimes stalls (docs/real-networks.md) [default: 0].
+    /// path's run of small packets as one at both ends: three times the
+    /// goodput of per-packet spraying over 1500-byte links, but a failover
+    /// that sometimes stalls (docs/real-networks.md) [default: 0].
     #[arg(long = "path-burst", value_parser = clap::value_parser!(u32).range(0..=1_048_576))]
     path_burst: Option<u32>,
     /// Run the device's engine thread at this niceness (e.g. -10, needs
@@ -211,8 +211,9 @@ pub(crate) struct PerfArgs {
     engine_nice: Option<i32>,
     /// Stop the application thread's spinning while other threads want its
     /// CPU (once preempted, it blocks on every empty poll for 2 ms, twice
-    /// as long each time it is preempted again soon after, up to 800 ms): a stream keeps more of its
-    /// bandwidth under a CPU hog, a ping-pong loses latency to wake-ups
+    /// as long each time it is preempted again soon after, up to 800 ms):
+    /// a stream keeps more of its bandwidth under a CPU hog, a ping-pong
+    /// loses latency to wake-ups
     /// [default: bandwidth tests do, latency tests spin their busy-poll
     /// window whatever the load; the engine thread stops when it waits for
     /// its CPU an eighth of the time or more]

@@ -154,9 +154,9 @@ pub struct DeviceConfig {
     /// An application thread in [`Device::poll_cq_wait`] that was taken
     /// off its CPU while it spun (any involuntary context switch) stops
     /// spinning for `CONTENDED_HOLD_NS`, as the engine does when it loses
-    /// real time to another thread: its empty polls block at once, leaving the CPU
-    /// to the peer and the engine (a stream under a CPU hog keeps far more
-    /// of its bandwidth). Off by default: a ping-pong's two spinning
+    /// real time to another thread: its empty polls block at once, leaving
+    /// the CPU to the peer and the engine (a stream under a CPU hog keeps
+    /// far more of its bandwidth). Off by default: a ping-pong's two spinning
     /// threads on a 2-vCPU machine are preempted now and then even with
     /// nothing else running, and blocking them costs a wake-up per
     /// message (8-byte loopback write-lat 6.5 -> 58 us typical on the
@@ -1058,9 +1058,9 @@ impl Device {
     /// Like the engine, a thread that was taken off its CPU while it spun
     /// (another runnable thread wanted it: the peer, the engine, a hog)
     /// then stops spinning for `CONTENDED_HOLD_NS` (longer while it keeps
-    /// being taken off) and blocks on every
-    /// empty poll, when [`DeviceConfig::app_block_when_contended`] is on
-    /// (it is off by default: it costs a ping-pong its latency).
+    /// being taken off) and blocks on every empty poll, when
+    /// [`DeviceConfig::app_block_when_contended`] is on (it is off by
+    /// default: it costs a ping-pong its latency).
     pub fn poll_cq_wait(
         &self,
         cq: CompletionQueue,
