@@ -1667,6 +1667,65 @@ mod tests {
         );
     }
 
+    /// Resends go one packet per path in turn even when new data goes in
+    /// runs: a run of resends on a path that dies with the packets they
+    /// replace would lose them all again.
+    #[test]
+    fn resends_go_one_packet_per_path_when_new_data_goes_in_runs() {
+        use crate::testing::{Fate, Hop};
+        let cfg = |seed| EndpointConfig {
+            path_burst_bytes: 3 * 1024 + 512,
+            ..fixture::config(seed)
+        };
+        let mut l = lab(cfg(1), cfg(2));
+        let (a, b) = (l.a, l.b);
+        let data_slot = |bytes: &[u8]| match wire::parse(bytes) {
+            Ok(wire::Packet::Data { repr, .. }) => Some((
+                repr.base.path_slot,
+                repr.base.flags.contains(wire::Flags::RETRANSMIT),
+            )),
+            _ => None,
+        };
+        // Path 0 loses every first send: its runs of new data all go again.
+        l.pair.set_filter(Some(Box::new(move |h: &Hop<'_>| {
+            match (h.from, data_slot(h.bytes)) {
+                (Side::A, Some((0, false))) => Fate::Drop,
+                _ => Fate::Deliver,
+            }
+        })));
+        l.pair.record(true);
+        l.pair
+            .a
+            .post_send(a.qp, write(1, &a, &b, 64 * 1024))
+            .unwrap();
+        assert!(l.pair.settle(10_000, 1_000), "the WRITE did not complete");
+        assert_eq!(statuses(&mut l.pair, Side::A), vec![(1, WcStatus::Success)]);
+        let sent: Vec<(u8, bool)> = l
+            .pair
+            .sent(Side::A)
+            .iter()
+            .filter_map(|d| data_slot(d))
+            .collect();
+        // Resends other than the silent path's own probes (those go on the
+        // path they probe, by design).
+        let resent: Vec<u8> = sent
+            .iter()
+            .filter(|&&(s, r)| r && s != 0)
+            .map(|(s, _)| *s)
+            .collect();
+        assert!(resent.len() >= 3, "{sent:?}");
+        assert!(
+            resent.windows(2).all(|w| w[0] != w[1]),
+            "resends in a run on one path: {resent:?}"
+        );
+        // New data did go in runs.
+        let first: Vec<u8> = sent.iter().filter(|(_, r)| !*r).map(|(s, _)| *s).collect();
+        assert!(
+            first.windows(3).any(|w| w[0] == w[1] && w[1] == w[2]),
+            "{first:?}"
+        );
+    }
+
     /// A cold connection sends one packet until its receiver's first ACK;
     /// of a message longer than a packet that one is short
     /// (`cold_packet_bytes`), so that many newcomers at once fill little of
