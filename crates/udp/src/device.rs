@@ -986,9 +986,7 @@ impl Device {
         }
         // A thread blocked in `poll_cq_wait` timed its sleep by the
         // deadlines before this post.
-        if self.inner.app_waiting.load(Ordering::SeqCst) {
-            self.inner.app_wake.signal();
-        }
+        wake_app_waiter(&self.inner);
         r
     }
 
@@ -1429,9 +1427,10 @@ fn engine(inner: &Inner) {
 }
 
 /// Wake an application thread blocked in `poll_cq_wait` (called after a
-/// pass that took input or sent: the datagrams it waits for may be gone
-/// from the socket, their completions in its CQ). Only when one waits: a
-/// load otherwise.
+/// post, or a pass that took input or sent: the deadlines it timed its
+/// sleep by may have moved, the datagrams it waits for may be gone from
+/// the socket, their completions in its CQ). Only when one waits: a load
+/// otherwise.
 fn wake_app_waiter(inner: &Inner) {
     if inner.app_waiting.load(Ordering::SeqCst) {
         inner.app_wake.signal();
