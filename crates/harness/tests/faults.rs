@@ -977,3 +977,121 @@ fn reordering_within_a_route_is_learnt_and_not_resent() {
         stats.data_packets_sent
     );
 }
+
+/// One link of two dies under a bulk WRITE with runs of 64 KiB per path,
+/// at 1 % random loss, on a host-like configuration (RTO floor 4 ms, the
+/// UDP datapath's probe floor, 64 paths over 128 ports): the transfer must
+/// not stall. Each run returns (completion µs, longest gap between two
+/// data packets delivered after the failure, µs).
+fn link_of_two_dies_under_runs(seed: u64) -> (u64, u64) {
+    let cfg = EndpointConfig {
+        mtu_payload_bytes: 1428,
+        paths_per_connection: 64,
+        path_port_span: 128,
+        base_rtt_ns: 50_000,
+        rto_min_ns: 4_000_000,
+        rto_max_ns: 200_000_000,
+        probe_timeout_min_ns: 250_000,
+        path_burst_bytes: 65_536,
+        ..EndpointConfig::default()
+    };
+    // Two routes by 5-tuple hash, as the kernel's L4 ECMP over two links;
+    // the sender's 25 Gb/s port is the bottleneck, its queue deep (no ECN
+    // there): losses come in runs when it overflows.
+    let net_cfg = NetConfig {
+        routes_per_pair: 2,
+        route_select: RouteSelect::Hash,
+        link: LinkConfig {
+            rate_bps: 25_000_000_000,
+            delay_ns: 15_000,
+            jitter_ns: 5_000,
+            jitter_period_ns: 20_000,
+            ..LinkConfig::default()
+        },
+        faults: FaultConfig {
+            loss: 0.01,
+            ..FaultConfig::default()
+        },
+        max_events: 500_000_000,
+        ..NetConfig::default()
+    };
+    let mut net = Network::new(net_cfg.with_seed(seed), devices(2, &cfg, seed));
+    let access = AccessFlags::REMOTE_WRITE | AccessFlags::LOCAL_WRITE;
+    let (a, b) = connect_qps(&mut net, 0, 1, access);
+    let len: u64 = 256 << 20;
+    let chunk: u64 = 1 << 20;
+    let src = net.nodes[0]
+        .ctx
+        .reg_mr(a.pd, len, AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    let dst = net.nodes[1].ctx.reg_mr(b.pd, len, access).unwrap();
+    let t_hole = 20_000_000;
+    net.at(t_hole, Action::Blackhole { route: 0, on: true });
+    // (last delivery, longest gap after the failure)
+    let gaps = Rc::new(Cell::new((0u64, 0u64)));
+    let g = gaps.clone();
+    net.set_tap(Box::new(move |e: &TapEvent<'_>| {
+        if matches!(e.fate, Fate::Delivered) && is_data(e.payload) && e.src_node == 0 {
+            let (last, longest) = g.get();
+            let longest = if e.now_ns > t_hole {
+                longest.max(e.now_ns - last.max(t_hole))
+            } else {
+                longest
+            };
+            g.set((e.now_ns, longest));
+        }
+    }));
+    let n = len / chunk;
+    for i in 0..n {
+        let mut wr = write_wr(i, &src, i * chunk, chunk as u32, &dst, i * chunk);
+        wr.signaled = i + 1 == n;
+        net.nodes[0].ctx.post_send(a.qp, &[wr]).unwrap();
+    }
+    let mut wcs = Vec::new();
+    let out = net.run_until(3_000_000_000, |nodes| {
+        wcs.extend(poll_all(&mut nodes[0].ctx, a.cq));
+        !wcs.is_empty()
+    });
+    assert!(
+        matches!(out, RunOutcome::Done { .. }),
+        "seed {seed}: {out:?}"
+    );
+    assert_eq!(wcs[0].status, WcStatus::Success, "seed {seed}");
+    (net.now_ns() / 1000, gaps.get().1 / 1000)
+}
+
+/// A known fault, kept as its deterministic reproduction (run with
+/// `--ignored`): with runs of 64 KiB per path, this configuration stalls
+/// on seeds 3 and 12 (124.2 and 117.7 ms against about 92; delivery gaps
+/// of 5.3 and 3.7 ms). A stall of the same configuration (seed 6, 289 ms,
+/// with two changes to replacement ports applied) was instrumented: every
+/// moved ACK route of the receiver piled onto the one port that looked
+/// heard, a port picked 9 us earlier on the dead route. Below a hole the
+/// sender may know the missing packets lost from an earlier ACK and move
+/// its window floor past the receiver's cumulative point without hearing
+/// the new port (transport spec, "Heard ACK ports"). Fixes that pass this
+/// test were not kept, each for a measured cost (BENCHMARKS.md, UDP
+/// datapath round 28): heard ports proved by a packet that arrived after
+/// the pick (the simulated lossy permutation 2 % slower), and a cap of
+/// four paths per heard port, with or without those replacement changes
+/// (on the namespace fabric with runs of 64 KiB, goodput collapsed or took
+/// over 2 s to come back after the blackhole in 5 of 6 runs, against 0 of
+/// 6 interleaved with them at the build before).
+#[test]
+#[ignore = "known stall with runs of packets per path (opt-in); see the comment"]
+fn a_link_of_two_dying_under_runs_of_packets_does_not_stall_the_transfer() {
+    // 256 MiB at 25 Gb/s: 85.9 ms on the wire, about 92 ms healthy.
+    let seeds: Vec<u64> = match std::env::var(SEED_ENV) {
+        Ok(_) => vec![seed_from_env_or(3)],
+        Err(_) => vec![3, 12],
+    };
+    for seed in seeds {
+        let guard = SeedGuard::new(seed);
+        let (done_us, gap_us) = link_of_two_dies_under_runs(guard.seed());
+        eprintln!(
+            "link of two dies, runs of 64 KiB, seed {seed}: done at {done_us} us, longest delivery gap after the failure {gap_us} us"
+        );
+        assert!(done_us < 100_000, "seed {seed}: done at {done_us} us");
+        assert!(gap_us < 5_000, "seed {seed}: a gap of {gap_us} us");
+    }
+}
