@@ -201,7 +201,7 @@ pub(crate) struct PerfArgs {
     /// path's run of small packets as one at both ends: three times the
     /// goodput of per-packet spraying over 1500-byte links, but a failover
     /// that sometimes stalls (docs/real-networks.md) [default: 0].
-    #[arg(long = "path-burst", value_parser = clap::value_parser!(u32).range(0..=1_048_576))]
+    #[arg(long = "path-burst", value_parser = clap::value_parser!(u32).range(0..=i64::from(metaroce_udp::MAX_PATH_BURST_BYTES)))]
     path_burst: Option<u32>,
     /// Run the device's engine thread at this niceness (e.g. -10, needs
     /// CAP_SYS_NICE below 0): on a host whose CPUs are contended it keeps

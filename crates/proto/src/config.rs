@@ -16,6 +16,10 @@ use crate::knob::Knob;
 /// (`tools/wireshark/metaroce.lua`) registers on it.
 pub const DEFAULT_DEVICE_PORT: u16 = 4793;
 
+/// The largest [`EndpointConfig::path_burst_bytes`]: 1 MiB, sixteen
+/// 64 KiB GSO sends.
+pub const MAX_PATH_BURST_BYTES: u32 = 1 << 20;
+
 /// Configuration of one [`Endpoint`](crate::Endpoint) (one device).
 #[derive(Debug, Clone, PartialEq)]
 pub struct EndpointConfig {
@@ -296,7 +300,7 @@ impl EndpointConfig {
     /// on each other are checked again there.
     pub const KNOBS: &'static [Knob<Self>] = &[
         int_knob!(Self, paths_per_connection: usize, 1, 256, "paths (UDP source ports, hence ECMP routes) per connection"),
-        int_knob!(Self, path_burst_bytes: u32, 0, 1_048_576, "bytes of data packets sent on one path before the next path's turn (0: one packet, per-packet spraying)"),
+        int_knob!(Self, path_burst_bytes: u32, 0, MAX_PATH_BURST_BYTES, "bytes of data packets sent on one path before the next path's turn (0: one packet, per-packet spraying)"),
         int_knob!(Self, path_port_span: u16, 1, 4096, "source ports a device may draw paths from (at least paths_per_connection)"),
         int_knob!(Self, port_planes: u16, 1, 64, "NIC planes picked by source port modulo this; a retired path keeps its plane"),
         int_knob!(Self, mtu_payload_bytes: u32, 64, 65_000, "payload bytes per data packet"),
@@ -347,7 +351,7 @@ impl EndpointConfig {
         if u32::from(self.device_port) + u32::from(self.path_port_span) > u32::from(u16::MAX) {
             return bad("device_port", "plus path_port_span must fit in a UDP port");
         }
-        if self.path_burst_bytes > 1_048_576 {
+        if self.path_burst_bytes > MAX_PATH_BURST_BYTES {
             return bad("path_burst_bytes", "must be 0..=1048576");
         }
         if !(64..=65_000).contains(&self.mtu_payload_bytes) {

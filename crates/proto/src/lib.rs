@@ -76,7 +76,7 @@ pub mod work;
 
 pub use auth::AuthConfig;
 pub use cc::CcMetrics;
-pub use config::{ConfigError, DEFAULT_DEVICE_PORT, EndpointConfig};
+pub use config::{ConfigError, DEFAULT_DEVICE_PORT, EndpointConfig, MAX_PATH_BURST_BYTES};
 pub use connection::ConnectionStats;
 pub use direct::DirectTarget;
 pub use ecn::Ecn;

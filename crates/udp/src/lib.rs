@@ -39,7 +39,7 @@ pub use device::{
 };
 pub use impair::Impair;
 pub use metaroce_capture::{CaptureError, DEFAULT_SNAPLEN};
-pub use metaroce_verbs::{DEFAULT_DEVICE_PORT, format_counter_lines};
+pub use metaroce_verbs::{DEFAULT_DEVICE_PORT, MAX_PATH_BURST_BYTES, format_counter_lines};
 pub use pmtu::PathMtu;
 
 /// The probe-timeout floor for endpoints on real hosts

@@ -136,10 +136,10 @@ use std::net::SocketAddr;
 
 pub use metaroce_proto::{
     AccessFlags, AuthConfig, CcMetrics, ConfigError, ConnectionStats, Counters,
-    DEFAULT_DEVICE_PORT, DirectTarget, Ecn, EndpointConfig, EndpointStats, Layout, MemoryError,
-    PacketKind, PathStats, PayloadRef, PeerCounters, PostError, QpCaps, QpError, RecvWr,
-    RegionMemory, RxPathStats, SendWr, Sge, Transmit, WcOpcode, WcStatus, WorkCompletion, WrOp,
-    format_counter_lines,
+    DEFAULT_DEVICE_PORT, DirectTarget, Ecn, EndpointConfig, EndpointStats, Layout,
+    MAX_PATH_BURST_BYTES, MemoryError, PacketKind, PathStats, PayloadRef, PeerCounters, PostError,
+    QpCaps, QpError, RecvWr, RegionMemory, RxPathStats, SendWr, Sge, Transmit, WcOpcode, WcStatus,
+    WorkCompletion, WrOp, format_counter_lines,
 };
 
 /// A verbs call failed.
