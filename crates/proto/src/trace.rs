@@ -670,7 +670,16 @@ mod tests {
         assert!(
             undone
                 .iter()
-                .all(|u| rtos.iter().any(|r| r.scope == u.scope))
+                .all(|u| rtos.iter().any(|r| r.scope == u.scope)),
+            "{undone:?} {rtos:?}"
         );
+        // What a connection timer gave up on and the ACKs undid is logged
+        // as that, in its path's scope.
+        for e in find(&events, "give-up undone") {
+            assert!(
+                e.scope.len() == 2 && e.scope[0].starts_with("path{slot="),
+                "{e:?}"
+            );
+        }
     }
 }

@@ -349,7 +349,15 @@ impl MetaRoceCc {
             .saturating_mul(params.max_conn_window_bdp_multiple)
             .max(mss);
         let n = u64::try_from(config.path_count.max(1)).unwrap_or(u64::MAX);
+        // Whole packets per path, rounded up: a path sends a packet only
+        // if all of it fits, so a share of 2.6 packets carries 2, and 16
+        // paths sharing one BDP at 100 Gb/s over 14 µs (42 packets of
+        // 4,160 bytes) carried 32 of them; a connection started at line
+        // rate, or by its first grant, then went silent for 4 µs in its
+        // first round trip. The connection window still caps the sum.
         let initial_path = (bdp / n)
+            .div_ceil(mss)
+            .saturating_mul(mss)
             .max(mss.saturating_mul(params.min_initial_path_window_mss))
             .min(max_path);
         let base_rtt_ns = config.base_rtt_ns;
@@ -849,6 +857,9 @@ mod tests {
 
     const MSS: u64 = 4096;
     const RTT: u64 = 10_000;
+    /// A path's first window at 400 Gb/s: 500 000 B over 16 paths is 7.6
+    /// packets, rounded up to 8.
+    const PATH0: u64 = 8 * MSS;
 
     fn cfg(line_rate_bps: u64, path_count: usize) -> CcConfig {
         CcConfig {
@@ -871,7 +882,7 @@ mod tests {
         }
     }
 
-    /// 400 Gb/s x 10 us = 500 000 B BDP; 16 paths of 31 250 B.
+    /// 400 Gb/s x 10 us = 500 000 B BDP; 16 paths of `PATH0`.
     fn cc400() -> MetaRoceCc {
         MetaRoceCc::new(cfg(400_000_000_000, 16), warm())
     }
@@ -923,7 +934,7 @@ mod tests {
         let cc = cc400();
         assert_eq!(cc.connection_window(), 500_000);
         for p in 0..16 {
-            assert_eq!(cc.path_window(p), 31_250);
+            assert_eq!(cc.path_window(p), PATH0);
         }
         // 100 Gb/s: BDP/16 = 7 812 B < 2 MSS, so each path gets the 2-MSS floor.
         let cc = MetaRoceCc::new(cfg(100_000_000_000, 16), warm());
@@ -945,7 +956,7 @@ mod tests {
         let cc = new_controller(CcAlgorithm::default(), &cfg(400_000_000_000, 16), &warm());
         assert_eq!(cc.name(), "metaroce");
         assert_eq!(cc.connection_window(), 500_000);
-        assert_eq!(cc.path_window(3), 31_250);
+        assert_eq!(cc.path_window(3), PATH0);
         assert_eq!(cc.path_window(999), MSS);
         assert_eq!(
             cc.metrics(),
@@ -967,7 +978,7 @@ mod tests {
         assert_eq!(w1, w0 - w0 / 2);
         assert_eq!(cc.connection_window(), conn0 - (w0 - w1));
         for p in 1..16 {
-            assert_eq!(cc.path_window(p), 31_250);
+            assert_eq!(cc.path_window(p), PATH0);
         }
         assert_eq!(cc.metrics().ecn_reductions, 1);
 
@@ -992,7 +1003,7 @@ mod tests {
         assert!(cc.connection_window() <= conn0 - (w0 - MSS));
         assert!(cc.connection_window() >= conn0 - 40 * MSS);
         for p in 1..16 {
-            assert_eq!(cc.path_window(p), 31_250);
+            assert_eq!(cc.path_window(p), PATH0);
         }
     }
 
@@ -1031,10 +1042,10 @@ mod tests {
     fn many_marked_paths_shrink_connection_proportionally() {
         let mut cc = cc400();
         for p in 0..16 {
-            cc.on_ack(p, &ack(1_000, 1, 1, 31_250));
+            cc.on_ack(p, &ack(1_000, 1, 1, PATH0));
         }
         // Every path halved: the connection halved too.
-        assert_eq!(cc.connection_window(), 500_000 - 16 * (31_250 - 15_625));
+        assert_eq!(cc.connection_window(), 500_000 - 16 * (PATH0 - PATH0 / 2));
         assert_eq!(cc.metrics().ecn_reductions, 16);
     }
 
@@ -1242,11 +1253,11 @@ mod tests {
         // halving for each would starve a lossy connection for nothing.
         let mut cc = cc400();
         cc.on_loss(2, 4096, 1_000);
-        assert_eq!(cc.path_window(2), 31_250);
+        assert_eq!(cc.path_window(2), PATH0);
         assert_eq!(cc.metrics().loss_reductions, 0);
         // With a mark just before, the same loss halves the (already cut)
         // path once more.
-        cc.on_ack(2, &ack(2_000, 1, 1, 31_250));
+        cc.on_ack(2, &ack(2_000, 1, 1, PATH0));
         let w = cc.path_window(2);
         cc.on_loss(2, 4096, 2_000 + RTT);
         assert_eq!(cc.path_window(2), w / 2);
@@ -1264,21 +1275,21 @@ mod tests {
         );
         let conn0 = cc.connection_window();
         cc.on_loss(2, 4096, 1_000);
-        assert_eq!(cc.path_window(2), 15_625);
-        assert_eq!(cc.connection_window(), conn0 - 15_625);
+        assert_eq!(cc.path_window(2), PATH0 / 2);
+        assert_eq!(cc.connection_window(), conn0 - PATH0 / 2);
         cc.on_loss(2, 4096, 5_000); // same RTT
-        assert_eq!(cc.path_window(2), 15_625);
+        assert_eq!(cc.path_window(2), PATH0 / 2);
         cc.on_loss(2, 4096, 1_000 + RTT);
-        assert_eq!(cc.path_window(2), 7_812);
+        assert_eq!(cc.path_window(2), PATH0 / 4);
         assert_eq!(cc.metrics().loss_reductions, 2);
         cc.on_loss(2, 0, 10 * RTT); // nothing lost: no-op
-        assert_eq!(cc.path_window(2), 7_812);
+        assert_eq!(cc.path_window(2), PATH0 / 4);
 
         cc.on_rto(3, 2_000);
         assert_eq!(cc.path_window(3), MSS);
         assert_eq!(
             cc.connection_window(),
-            conn0 - 15_625 - 7_813 - (31_250 - MSS)
+            conn0 - PATH0 / 2 - PATH0 / 4 - (PATH0 - MSS)
         );
         assert_eq!(cc.metrics().rto_reductions, 1);
         cc.on_rto(3, 3_000);
@@ -1291,8 +1302,8 @@ mod tests {
             clean_rtt(&mut cc, now);
             now += RTT;
         }
-        // Back above its pre-RTO window (31 250 B) within a few RTTs.
-        assert!(cc.path_window(3) >= 31_250, "{}", cc.path_window(3));
+        // Back to its pre-RTO window (`PATH0`) within a few RTTs.
+        assert!(cc.path_window(3) >= PATH0, "{}", cc.path_window(3));
         check_invariants(&cc);
     }
 

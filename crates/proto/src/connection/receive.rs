@@ -494,12 +494,24 @@ impl Connection {
                     dev.stats.spurious_rtos += u64::from(gave_up.rtos);
                     self.stats.spurious_give_ups += u64::from(gave_up.others);
                     dev.stats.spurious_give_ups += u64::from(gave_up.others);
-                    trace_event!(
-                        in: self.trace.enter_path(p),
-                        DEBUG,
-                        now_ns,
-                        "RTO undone: a packet it gave up on arrived (late, not lost)"
-                    );
+                    if gave_up.rtos > 0 {
+                        trace_event!(
+                            in: self.trace.enter_path(p),
+                            DEBUG,
+                            now_ns,
+                            "RTO undone: a packet it gave up on arrived (late, not lost)"
+                        );
+                    } else {
+                        // Given up by a connection timer (a retry round, an
+                        // unanswered probe of a silent connection), which
+                        // logged itself as the connection's: no path RTO.
+                        trace_event!(
+                            in: self.trace.enter_path(p),
+                            DEBUG,
+                            now_ns,
+                            "give-up undone: a packet a connection timer gave up on arrived (late, not lost)"
+                        );
+                    }
                     self.cc.on_spurious_rto(p, now_ns);
                     let sent = path.rto_oldest_sent_ns;
                     self.note_stall(now_ns, sent);
