@@ -59,6 +59,19 @@
 
 use std::collections::VecDeque;
 
+/// A device's share of its line for each of the `senders` peers that
+/// connected to it, promised at connection setup (bits/s; 0 = no cap for
+/// a lone sender). Rule 2 in advance: the promises add up to the line,
+/// so senders that take them at once fill the link and no more; the
+/// first ACKs then say what rule 1 makes of the senders that came.
+pub(crate) fn setup_share_bps(line_rate_bps: u64, senders: u32) -> u64 {
+    if senders <= 1 {
+        0
+    } else {
+        (line_rate_bps / u64::from(senders)).max(1)
+    }
+}
+
 /// The headroom, per mille of the line, the grants leave while every data
 /// packet arrives CE-marked: a queue standing above the marking threshold
 /// drains, and one just above it (a few marks) costs the senders little.

@@ -104,6 +104,9 @@ pub enum QpError {
     /// A path MTU below 64 bytes of payload or above the device's MTU.
     #[error("path MTU {0}: must be 64 up to the device MTU")]
     BadPathMtu(u32),
+    /// No QP of this device is connected to the peer.
+    #[error("no connection to peer {0}")]
+    NotConnectedTo(SocketAddr),
 }
 
 /// A connection and the endpoint's scheduling marks for it. Replacing the
@@ -269,6 +272,38 @@ impl Endpoint {
         if let Some(&c) = self.conn_by_peer.get(&peer) {
             self.conns[c as usize].conn.set_omit_icrc(omit);
         }
+    }
+
+    /// The share of its line the peer device at `peer` promised this
+    /// device when their QPs were connected (bits/s; 0: no cap, we are its
+    /// only sender), as [`setup_grant_bps`](Self::setup_grant_bps) gave it
+    /// on the peer's side. A connection that has sent nothing yet starts at
+    /// it instead of a cold round trip; otherwise it is ignored (the
+    /// receiver's ACKs say more). `Err` if no connection to `peer` exists.
+    pub fn take_setup_grant(
+        &mut self,
+        peer: SocketAddr,
+        rate_bps: u64,
+        now_ns: u64,
+    ) -> Result<(), QpError> {
+        let &c = self
+            .conn_by_peer
+            .get(&peer)
+            .ok_or(QpError::NotConnectedTo(peer))?;
+        self.conns[c as usize]
+            .conn
+            .take_setup_grant(rate_bps, now_ns, &mut self.dev);
+        self.mark_ready(c);
+        Ok(())
+    }
+
+    /// The share of this device's line it can promise each of `senders`
+    /// peers at connection setup (bits/s; 0 for a lone sender: no cap).
+    /// The shares of all of them add up to the line, so however they
+    /// start they cannot overrun the device's link by more than the
+    /// admission's own first round trip would.
+    pub fn setup_grant_bps(&self, senders: u32) -> u64 {
+        crate::admission::setup_share_bps(self.dev.config.line_rate_bps, senders)
     }
 
     /// Record the session id of the peer device at `peer` (its IP and device

@@ -6,7 +6,7 @@ use metaroce_sim::fabric::{EcnConfig, FabricConfig, PfcConfig};
 use metaroce_sim::sim::Sim;
 use metaroce_sim::topology::{LinkParams, NodeRef, Topology};
 use metaroce_sim::transport::rc::{RcFactory, RcHost, RcPacket};
-use metaroce_sim::transport::{HostInfo, Transport, TransportFactory, irn, rocev2};
+use metaroce_sim::transport::{ChannelPlan, HostInfo, Transport, TransportFactory, irn, rocev2};
 use metaroce_sim::workload::{FlowSet, FlowSpec};
 use metaroce_sim::{PS_PER_US, Ps, Scenario, run_scenario};
 
@@ -108,7 +108,19 @@ fn one_forced_drop(f: &RcFactory, packets: u32) -> (RcHost, RcHost) {
         seed: 1,
     };
     let (mut a, mut b) = (f.host(&info(0)).unwrap(), f.host(&info(1)).unwrap());
-    let ch = f.open_channel(&mut a, 0, &mut b, 1, 1).unwrap();
+    let ch = f
+        .open_channel(
+            0,
+            &mut a,
+            0,
+            &mut b,
+            1,
+            ChannelPlan {
+                messages: 1,
+                senders_to_receiver: 1,
+            },
+        )
+        .unwrap();
     a.post_message(0, ch, u64::from(packets) * 4096, 7).unwrap();
     let mut now: Ps = 0;
     let mut dropped = false;

@@ -101,8 +101,16 @@ fn permutation(routing: &str) -> metaroce_sim::run::Outcome {
 /// the window 2,814 resent and 166.7 µs. Since ACKs of quiet paths go at
 /// once (stop 39) ECMP runs faster (141.5 µs) and adaptive routing's
 /// makespan is still its slowest flow's luck: 1,264 of 32,880 resent and
-/// 160.3 µs on this seed; over seeds 2-5 adaptive/ECMP is 1.06-1.15
-/// (1.05-1.19 before), so the bound is 1.15, not a promise of parity.
+/// 160.3 µs on this seed; over seeds 2-5 adaptive/ECMP was 1.06-1.15
+/// (1.05-1.19 before). Setup grants (connections start at line rate)
+/// made ECMP 9 % faster and adaptive routing 4 %: over seeds 1-6 the
+/// ratio is 1.06-1.26 (1.04-1.26 before them; seed 1 1.20, 129.6 against
+/// 155.3 µs), so the bound is 1.3, not a promise of parity.
+/// Resends: 4.0-5.0 % of data packets over seeds 1-6 when connections
+/// started cold, 4.7-5.6 % since setup grants start them at line rate
+/// (every queue is fuller sooner; about a third of the resends are tail
+/// copies, sent because spurious gap losses count as loss); without the
+/// window 8.5 %. The bound is 6 %: the window must keep well under that.
 #[test]
 fn adaptive_routing_reorders_without_costing_resends() {
     let ecmp = permutation("ecmp");
@@ -113,11 +121,11 @@ fn adaptive_routing_reorders_without_costing_resends() {
     }
     let t = &adaptive.results.transport_stats;
     assert!(
-        t.retransmissions * 100 <= 4 * t.data_packets,
+        t.retransmissions * 100 <= 6 * t.data_packets,
         "adaptive routing: {} of {} packets resent",
         t.retransmissions,
         t.data_packets
     );
     let (e, a) = (ecmp.results.makespan_us, adaptive.results.makespan_us);
-    assert!(a <= 1.15 * e, "adaptive {a} us against ECMP {e} us");
+    assert!(a <= 1.3 * e, "adaptive {a} us against ECMP {e} us");
 }

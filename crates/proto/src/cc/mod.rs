@@ -125,6 +125,12 @@ pub trait CongestionController: std::fmt::Debug + Send {
     fn on_idle_restart(&mut self, now_ns: u64) {
         let _ = now_ns;
     }
+    /// The receiver's grant given at connection setup, before any data
+    /// (bits/s; 0 = no cap): it may replace the cold start's first round
+    /// trip. By default ignored.
+    fn on_setup_grant(&mut self, rate_bps: u64, now_ns: u64) {
+        let _ = (rate_bps, now_ns);
+    }
     /// Whether the controller holds the connection to one packet until the
     /// receiver's first ACK (a cold start).
     fn awaiting_grant(&self) -> bool {

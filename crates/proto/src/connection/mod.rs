@@ -497,7 +497,7 @@ impl Connection {
     }
 
     /// Build the send side if this is the connection's first message.
-    fn ensure_send_side(&mut self, dev: &DeviceState) {
+    pub(super) fn ensure_send_side(&mut self, dev: &DeviceState) {
         if self.path_count != 0 {
             return;
         }

@@ -681,6 +681,38 @@ impl Connection {
         self.rack_advance(latest_acked_sent_ns, now_ns, dev);
     }
 
+    /// The receiver's grant from connection setup (bits/s, 0 = no cap),
+    /// before this connection sent anything: taken as its first ACK's
+    /// grant would be, a round trip sooner. Later grants come in ACKs.
+    pub(crate) fn take_setup_grant(&mut self, rate_bps: u64, now_ns: u64, dev: &mut DeviceState) {
+        if self.stats.data_packets_sent > 0 {
+            return;
+        }
+        // The controller that will send is built with the first message:
+        // build it now, to hold the grant.
+        self.ensure_send_side(dev);
+        if !self.cc.awaiting_grant() {
+            return;
+        }
+        self.cc.on_setup_grant(rate_bps, now_ns);
+        if self.cc.awaiting_grant() {
+            return;
+        }
+        trace_event!(
+            in: self.trace.enter(),
+            DEBUG,
+            now_ns,
+            rate_bps,
+            "setup grant taken: no cold round trip (rate 0: the receiver's only sender, no cap)"
+        );
+        if let Some(rate_bps) = self.cc.pacing_rate_bps() {
+            // Peers granted at setup may all start at once: spread them
+            // over a packet's gap, as for first grants heard together.
+            let packet = u64::from(dev.config.mtu_payload_bytes + PACKET_OVERHEAD_BYTES);
+            self.pace_out_of_step(now_ns, dev, packet, rate_bps);
+        }
+    }
+
     /// Restart pacing at a random point within the gap of a `packet_bytes`
     /// packet at `rate_bps`: senders that would keep meeting in step (an
     /// incast's) spread over the gap.

@@ -988,6 +988,7 @@ impl Connection {
 #[cfg(test)]
 mod tests {
     use crate::config::EndpointConfig;
+    use crate::endpoint::QpError;
     use crate::stats::EndpointStats;
     use crate::testing::fixture::{self, End, Lab, completions, lab, statuses};
     use crate::testing::{Fate, Side};
@@ -1359,6 +1360,57 @@ mod tests {
         }
         assert!(l.pair.settle(1_000, 1_000));
         succeeded(&mut l, 1, 16 << 10);
+    }
+
+    #[test]
+    fn a_setup_grant_sends_the_first_window_without_a_cold_round_trip() {
+        // A connection that starts cold sends one short packet and waits
+        // for the receiver's first grant. Granted at setup instead (the
+        // receiver's only sender: no cap), its first flight is the window.
+        let mss = 1024 + u64::from(super::super::PACKET_OVERHEAD_BYTES);
+        let base_rtt_ns = 10_000;
+        let window = mss * 52 / 10;
+        let cfg = |seed| EndpointConfig {
+            paths_per_connection: 2,
+            base_rtt_ns,
+            line_rate_bps: window * 8_000_000_000 / base_rtt_ns + 1,
+            ..fixture::config(seed)
+        };
+        let first_flight = |grant: Option<u64>| {
+            let mut l = lab(cfg(1), cfg(2));
+            if let Some(rate_bps) = grant {
+                let b = l.pair.addr(Side::B);
+                let now = l.pair.now();
+                l.pair.a.take_setup_grant(b, rate_bps, now).unwrap();
+            }
+            write(&mut l, 1, 16 << 10);
+            let sent = l.pair.poll_transmits(Side::A);
+            let data: Vec<_> = sent
+                .iter()
+                .filter(|(t, _)| t.kind == PacketKind::Data)
+                .map(|(_, bytes)| bytes.len())
+                .collect();
+            for (t, bytes) in &sent {
+                l.pair.deliver(Side::A, t, bytes);
+            }
+            assert!(l.pair.settle(1_000, 1_000));
+            succeeded(&mut l, 1, 16 << 10);
+            data
+        };
+        let cold = first_flight(None);
+        assert!(
+            cold.iter().all(|&len| (len as u64) < mss),
+            "cold: short packets only, {cold:?}"
+        );
+        let granted = first_flight(Some(0));
+        assert_eq!(granted.len(), 5, "{granted:?}");
+        // A peer we have no connection to is an error, not a panic.
+        let mut l = lab(cfg(1), cfg(2));
+        let stranger = "10.9.9.9:4793".parse().unwrap();
+        assert_eq!(
+            l.pair.a.take_setup_grant(stranger, 0, 0),
+            Err(QpError::NotConnectedTo(stranger))
+        );
     }
 
     #[test]

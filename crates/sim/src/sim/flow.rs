@@ -7,7 +7,7 @@ use super::Sim;
 use crate::error::SimError;
 use crate::event::EventKind;
 use crate::time::Ps;
-use crate::transport::{MessageEvent, Transport, TransportFactory};
+use crate::transport::{ChannelPlan, MessageEvent, Transport, TransportFactory};
 
 /// A channel counted at setup that its first message has not opened yet.
 const NOT_OPEN: u32 = u32::MAX;
@@ -38,11 +38,14 @@ impl<F: TransportFactory> Sim<F> {
             }
             // One channel per ordered (src, dst) pair, shared by its flows:
             // (not yet open, messages it will carry).
-            self.hosts[src as usize]
+            let channel = self.hosts[src as usize]
                 .channels
                 .entry(dst)
-                .or_insert((NOT_OPEN, 0))
-                .1 += 1;
+                .or_insert((NOT_OPEN, 0));
+            channel.1 += 1;
+            if channel.1 == 1 {
+                self.hosts[dst as usize].senders_to_me += 1;
+            }
             if !f.background {
                 self.waiting += 1;
             }
@@ -69,10 +72,14 @@ impl<F: TransportFactory> Sim<F> {
         let host = &mut self.hosts[src as usize];
         let (mut ch, messages) = host.channels[&dst];
         if ch == NOT_OPEN {
+            let plan = ChannelPlan {
+                messages,
+                senders_to_receiver: self.hosts[dst as usize].senders_to_me,
+            };
             let (a, b) = pair_mut(&mut self.hosts, src as usize, dst as usize);
             match self
                 .factory
-                .open_channel(&mut a.transport, src, &mut b.transport, dst, messages)
+                .open_channel(now, &mut a.transport, src, &mut b.transport, dst, plan)
             {
                 Ok(c) => {
                     ch = c;

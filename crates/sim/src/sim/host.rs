@@ -34,6 +34,8 @@ pub(super) struct HostState<H> {
     /// channel number and the messages still to finish on it (at zero the
     /// channel is closed and its state released).
     pub(super) channels: std::collections::HashMap<u32, (u32, u32)>,
+    /// How many hosts have channels to this one over the run.
+    pub(super) senders_to_me: u32,
 }
 
 /// A transport per host from `factory`, each with its ports from `build_ports`.
@@ -59,6 +61,7 @@ pub(super) fn build_hosts<F: TransportFactory>(
             armed_at: None,
             queued: 0,
             channels: std::collections::HashMap::new(),
+            senders_to_me: 0,
         });
     }
     Ok(hosts)

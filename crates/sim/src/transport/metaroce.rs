@@ -8,8 +8,8 @@
 //! (its send completion).
 
 use super::{
-    FRAME_OVERHEAD_BYTES, HostInfo, MessageEvent, PairStats, Transport, TransportError,
-    TransportFactory, TransportStats, Wire,
+    ChannelPlan, FRAME_OVERHEAD_BYTES, HostInfo, MessageEvent, PairStats, Transport,
+    TransportError, TransportFactory, TransportStats, Wire,
 };
 use crate::address::{host_index, host_ip};
 use crate::capture::SimCapture;
@@ -600,13 +600,14 @@ impl TransportFactory for MetaRoceFactory {
 
     fn open_channel(
         &self,
+        now: Ps,
         a: &mut MetaRoceHost,
         a_index: u32,
         b: &mut MetaRoceHost,
         b_index: u32,
-        messages: u32,
+        plan: ChannelPlan,
     ) -> Result<u32, TransportError> {
-        let recvs = messages.clamp(1, MAX_RECVS_PER_CHANNEL);
+        let recvs = plan.messages.clamp(1, MAX_RECVS_PER_CHANNEL);
         let caps = QpCaps {
             max_send_wr: 1024,
             max_recv_wr: recvs,
@@ -620,6 +621,16 @@ impl TransportFactory for MetaRoceFactory {
         })?;
         b.span.in_scope(|| {
             b.ep.connect_qp(qb, SocketAddr::new(host_ip(a_index), port), qa.qpn())
+        })?;
+        // The out-of-band setup carries `b`'s promise to `a`: its share of
+        // its line among the peers that connect to it.
+        let grant_bps = b.ep.setup_grant_bps(plan.senders_to_receiver);
+        a.span.in_scope(|| {
+            a.ep.take_setup_grant(
+                SocketAddr::new(host_ip(b_index), port),
+                grant_bps,
+                ps_to_ns(now),
+            )
         })?;
         for _ in 0..recvs {
             b.ep.post_recv(

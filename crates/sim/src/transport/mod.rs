@@ -267,6 +267,18 @@ pub struct HostInfo {
     pub seed: u64,
 }
 
+/// What the workload will do over a channel, known when it opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChannelPlan {
+    /// How many flows the workload sends over the channel, so a receiver
+    /// can pre-post what it needs, as an application would.
+    pub messages: u32,
+    /// How many hosts open channels to the receiver over the run: the
+    /// peers an application connects at its start (a collective's
+    /// communicator), so the receiver can promise each a share of its line.
+    pub senders_to_receiver: u32,
+}
+
 /// Builds hosts and wires channels between them (the out-of-band setup a
 /// real deployment does over TCP or a connection manager).
 pub trait TransportFactory: Clone {
@@ -276,16 +288,16 @@ pub trait TransportFactory: Clone {
     /// A new host.
     fn host(&self, info: &HostInfo) -> Result<Self::Host, TransportError>;
 
-    /// Open a one-way message channel from `a` to `b`; returns `a`'s
-    /// channel number. Called once per ordered pair that carries flows;
-    /// `messages` is how many flows the workload will send over it, so a
-    /// receiver can pre-post what it needs, as an application would.
+    /// Open a one-way message channel from `a` to `b` at `now` (its first
+    /// message); returns `a`'s channel number. Called once per ordered
+    /// pair that carries flows.
     fn open_channel(
         &self,
+        now: Ps,
         a: &mut Self::Host,
         a_index: u32,
         b: &mut Self::Host,
         b_index: u32,
-        messages: u32,
+        plan: ChannelPlan,
     ) -> Result<u32, TransportError>;
 }

@@ -12,8 +12,8 @@
 
 use super::dcqcn::{Dcqcn, DcqcnParams};
 use super::{
-    FRAME_OVERHEAD_BYTES, HostInfo, MessageEvent, PairStats, Transport, TransportError,
-    TransportFactory, TransportStats, Wire,
+    ChannelPlan, FRAME_OVERHEAD_BYTES, HostInfo, MessageEvent, PairStats, Transport,
+    TransportError, TransportFactory, TransportStats, Wire,
 };
 use crate::{PS_PER_US, Ps};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -673,11 +673,12 @@ impl TransportFactory for RcFactory {
 
     fn open_channel(
         &self,
+        _now: Ps,
         a: &mut RcHost,
         a_index: u32,
         b: &mut RcHost,
         b_index: u32,
-        _messages: u32,
+        _plan: ChannelPlan,
     ) -> Result<u32, TransportError> {
         let mut qps = Vec::new();
         for _ in 0..self.cfg.qps_per_flow.max(1) {
