@@ -33,6 +33,7 @@ local DEFAULT_UDP_PORT = 4793
 local BASE_LEN = 8
 local DATA_HEADER_LEN = 36
 local ACK_FIXED_LEN = 68
+local SACK_LEN = 32
 local OP_ACK_LEN = 16
 local MAX_OP_ACKS = 16
 local ICRC_LEN = 4
@@ -50,7 +51,7 @@ local FLAG_AUTHENTICATED = 0x08
 local FLAG_ICRC_OMITTED = 0x10
 local FLAG_SENDER_DRAINED = 0x20
 local FLAG_REPAIR = 0x40
-local FLAGS_RESERVED = 0x80
+local FLAG_SACK_ABSENT = 0x80
 
 local packet_types = { [TYPE_DATA] = "Data", [TYPE_ACK] = "Ack" }
 
@@ -102,7 +103,8 @@ local f = {
         nil, FLAG_SENDER_DRAINED, "The sender has no more new data queued toward this device"),
     flag_repair = ProtoField.bool("metaroce.flags.repair", "Repair", 8,
         nil, FLAG_REPAIR, "A repair packet: a recovery shard of the message's data packets, not message bytes"),
-    flag_reserved = ProtoField.uint8("metaroce.flags.reserved", "Reserved", base.HEX, nil, FLAGS_RESERVED),
+    flag_sack_absent = ProtoField.bool("metaroce.flags.sack_absent", "SACK absent", 8,
+        nil, FLAG_SACK_ABSENT, "ACK packets: no SACK bitmap (all zero); the fields after it move up 32 bytes"),
     path_slot = ProtoField.uint8("metaroce.path_slot", "Path slot", base.DEC),
     path_gen = ProtoField.uint16("metaroce.path_gen", "Path generation", base.DEC),
     src_device_port = ProtoField.uint16("metaroce.src_device_port", "Source device port", base.DEC),
@@ -208,6 +210,9 @@ local e = {
         expert.group.CHECKSUM, expert.severity.ERROR),
     reserved = ProtoExpert.new("metaroce.reserved_set", "Reserved bits set (ignored by receivers)",
         expert.group.PROTOCOL, expert.severity.NOTE),
+    empty_sack = ProtoExpert.new("metaroce.sack.empty_present",
+        "SACK bitmap present with no bit set (receivers drop this as Malformed: send it absent)",
+        expert.group.MALFORMED, expert.severity.ERROR),
     nak = ProtoExpert.new("metaroce.nak", "Negative acknowledgement",
         expert.group.RESPONSE_CODE, expert.severity.NOTE),
     retransmit = ProtoExpert.new("metaroce.retransmission", "Retransmitted segment",
@@ -277,6 +282,13 @@ local function u8(tvb, at) return tvb(at, 1):uint() end
 local function u16(tvb, at) return tvb(at, 2):uint() end
 local function u32(tvb, at) return tvb(at, 4):uint() end
 
+-- Section 5: an ACK without SACK bitmap (SACK_ABSENT) is 32 bytes shorter
+-- before its op-ack entries, and its op-ack count is at 32, not 64.
+local function ack_fixed_len(flags)
+    if band(flags, FLAG_SACK_ABSENT) ~= 0 then return ACK_FIXED_LEN - SACK_LEN end
+    return ACK_FIXED_LEN
+end
+
 local function trailer_len_of(flags)
     if band(flags, FLAG_AUTHENTICATED) ~= 0 then return AUTH_TRAILER_LEN end
     return ICRC_LEN
@@ -300,13 +312,14 @@ local function structure_error(tvb, len)
         if len < header_len + trailer then return "truncated" end
         return nil, header_len
     elseif packet_type == TYPE_ACK then
-        if len < ACK_FIXED_LEN then return "truncated" end
-        local count = u8(tvb, 64)
+        local fixed = ack_fixed_len(u8(tvb, 2))
+        if len < fixed then return "truncated" end
+        local count = u8(tvb, fixed - 4)
         if count > MAX_OP_ACKS then return "too_many_op_acks" end
-        local want = ACK_FIXED_LEN + OP_ACK_LEN * count + trailer
+        local want = fixed + OP_ACK_LEN * count + trailer
         if len < want then return "truncated" end
         if len > want then return "too_long" end
-        return nil, ACK_FIXED_LEN + OP_ACK_LEN * count
+        return nil, fixed + OP_ACK_LEN * count
     end
     return "bad_type"
 end
@@ -334,10 +347,7 @@ local function add_base(tvb, tree)
     flags_item:add(f.flag_icrc_omitted, tvb(2, 1))
     flags_item:add(f.flag_sender_drained, tvb(2, 1))
     flags_item:add(f.flag_repair, tvb(2, 1))
-    flags_item:add(f.flag_reserved, tvb(2, 1))
-    if band(u8(tvb, 2), FLAGS_RESERVED) ~= 0 then
-        flags_item:add_proto_expert_info(e.reserved)
-    end
+    flags_item:add(f.flag_sack_absent, tvb(2, 1))
     tree:add(f.path_slot, tvb(3, 1))
     tree:add(f.path_gen, tvb(4, 2))
     tree:add(f.src_device_port, tvb(6, 2))
@@ -352,6 +362,7 @@ local function flag_text(flags)
     if band(flags, FLAG_ICRC_OMITTED) ~= 0 then names[#names + 1] = "IO" end
     if band(flags, FLAG_SENDER_DRAINED) ~= 0 then names[#names + 1] = "SD" end
     if band(flags, FLAG_REPAIR) ~= 0 then names[#names + 1] = "RP" end
+    if band(flags, FLAG_SACK_ABSENT) ~= 0 then names[#names + 1] = "NS" end
     if #names == 0 then return "" end
     return " flags=" .. table.concat(names, "|")
 end
@@ -488,21 +499,14 @@ local function dissect_data(tvb, pinfo, tree, len, header_len, trailer)
     return info .. flag_text(u8(tvb, 2))
 end
 
-local function dissect_ack(tvb, pinfo, tree, len, header_len, trailer)
-    local ack_psn = u32(tvb, 8)
-    tree:add(f.ack_psn, tvb(8, 4))
-    tree:add(f.ts_echo, tvb(12, 4))
-    tree:add(f.ack_delay_ns, tvb(16, 4))
-    tree:add(f.rx_packets, tvb(20, 4))
-    tree:add(f.ce_packets, tvb(24, 4))
-    tree:add(f.rate_hint_mbps, tvb(28, 4))
-
-    -- Section 5: bit i (LSB first within each byte) = PSN ack_psn + 1 + i.
-    local sack = tree:add(f.sack, tvb(32, 32))
-    sack:add(f.sack_base, tvb(32, 32), (ack_psn + 1) % 4294967296):set_generated()
+-- The SACK bitmap at 32..64; returns how many bits are set and the first
+-- eight PSNs they name.
+local function add_sack(tvb, tree, ack_psn)
+    local sack = tree:add(f.sack, tvb(32, SACK_LEN))
+    sack:add(f.sack_base, tvb(32, SACK_LEN), (ack_psn + 1) % 4294967296):set_generated()
     local set = 0
     local psns = {}
-    for byte = 0, 31 do
+    for byte = 0, SACK_LEN - 1 do
         local value = u8(tvb, 32 + byte)
         for bit_index = 0, 7 do
             if band(value, 2 ^ bit_index) ~= 0 then
@@ -515,21 +519,45 @@ local function dissect_ack(tvb, pinfo, tree, len, header_len, trailer)
             end
         end
     end
-    sack:add(f.sack_count, tvb(32, 32), set):set_generated()
+    sack:add(f.sack_count, tvb(32, SACK_LEN), set):set_generated()
     sack:append_text(string.format(" (%d of %d set)", set, SACK_BITS))
+    if set == 0 then
+        sack:add_proto_expert_info(e.empty_sack)
+    end
+    return set, psns
+end
 
-    local count = u8(tvb, 64)
-    tree:add(f.op_ack_count, tvb(64, 1))
-    local trimmed = u8(tvb, 65)
-    tree:add(f.trim_count, tvb(65, 1))
-    tree:add(f.trim_offset, tvb(66, 2))
+local function dissect_ack(tvb, pinfo, tree, len, header_len, trailer)
+    local ack_psn = u32(tvb, 8)
+    tree:add(f.ack_psn, tvb(8, 4))
+    tree:add(f.ts_echo, tvb(12, 4))
+    tree:add(f.ack_delay_ns, tvb(16, 4))
+    tree:add(f.rx_packets, tvb(20, 4))
+    tree:add(f.ce_packets, tvb(24, 4))
+    tree:add(f.rate_hint_mbps, tvb(28, 4))
+
+    -- Section 5: bit i (LSB first within each byte) = PSN ack_psn + 1 + i.
+    -- Without it (SACK_ABSENT) the fields after it start at 32, not 64.
+    local set = 0
+    local psns = {}
+    local tail = ACK_FIXED_LEN - SACK_LEN - 4
+    if band(u8(tvb, 2), FLAG_SACK_ABSENT) == 0 then
+        set, psns = add_sack(tvb, tree, ack_psn)
+        tail = ACK_FIXED_LEN - 4
+    end
+
+    local count = u8(tvb, tail)
+    tree:add(f.op_ack_count, tvb(tail, 1))
+    local trimmed = u8(tvb, tail + 1)
+    tree:add(f.trim_count, tvb(tail + 1, 1))
+    tree:add(f.trim_offset, tvb(tail + 2, 2))
     if trimmed > 0 then
-        tree:add(f.trim_psn, tvb(66, 2), (ack_psn + u16(tvb, 66)) % 4294967296):set_generated()
+        tree:add(f.trim_psn, tvb(tail + 2, 2), (ack_psn + u16(tvb, tail + 2)) % 4294967296):set_generated()
     end
 
     local op_text = {}
     for n = 0, count - 1 do
-        local at = ACK_FIXED_LEN + OP_ACK_LEN * n
+        local at = tail + 4 + OP_ACK_LEN * n
         local entry = tree:add(f.op_ack, tvb(at, OP_ACK_LEN))
         entry:add(f.op_ack_qpn, tvb(at, 4))
         entry:add(f.op_ack_msn, tvb(at + 4, 4))
@@ -603,15 +631,17 @@ end
 
 -- Dissect what fits; report what does not. Returns the bytes consumed.
 -- Section 5.3, coalescing: an ACK may be followed by more packets in its
--- datagram. Its own length is fixed by its op-ack count and trailer; the
+-- datagram. Its own length is fixed by its flags, op-ack count and trailer; the
 -- bytes after it are the next packet. Returns the first packet's length.
 local function first_packet_len(tvb, len)
-    if tvb:len() < ACK_FIXED_LEN or u8(tvb, 0) ~= VERSION or u8(tvb, 1) ~= TYPE_ACK then
+    if tvb:len() < BASE_LEN or u8(tvb, 0) ~= VERSION or u8(tvb, 1) ~= TYPE_ACK then
         return len
     end
-    local count = u8(tvb, 64)
+    local fixed = ack_fixed_len(u8(tvb, 2))
+    if tvb:len() < fixed then return len end
+    local count = u8(tvb, fixed - 4)
     if count > 16 then return len end
-    local n = ACK_FIXED_LEN + OP_ACK_LEN * count + trailer_len_of(u8(tvb, 2))
+    local n = fixed + OP_ACK_LEN * count + trailer_len_of(u8(tvb, 2))
     if n < len then return n end
     return len
 end
@@ -699,15 +729,16 @@ local function dissect(tvb, pinfo, root)
         pinfo.cols.info = info
         pinfo.cols.info = info .. dissect_trailer(tvb, tree, len, flags)
     else
+        local fixed = ack_fixed_len(flags)
         if problem == "too_many_op_acks" then
-            tree:add(f.op_ack_count, tvb(64, 1))
-            tree:add_proto_expert_info(e.too_many_op_acks, u8(tvb, 64) .. " op-acks, at most 16 allowed")
+            tree:add(f.op_ack_count, tvb(fixed - 4, 1))
+            tree:add_proto_expert_info(e.too_many_op_acks, u8(tvb, fixed - 4) .. " op-acks, at most 16 allowed")
             pinfo.cols.info = "MetaRoCE ACK malformed (op_ack_count)"
             return len
         end
         if problem == "truncated" or problem == "too_long" then
-            local want = ACK_FIXED_LEN + trailer
-            if len >= ACK_FIXED_LEN then want = want + OP_ACK_LEN * u8(tvb, 64) end
+            local want = fixed + trailer
+            if len >= fixed then want = want + OP_ACK_LEN * u8(tvb, fixed - 4) end
             local ef = problem == "truncated" and e.truncated or e.too_long
             tree:add_proto_expert_info(ef, string.format(
                 "ACK of %d bytes; wire.md 5 requires exactly %d", len, want))
@@ -715,7 +746,7 @@ local function dissect(tvb, pinfo, root)
             pinfo.cols.info = "MetaRoCE ACK " .. (problem == "truncated" and "truncated" or "too long")
             return len
         end
-        header_len = header_len or ACK_FIXED_LEN + OP_ACK_LEN * u8(tvb, 64)
+        header_len = header_len or fixed + OP_ACK_LEN * u8(tvb, fixed - 4)
         local info = dissect_ack(tvb, pinfo, tree, len, header_len, trailer)
         pinfo.cols.info = info
         pinfo.cols.info = info .. dissect_trailer(tvb, tree, len, flags)
@@ -736,7 +767,9 @@ local function heuristic(tvb, pinfo, tree)
     if len ~= tvb:reported_length_remaining() or len < BASE_LEN then return false end
     if u8(tvb, 0) ~= VERSION then return false end
     local flags = u8(tvb, 2)
-    if band(flags, FLAGS_RESERVED) ~= 0 then return false end
+    -- SACK_ABSENT is a layout bit of ACKs: on a data packet it is what
+    -- the reserved bits were, a sign of something else.
+    if band(flags, FLAG_SACK_ABSENT) ~= 0 and u8(tvb, 1) ~= TYPE_ACK then return false end
     -- The first packet decides (a coalesced datagram, section 5.3, starts
     -- with an ACK of its own length).
     local first = first_packet_len(tvb, len)

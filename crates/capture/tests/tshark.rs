@@ -263,7 +263,12 @@ fn ack_fields(repr: &AckRepr) -> Vec<(&'static str, String)> {
     let join = |items: Vec<String>| items.join(",");
     let bits: Vec<usize> = repr.sack.iter_set().collect();
     let ops = repr.op_acks();
+    // Nothing to SACK: the bitmap is left out (SACK_ABSENT), so tshark
+    // shows none of its fields.
+    let absent = repr.sack.is_empty();
+    let sack_field = |value: String| if absent { String::new() } else { value };
     vec![
+        ("metaroce.flags.sack_absent", u8::from(absent).to_string()),
         ("metaroce.version", "1".to_string()),
         ("metaroce.packet_type", "2".into()),
         ("metaroce.path_slot", repr.base.path_slot.to_string()),
@@ -274,12 +279,12 @@ fn ack_fields(repr: &AckRepr) -> Vec<(&'static str, String)> {
         ("metaroce.rx_packets", repr.rx_packets.to_string()),
         ("metaroce.ce_packets", repr.ce_packets.to_string()),
         ("metaroce.rate_hint_mbps", repr.rate_hint_mbps.to_string()),
-        ("metaroce.sack", hex_bytes(&repr.sack.0)),
+        ("metaroce.sack", sack_field(hex_bytes(&repr.sack.0))),
         (
             "metaroce.sack.base",
-            repr.ack_psn.wrapping_add(1).to_string(),
+            sack_field(repr.ack_psn.wrapping_add(1).to_string()),
         ),
-        ("metaroce.sack.count", bits.len().to_string()),
+        ("metaroce.sack.count", sack_field(bits.len().to_string())),
         (
             "metaroce.sack.bit",
             join(bits.iter().map(|i| i.to_string()).collect()),
@@ -565,7 +570,7 @@ fn valid_cases() -> Vec<Case> {
         .push(("metaroce.flags.icrc_omitted", "1".into()));
     case.expect
         .push(("metaroce.flags.sender_drained", "0".into()));
-    case.expect.push(("metaroce.flags.reserved", "0x00".into()));
+    case.expect.push(("metaroce.flags.sack_absent", "0".into()));
     case.dst_port = ROCEV2_PORT;
     cases.push(case);
 
@@ -577,7 +582,7 @@ fn valid_cases() -> Vec<Case> {
         .push(("metaroce.flags.sender_drained", "1".into()));
     case.expect
         .push(("metaroce.flags.icrc_omitted", "0".into()));
-    case.expect.push(("metaroce.flags.reserved", "0x00".into()));
+    case.expect.push(("metaroce.flags.sack_absent", "0".into()));
     case.expect.push(("metaroce.flags.repair", "0".into()));
     cases.push(case);
 
@@ -606,7 +611,7 @@ fn valid_cases() -> Vec<Case> {
     case.expect.push(("metaroce.flags.repair", "1".into()));
     case.expect
         .push(("metaroce.flags.sender_drained", "0".into()));
-    case.expect.push(("metaroce.flags.reserved", "0x00".into()));
+    case.expect.push(("metaroce.flags.sack_absent", "0".into()));
     case.expect.push(("_ws.col.Info", info));
     cases.push(case);
 
@@ -624,7 +629,7 @@ fn valid_cases() -> Vec<Case> {
     assert_eq!(shard.validate(), Ok(()));
     let mut case = data_case("repair shard of an odd-length write (heuristic)", shard);
     case.expect.push(("metaroce.flags.repair", "1".into()));
-    case.expect.push(("metaroce.flags.reserved", "0x00".into()));
+    case.expect.push(("metaroce.flags.sack_absent", "0".into()));
     case.dst_port = ROCEV2_PORT;
     cases.push(case);
     cases
@@ -803,7 +808,12 @@ fn tshark_flags_broken_packets() {
     .bytes;
     repair_read[2] |= Flags::REPAIR.bits(); // READ_RESPONSE data has no shards
     metaroce_wire::seal(&mut repair_read);
-    let broken: [(&str, Vec<u8>, &str); 12] = [
+    // An ACK with a bitmap present but no bit of it set: one encoding per
+    // ACK, so receivers drop it (wire.md 5).
+    let mut empty_sack = ack_case("s", sample_ack(1, &[3], &[])).bytes;
+    empty_sack[32..64].fill(0);
+    metaroce_wire::seal(&mut empty_sack);
+    let broken: [(&str, Vec<u8>, &str); 13] = [
         ("bad ICRC", bad_icrc, "metaroce.icrc.bad"),
         ("bad version", bad_version, "metaroce.bad_version"),
         ("bad type", bad_type, "metaroce.bad_type"),
@@ -837,6 +847,11 @@ fn tshark_flags_broken_packets() {
             "repair on a read response",
             repair_read,
             "metaroce.field_rule",
+        ),
+        (
+            "an empty SACK bitmap sent present",
+            empty_sack,
+            "metaroce.sack.empty_present",
         ),
     ];
     // What the expert text of each repair case names.
@@ -1031,7 +1046,7 @@ fn heuristic_claims_only_valid_metaroce_on_other_ports() {
     let mut bad_icrc = valid.bytes.clone();
     bad_icrc[36] ^= 0x80;
     let mut reserved_flag = valid.bytes.clone();
-    reserved_flag[2] |= 0x80; // bit 7, the only reserved one
+    reserved_flag[2] |= 0x80; // bit 7, SACK_ABSENT: an ACK's layout bit, not a data packet's
     metaroce_wire::seal(&mut reserved_flag);
     // Bit 6 is REPAIR, no longer reserved: a repair packet is claimed.
     let repair = data_case(

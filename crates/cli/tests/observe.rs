@@ -104,7 +104,7 @@ const FIELDS: [&str; 14] = [
     "metaroce.opcode",
     "metaroce.flags.retransmit",
     "metaroce.ack_psn",
-    "metaroce.sack.base",
+    "metaroce.op_ack_count",
     "metaroce.icrc.status",
     "metaroce.src_device_port",
 ];
@@ -293,7 +293,7 @@ fn lossy_perf_transfer_captured_counted_and_decoded() {
             "metaroce.opcode",
             "metaroce.rkey",
             "metaroce.ack_psn",
-            "metaroce.sack.base",
+            "metaroce.op_ack_count",
             "metaroce.icrc",
         ] {
             assert!(names.contains(needed), "{needed} not shown in {names:?}");

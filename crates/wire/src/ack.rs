@@ -1,10 +1,10 @@
 //! ACK packets: per-path delivery feedback plus per-QP operation outcomes.
 
-use crate::base::{BaseHeader, BaseRepr, PacketType};
+use crate::base::{BaseHeader, BaseRepr, Flags, PacketType};
 use crate::bytes::{Field, get_u16, get_u32, set_u16, set_u32};
 use crate::{
-    ACK_FIXED_LEN, Error, ICRC_LEN, MAX_OP_ACKS, OP_ACK_LEN, Result, SACK_BITS, icrc_ok,
-    trailer_len,
+    ACK_COMPACT_FIXED_LEN, ACK_FIXED_LEN, BASE_HEADER_LEN, Error, ICRC_LEN, MAX_OP_ACKS,
+    OP_ACK_LEN, Result, SACK_BITS, SACK_LEN, icrc_ok, trailer_len,
 };
 
 mod field {
@@ -18,10 +18,12 @@ mod field {
     pub(super) const CE_PACKETS: Field = 24..28;
     pub(super) const RATE_HINT_MBPS: Field = 28..32;
     pub(super) const SACK: Field = 32..64;
-    pub(super) const OP_ACK_COUNT: usize = 64;
-    pub(super) const TRIM_COUNT: usize = 65;
-    pub(super) const TRIM_OFFSET: Field = 66..68;
-    pub(super) const OP_ACKS: usize = 68;
+    // The rest follows the SACK, or takes its place when it is absent
+    // (`Flags::SACK_ABSENT`): offsets from the end of the SACK's place.
+    pub(super) const OP_ACK_COUNT: usize = 0;
+    pub(super) const TRIM_COUNT: usize = 1;
+    pub(super) const TRIM_OFFSET: Field = 2..4;
+    pub(super) const OP_ACKS: usize = 4;
 
     // Offsets inside one 16-byte op-ack entry.
     pub(super) const ENTRY_QPN: Field = 0..4;
@@ -214,9 +216,14 @@ impl Iterator for SackIter {
     }
 }
 
-fn entry(index: usize) -> Field {
-    let start = field::OP_ACKS + index * OP_ACK_LEN;
-    start..start + OP_ACK_LEN
+/// Length of an ACK before its op-ack entries, for its base flags: without
+/// the SACK bitmap when [`Flags::SACK_ABSENT`] is set.
+pub(crate) fn fixed_len(flags: Flags) -> usize {
+    if flags.contains(Flags::SACK_ABSENT) {
+        ACK_COMPACT_FIXED_LEN
+    } else {
+        ACK_FIXED_LEN
+    }
 }
 
 /// A read/write view of an ACK packet: the whole datagram, ICRC included.
@@ -248,14 +255,14 @@ impl<T: AsRef<[u8]>> AckPacket<T> {
     /// After this succeeds no accessor of this view panics.
     pub fn check_len(&self) -> Result<()> {
         let len = self.buffer.as_ref().len();
-        if len < ACK_FIXED_LEN + ICRC_LEN {
+        if len < BASE_HEADER_LEN || len < self.fixed_len() + ICRC_LEN {
             return Err(Error::Truncated);
         }
         let count = usize::from(self.op_ack_count());
         if count > MAX_OP_ACKS {
             return Err(Error::Malformed("op_ack_count"));
         }
-        let expected = ACK_FIXED_LEN + count * OP_ACK_LEN + self.trailer_len();
+        let expected = self.fixed_len() + count * OP_ACK_LEN + self.trailer_len();
         if len < expected {
             Err(Error::Truncated)
         } else if len > expected {
@@ -273,6 +280,27 @@ impl<T: AsRef<[u8]>> AckPacket<T> {
     /// A view of the base header.
     pub fn base(&self) -> BaseHeader<&[u8]> {
         BaseHeader::new_unchecked(self.buffer.as_ref())
+    }
+
+    /// Whether the SACK bitmap is absent ([`Flags::SACK_ABSENT`]).
+    pub fn sack_absent(&self) -> bool {
+        self.base().flags().contains(Flags::SACK_ABSENT)
+    }
+
+    /// Length before the op-ack entries: [`ACK_FIXED_LEN`], or
+    /// [`ACK_COMPACT_FIXED_LEN`] without the SACK bitmap.
+    pub fn fixed_len(&self) -> usize {
+        fixed_len(self.base().flags())
+    }
+
+    /// Where the fields after the SACK's place start.
+    fn tail(&self) -> usize {
+        self.fixed_len() - (field::OP_ACKS - field::OP_ACK_COUNT)
+    }
+
+    fn entry(&self, index: usize) -> Field {
+        let start = self.tail() + field::OP_ACKS + index * OP_ACK_LEN;
+        start..start + OP_ACK_LEN
     }
 
     /// Length of the trailer: [`ICRC_LEN`], or
@@ -311,27 +339,34 @@ impl<T: AsRef<[u8]>> AckPacket<T> {
         get_u32(self.buffer.as_ref(), field::RATE_HINT_MBPS)
     }
 
-    /// The selective-ACK bitmap.
+    /// The selective-ACK bitmap (empty when absent).
     pub fn sack(&self) -> SackBits {
-        let mut bits = [0u8; 32];
+        if self.sack_absent() {
+            return SackBits::EMPTY;
+        }
+        let mut bits = [0u8; SACK_LEN];
         bits.copy_from_slice(&self.buffer.as_ref()[field::SACK]);
         SackBits(bits)
     }
 
     /// Raw op-ack count (may exceed [`MAX_OP_ACKS`] before `check_len`).
     pub fn op_ack_count(&self) -> u8 {
-        self.buffer.as_ref()[field::OP_ACK_COUNT]
+        self.buffer.as_ref()[self.tail() + field::OP_ACK_COUNT]
     }
 
     /// How many packets, from `ack_psn + trim_offset` on, a switch trimmed
     /// to their headers on the way (0: none reported by this ACK).
     pub fn trim_count(&self) -> u8 {
-        self.buffer.as_ref()[field::TRIM_COUNT]
+        self.buffer.as_ref()[self.tail() + field::TRIM_COUNT]
     }
 
     /// Where the trimmed run starts, counted from `ack_psn`.
     pub fn trim_offset(&self) -> u16 {
-        get_u16(self.buffer.as_ref(), field::TRIM_OFFSET)
+        let at = self.tail();
+        get_u16(
+            self.buffer.as_ref(),
+            at + field::TRIM_OFFSET.start..at + field::TRIM_OFFSET.end,
+        )
     }
 
     /// Entry `index`: `None` past the op-ack count or the buffer, otherwise
@@ -340,7 +375,7 @@ impl<T: AsRef<[u8]>> AckPacket<T> {
         if index >= usize::from(self.op_ack_count()) {
             return None;
         }
-        let raw = self.buffer.as_ref().get(entry(index))?;
+        let raw = self.buffer.as_ref().get(self.entry(index))?;
         let syndrome = match Syndrome::try_from(raw[field::ENTRY_SYNDROME]) {
             Ok(syndrome) => syndrome,
             Err(err) => return Some(Err(err)),
@@ -403,21 +438,31 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> AckPacket<T> {
         set_u32(self.buffer.as_mut(), field::RATE_HINT_MBPS, value);
     }
 
-    /// Set the selective-ACK bitmap.
+    /// Set the selective-ACK bitmap. Set the base flags first: with
+    /// [`Flags::SACK_ABSENT`] there is no bitmap and this does nothing.
     pub fn set_sack(&mut self, value: &SackBits) {
-        self.buffer.as_mut()[field::SACK].copy_from_slice(&value.0);
+        if !self.sack_absent() {
+            self.buffer.as_mut()[field::SACK].copy_from_slice(&value.0);
+        }
     }
 
-    /// Set the op-ack count.
+    /// Set the op-ack count (after the base flags, which place it).
     pub fn set_op_ack_count(&mut self, value: u8) {
-        self.buffer.as_mut()[field::OP_ACK_COUNT] = value;
+        let at = self.tail() + field::OP_ACK_COUNT;
+        self.buffer.as_mut()[at] = value;
     }
 
-    /// Set the trimmed run: `count` packets from `ack_psn + offset` on.
+    /// Set the trimmed run: `count` packets from `ack_psn + offset` on
+    /// (after the base flags, which place it).
     pub fn set_trimmed(&mut self, offset: u16, count: u8) {
+        let at = self.tail();
         let buf = self.buffer.as_mut();
-        buf[field::TRIM_COUNT] = count;
-        set_u16(buf, field::TRIM_OFFSET, offset);
+        buf[at + field::TRIM_COUNT] = count;
+        set_u16(
+            buf,
+            at + field::TRIM_OFFSET.start..at + field::TRIM_OFFSET.end,
+            offset,
+        );
     }
 
     /// Write entry `index` (its reserved bytes as zero).
@@ -426,7 +471,8 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> AckPacket<T> {
     ///
     /// If the buffer does not reach the end of that entry.
     pub fn set_op_ack(&mut self, index: usize, value: &OpAck) {
-        let raw = &mut self.buffer.as_mut()[entry(index)];
+        let range = self.entry(index);
+        let raw = &mut self.buffer.as_mut()[range];
         set_u32(raw, field::ENTRY_QPN, value.qpn);
         set_u32(raw, field::ENTRY_MSN, value.msn);
         raw[field::ENTRY_SYNDROME] = value.syndrome as u8;
@@ -535,6 +581,10 @@ impl AckRepr {
         repr.ce_packets = packet.ce_packets();
         repr.rate_hint_mbps = packet.rate_hint_mbps();
         repr.sack = packet.sack();
+        if !packet.sack_absent() && repr.sack.is_empty() {
+            // One encoding per ACK: an empty bitmap is sent absent.
+            return Err(Error::Malformed("sack"));
+        }
         let mut index = 0;
         while let Some(op_ack) = packet.op_ack(index) {
             repr.op_acks[index] = op_ack?;
@@ -566,12 +616,23 @@ impl AckRepr {
     /// authentication trailer when `base.flags` has
     /// [`Flags::AUTHENTICATED`](crate::Flags::AUTHENTICATED)).
     pub fn buffer_len(&self) -> usize {
-        ACK_FIXED_LEN + self.op_acks().len() * OP_ACK_LEN + trailer_len(self.base.flags)
+        self.covered_len() + trailer_len(self.base.flags)
     }
 
-    /// Length of the ACK without its trailer: the bytes [`AckRepr::emit`] writes.
+    /// Length of the ACK without its trailer: the bytes [`AckRepr::emit`]
+    /// writes. Without the SACK bitmap when no bit of it is set.
     pub fn covered_len(&self) -> usize {
-        ACK_FIXED_LEN + self.op_acks().len() * OP_ACK_LEN
+        fixed_len(self.layout_flags()) + self.op_acks().len() * OP_ACK_LEN
+    }
+
+    /// The base flags as emitted: [`Flags::SACK_ABSENT`] added when the
+    /// SACK is empty (one encoding per ACK).
+    fn layout_flags(&self) -> Flags {
+        let mut flags = self.base.flags.known();
+        if self.sack.is_empty() {
+            flags.insert(Flags::SACK_ABSENT);
+        }
+        flags
     }
 
     /// Write the ACK except the trailer (that is, [`AckRepr::covered_len`]
@@ -585,6 +646,8 @@ impl AckRepr {
         let op_acks = self.op_acks();
         let mut packet = AckPacket::new_unchecked(&mut buf[..self.covered_len()]);
         self.base.emit(&mut packet.base_mut(), PacketType::Ack);
+        // The layout bit goes first: it places every field after the SACK.
+        packet.base_mut().set_flags(self.layout_flags());
         packet.set_ack_psn(self.ack_psn);
         packet.set_ts_echo(self.ts_echo);
         packet.set_ack_delay_ns(self.ack_delay_ns);

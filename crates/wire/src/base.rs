@@ -62,7 +62,15 @@ impl Flags {
     /// them from the others and as many repair packets as it lacks data
     /// packets, without waiting a round trip for a resend.
     pub const REPAIR: Self = Self(0x40);
-    /// Every defined flag bit.
+    /// ACK packets: the SACK bitmap is absent (every bit of it zero), and
+    /// the fields after it move up by its 32 bytes. A layout bit like
+    /// [`Flags::AUTHENTICATED`], written and read by the ACK's own view
+    /// ([`crate::AckPacket`]); not in [`Flags::KNOWN`], so no repr carries
+    /// it. Most ACKs acknowledge an in-order path and have nothing to
+    /// SACK: without the bitmap an ACK is 40 bytes instead of 72.
+    pub const SACK_ABSENT: Self = Self(0x80);
+    /// Every defined flag bit a repr carries (all but the layout bit
+    /// [`Flags::SACK_ABSENT`]).
     pub const KNOWN: Self = Self(0x7f);
 
     /// No flag set.

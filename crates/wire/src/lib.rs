@@ -77,6 +77,11 @@ pub const DATA_HEADER_LEN: usize = 36;
 pub const ICRC_LEN: usize = 4;
 /// Length of an ACK before its op-ack entries (base header included).
 pub const ACK_FIXED_LEN: usize = 68;
+/// Length of the selective-ACK bitmap, absent from an ACK with
+/// [`Flags::SACK_ABSENT`].
+pub const SACK_LEN: usize = 32;
+/// Length of an ACK without its SACK bitmap before its op-ack entries.
+pub const ACK_COMPACT_FIXED_LEN: usize = ACK_FIXED_LEN - SACK_LEN;
 /// Length of one op-ack entry in an ACK.
 pub const OP_ACK_LEN: usize = 16;
 /// Most op-ack entries one ACK can carry.
@@ -240,8 +245,9 @@ pub fn parse_with(datagram: &[u8], icrc: IcrcPolicy) -> Result<Packet<'_>> {
 /// A datagram carries one packet, or an ACK followed by more packets
 /// (wire.md section 5.3, coalescing: a device sends the ACK for what it
 /// received in the datagram of its own reply, one datagram through the
-/// network stack instead of two). An ACK's length is fixed by its op-ack
-/// count and its trailer, so what follows it is the next packet, parsed and
+/// network stack instead of two). An ACK's length is fixed by its flags
+/// (`SACK_ABSENT`), op-ack count and trailer, so what follows it is the
+/// next packet, parsed and
 /// checked on its own. For any other datagram, and for an ACK whose length
 /// cannot be told (truncated, a bad count), the whole datagram: the parser
 /// then says what is wrong with it.
@@ -253,14 +259,15 @@ pub fn first_packet_len(datagram: &[u8]) -> usize {
     if header.version() != VERSION || header.packet_type() != PacketType::Ack as u8 {
         return len;
     }
-    let Some(&count) = datagram.get(ACK_FIXED_LEN - 4) else {
+    let fixed = ack::fixed_len(header.flags());
+    let Some(&count) = datagram.get(fixed - 4) else {
         return len;
     };
     let count = usize::from(count);
     if count > MAX_OP_ACKS {
         return len;
     }
-    let ack_len = ACK_FIXED_LEN + count * OP_ACK_LEN + trailer_len(header.flags());
+    let ack_len = fixed + count * OP_ACK_LEN + trailer_len(header.flags());
     ack_len.min(len)
 }
 

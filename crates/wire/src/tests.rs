@@ -198,10 +198,52 @@ fn ack_round_trips() {
     assert_eq!(parse(&buf).unwrap(), Packet::Ack(repr.clone()));
     fuzz_check(&buf);
 
+    // Nothing to SACK: the bitmap is left out (40 bytes, not 72).
     let empty = AckRepr::new(base());
     let buf = emit_ack_vec(&empty);
-    assert_eq!(buf.len(), 72);
+    assert_eq!(buf.len(), 40);
+    assert_eq!(buf[2], 0x01 | Flags::SACK_ABSENT.bits());
     assert_eq!(parse(&buf).unwrap(), Packet::Ack(empty));
+    fuzz_check(&buf);
+}
+
+#[test]
+fn an_ack_without_sack_bits_leaves_the_bitmap_out_and_moves_the_rest_up() {
+    let mut repr = ack();
+    repr.sack = SackBits::EMPTY;
+    repr.trim_count = 3;
+    repr.trim_offset = 0x0102;
+    let buf = emit_ack_vec(&repr);
+    assert_eq!(buf.len(), ACK_COMPACT_FIXED_LEN + 2 * OP_ACK_LEN + ICRC_LEN);
+    assert_eq!(&buf[28..32], &25_000u32.to_be_bytes());
+    assert_eq!(&buf[32..36], &[2, 3, 0x01, 0x02]);
+    assert_eq!(&buf[52..56], &[0, 0, 0, 6]); // second entry's qpn
+    let Packet::Ack(parsed) = parse(&buf).unwrap() else {
+        panic!("an ACK")
+    };
+    // The layout bit is the ACK view's: the repr's flags are as given.
+    assert_eq!(parsed, repr);
+    assert!(!parsed.base.flags.contains(Flags::SACK_ABSENT));
+    fuzz_check(&buf);
+    // The first packet of a coalesced datagram ends where its length says.
+    let mut two = buf.clone();
+    two.extend_from_slice(&buf);
+    assert_eq!(first_packet_len(&two), buf.len());
+}
+
+#[test]
+fn an_empty_bitmap_sent_present_is_malformed() {
+    // One encoding per ACK: the full layout with every SACK bit zero.
+    let mut full = emit_ack_vec(&ack());
+    full[32..64].fill(0);
+    seal(&mut full);
+    assert_eq!(parse(&full), Err(Error::Malformed("sack")));
+    // And a compact ACK cut short of its fixed part is truncated.
+    let compact = emit_ack_vec(&AckRepr::new(base()));
+    assert_eq!(
+        parse(&compact[..ACK_COMPACT_FIXED_LEN]),
+        Err(Error::Truncated)
+    );
 }
 
 #[test]
@@ -249,6 +291,7 @@ fn full_ack_round_trips_and_push_stops() {
     }
     assert!(!repr.push_op_ack(OpAck::ZERO));
     assert_eq!(repr.op_acks().len(), MAX_OP_ACKS);
+    repr.sack.set(0);
     let buf = emit_ack_vec(&repr);
     assert_eq!(
         buf.len(),
@@ -401,16 +444,16 @@ fn atomics_must_cover_one_word() {
 
 #[test]
 fn too_many_op_acks() {
-    let buf = emit_ack_vec(&AckRepr::new(base()));
+    let buf = emit_ack_vec(&ack());
+    let compact = emit_ack_vec(&AckRepr::new(base()));
     for count in [17u8, 200, 255] {
-        let mut bad = buf.clone();
-        bad[64] = count;
-        bad.resize(
-            ACK_FIXED_LEN + usize::from(count) * OP_ACK_LEN + ICRC_LEN,
-            0,
-        );
-        seal(&mut bad);
-        assert_eq!(parse(&bad), Err(Error::Malformed("op_ack_count")));
+        for (buf, fixed) in [(&buf, ACK_FIXED_LEN), (&compact, ACK_COMPACT_FIXED_LEN)] {
+            let mut bad = buf.clone();
+            bad[fixed - 4] = count;
+            bad.resize(fixed + usize::from(count) * OP_ACK_LEN + ICRC_LEN, 0);
+            seal(&mut bad);
+            assert_eq!(parse(&bad), Err(Error::Malformed("op_ack_count")));
+        }
     }
 }
 

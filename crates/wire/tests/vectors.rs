@@ -476,6 +476,18 @@ fn cases() -> Vec<Case> {
         nak_msg_seq: 7,
     });
 
+    let mut ack_no_sack = AckRepr::new(base(Flags::empty()));
+    ack_no_sack.ack_psn = 100;
+    ack_no_sack.ts_echo = 0x0102_0304;
+    ack_no_sack.ack_delay_ns = 2500;
+    ack_no_sack.rx_packets = 100;
+    ack_no_sack.push_op_ack(OpAck {
+        qpn: 0x11,
+        msn: 4,
+        syndrome: Syndrome::Ack,
+        nak_msg_seq: 0,
+    });
+
     let write_bytes = emit_d(&write);
     let ack_bytes = emit_a(&ack);
     let mut read_req_payload = read_req.clone();
@@ -587,6 +599,30 @@ fn cases() -> Vec<Case> {
             ack_bytes.clone(),
         ),
         case(
+            "ack-no-sack",
+            vec![
+                "ACK for path slot 3 gen 1 with nothing to SACK: every psn < 100 received.",
+                "SACK_ABSENT (flags bit 7) is set and the bitmap left out, so the op-ack",
+                "count follows the rate hint at offset 32. One op ack: QP 0x11 executed",
+                "msg_seq < 4.",
+            ],
+            "Ack ack_psn=100 op_ack_count=1",
+            Some(
+                "slot=3 gen=1 ts_echo=0x01020304 ack_delay_ns=2500 rx_packets=100 ce_packets=0 rate_hint_mbps=0 op0=0x11:4:Ack:0",
+            ),
+            emit_a(&ack_no_sack),
+        ),
+        case(
+            "invalid-empty-sack-present",
+            vec![
+                "The ACK vector with every SACK bit cleared but the bitmap still present:",
+                "an empty bitmap must be sent absent (one encoding per ACK).",
+            ],
+            "Malformed(\"sack\")",
+            None,
+            resealed(ack_bytes.clone(), |b| b[32..64].fill(0)),
+        ),
+        case(
             "invalid-bad-version",
             vec!["The write-first-segment vector with version 2 (ICRC recomputed)."],
             "BadVersion(2)",
@@ -652,12 +688,15 @@ fn cases() -> Vec<Case> {
         ),
         case(
             "invalid-too-many-op-acks",
-            vec!["An ACK announcing 17 op acks (the maximum is 16), with 17 zero entries."],
+            vec![
+                "An ACK without SACK bitmap announcing 17 op acks (the maximum is 16),",
+                "with 17 zero entries.",
+            ],
             "Malformed(\"op_ack_count\")",
             None,
             resealed(emit_a(&AckRepr::new(base(Flags::empty()))), |b| {
-                b[64] = 17;
-                b.resize(68 + 17 * 16 + 4, 0);
+                b[32] = 17;
+                b.resize(36 + 17 * 16 + 4, 0);
             }),
         ),
         case(
