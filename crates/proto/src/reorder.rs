@@ -78,6 +78,12 @@ impl ReorderWindow {
         self.window_ns
     }
 
+    /// Whether the fabric was proved to reorder lately (the window is
+    /// open): a SACK gap is then as likely a late packet as a lost one.
+    pub(crate) fn is_open(&self) -> bool {
+        self.window_ns > 0
+    }
+
     /// A packet given up on for a gap arrived after all.
     pub(crate) fn on_proof(&mut self, now_ns: u64, rtt_min_ns: u64) {
         let rtt_min_ns = rtt_min_ns.max(1);

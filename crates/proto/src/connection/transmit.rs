@@ -375,13 +375,17 @@ impl Connection {
     /// a ping-pong of one-packet messages, every message being its own
     /// tail, they doubled the packets and the per-message system calls:
     /// 8 B `perf write-lat` over loopback took 19.1 µs one way with them
-    /// and 10.2 µs without (raw UDP 6.7 µs).
+    /// and 10.2 µs without (raw UDP 6.7 µs). And not on a fabric proved to
+    /// reorder (`crate::reorder`): there its SACK gaps are mostly late
+    /// packets, not lost ones, and the copies only duplicated what was
+    /// on its way (adaptive routing: a fifth of all resends).
     fn queue_tail_copies(&mut self, now_ns: u64, dev: &DeviceState) {
         let limit = dev.config.tail_copy_packets as usize;
         if limit == 0
             || self.path_count < 2
             || self.cc.pacing_rate_bps().is_some()
             || !dev.probe_budget.loss_seen_lately(now_ns)
+            || dev.reorder.is_open()
         {
             self.tail_copy_armed = false;
             return;
