@@ -102,16 +102,15 @@ fn permutation(routing: &str) -> metaroce_sim::run::Outcome {
 /// once (stop 39) ECMP runs faster (141.5 µs) and adaptive routing's
 /// makespan is still its slowest flow's luck: 1,264 of 32,880 resent and
 /// 160.3 µs on this seed; over seeds 2-5 adaptive/ECMP was 1.06-1.15
-/// (1.05-1.19 before). Setup grants (connections start at line rate)
-/// made ECMP 9 % faster and adaptive routing 4 %: over seeds 1-6 the
-/// ratio is 1.06-1.26 (1.04-1.26 before them; seed 1 1.20, 129.6 against
-/// 155.3 µs), so the bound is 1.3, not a promise of parity.
-/// Resends: 4.0-5.0 % of data packets over seeds 1-6 when connections
-/// started cold, 4.7-5.6 % since setup grants start them at line rate
-/// (every queue is fuller sooner), 3.9-5.4 % since tail copies stay off
-/// on a fabric proved to reorder (they had been a fifth of the resends);
-/// without the window 8.5 %. The bound is 6 %: the window must keep well
-/// under that.
+/// (1.05-1.19 before), so the bound is 1.15, not a promise of parity.
+/// Setup grants (connections start at line rate) made ECMP 9 % faster and
+/// adaptive routing 4 %, and tail copies stay off on a fabric proved to
+/// reorder (they had been a fifth of its resends): on this seed 1,316 of
+/// 32,676 packets resent (4.03 %; 3.98 % before), 132.4 against 132.6 µs
+/// over ECMP. Seeds 2-6 resend 3.9-5.4 % (4.3-5.0 % before) at 1.06-1.26
+/// × ECMP's makespan. The resend bound was 4 %, which seed 1 alone met,
+/// by a few packets, before this change too; it is 5 %, against 8.5 %
+/// without the window.
 #[test]
 fn adaptive_routing_reorders_without_costing_resends() {
     let ecmp = permutation("ecmp");
@@ -122,11 +121,11 @@ fn adaptive_routing_reorders_without_costing_resends() {
     }
     let t = &adaptive.results.transport_stats;
     assert!(
-        t.retransmissions * 100 <= 6 * t.data_packets,
+        t.retransmissions * 100 <= 5 * t.data_packets,
         "adaptive routing: {} of {} packets resent",
         t.retransmissions,
         t.data_packets
     );
     let (e, a) = (ecmp.results.makespan_us, adaptive.results.makespan_us);
-    assert!(a <= 1.3 * e, "adaptive {a} us against ECMP {e} us");
+    assert!(a <= 1.15 * e, "adaptive {a} us against ECMP {e} us");
 }
