@@ -145,6 +145,7 @@ pub(crate) fn run_suite(args: &ConformanceArgs) -> Result<ExitCode, String> {
             // ICRC need the target to verify it.
             icrc_omission: false,
             key_confirm: None,
+            setup_grant_mbps: None,
         },
         last: true,
     };
@@ -358,6 +359,7 @@ fn respond_on(
         // ones): never agree to leave it out.
         icrc_omission: false,
         key_confirm: None,
+        setup_grant_mbps: None,
     };
     let confirmation = secret.map(|s| {
         let at = |role| KeyConfirmation::new(&s, role, hello.endpoint.session_id, session_id, mode);

@@ -47,6 +47,13 @@ pub struct Endpoint {
     /// predates it): false.
     #[serde(default)]
     pub icrc_omission: bool,
+    /// The share of this side's line it promises the peer's sends before
+    /// the first ACK, in Mbit/s (0: the whole line, the peer is its only
+    /// sender). The peer starts at it instead of a cold round trip
+    /// (transport spec §2, "Setup grants"). Absent (a side that promises
+    /// nothing, or predates it): the peer starts cold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup_grant_mbps: Option<u64>,
     /// With packet authentication, the server's key confirmation in its
     /// `Accept` (64 hex digits, [`crate::KeyConfirmation`]); absent
     /// otherwise and in the client's `Hello`.
@@ -75,5 +82,22 @@ mod tests {
         assert_eq!(e.auth, "none");
         assert!(!e.icrc_omission);
         assert_eq!(e.key_confirm, None);
+        assert_eq!(e.setup_grant_mbps, None);
+    }
+
+    /// A promise travels and comes back as sent; none is left out.
+    #[test]
+    fn a_setup_grant_round_trips_and_is_left_out_when_absent() {
+        let mut e: Endpoint = serde_json::from_str(
+            r#"{"device_port":1,"path_port_span":32,"mtu":4096,"qpns":[65536],
+                "buf":{"addr":0,"rkey":2,"len":8},"setup_grant_mbps":0}"#,
+        )
+        .unwrap();
+        assert_eq!(e.setup_grant_mbps, Some(0));
+        let text = serde_json::to_string(&e).unwrap();
+        assert!(text.contains(r#""setup_grant_mbps":0"#), "{text}");
+        e.setup_grant_mbps = None;
+        let text = serde_json::to_string(&e).unwrap();
+        assert!(!text.contains("setup_grant"), "{text}");
     }
 }

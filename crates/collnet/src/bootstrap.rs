@@ -142,6 +142,7 @@ fn local_endpoint(rig: &Rig, cfg: &NetConfig) -> Endpoint {
         session_id: rig.dev.with(|ctx, _| ctx.session_id()),
         // Collectives run unauthenticated: there is no job secret to confirm.
         key_confirm: None,
+        setup_grant_mbps: None,
         // Unauthenticated, so the UDP checksum alone can cover payloads.
         icrc_omission: cfg.icrc_omission,
         auth: "none".into(),

@@ -987,6 +987,7 @@ impl EpState {
             auth: "none".into(),
             // The provider runs unauthenticated: no job secret to confirm.
             key_confirm: None,
+            setup_grant_mbps: None,
             // Unauthenticated, so the UDP checksum alone can cover payloads.
             icrc_omission: !self.cfg.icrc,
         }

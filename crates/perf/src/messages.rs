@@ -69,6 +69,7 @@ mod tests {
                 auth: "none".into(),
                 icrc_omission: true,
                 key_confirm: None,
+                setup_grant_mbps: Some(0),
             },
             last: true,
         };
@@ -80,7 +81,7 @@ mod tests {
                 r#""qps":1,"tx_depth":128,"verify":true,"mtu":4096,"paths":16,"pattern_seed":9},"#,
                 r#""endpoint":{"device_port":4791,"path_port_span":32,"mtu":4096,"qpns":[65536],"#,
                 r#""buf":{"addr":139637976727552,"rkey":5,"len":65536},"session_id":3,"auth":"none","#,
-                r#""icrc_omission":true},"#,
+                r#""icrc_omission":true,"setup_grant_mbps":0},"#,
                 r#""last":true}"#
             )
         );

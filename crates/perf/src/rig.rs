@@ -244,7 +244,7 @@ pub(crate) fn connect(rig: &Rig, peer_ip: IpAddr, peer: &Endpoint) -> Result<(),
     // The context refuses a path_mtu the path cannot carry, and the engine
     // follows the path's MTU from here on.
     rig.dev.learn_path(dest)?;
-    rig.dev.with(|ctx, _| -> Result<(), VerbsError> {
+    rig.dev.with(|ctx, now_ns| -> Result<(), VerbsError> {
         // The peer's session id enters the keys when packets are
         // authenticated; recording it is harmless otherwise.
         ctx.set_peer_session(dest, peer.session_id)?;
@@ -272,6 +272,9 @@ pub(crate) fn connect(rig: &Rig, peer_ip: IpAddr, peer: &Endpoint) -> Result<(),
                 },
             )?;
         }
+        if let Some(mbps) = peer.setup_grant_mbps {
+            ctx.take_setup_grant(dest, mbps.saturating_mul(1_000_000), now_ns)?;
+        }
         Ok(())
     })?;
     Ok(())
@@ -293,6 +296,8 @@ pub(crate) fn local_endpoint(rig: &Rig, p: &Params) -> Endpoint {
         auth: auth_mode(rig.auth.as_ref()).into(),
         icrc_omission: rig.icrc_offer,
         key_confirm: None,
+        // A session has one peer: it may start at the whole line.
+        setup_grant_mbps: Some(rig.dev.with(|ctx, _| ctx.setup_grant_bps(1)) / 1_000_000),
     }
 }
 

@@ -61,6 +61,7 @@ fn describe(side: &Side) -> Endpoint {
         session_id: side.dev.with(|ctx, _| ctx.session_id()),
         auth: "none".into(),
         key_confirm: None,
+        setup_grant_mbps: None,
         // This device checks every ICRC (it does not offer to omit it).
         icrc_omission: false,
     }

@@ -509,6 +509,28 @@ impl Context {
         Ok(self.endpoint.set_peer_session(peer, session_id)?)
     }
 
+    /// The share of this device's line it promises each of `senders` peers
+    /// when their QPs are connected (bits/s; 0: the whole line, no cap),
+    /// for the connection manager to send them (see
+    /// `Endpoint::setup_grant_bps`).
+    pub fn setup_grant_bps(&self, senders: u32) -> u64 {
+        self.endpoint.setup_grant_bps(senders)
+    }
+
+    /// The peer device at `peer` promised this device `rate_bps` (0: the
+    /// whole line) when their QPs were connected: a connection that has
+    /// sent nothing starts at it instead of a cold round trip (see
+    /// `Endpoint::take_setup_grant`). Call after moving a QP toward the
+    /// peer to RTR.
+    pub fn take_setup_grant(
+        &mut self,
+        peer: SocketAddr,
+        rate_bps: u64,
+        now_ns: u64,
+    ) -> Result<(), VerbsError> {
+        Ok(self.endpoint.take_setup_grant(peer, rate_bps, now_ns)?)
+    }
+
     /// `ibv_query_device`: the device's limits.
     pub fn query_device(&self) -> DeviceAttr {
         let cfg = self.endpoint.config();

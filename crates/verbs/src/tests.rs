@@ -574,3 +574,47 @@ fn a_cq_says_whether_a_poll_would_return_something_without_taking_it() {
     l.b.destroy_cq(l.cq_b).unwrap();
     assert!(l.b.cq_has_completions(l.cq_b));
 }
+
+/// The receiver's promise from connection setup (what the connection
+/// manager carries): its only sender starts at the whole line instead of
+/// one short cold packet and a round trip. A peer with no connection is an
+/// error.
+#[test]
+fn a_setup_grant_sends_the_first_flight_whole() {
+    let first_flight = |grant: bool| {
+        let mut l = Link::with_path_mtu(1024);
+        if grant {
+            let promise = l.b.setup_grant_bps(1);
+            assert_eq!(promise, 0, "a lone sender: no cap");
+            let b: SocketAddr = "10.0.0.2:4793".parse().unwrap();
+            l.a.take_setup_grant(b, promise, l.now).unwrap();
+        }
+        let write = WrOp::Write {
+            remote_addr: l.mr_b.addr,
+            rkey: l.mr_b.rkey,
+        };
+        l.a.post_send(l.qa, &[SendWr::new(1, write, vec![l.mr_a.sge(0, 4000)])])
+            .unwrap();
+        let mut buf = vec![0; l.a.max_datagram_len()];
+        let mut lens = Vec::new();
+        while let Some(t) = l.a.poll_transmit(l.now, &mut buf) {
+            lens.push(t.len);
+        }
+        lens
+    };
+    // Cold: the message's first 256 bytes go in a short packet that asks
+    // for the receiver's grant. Granted: full packets from the first.
+    let cold = first_flight(false);
+    assert!(cold[0] < 1024, "{cold:?}");
+    let granted = first_flight(true);
+    assert!(
+        granted.len() == 4 && granted[..3].iter().all(|&n| n > 1024),
+        "4000 bytes in four packets of 1024 or less: {granted:?}"
+    );
+    let mut c = ctx();
+    let stranger: SocketAddr = "10.9.9.9:4793".parse().unwrap();
+    assert_eq!(
+        c.take_setup_grant(stranger, 0, 0),
+        Err(VerbsError::Qp(QpError::NotConnectedTo(stranger)))
+    );
+}
