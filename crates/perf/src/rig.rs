@@ -296,8 +296,13 @@ pub(crate) fn local_endpoint(rig: &Rig, p: &Params) -> Endpoint {
         auth: auth_mode(rig.auth.as_ref()).into(),
         icrc_omission: rig.icrc_offer,
         key_confirm: None,
-        // A session has one peer: it may start at the whole line.
-        setup_grant_mbps: Some(rig.dev.with(|ctx, _| ctx.setup_grant_bps(1)) / 1_000_000),
+        // A session has one peer: it may start at the whole line (0). A
+        // share is rounded up to the next Mbit/s, so it never becomes 0.
+        setup_grant_mbps: Some(
+            rig.dev
+                .with(|ctx, _| ctx.setup_grant_bps(1))
+                .div_ceil(1_000_000),
+        ),
     }
 }
 

@@ -348,6 +348,16 @@ fn many_newcomers_at_once_open_with_short_packets() {
     assert!(full.results.fabric.drops > 0, "{:?}", full.results.fabric);
 }
 
+/// The claims' 128-host fat tree (k = 8, 1 µs per hop, ECN from 30 KB to
+/// 120 KB) at `link_gbps`, seed 1, running the `[[workload]]` body given.
+fn ft128(link_gbps: u32, end_us: u32, workload: &str) -> String {
+    format!(
+        "name = \"t\"\nseed = 1\nend_us = {end_us}\n[topology]\nkind = \"fat_tree\"\nhosts = 128\nk = 8\n\
+         link_gbps = {link_gbps}\nlatency_ns = 1000\n[switch]\necn_kmin_bytes = 30000\necn_kmax_bytes = 120000\n\
+         [[workload]]\n{workload}"
+    )
+}
+
 /// A lone flow starts at line rate and does not fall silent in its first
 /// round trip. Its receiver has no other sender, so the share it promised
 /// at setup is its whole line: a full BDP at once, no cold round trip
@@ -360,11 +370,11 @@ fn many_newcomers_at_once_open_with_short_packets() {
 /// window's first turn), and 3.5 % of slack.
 #[test]
 fn a_lone_flow_sends_its_whole_first_window() {
-    let o = run(
-        "name = \"t\"\nseed = 1\nend_us = 10000\n[topology]\nkind = \"fat_tree\"\nhosts = 128\nk = 8\n\
-         link_gbps = 100\nlatency_ns = 1000\n[switch]\necn_kmin_bytes = 30000\necn_kmax_bytes = 120000\n\
-         [[workload]]\nkind = \"permutation\"\nbytes = 2000000\nhosts = [0, 64]\n",
-    );
+    let o = run(&ft128(
+        100,
+        10_000,
+        "kind = \"permutation\"\nbytes = 2000000\nhosts = [0, 64]\n",
+    ));
     let r = &o.results;
     assert!(r.finished);
     // 489 packets of 4,160 bytes on the wire at 100 Gb/s and a round trip.
@@ -674,11 +684,7 @@ fn the_device_port_is_the_scenarios_to_choose() {
 /// resends (614.7 µs).
 #[test]
 fn one_packet_flows_behind_long_queues_wait_for_the_device_ceiling() {
-    let o = run(
-        "name = \"t\"\nseed = 1\nend_us = 100000\n[topology]\nkind = \"fat_tree\"\nhosts = 128\nk = 8\n\
-         link_gbps = 10\nlatency_ns = 1000\n[switch]\necn_kmin_bytes = 30000\necn_kmax_bytes = 120000\n\
-         [[workload]]\nkind = \"all_to_all\"\nbytes = 4096\n",
-    );
+    let o = run(&ft128(10, 100_000, "kind = \"all_to_all\"\nbytes = 4096\n"));
     let r = &o.results;
     assert!(r.finished);
     let flows = 128 * 127;

@@ -833,7 +833,7 @@ impl CongestionController for MetaRoceCc {
         // packet per round trip is left to the cold start, whose one short
         // packet puts less into an incast's queue than a whole packet from
         // each sender would (256 senders: 93 KB against 1.06 MB).
-        if !self.cold || self.params.initial_window_mss == 0 {
+        if !self.cold {
             return;
         }
         if rate_bps != 0 && self.grant_window(rate_bps, self.base_rtt_ns) <= self.mss {

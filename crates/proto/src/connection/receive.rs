@@ -666,19 +666,25 @@ impl Connection {
             // A random point within one gap spreads them over it, and
             // their arrivals add up to the grants' sum, not a burst.
             self.pace_out_of_step(now_ns, dev, self.last_paced_bytes, rate_bps);
-        } else if was_cold && let Some(rate_bps) = self.cc.pacing_rate_bps() {
-            // The first grant of a newcomer that has others beside it:
-            // newcomers that started together hear their first grants
-            // together, and paced from that moment they would keep
-            // sending in step, a packet each at once every gap (256
-            // senders of 1 MB: a megabyte burst into the receiver every
-            // 84 us, its queue swinging from empty to 790 KB for ever).
-            // Each starts at a random point within one full packet's gap.
-            let packet = u64::from(dev.config.mtu_payload_bytes + PACKET_OVERHEAD_BYTES);
-            self.pace_out_of_step(now_ns, dev, packet, rate_bps);
+        } else if was_cold {
+            self.pace_first_grant_out_of_step(now_ns, dev);
         }
         self.refresh_path_deadline(p, dev);
         self.rack_advance(latest_acked_sent_ns, now_ns, dev);
+    }
+
+    /// A newcomer's first grant, from its first ACK or from setup, that
+    /// caps it (others send beside it): newcomers that started together
+    /// hear their first grants together, and paced from that moment they
+    /// would keep sending in step, a packet each at once every gap (256
+    /// senders of 1 MB: a megabyte burst into the receiver every 84 us,
+    /// its queue swinging from empty to 790 KB for ever). Each starts at a
+    /// random point within one full packet's gap.
+    fn pace_first_grant_out_of_step(&mut self, now_ns: u64, dev: &mut DeviceState) {
+        if let Some(rate_bps) = self.cc.pacing_rate_bps() {
+            let packet = u64::from(dev.config.mtu_payload_bytes + PACKET_OVERHEAD_BYTES);
+            self.pace_out_of_step(now_ns, dev, packet, rate_bps);
+        }
     }
 
     /// The receiver's grant from connection setup (bits/s, 0 = no cap),
@@ -705,12 +711,7 @@ impl Connection {
             rate_bps,
             "setup grant taken: no cold round trip (rate 0: the receiver's only sender, no cap)"
         );
-        if let Some(rate_bps) = self.cc.pacing_rate_bps() {
-            // Peers granted at setup may all start at once: spread them
-            // over a packet's gap, as for first grants heard together.
-            let packet = u64::from(dev.config.mtu_payload_bytes + PACKET_OVERHEAD_BYTES);
-            self.pace_out_of_step(now_ns, dev, packet, rate_bps);
-        }
+        self.pace_first_grant_out_of_step(now_ns, dev);
     }
 
     /// Restart pacing at a random point within the gap of a `packet_bytes`

@@ -1324,42 +1324,59 @@ mod tests {
         assert_eq!(s.spurious_rtos, s.rtos, "{s:?}");
     }
 
-    #[test]
-    fn paths_share_a_window_in_whole_packets() {
-        // Two paths share a window of 5.2 packets (1,088 bytes on the
-        // wire each: 1 KiB of payload and the headers), started at line
-        // rate: 2.6 packets per path. A path sends a packet only if all of
-        // it fits, so shares rounded down would carry two each, four in
-        // all; rounded up to whole packets each may carry three, and the
-        // connection window stops the sixth.
+    /// Two paths sharing a window of 5.2 packets (1,088 bytes on the wire
+    /// each: 1 KiB of payload and the headers): the config of both ends,
+    /// started at the whole window or cold (the default).
+    fn two_paths_of_2_6_packets(seed: u64, line_rate_start: bool) -> EndpointConfig {
         let mss = 1024 + u64::from(super::super::PACKET_OVERHEAD_BYTES);
         let base_rtt_ns = 10_000;
         let window = mss * 52 / 10;
-        let cfg = |seed| {
-            let mut c = EndpointConfig {
-                paths_per_connection: 2,
-                base_rtt_ns,
-                line_rate_bps: window * 8_000_000_000 / base_rtt_ns + 1,
-                ..fixture::config(seed)
-            };
-            c.cc_params.initial_window_mss = 0;
-            c
+        let mut c = EndpointConfig {
+            paths_per_connection: 2,
+            base_rtt_ns,
+            line_rate_bps: window * 8_000_000_000 / base_rtt_ns + 1,
+            ..fixture::config(seed)
         };
-        let mut l = lab(cfg(1), cfg(2));
-        assert_eq!(l.pair.a.config().bdp_bytes(), window);
-        write(&mut l, 1, 16 << 10);
+        if line_rate_start {
+            c.cc_params.initial_window_mss = 0;
+        }
+        c
+    }
+
+    /// Post a 16 KiB write from A, and return the lengths of the data
+    /// packets of its first flight; then deliver everything and check the
+    /// write completes.
+    fn first_flight_of_a_write(l: &mut Lab) -> Vec<usize> {
+        write(l, 1, 16 << 10);
         let sent = l.pair.poll_transmits(Side::A);
         let data = sent
             .iter()
             .filter(|(t, _)| t.kind == PacketKind::Data)
-            .count();
-        let kinds: Vec<_> = sent.iter().map(|(t, _)| t).collect();
-        assert_eq!(data, 5, "{kinds:?}");
+            .map(|(_, bytes)| bytes.len())
+            .collect();
         for (t, bytes) in &sent {
             l.pair.deliver(Side::A, t, bytes);
         }
         assert!(l.pair.settle(1_000, 1_000));
-        succeeded(&mut l, 1, 16 << 10);
+        succeeded(l, 1, 16 << 10);
+        data
+    }
+
+    #[test]
+    fn paths_share_a_window_in_whole_packets() {
+        // Started at line rate: 2.6 packets per path. A path sends a packet
+        // only if all of it fits, so shares rounded down would carry two
+        // each, four in all; rounded up to whole packets each may carry
+        // three, and the connection window stops the sixth.
+        let cfg = |seed| two_paths_of_2_6_packets(seed, true);
+        let mut l = lab(cfg(1), cfg(2));
+        let window = l.pair.a.config().bdp_bytes();
+        assert_eq!(
+            window,
+            (1024 + u64::from(super::super::PACKET_OVERHEAD_BYTES)) * 52 / 10
+        );
+        let data = first_flight_of_a_write(&mut l);
+        assert_eq!(data.len(), 5, "{data:?}");
     }
 
     #[test]
@@ -1367,45 +1384,21 @@ mod tests {
         // A connection that starts cold sends one short packet and waits
         // for the receiver's first grant. Granted at setup instead (the
         // receiver's only sender: no cap), its first flight is the window.
+        let cfg = |seed| two_paths_of_2_6_packets(seed, false);
         let mss = 1024 + u64::from(super::super::PACKET_OVERHEAD_BYTES);
-        let base_rtt_ns = 10_000;
-        let window = mss * 52 / 10;
-        let cfg = |seed| EndpointConfig {
-            paths_per_connection: 2,
-            base_rtt_ns,
-            line_rate_bps: window * 8_000_000_000 / base_rtt_ns + 1,
-            ..fixture::config(seed)
-        };
-        let first_flight = |grant: Option<u64>| {
-            let mut l = lab(cfg(1), cfg(2));
-            if let Some(rate_bps) = grant {
-                let b = l.pair.addr(Side::B);
-                let now = l.pair.now();
-                l.pair.a.take_setup_grant(b, rate_bps, now).unwrap();
-            }
-            write(&mut l, 1, 16 << 10);
-            let sent = l.pair.poll_transmits(Side::A);
-            let data: Vec<_> = sent
-                .iter()
-                .filter(|(t, _)| t.kind == PacketKind::Data)
-                .map(|(_, bytes)| bytes.len())
-                .collect();
-            for (t, bytes) in &sent {
-                l.pair.deliver(Side::A, t, bytes);
-            }
-            assert!(l.pair.settle(1_000, 1_000));
-            succeeded(&mut l, 1, 16 << 10);
-            data
-        };
-        let cold = first_flight(None);
+        let mut l = lab(cfg(1), cfg(2));
+        let cold = first_flight_of_a_write(&mut l);
         assert!(
             cold.iter().all(|&len| (len as u64) < mss),
             "cold: short packets only, {cold:?}"
         );
-        let granted = first_flight(Some(0));
+        let mut l = lab(cfg(1), cfg(2));
+        let b = l.pair.addr(Side::B);
+        let now = l.pair.now();
+        l.pair.a.take_setup_grant(b, 0, now).unwrap();
+        let granted = first_flight_of_a_write(&mut l);
         assert_eq!(granted.len(), 5, "{granted:?}");
         // A peer we have no connection to is an error, not a panic.
-        let mut l = lab(cfg(1), cfg(2));
         let stranger = "10.9.9.9:4793".parse().unwrap();
         assert_eq!(
             l.pair.a.take_setup_grant(stranger, 0, 0),
