@@ -50,6 +50,12 @@ impl RttEstimator {
             self.rttvar_ns = rtt_ns / 2;
             return;
         }
+        self.smooth(rtt_ns);
+    }
+
+    /// RFC 6298's smoothing of one sample into srtt and rttvar.
+    fn smooth(&mut self, rtt_ns: u32) {
+        self.latest_ns = rtt_ns;
         // Computed in 64 bits; each result is a weighted mean of stored
         // values, so it is stored again without loss.
         let (srtt, rttvar, rtt) = (
@@ -60,6 +66,26 @@ impl RttEstimator {
         let err = srtt.abs_diff(rtt);
         self.rttvar_ns = saturate((3 * rttvar + err) / 4);
         self.srtt_ns = saturate((7 * srtt + rtt) / 8);
+    }
+
+    /// Fold in one sample of a path whose connection measures others: the
+    /// path's first sample is weighed against the connection's estimate
+    /// instead of standing alone. A lone first sample makes the deviation
+    /// half of it and the probe timeout three times it; a path that carries
+    /// a packet every few hundred µs (one of 127 senders into a receiver,
+    /// spraying 16 paths) may take only that one sample in its life, and
+    /// one packet queued behind an all-to-all's burst held its path's probe
+    /// at 126 µs where the connection's said 60.
+    pub fn update_with(&mut self, rtt_ns: u64, connection: &Self) {
+        if self.rtt_ns_min == u32::MAX && connection.rtt_ns_min != u32::MAX {
+            self.srtt_ns = connection.srtt_ns;
+            self.rttvar_ns = connection.rttvar_ns;
+            let rtt_ns = saturate(rtt_ns).min(u32::MAX - 1);
+            self.rtt_ns_min = rtt_ns;
+            self.smooth(rtt_ns);
+            return;
+        }
+        self.update(rtt_ns);
     }
 
     /// The RTT's mean deviation.
@@ -91,11 +117,23 @@ impl RttEstimator {
     }
 
     /// The probe timeout before any ACK delay: srtt + 4 deviations, the
-    /// deviation taken at least an eighth of srtt (RACK-TLP's rule in
-    /// datacenter units: a quiet path's deviation falls to nothing, and a
-    /// probe must not fire at the first few hundred ns of queueing).
+    /// deviation taken at least an eighth of srtt (a quiet path's deviation
+    /// falls to nothing, and a probe must not fire at the first few hundred
+    /// ns of queueing), and at most two srtt (RACK-TLP's PTO, RFC 8985)
+    /// unless that leaves less than two deviations. The cap matters where
+    /// queues come and go: an all-to-all's RTT samples swing between one
+    /// and three base RTTs, the deviation grew to half the srtt, and a lost
+    /// last packet waited three srtt for its probe, and as long again when
+    /// the probe was lost too: those few messages were the makespan
+    /// (128-host all-to-all at 1 %/link). The two deviations keep a margin
+    /// where srtt falls far below the deviation (a route that changed
+    /// under flapping links): with two srtt alone, one chaos seed's
+    /// replacement paths were judged dead before their answers could come,
+    /// one after another, for good.
     pub fn probe_timeout_ns(&self) -> u64 {
-        self.srtt_ns() + 4 * self.rttvar_ns().max(self.srtt_ns() / 8)
+        let srtt = self.srtt_ns();
+        let deviation = self.rttvar_ns().max(srtt / 8);
+        (srtt + 4 * deviation).min((2 * srtt).max(srtt + 2 * deviation))
     }
 
     /// Retransmission timeout: srtt + 4 rttvar, within the bounds.
@@ -166,6 +204,64 @@ mod tests {
                 proptest::prop_assert_eq!(r.rto_ns(1, u64::MAX), w.srtt + 4 * w.rttvar);
             }
         }
+    }
+
+    #[test]
+    fn a_paths_first_sample_is_weighed_against_the_connections() {
+        let mut connection = RttEstimator::new(10_000);
+        for rtt in [20_000, 22_000, 18_000, 20_000] {
+            connection.update(rtt);
+        }
+        // Alone, a first sample of 42 µs makes the probe timeout 84 µs
+        // (three times it, at most two srtt); weighed, near the
+        // connection's.
+        let mut alone = RttEstimator::new(10_000);
+        alone.update(42_000);
+        assert_eq!(alone.probe_timeout_ns(), 84_000);
+        let mut path = RttEstimator::new(10_000);
+        path.update_with(42_000, &connection);
+        assert_eq!(path.rtt_ns_min(), 42_000);
+        assert_eq!(path.latest_ns(), 42_000);
+        assert!(path.srtt_ns() > connection.srtt_ns() && path.srtt_ns() < 25_000);
+        assert!(
+            path.probe_timeout_ns() < 50_000,
+            "{}",
+            path.probe_timeout_ns()
+        );
+        // Later samples are the path's own.
+        let before = path;
+        path.update_with(10_000, &connection);
+        let mut own = before;
+        own.update(10_000);
+        assert_eq!(path, own);
+        // A connection without a sample has nothing to weigh it against.
+        let mut first = RttEstimator::new(10_000);
+        first.update_with(42_000, &RttEstimator::new(10_000));
+        assert_eq!(first, alone);
+    }
+
+    #[test]
+    fn the_probe_timeout_is_srtt_and_four_deviations_within_its_bounds() {
+        let mut r = RttEstimator::new(10_000);
+        for _ in 0..100 {
+            r.update(10_000);
+        }
+        // A quiet path: the deviation floor, an eighth of srtt.
+        assert_eq!(r.probe_timeout_ns(), 15_000);
+        // Queues that come and go: at most two srtt.
+        for rtt in [20_000, 20_000] {
+            r.update(rtt);
+        }
+        assert!(r.rttvar_ns() < r.srtt_ns() / 2);
+        assert!(r.srtt_ns() + 4 * r.rttvar_ns() > 2 * r.srtt_ns());
+        assert_eq!(r.probe_timeout_ns(), 2 * r.srtt_ns());
+        // An srtt far under its deviation keeps two deviations of margin.
+        let mut r = RttEstimator::new(10_000);
+        for rtt in [40_000, 1_000, 1_000, 1_000, 1_000] {
+            r.update(rtt);
+        }
+        assert!(r.rttvar_ns() > r.srtt_ns() / 2);
+        assert_eq!(r.probe_timeout_ns(), r.srtt_ns() + 2 * r.rttvar_ns());
     }
 
     #[test]

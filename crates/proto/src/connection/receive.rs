@@ -577,7 +577,7 @@ impl Connection {
         if let Some(rtt) = rtt_sample
             && acked_packets > 0
         {
-            path.rtt.update(rtt);
+            path.rtt.update_with(rtt, &self.conn_rtt);
             self.conn_rtt.update(rtt);
             dev.rtt_ceiling.record(now_ns, rtt);
             self.rtt_histogram.record(rtt);
