@@ -212,9 +212,9 @@ mod tests {
         for rtt in [20_000, 22_000, 18_000, 20_000] {
             connection.update(rtt);
         }
-        // Alone, a first sample of 42 µs makes the probe timeout 84 µs
-        // (three times it, at most two srtt); weighed, near the
-        // connection's.
+        // Alone, a first sample of 42 µs has a deviation of 21 µs: srtt and
+        // four deviations would be 126 µs, capped at two srtt, 84. Weighed
+        // against the connection's 20 µs, the probe comes near its own.
         let mut alone = RttEstimator::new(10_000);
         alone.update(42_000);
         assert_eq!(alone.probe_timeout_ns(), 84_000);
