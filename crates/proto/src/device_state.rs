@@ -85,7 +85,6 @@ impl DeviceState {
     pub(crate) fn on_fates(&mut self, now_ns: u64, delivered: u32, lost: u64) {
         self.loss_rate.on_fates(now_ns, delivered, lost);
         self.admission.set_loss_rate(self.loss_rate.rate());
-        self.probe_budget.set_loss_rate(self.loss_rate.rate());
     }
 
     /// Whether a silence is evidence of a failure: the fabric loses less

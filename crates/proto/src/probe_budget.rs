@@ -22,8 +22,11 @@
 //!
 //! The share is a quarter of the line (`probe_share_permille` = 250), and
 //! it binds unless the device has seen a loss within
-//! [`LOSS_MEMORY_BASE_RTTS`] base RTTs *and* loses at least
-//! [`RANDOM_LOSS_FOR_BURSTS`] of its packets. Where SACK gaps prove
+//! [`LOSS_MEMORY_BASE_RTTS`] base RTTs *and* losses are common there (the
+//! caller says so: the device loses at least
+//! `replacement_ports::RANDOM_LOSS_FOR_BURSTS` of its packets, the bar past
+//! which `DeviceState::silence_is_evidence` says a silence on a live route
+//! proves no failure either). Where SACK gaps prove
 //! packets are being lost that often, a silence is likely a lost tail and
 //! the probe pays for itself: a 128-host all-to-all of 64 KB per pair at
 //! 5 %/link reached 2.38 GB/s bus bandwidth with the budget always on and
@@ -36,10 +39,7 @@
 //! losses), they filled the core's 1 MB buffers (3,638 drops), and the run
 //! took 1.45 times the loss-free one (seed 1). Kept metered: 846 µs, 1.09
 //! times, with 3,009 resends and no drop (but 985 RTOs, where a refused
-//! guess left a lost tail to the RTO). The bar is the one past which a silence on a live route is
-//! no longer evidence of a failure either (`replacement_ports`).
-
-use crate::replacement_ports::RANDOM_LOSS_FOR_BURSTS;
+//! guess left a lost tail to the RTO).
 
 /// Packets the budget lets go back to back after it was idle.
 pub(crate) const BURST_PACKETS: u64 = 4;
@@ -73,8 +73,6 @@ pub(crate) struct ProbeBudget {
     loss_memory_ns: u64,
     /// Until when a loss seen keeps the budget open.
     open_until_ns: u64,
-    /// The device's random loss rate (0..=1), as it measures it.
-    loss_rate: f64,
 }
 
 impl ProbeBudget {
@@ -94,7 +92,6 @@ impl ProbeBudget {
             busy_until_ns: 0,
             loss_memory_ns: base_rtt_ns.saturating_mul(LOSS_MEMORY_BASE_RTTS),
             open_until_ns: 0,
-            loss_rate: 0.0,
         };
         // The budget is idle back to `now - burst_ns`: that many packets'
         // shares are spent before `now`, and one more starts at `now`.
@@ -127,21 +124,17 @@ impl ProbeBudget {
         now_ns < self.open_until_ns
     }
 
-    /// The device's loss rate now (0..=1).
-    pub(crate) fn set_loss_rate(&mut self, rate: f64) {
-        self.loss_rate = rate;
-    }
-
-    /// Whether guesses go unmetered now: no limit, or losses seen lately on
-    /// a fabric that loses often enough for a silence to be one.
-    fn open(&self, now_ns: u64) -> bool {
-        self.rate_bps == 0
-            || (self.loss_seen_lately(now_ns) && self.loss_rate >= RANDOM_LOSS_FOR_BURSTS)
+    /// Whether guesses go unmetered now: no limit, or losses seen lately
+    /// where they are `common` enough for a silence to be one.
+    fn open(&self, now_ns: u64, common: bool) -> bool {
+        self.rate_bps == 0 || (common && self.loss_seen_lately(now_ns))
     }
 
     /// Ask to send a speculative packet of `bytes`.
-    pub(crate) fn reserve(&mut self, now_ns: u64, bytes: u64) -> ProbeGrant {
-        if self.open(now_ns) {
+    /// `losses_common`: the device loses packets often enough that a
+    /// silence is likely a loss.
+    pub(crate) fn reserve(&mut self, now_ns: u64, bytes: u64, losses_common: bool) -> ProbeGrant {
+        if self.open(now_ns, losses_common) {
             return ProbeGrant::Now;
         }
         let start = self.start_ns(now_ns);
@@ -158,8 +151,8 @@ impl ProbeBudget {
 
     /// Send `bytes` now if the share has room now; nothing is reserved
     /// otherwise.
-    pub(crate) fn take_now(&mut self, now_ns: u64, bytes: u64) -> bool {
-        if self.open(now_ns) {
+    pub(crate) fn take_now(&mut self, now_ns: u64, bytes: u64, losses_common: bool) -> bool {
+        if self.open(now_ns, losses_common) {
             return true;
         }
         let start = self.start_ns(now_ns);
@@ -175,6 +168,9 @@ impl ProbeBudget {
 mod tests {
     use super::*;
 
+    /// The device loses packets often enough for a silence to be one.
+    const COMMON: bool = true;
+
     /// 1/16 of 100 Gb/s for 4 KB packets: one packet per 5.2 us.
     fn budget() -> ProbeBudget {
         ProbeBudget::new(62, 100_000_000_000, 4160, 10_000)
@@ -185,12 +181,12 @@ mod tests {
         let mut b = budget();
         let t = 1_000_000;
         for _ in 0..BURST_PACKETS {
-            assert_eq!(b.reserve(t, 4160), ProbeGrant::Now);
+            assert_eq!(b.reserve(t, 4160, COMMON), ProbeGrant::Now);
         }
-        let ProbeGrant::At(first) = b.reserve(t, 4160) else {
+        let ProbeGrant::At(first) = b.reserve(t, 4160, COMMON) else {
             panic!("past the burst, a reservation");
         };
-        let ProbeGrant::At(second) = b.reserve(t, 4160) else {
+        let ProbeGrant::At(second) = b.reserve(t, 4160, COMMON) else {
             panic!("and another");
         };
         let gap = second - first;
@@ -205,35 +201,36 @@ mod tests {
         let mut b = budget();
         let t = 1_000_000;
         let mut at = 0;
-        while let ProbeGrant::Now | ProbeGrant::At(_) = b.reserve(t, 4160) {
+        while let ProbeGrant::Now | ProbeGrant::At(_) = b.reserve(t, 4160, COMMON) {
             at += 1;
             assert!(at < 100, "the horizon bounds reservations");
         }
         // 4 base RTTs (40 us) of 5.4 us shares, after the burst.
         assert!((10..=14).contains(&at), "{at} granted");
-        assert!(!b.take_now(t, 4160));
+        assert!(!b.take_now(t, 4160, COMMON));
         // The share refills with time.
-        assert!(b.take_now(t + 200_000, 4160));
+        assert!(b.take_now(t + 200_000, 4160, COMMON));
     }
 
     #[test]
     fn a_loss_opens_the_budget_for_a_while_where_losses_are_common() {
         let mut b = budget();
         let t = 1_000_000;
-        while b.take_now(t, 4160) {}
-        // One packet lost in a hundred: silences are still mostly queues.
-        b.set_loss_rate(0.01);
+        while b.take_now(t, 4160, COMMON) {}
+        // Losses seen, but rare: silences are still mostly queues.
         b.loss_seen(t);
         assert!(b.loss_seen_lately(t));
-        assert!(!b.take_now(t, 4160));
-        // One in twenty.
-        b.set_loss_rate(0.05);
+        assert!(!b.take_now(t, 4160, !COMMON));
+        assert_ne!(b.reserve(t, 4160, !COMMON), ProbeGrant::Now);
+        // Common.
         for _ in 0..100 {
-            assert_eq!(b.reserve(t, 4160), ProbeGrant::Now);
+            assert_eq!(b.reserve(t, 4160, COMMON), ProbeGrant::Now);
         }
         // Metered again once the loss is old: a burst, then no more.
         let closed = t + 10_000 * LOSS_MEMORY_BASE_RTTS;
-        let granted = (0..100).filter(|_| b.take_now(closed, 4160)).count();
+        let granted = (0..100)
+            .filter(|_| b.take_now(closed, 4160, COMMON))
+            .count();
         assert_eq!(granted as u64, BURST_PACKETS);
     }
 
@@ -241,8 +238,8 @@ mod tests {
     fn zero_share_is_unlimited() {
         let mut b = ProbeBudget::new(0, 100_000_000_000, 4160, 10_000);
         for _ in 0..1000 {
-            assert_eq!(b.reserve(5, 4160), ProbeGrant::Now);
-            assert!(b.take_now(5, 4160));
+            assert_eq!(b.reserve(5, 4160, COMMON), ProbeGrant::Now);
+            assert!(b.take_now(5, 4160, COMMON));
         }
     }
 }

@@ -40,32 +40,7 @@ impl RttEstimator {
 
     /// Fold in one sample.
     pub fn update(&mut self, rtt_ns: u64) {
-        // One below `u32::MAX`, which stands for "no sample yet".
-        let rtt_ns = saturate(rtt_ns).min(u32::MAX - 1);
-        let first = self.rtt_ns_min == u32::MAX;
-        self.latest_ns = rtt_ns;
-        self.rtt_ns_min = self.rtt_ns_min.min(rtt_ns);
-        if first {
-            self.srtt_ns = rtt_ns;
-            self.rttvar_ns = rtt_ns / 2;
-            return;
-        }
-        self.smooth(rtt_ns);
-    }
-
-    /// RFC 6298's smoothing of one sample into srtt and rttvar.
-    fn smooth(&mut self, rtt_ns: u32) {
-        self.latest_ns = rtt_ns;
-        // Computed in 64 bits; each result is a weighted mean of stored
-        // values, so it is stored again without loss.
-        let (srtt, rttvar, rtt) = (
-            u64::from(self.srtt_ns),
-            u64::from(self.rttvar_ns),
-            u64::from(rtt_ns),
-        );
-        let err = srtt.abs_diff(rtt);
-        self.rttvar_ns = saturate((3 * rttvar + err) / 4);
-        self.srtt_ns = saturate((7 * srtt + rtt) / 8);
+        self.fold(rtt_ns, None);
     }
 
     /// Fold in one sample of a path whose connection measures others: the
@@ -77,15 +52,37 @@ impl RttEstimator {
     /// one packet queued behind an all-to-all's burst held its path's probe
     /// at 126 µs where the connection's said 60.
     pub fn update_with(&mut self, rtt_ns: u64, connection: &Self) {
-        if self.rtt_ns_min == u32::MAX && connection.rtt_ns_min != u32::MAX {
-            self.srtt_ns = connection.srtt_ns;
-            self.rttvar_ns = connection.rttvar_ns;
-            let rtt_ns = saturate(rtt_ns).min(u32::MAX - 1);
-            self.rtt_ns_min = rtt_ns;
-            self.smooth(rtt_ns);
-            return;
+        self.fold(rtt_ns, Some(connection));
+    }
+
+    /// RFC 6298's smoothing of one sample into srtt and rttvar; the first
+    /// sample starts from `seed`'s estimate if it has one, else stands alone.
+    fn fold(&mut self, rtt_ns: u64, seed: Option<&Self>) {
+        // One below `u32::MAX`, which stands for "no sample yet".
+        let rtt_ns = saturate(rtt_ns).min(u32::MAX - 1);
+        let first = self.rtt_ns_min == u32::MAX;
+        self.latest_ns = rtt_ns;
+        self.rtt_ns_min = self.rtt_ns_min.min(rtt_ns);
+        if first {
+            match seed.filter(|s| s.rtt_ns_min != u32::MAX) {
+                Some(s) => (self.srtt_ns, self.rttvar_ns) = (s.srtt_ns, s.rttvar_ns),
+                None => {
+                    self.srtt_ns = rtt_ns;
+                    self.rttvar_ns = rtt_ns / 2;
+                    return;
+                }
+            }
         }
-        self.update(rtt_ns);
+        // Computed in 64 bits; each result is a weighted mean of stored
+        // values, so it is stored again without loss.
+        let (srtt, rttvar, rtt) = (
+            u64::from(self.srtt_ns),
+            u64::from(self.rttvar_ns),
+            u64::from(rtt_ns),
+        );
+        let err = srtt.abs_diff(rtt);
+        self.rttvar_ns = saturate((3 * rttvar + err) / 4);
+        self.srtt_ns = saturate((7 * srtt + rtt) / 8);
     }
 
     /// The RTT's mean deviation.

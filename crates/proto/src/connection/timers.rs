@@ -459,9 +459,10 @@ impl Connection {
                         .count();
                     let mut lost = 0;
                     let bytes = outstanding as u64 * packet_bytes;
+                    let losses_common = !dev.silence_is_evidence();
                     if self.path_count > 1
                         && outstanding <= 2
-                        && dev.probe_budget.take_now(now_ns, bytes)
+                        && dev.probe_budget.take_now(now_ns, bytes, losses_common)
                     {
                         self.note_given_up(p, now_ns);
                         lost = self.mark_path_lost(p);
@@ -522,10 +523,14 @@ impl Connection {
                 } else {
                     // No evidence of loss: a guess, paid from the device's
                     // budget for them (see `probe_budget.rs`).
+                    let losses_common = !dev.silence_is_evidence();
                     let path = &mut self.paths[p];
                     let go = match path.probe_hold {
                         ProbeHold::Reserved(t) if t <= now_ns => true,
-                        _ => match dev.probe_budget.reserve(now_ns, packet_bytes) {
+                        _ => match dev
+                            .probe_budget
+                            .reserve(now_ns, packet_bytes, losses_common)
+                        {
                             ProbeGrant::Now => true,
                             ProbeGrant::At(t) => {
                                 path.probe_hold = ProbeHold::Reserved(t);
