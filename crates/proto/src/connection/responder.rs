@@ -350,8 +350,15 @@ pub(super) fn on_request(
         true
     } else if let Some(n) = arrived_bytes {
         let off = u64::from(repr.offset);
-        entry.ranges.insert(off, off + n as u64);
-        entry.ranges.covered() >= msg_len
+        if off == 0 && n as u64 >= msg_len && entry.ranges.is_empty() {
+            // The whole message in its first packet (every small one): it
+            // is complete, and recording its one range would allocate the
+            // set only to drop it at once.
+            true
+        } else {
+            entry.ranges.insert(off, off + n as u64);
+            entry.ranges.covered() >= msg_len
+        }
     } else {
         false
     };
