@@ -96,7 +96,7 @@ pub(crate) struct TxMessage {
     pub(crate) segs: u32,
     /// Next segment never sent yet.
     pub(crate) next_unsent: u32,
-    acked: Vec<u64>,
+    acked: SegBitmap,
     pub(crate) acked_count: u32,
     /// Bumped by every rewind: acknowledgements of copies sent before it no
     /// longer count, because the peer may have dropped their payload.
@@ -114,6 +114,58 @@ pub(crate) struct TxMessage {
     pub(crate) repair_count: u32,
     /// Their payloads, computed when the first one goes.
     pub(crate) repair_shards: Option<Box<[u8]>>,
+}
+
+/// One bit per data segment of a message, set once the peer acknowledged
+/// it. The first 64 segments' word lives inline: nearly every message is
+/// that short, and a heap bitmap cost each post an allocation and each
+/// completion a free.
+#[derive(Debug)]
+struct SegBitmap {
+    first: u64,
+    /// Segments 64 and up, 64 a word; empty (no allocation) below that.
+    rest: Vec<u64>,
+}
+
+impl SegBitmap {
+    fn new(segs: u32) -> Self {
+        let mut bits = Self {
+            first: 0,
+            rest: Vec::new(),
+        };
+        bits.resize(segs);
+        bits
+    }
+
+    fn resize(&mut self, segs: u32) {
+        let words = segs.div_ceil(64) as usize;
+        self.rest.resize(words.saturating_sub(1), 0);
+    }
+
+    fn get(&self, seg: u32) -> bool {
+        let word = match (seg / 64) as usize {
+            0 => self.first,
+            w => self.rest[w - 1],
+        };
+        word >> (seg % 64) & 1 == 1
+    }
+
+    fn word_mut(&mut self, seg: u32) -> &mut u64 {
+        match (seg / 64) as usize {
+            0 => &mut self.first,
+            w => &mut self.rest[w - 1],
+        }
+    }
+
+    fn clear(&mut self) {
+        self.first = 0;
+        self.rest.fill(0);
+    }
+
+    /// Bytes held outside the message itself.
+    fn heap_bytes(&self) -> usize {
+        self.rest.capacity() * 8
+    }
 }
 
 /// Which stream a message belongs to and its place in it.
@@ -191,7 +243,7 @@ impl TxMessage {
             head_bytes: 0,
             segs,
             next_unsent: 0,
-            acked: vec![0; segs.div_ceil(64) as usize],
+            acked: SegBitmap::new(segs),
             acked_count: 0,
             attempt: 0,
             rnr_wait: false,
@@ -241,7 +293,7 @@ impl TxMessage {
         }
         self.head_bytes = head_bytes;
         self.segs = 1 + (self.payload_len - head_bytes).div_ceil(self.seg_bytes);
-        self.acked.resize(self.segs.div_ceil(64) as usize, 0);
+        self.acked.resize(self.segs);
     }
 
     /// Bytes per recovery shard: one data packet's size; a one-packet
@@ -265,7 +317,7 @@ impl TxMessage {
         if self.is_repair(seg) {
             return true;
         }
-        self.acked[(seg / 64) as usize] >> (seg % 64) & 1 == 1
+        self.acked.get(seg)
     }
 
     /// Mark a segment acknowledged; true if it was new.
@@ -273,7 +325,7 @@ impl TxMessage {
         if self.is_repair(seg) {
             return false;
         }
-        let word = &mut self.acked[(seg / 64) as usize];
+        let word = self.acked.word_mut(seg);
         let bit = 1 << (seg % 64);
         if *word & bit != 0 {
             return false;
@@ -297,7 +349,7 @@ impl TxMessage {
     /// Forget acknowledgements so every segment goes again (after an RNR NAK:
     /// the peer dropped the payload for want of a receive).
     pub(crate) fn rewind(&mut self) {
-        self.acked.fill(0);
+        self.acked.clear();
         self.acked_count = 0;
         self.next_unsent = 0;
         self.attempt = self.attempt.wrapping_add(1);
@@ -370,7 +422,7 @@ impl MessageSlab {
             .slots
             .iter()
             .filter_map(|(_, m)| m.as_ref())
-            .map(|m| m.acked.capacity() * 8)
+            .map(|m| m.acked.heap_bytes())
             .sum();
         self.slots.capacity() * size_of::<(u32, Option<TxMessage>)>()
             + self.free.capacity() * 4
