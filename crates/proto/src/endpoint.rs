@@ -1346,6 +1346,13 @@ impl Endpoint {
         self.regrants = regrants;
     }
 
+    /// Whether [`poll_completion`](Self::poll_completion) has something:
+    /// a driver that polls often asks this first, cheaply.
+    #[inline]
+    pub fn has_completion(&self) -> bool {
+        !self.dev.completions.is_empty()
+    }
+
     /// The next work completion, in the order they happened.
     pub fn poll_completion(&mut self) -> Option<Completion> {
         self.dev.completions.pop_front()

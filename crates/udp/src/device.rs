@@ -1572,7 +1572,10 @@ fn take_input(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
         }
     }
     let now = if did { now_ns() } else { now };
-    if ctx.poll_timeout().is_some_and(|t| t <= now) {
+    // Asked once for a pass that fires nothing (every empty poll), and
+    // again only after something that can move it.
+    let mut deadline = ctx.poll_timeout();
+    if deadline.is_some_and(|t| t <= now) {
         // Held back from when it was first held back, not from when it
         // came due: a timer that came due while this host was off its CPU
         // for 300 ms is already 300 ms late, and firing it after the first
@@ -1594,14 +1597,16 @@ fn take_input(ctx: &mut Context, io: &mut Io, now: u64) -> bool {
             io.stats.timers_deferred += 1;
             did = true;
         }
+        deadline = ctx.poll_timeout();
     } else {
         io.timer_deferred_since = None;
     }
     if !io.paths.is_empty() && (io.pmtu_refused || now >= io.pmtu_recheck_at_ns) {
         recheck_paths(ctx, io, now);
+        deadline = ctx.poll_timeout();
     }
-    io.deadline_at_last_pass = ctx.poll_timeout();
-    io.busy_at_last_pass = io.deadline_at_last_pass.is_some();
+    io.deadline_at_last_pass = deadline;
+    io.busy_at_last_pass = deadline.is_some();
     did
 }
 

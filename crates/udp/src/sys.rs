@@ -554,8 +554,10 @@ impl RxBatch {
             )
         };
         if r < 0 {
+            // Compared by number: an empty poll (most polls of a waiting
+            // loop) need not map the error to its kind.
             let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::WouldBlock {
+            if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
                 return Ok(0);
             }
             return Err(e);

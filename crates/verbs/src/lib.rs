@@ -1042,7 +1042,16 @@ impl Context {
         self.endpoint.max_datagram_len()
     }
 
+    #[inline]
     fn dispatch_completions(&mut self) {
+        // Most calls (every empty poll of a busy-polling loop) find nothing:
+        // told so without setting up the loop below.
+        if self.endpoint.has_completion() {
+            self.dispatch_pending_completions();
+        }
+    }
+
+    fn dispatch_pending_completions(&mut self) {
         while let Some(Completion {
             qp,
             queue,
