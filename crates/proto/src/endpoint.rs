@@ -607,7 +607,7 @@ impl Endpoint {
     /// everything else, including local protection errors, ends in a
     /// completion.
     pub fn post_send(&mut self, qp: QpHandle, wr: SendWr) -> Result<(), PostError> {
-        self.post_send_stamped(self.now_ns, qp, wr)
+        self.post_send_stamped(self.now_ns, qp, &wr, wr.signaled)
     }
 
     /// [`post_send`](Self::post_send) at `now_ns`: for a driver that posts
@@ -616,7 +616,30 @@ impl Endpoint {
     /// endpoint's clock on if it is later.
     pub fn post_send_at(&mut self, now_ns: u64, qp: QpHandle, wr: SendWr) -> Result<(), PostError> {
         self.set_time(now_ns);
-        self.post_send_stamped(now_ns, qp, wr)
+        self.post_send_stamped(now_ns, qp, &wr, wr.signaled)
+    }
+
+    /// [`post_send_at`](Self::post_send_at) (with `now_ns`, else
+    /// [`post_send`](Self::post_send)) of a request the caller keeps, as a
+    /// verbs layer posting from the application's list does: nothing of it
+    /// is cloned, and inline data is copied once, into the message.
+    /// `signal_all` (the QP's `sq_sig_all`) makes it signaled whatever its
+    /// own flag says.
+    pub fn post_send_from(
+        &mut self,
+        now_ns: Option<u64>,
+        qp: QpHandle,
+        wr: &SendWr,
+        signal_all: bool,
+    ) -> Result<(), PostError> {
+        let now_ns = match now_ns {
+            Some(t) => {
+                self.set_time(t);
+                t
+            }
+            None => self.now_ns,
+        };
+        self.post_send_stamped(now_ns, qp, wr, wr.signaled || signal_all)
     }
 
     /// Tell the endpoint the time without any other input (a driver about
@@ -630,7 +653,8 @@ impl Endpoint {
         &mut self,
         now_ns: u64,
         qp: QpHandle,
-        wr: SendWr,
+        wr: &SendWr,
+        signaled: bool,
     ) -> Result<(), PostError> {
         let qpn = qp.qpn();
         let max_msg = u64::from(self.dev.config.max_message_bytes);
@@ -693,7 +717,7 @@ impl Endpoint {
             msg_seq,
             opcode: wr.op.wc_opcode(),
             len: len as u32,
-            signaled: wr.signaled,
+            signaled,
             state,
             msg: None,
             sink: Vec::new(),
@@ -703,21 +727,21 @@ impl Endpoint {
         if state == SqState::Active {
             let spans = spans.expect("active means checked");
             let wire = wr.op.wire_request(len as u32, &mut q.next_recv_index);
-            let source = match (wire.payload_len, wr.inline_data) {
-                (0, _) => Source::Empty,
-                (_, Some(data)) => Source::Inline(data.into_boxed_slice()),
-                (_, None) => Source::Spans(spans.clone()),
+            let source = match (wire.payload_len, &wr.inline_data) {
+                (0, _) => {
+                    entry.sink = spans;
+                    Source::Empty
+                }
+                (_, Some(data)) => Source::inline(data),
+                (_, None) => Source::Spans(spans),
             };
-            if wire.payload_len == 0 {
-                entry.sink = spans;
-            }
             let to = MsgAddress {
                 qp: qp.index() as u32,
                 dst_qpn: q.remote_qpn,
                 msg_seq,
             };
             let mut msg = TxMessage::request(to, wire, wr.solicited, source, mtu);
-            msg.ack_deferrable = !wr.signaled && self.dev.config.deferred_ack_ns > 0;
+            msg.ack_deferrable = !signaled && self.dev.config.deferred_ack_ns > 0;
             let c = conn.expect("connected QPs have a connection");
             entry.msg = Some(self.conns[c as usize].conn.enqueue(now_ns, &self.dev, msg));
             self.mark_ready(c);

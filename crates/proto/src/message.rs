@@ -35,6 +35,10 @@ pub(crate) enum Source {
     Empty,
     /// Copied at post time.
     Inline(Box<[u8]>),
+    /// Copied at post time, short enough to keep in the message itself: a
+    /// latency test's few bytes cost no allocation and no free. Its length
+    /// is the message's payload length; the rest is zero.
+    Short([u8; SHORT_INLINE_BYTES]),
     /// Gathered from checked local spans, in order.
     Spans(Vec<Span>),
 }
@@ -48,10 +52,29 @@ impl Source {
                 let start = offset as usize;
                 out.copy_from_slice(&data[start..start + out.len()]);
             }
+            Self::Short(bytes) => {
+                let start = offset as usize;
+                out.copy_from_slice(&bytes[start..start + out.len()]);
+            }
             Self::Spans(spans) => regions.gather(spans, offset, out),
         }
     }
+
+    /// Inline data, copied: into the message when it is short.
+    pub(crate) fn inline(data: &[u8]) -> Self {
+        if data.len() <= SHORT_INLINE_BYTES {
+            let mut bytes = [0; SHORT_INLINE_BYTES];
+            bytes[..data.len()].copy_from_slice(data);
+            Self::Short(bytes)
+        } else {
+            Self::Inline(data.into())
+        }
+    }
 }
+
+/// The longest inline payload kept in the message itself: as many bytes
+/// as the heap variants' pointer and length, so the enum grows no larger.
+const SHORT_INLINE_BYTES: usize = 16;
 
 impl Source {
     /// Message bytes `offset..offset+len` as one span of region memory, if
@@ -546,9 +569,16 @@ mod tests {
     #[test]
     fn inline_and_span_gather() {
         let regions = RegionTable::new(1);
-        let src = Source::Inline(vec![1, 2, 3, 4].into_boxed_slice());
-        let mut out = [0u8; 2];
-        src.gather(&regions, 1, &mut out);
-        assert_eq!(out, [2, 3]);
+        let long: Vec<u8> = (0..40).collect();
+        for (data, offset) in [(&[1u8, 2, 3, 4][..], 1), (&long[..], 33)] {
+            let src = Source::inline(data);
+            let mut out = [0u8; 2];
+            src.gather(&regions, offset, &mut out);
+            assert_eq!(out, data[offset as usize..offset as usize + 2]);
+        }
+        assert!(matches!(Source::inline(&[7; 16]), Source::Short(_)));
+        assert!(matches!(Source::inline(&long), Source::Inline(_)));
+        // Kept inline without making every message larger.
+        assert_eq!(size_of::<Source>(), size_of::<Vec<Span>>());
     }
 }

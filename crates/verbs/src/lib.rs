@@ -907,13 +907,9 @@ impl Context {
         }
         let sig_all = meta.init.sq_sig_all;
         for (i, wr) in wrs.iter().enumerate() {
-            let mut wr = wr.clone();
-            wr.signaled |= sig_all;
-            let posted = match now_ns {
-                Some(now_ns) => self.endpoint.post_send_at(now_ns, qp.0, wr),
-                None => self.endpoint.post_send(qp.0, wr),
-            };
-            posted.map_err(|e| (i, e.into()))?;
+            self.endpoint
+                .post_send_from(now_ns, qp.0, wr, sig_all)
+                .map_err(|e| (i, e.into()))?;
         }
         self.dispatch_completions();
         Ok(())
