@@ -17,6 +17,10 @@
 //!    which rule 3 cannot see: with the whole line granted it would
 //!    never drain (240 senders of 20 KB and 16 of 400 KB into one host
 //!    kept 230-280 KB queued to the end).
+//!    When most arriving packets are CE-marked while the link into the
+//!    device is not full, the queue that marks them stands before the
+//!    device, in a fabric over-committed as a whole (an all-to-all over
+//!    2:1 uplinks): the grants shrink with the marks (the fabric term).
 //!    A lone sender gets no cap (0): ECN and the
 //!    sender's own windows steer it. A sender is active from its first
 //!    packet until it says it has nothing more to send (the data flag
@@ -76,6 +80,46 @@ pub(crate) fn setup_share_bps(line_rate_bps: u64, senders: u32) -> u64 {
 /// packet arrives CE-marked: a queue standing above the marking threshold
 /// drains, and one just above it (a few marks) costs the senders little.
 const CE_HEADROOM_PERMILLE: u64 = 25;
+
+/// The fabric term (rule 1): past this share of CE-marked arrivals, per
+/// mille, the grants shrink by `FABRIC_CE_SLOPE` times the excess, to a
+/// quarter at the least. A paced sender's window is under a packet, so
+/// its own ECN cuts cannot slow it: where the fabric before the receiver
+/// is over-committed as a whole (an all-to-all over 2:1 uplinks), only
+/// its grant can. Below the bar, marks come from hot spots (a few hashed
+/// routes; this device's own link, which the CE headroom drains), and
+/// grants cut for them only idle the receivers.
+const FABRIC_CE_THRESHOLD_PERMILLE: u64 = 500;
+const FABRIC_CE_SLOPE: u64 = 2;
+
+/// The fabric term needs this many active senders: a fabric over-committed
+/// as a whole marks the packets of many. A share past half among a handful
+/// may be one hot route's, and at the tail of a lossy all-to-all (11 senders
+/// left, slow resends, the link half idle) cutting their grants only slowed
+/// the last flows.
+const FABRIC_TERM_MIN_SENDERS: u64 = 16;
+
+/// The fabric term waits while the link into the device carried at least
+/// this share of its line (per mille) over the last base RTT: marks that
+/// come with a full link may be its own queue's.
+const FULL_LINK_PERMILLE: u64 = 900;
+
+/// What the fabric term leaves of the grants, per mille, for a smoothed
+/// share `marked` (per 65,536) of CE-marked arrivals.
+fn fabric_factor_permille(marked: u32) -> u64 {
+    let marked_permille = u64::from(marked) * 1000 / 65_536;
+    let cut = marked_permille.saturating_sub(FABRIC_CE_THRESHOLD_PERMILLE) * FABRIC_CE_SLOPE;
+    1000u64.saturating_sub(cut).max(250)
+}
+
+/// An EWMA of a share (per 65,536) with gain `1/div`, each step rounded
+/// away from zero so the share reaches both ends.
+fn smooth_share(share: u32, marked: bool, div: i64) -> u32 {
+    let target: i64 = if marked { 65_536 } else { 0 };
+    let gap = target - i64::from(share);
+    let step = (gap + (div - 1) * gap.signum()) / div;
+    u32::try_from(i64::from(share) + step).unwrap_or(0)
+}
 
 /// The headroom, per mille of the line, the grants leave from a newcomer's
 /// arrival until the link into the device is seen idle. While a queue
@@ -158,8 +202,18 @@ pub(crate) struct Admission {
     /// CE mark (per 65,536, gain 1/16): a queue standing somewhere on
     /// their way, the receiver's own downlink most of all.
     ce_share: u32,
+    /// The same share smoothed over more packets (gain 1/64): the signal
+    /// of the fabric term, steady enough that a passing hot spot does not
+    /// move the grants.
+    ce_share_slow: u32,
     /// When the last datagram reached the device, ns.
     last_arrival_ns: u64,
+    /// Bytes that reached the device since `load_window_ns`.
+    load_bytes: u64,
+    load_window_ns: u64,
+    /// The link into the device, per mille of its line, over the last
+    /// base RTT that ended.
+    load_permille: u64,
     /// When the device's link was last seen idle: a datagram that came
     /// more than a full packet's time after the one before it found the
     /// queue into this device empty.
@@ -216,7 +270,11 @@ impl Admission {
             utilisation_permille: (utilisation.clamp(0.01, 1.0) * 1000.0) as u64,
             loss_permille: 0,
             ce_share: 0,
+            ce_share_slow: 0,
             last_arrival_ns: 0,
+            load_bytes: 0,
+            load_window_ns: 0,
+            load_permille: 0,
             idle_seen_ns: 0,
             newcomer_ns: 0,
             base_rtt_ns: base_rtt_ns.max(1),
@@ -245,11 +303,8 @@ impl Admission {
 
     /// A data packet reached the device, CE-marked or not.
     pub(crate) fn note_ce(&mut self, marked: bool) {
-        let target: i64 = if marked { 65_536 } else { 0 };
-        let gap = target - i64::from(self.ce_share);
-        // Rounded away from zero, so the share reaches both ends.
-        let step = (gap + 15 * gap.signum()) / 16;
-        self.ce_share = u32::try_from(i64::from(self.ce_share) + step).unwrap_or(0);
+        self.ce_share = smooth_share(self.ce_share, marked, 16);
+        self.ce_share_slow = smooth_share(self.ce_share_slow, marked, 64);
     }
 
     /// A datagram of `bytes` reached the device. If the one before it
@@ -266,6 +321,16 @@ impl Admission {
             self.idle_seen_ns = now_ns;
         }
         self.last_arrival_ns = now_ns;
+        self.load_bytes += bytes;
+        let span_ns = now_ns.saturating_sub(self.load_window_ns);
+        if span_ns >= self.base_rtt_ns {
+            let capacity_bits = u128::from(self.line_mbps) * u128::from(span_ns) / 1000;
+            self.load_permille =
+                u64::try_from(u128::from(self.load_bytes) * 8000 / capacity_bits.max(1))
+                    .unwrap_or(u64::MAX);
+            self.load_bytes = 0;
+            self.load_window_ns = now_ns;
+        }
     }
 
     /// Whether newcomers arrived since the link was last seen idle.
@@ -285,9 +350,19 @@ impl Admission {
         } else {
             0
         };
-        self.utilisation_permille
+        let own = self
+            .utilisation_permille
             .saturating_sub(self.loss_permille + queue_permille + drain_permille)
-            .max(self.utilisation_permille / 2)
+            .max(self.utilisation_permille / 2);
+        if self.live < FABRIC_TERM_MIN_SENDERS {
+            return own;
+        }
+        if self.load_permille >= FULL_LINK_PERMILLE {
+            // Our own link is full: the marks may be its queue's, which
+            // the CE headroom and the delays drain.
+            return own;
+        }
+        own * fabric_factor_permille(self.ce_share_slow) / 1000
     }
 
     /// Bytes held (for the per-device memory figure).
@@ -669,10 +744,25 @@ mod tests {
         assert_eq!(shares(0.9), (25_000, 25_000));
     }
 
+    /// Full packets reach the device from `from_ns` to `to_ns`, filling
+    /// `load_permille` of its link (a 4,160-byte packet takes 332.8 ns of
+    /// a 100 Gb/s line).
+    fn load_link(a: &mut Admission, from_ns: u64, to_ns: u64, load_permille: u64) {
+        let gap_ns = 332_800 / load_permille.max(1);
+        let mut t = from_ns;
+        while t < to_ns {
+            a.note_arrival(t, 4160);
+            t += gap_ns;
+        }
+    }
+
     #[test]
     fn ce_marks_leave_room_to_drain_a_queue_the_delays_do_not_show() {
         let mut a = adm();
         let (mut x, mut y) = two_senders(&mut a);
+        // The marks come with the link into the device full: its own
+        // queue's, which the fabric term leaves to this headroom.
+        load_link(&mut a, 1_000, 3 * RTT, 1000);
         for _ in 0..200 {
             a.note_ce(true);
         }
@@ -687,6 +777,48 @@ mod tests {
             a.note_ce(false);
         }
         assert_eq!(a.grant_mbps(&mut x, 8 * RTT), 50_000);
+    }
+
+    #[test]
+    fn most_packets_marked_on_a_link_not_full_shrink_the_grants() {
+        // `marked` of every 64 packets CE-marked from `senders` senders,
+        // while the link into the device carries `load_permille` of its
+        // line: the first sender's grant after two rounds.
+        let grant = |marked: usize, load_permille: u64, senders: usize| {
+            let mut a = adm();
+            let mut s = vec![SenderState::default(); senders];
+            for (i, x) in s.iter_mut().enumerate() {
+                a.on_data(x, i as u32, 100, 100, true, false);
+            }
+            seen_idle(&mut a, 1_000);
+            load_link(&mut a, 1_000, 3 * RTT, load_permille);
+            for i in 0..400 {
+                a.note_ce(i % 64 < marked);
+            }
+            for t in [4 * RTT, 6 * RTT] {
+                for x in s.iter_mut() {
+                    a.grant_mbps(x, t);
+                }
+            }
+            u64::from(a.grant_mbps(&mut s[0], 8 * RTT))
+        };
+        // Every packet of 16 senders marked and half the link idle: the
+        // queue that marks them stands before this device, in a fabric
+        // over-committed as a whole (an all-to-all over 2:1 uplinks). The
+        // grants go to a quarter of the line.
+        let g = grant(64, 500, 16);
+        assert!(g * 16 <= 100_000 / 4, "{g}");
+        // Three in four marked: twice the excess over half, a half.
+        let g = grant(48, 500, 16);
+        assert!((44_000..=54_000).contains(&(g * 16)), "{g}");
+        // A third marked: hot spots, not the fabric; the CE headroom only.
+        let g = grant(21, 500, 16);
+        assert!(g * 16 >= 98_000, "{g}");
+        // Every packet marked with the link full: the queue may be its own,
+        // and the CE headroom alone drains it.
+        assert_eq!(grant(64, 1000, 16), 97_500_u64.div_ceil(16));
+        // Two senders: a handful's marks may be one hot route's.
+        assert_eq!(grant(64, 500, 2), 48_750);
     }
 
     #[test]
