@@ -416,10 +416,10 @@ fn a_rare_loss_keeps_the_guess_budget_metered() {
 /// 127th of a receiver's link, a window under one packet) cannot be slowed
 /// by its own ECN cuts. The receivers' grants ignored the marks, the ToR
 /// uplinks' 1 MB buffers overflowed and stayed full: 2,314 µs, 48,341
-/// drops and 35,130 RTOs (IB-style 1,579 µs). Grants that shrink once
-/// most arrivals are marked on a link that is not full: 1,735 µs, 1,074
-/// drops. The uplinks' drain: each ToR's 4 hosts send 124 of their 127
-/// pairs of 64 KB through two 100 Gb/s uplinks, 1,300 µs.
+/// drops and 35,130 RTOs (IB-style 1,579 µs). Grants cut round by round
+/// while most arrivals are marked on a link that is not full: 1,824 µs,
+/// 4 drops, 20 RTOs. The uplinks' drain: each ToR's 4 hosts send 124 of
+/// their 127 pairs of 64 KB through two 100 Gb/s uplinks, 1,300 µs.
 #[test]
 fn an_over_committed_fabric_shrinks_the_grants() {
     let text = ft128(100, 20_000, "kind = \"all_to_all\"\nbytes = 65536\n")
@@ -428,7 +428,7 @@ fn an_over_committed_fabric_shrinks_the_grants() {
     assert!(r.finished);
     let drain_us = 4.0 * 124.0 * 65536.0 * 8.0 / 200e3;
     assert!(
-        r.makespan_us <= 1.5 * drain_us && r.fabric.drops < 5_000,
+        r.makespan_us <= 1.5 * drain_us && r.fabric.drops < 500,
         "{} us against a drain of {drain_us} us, {} drops",
         r.makespan_us,
         r.fabric.drops
