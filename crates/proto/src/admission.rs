@@ -345,15 +345,22 @@ impl Admission {
     /// else a step back toward the whole line.
     fn fabric_round(&mut self) {
         let marked_permille = u64::from(self.ce_share_slow) * 1000 / 65_536;
-        let over_committed = self.live >= FABRIC_TERM_MIN_SENDERS
-            && self.load_permille < FULL_LINK_PERMILLE
-            && marked_permille > FABRIC_CE_THRESHOLD_PERMILLE;
+        let over_committed =
+            self.fabric_term_applies() && marked_permille > FABRIC_CE_THRESHOLD_PERMILLE;
         self.fabric_kept_permille = if over_committed {
             let cut_permille = (marked_permille - FABRIC_CE_THRESHOLD_PERMILLE) / 2;
             (self.fabric_kept_permille * (1000 - cut_permille) / 1000).max(FABRIC_KEPT_MIN_PERMILLE)
         } else {
             (self.fabric_kept_permille + FABRIC_REGAIN_PERMILLE).min(1000)
         };
+    }
+
+    /// Whether the fabric term may act: many senders (a fabric
+    /// over-committed as a whole marks the packets of many), and the link
+    /// into the device not full (marks with a full link may be its own
+    /// queue's). Its cut holds only while this does.
+    fn fabric_term_applies(&self) -> bool {
+        self.live >= FABRIC_TERM_MIN_SENDERS && self.load_permille < FULL_LINK_PERMILLE
     }
 
     /// Whether newcomers arrived since the link was last seen idle.
@@ -377,10 +384,7 @@ impl Admission {
             .utilisation_permille
             .saturating_sub(self.loss_permille + queue_permille + drain_permille)
             .max(self.utilisation_permille / 2);
-        // The cut holds only while its reasons do: with a handful of
-        // senders, or with the link into the device full, the grants are
-        // the other rules' alone.
-        if self.live < FABRIC_TERM_MIN_SENDERS || self.load_permille >= FULL_LINK_PERMILLE {
+        if !self.fabric_term_applies() {
             return own;
         }
         own * self.fabric_kept_permille / 1000
@@ -765,6 +769,16 @@ mod tests {
         assert_eq!(shares(0.9), (25_000, 25_000));
     }
 
+    /// `n` newcomers at 100 ns, then the link seen idle at 1 µs.
+    fn senders(a: &mut Admission, n: usize) -> Vec<SenderState> {
+        let mut s = vec![SenderState::default(); n];
+        for (i, x) in s.iter_mut().enumerate() {
+            a.on_data(x, i as u32, 100, 100, true, false);
+        }
+        seen_idle(a, 1_000);
+        s
+    }
+
     /// Full packets reach the device from `from_ns` to `to_ns`, filling
     /// `load_permille` of its link (a 4,160-byte packet takes 332.8 ns of
     /// a 100 Gb/s line).
@@ -802,16 +816,12 @@ mod tests {
 
     #[test]
     fn most_packets_marked_on_a_link_not_full_shrink_the_grants() {
-        // `marked` of every 64 packets CE-marked from `senders` senders,
+        // `marked` of every 64 packets CE-marked from `n` senders,
         // then `rtts` base RTTs of the link into the device carrying
         // `load_permille` of its line: the grants in all, Mbit/s.
-        let granted = |marked: usize, load_permille: u64, senders: usize, rtts: u64| {
+        let granted = |marked: usize, load_permille: u64, n: usize, rtts: u64| {
             let mut a = adm();
-            let mut s = vec![SenderState::default(); senders];
-            for (i, x) in s.iter_mut().enumerate() {
-                a.on_data(x, i as u32, 100, 100, true, false);
-            }
-            seen_idle(&mut a, 1_000);
+            let mut s = senders(&mut a, n);
             for i in 0..400 {
                 a.note_ce(i % 64 < marked);
             }
@@ -820,7 +830,7 @@ mod tests {
             for x in s.iter_mut() {
                 a.grant_mbps(x, t);
             }
-            u64::from(a.grant_mbps(&mut s[0], t + 2 * RTT)) * senders as u64
+            u64::from(a.grant_mbps(&mut s[0], t + 2 * RTT)) * n as u64
         };
         // Every packet of 16 senders marked, half the link idle: the queue
         // that marks them stands before this device, in a fabric
@@ -846,11 +856,7 @@ mod tests {
     #[test]
     fn the_fabric_term_gives_the_line_back_when_the_marks_stop() {
         let mut a = adm();
-        let mut s = vec![SenderState::default(); 16];
-        for (i, x) in s.iter_mut().enumerate() {
-            a.on_data(x, i as u32, 100, 100, true, false);
-        }
-        seen_idle(&mut a, 1_000);
+        senders(&mut a, 16);
         for _ in 0..400 {
             a.note_ce(true);
         }

@@ -607,7 +607,7 @@ impl Endpoint {
     /// everything else, including local protection errors, ends in a
     /// completion.
     pub fn post_send(&mut self, qp: QpHandle, wr: SendWr) -> Result<(), PostError> {
-        self.post_send_stamped(self.now_ns, qp, &wr, wr.signaled)
+        self.post_send_from(None, qp, &wr, false)
     }
 
     /// [`post_send`](Self::post_send) at `now_ns`: for a driver that posts
@@ -615,8 +615,7 @@ impl Endpoint {
     /// harness's scripts). The time is taken as given, and moves the
     /// endpoint's clock on if it is later.
     pub fn post_send_at(&mut self, now_ns: u64, qp: QpHandle, wr: SendWr) -> Result<(), PostError> {
-        self.set_time(now_ns);
-        self.post_send_stamped(now_ns, qp, &wr, wr.signaled)
+        self.post_send_from(Some(now_ns), qp, &wr, false)
     }
 
     /// [`post_send_at`](Self::post_send_at) (with `now_ns`, else

@@ -350,6 +350,11 @@ fn many_newcomers_at_once_open_with_short_packets() {
 
 /// The claims' 128-host fat tree (k = 8, 1 µs per hop, ECN from 30 KB to
 /// 120 KB) at `link_gbps`, seed 1, running the `[[workload]]` body given.
+/// The 128-host fat tree at 100 Gb/s with an all-to-all of 64 KB per pair.
+fn ft128_alltoall(end_us: u32) -> String {
+    ft128(100, end_us, "kind = \"all_to_all\"\nbytes = 65536\n")
+}
+
 fn ft128(link_gbps: u32, end_us: u32, workload: &str) -> String {
     format!(
         "name = \"t\"\nseed = 1\nend_us = {end_us}\n[topology]\nkind = \"fat_tree\"\nhosts = 128\nk = 8\n\
@@ -398,8 +403,7 @@ fn a_lone_flow_sends_its_whole_first_window() {
 /// loses 2 % or more: 846 µs, 1.27 x.
 #[test]
 fn a_rare_loss_keeps_the_guess_budget_metered() {
-    let text = ft128(100, 10_000, "kind = \"all_to_all\"\nbytes = 65536\n")
-        .replace("[switch]\n", "[switch]\nloss = 0.001\n");
+    let text = ft128_alltoall(10_000).replace("[switch]\n", "[switch]\nloss = 0.001\n");
     let r = run(&text).results;
     assert!(r.finished);
     // Each host receives 127 x 64 KB of payload through its 100 Gb/s link.
@@ -422,8 +426,7 @@ fn a_rare_loss_keeps_the_guess_budget_metered() {
 /// their 127 pairs of 64 KB through two 100 Gb/s uplinks, 1,300 µs.
 #[test]
 fn an_over_committed_fabric_shrinks_the_grants() {
-    let text = ft128(100, 20_000, "kind = \"all_to_all\"\nbytes = 65536\n")
-        .replace("k = 8\n", "k = 8\noversubscription = 2\n");
+    let text = ft128_alltoall(20_000).replace("k = 8\n", "k = 8\noversubscription = 2\n");
     let r = run(&text).results;
     assert!(r.finished);
     let drain_us = 4.0 * 124.0 * 65536.0 * 8.0 / 200e3;
