@@ -92,10 +92,11 @@ pub struct EndpointConfig {
     /// as much there but took 2 %
     /// of the bandwidth of a multi-plane permutation (transport spec §3).
     pub ack_copy_horizon_ns: u64,
-    /// A drained connection (nothing new queued, the receiver's grant
-    /// uncapped, several paths) sends each of its last this many
-    /// outstanding packets once more on another path: a lost tail packet
-    /// otherwise waits a probe timeout. `0`: never. Default 8: at most
+    /// A drained connection (nothing new queued, several paths) sends each
+    /// of its last this many outstanding packets once more on another
+    /// path: a lost tail packet otherwise waits a probe timeout. A capped
+    /// connection sends them as probes at its pace, each only if its
+    /// segment is still unacknowledged then. `0`: never. Default 8: at most
     /// eight packets per message end (1.7 % of a 2 MB transfer), sent only
     /// while the device is losing packets (transport spec §4).
     pub tail_copy_packets: u32,
@@ -316,7 +317,7 @@ impl EndpointConfig {
         int_knob!(Self, ack_delay_ns: u64, 1, 1_000_000_000, "...or this long after the first unacknowledged packet"),
         int_knob!(Self, deferred_ack_ns: u64, 0, 1_000_000_000, "the ACK completing an unsignaled request may wait this long for data back to the requester to carry it (0: never), ns"),
         int_knob!(Self, ack_copy_horizon_ns: u64, 0, 1_000_000_000, "an ACK answering a resend or a duplicate goes twice for this long after a hole or a duplicate (0: never), ns"),
-        int_knob!(Self, tail_copy_packets: u32, 0, 64, "a drained, uncapped connection copies its last this many outstanding packets onto other paths (0: never)"),
+        int_knob!(Self, tail_copy_packets: u32, 0, 64, "a drained connection copies its last this many outstanding packets onto other paths while losing packets (a capped one at its pace; 0: never)"),
         int_knob!(Self, repair_max_message_packets: u32, 0, 240, "while the device is losing packets, messages of at most this many packets carry repair packets (0: never)"),
         int_knob!(Self, repair_max_packets: u32, 0, 16, "the most repair packets per message"),
         int_knob!(Self, rack_reorder_permille: u32, 0, 4000, "cross-path RACK: a path is probed once its newest packet is overdue past a later one acknowledged elsewhere by this many per mille of the minimum RTT (0: off)"),

@@ -60,6 +60,10 @@ pub struct EndpointStats {
     /// Copies of cold connections' first packets (`cold_copies`; counted
     /// in `data_packets_sent`, not in `data_packets_retransmitted`).
     pub cold_copies_sent: u64,
+    /// Capped (paced) senders' tail copies sent (`tail_copy_packets`;
+    /// counted in `data_packets_retransmitted` too). An uncapped sender's
+    /// tail copies are resends through its windows and show only there.
+    pub tail_copies_sent: u64,
     /// Repair packets received whole.
     pub rx_repair_packets: u64,
     /// Data packets rebuilt from repair packets instead of waiting for
@@ -194,6 +198,7 @@ named_counters!(EndpointStats {
     grants_pushed,
     repair_packets_sent,
     cold_copies_sent,
+    tail_copies_sent,
     rx_repair_packets,
     rx_repaired_packets,
     tail_probes,

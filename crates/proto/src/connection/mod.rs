@@ -230,10 +230,23 @@ struct PathProbe {
     /// suspect path's segments were resent elsewhere, a fresh replacement
     /// never had any, a cold copy's path is idle.
     carry: Option<SegRef>,
+    kind: ProbeKind,
+}
+
+/// Why a probe goes: what it sends and how it is counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ProbeKind {
+    /// A tail-loss probe of a silent path: the path's newest outstanding
+    /// segment, else what it carries.
+    Silence,
     /// A copy of a cold connection's first packet (transport spec §4,
     /// "Cold copies"): redundancy sent up front, counted as a cold copy,
     /// not as a resend or a tail-loss probe.
-    cold_copy: bool,
+    ColdCopy,
+    /// A paced sender's tail copy (transport spec §4, "Tail copies"): the
+    /// carried segment again, on another path, unless it was acknowledged
+    /// meanwhile; counted as a resend.
+    TailCopy,
 }
 
 impl PathProbe {
@@ -241,7 +254,7 @@ impl PathProbe {
         Self {
             path,
             carry,
-            cold_copy: false,
+            kind: ProbeKind::Silence,
         }
     }
 }
