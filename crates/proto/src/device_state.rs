@@ -98,6 +98,14 @@ impl DeviceState {
         self.loss_rate.rate() < crate::replacement_ports::RANDOM_LOSS_FOR_BURSTS
     }
 
+    /// Whether the device loses packets often enough that a silence is
+    /// more likely a loss than a queue, so that guesses (`probe_budget`)
+    /// may go unmetered while losses are seen: at least
+    /// `GUESS_LOSS_RATE` of its packets.
+    pub(crate) fn guesses_pay(&self) -> bool {
+        self.loss_rate.rate() >= crate::probe_budget::GUESS_LOSS_RATE
+    }
+
     /// The least RTO of a path that has no RTT sample of its own: the
     /// longest round trip measured lately, and a quarter (`rtt_ceiling`),
     /// while the fabric loses fewer than `CEILING_LOSS_RATE_MAX` of the

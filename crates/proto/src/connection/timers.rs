@@ -465,7 +465,7 @@ impl Connection {
                         .count();
                     let mut lost = 0;
                     let bytes = outstanding as u64 * packet_bytes;
-                    let losses_common = !dev.silence_is_evidence();
+                    let losses_common = dev.guesses_pay();
                     if self.path_count > 1
                         && outstanding <= 2
                         && dev.probe_budget.take_now(now_ns, bytes, losses_common)
@@ -529,7 +529,7 @@ impl Connection {
                 } else {
                     // No evidence of loss: a guess, paid from the device's
                     // budget for them (see `probe_budget.rs`).
-                    let losses_common = !dev.silence_is_evidence();
+                    let losses_common = dev.guesses_pay();
                     let path = &mut self.paths[p];
                     let go = match path.probe_hold {
                         ProbeHold::Reserved(t) if t <= now_ns => true,
