@@ -228,7 +228,8 @@ struct PathProbe {
     path: usize,
     /// What it carries when the path has nothing of its own outstanding: a
     /// suspect path's segments were resent elsewhere, a fresh replacement
-    /// never had any, a cold copy's path is idle.
+    /// never had any, a cold copy's path is idle. A tail copy always sends
+    /// it.
     carry: Option<SegRef>,
     kind: ProbeKind,
 }

@@ -441,6 +441,7 @@ impl Connection {
         if paced && dev.loss_rate.rate() < PACED_TAIL_COPY_LOSS_RATE {
             return;
         }
+        let first_copy = self.path_probes.len();
         let msgs = &self.msgs;
         for (p, path) in self.paths.iter().enumerate() {
             for sent in path.inflight.iter().filter(|s| {
@@ -463,11 +464,10 @@ impl Connection {
                 }
             }
         }
-        if paced {
-            for i in 0..self.path_probes.len() {
-                let q = self.path_probes[i].path;
-                self.create_paths_through(q, dev);
-            }
+        // Each copy's first choice of path exists before its slot comes.
+        for i in first_copy..self.path_probes.len() {
+            let q = self.path_probes[i].path;
+            self.create_paths_through(q, dev);
         }
     }
 
