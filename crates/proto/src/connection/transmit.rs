@@ -102,13 +102,15 @@ impl Connection {
             kind,
         }) = self.path_probes.pop_front()
         {
+            let live = |s: &SegRef| {
+                self.msgs
+                    .get(s.msg)
+                    .is_some_and(|m| m.attempt == s.attempt && !m.rnr_wait)
+            };
             if kind == ProbeKind::TailCopy {
                 // The copy's segment, if nothing answered for it meanwhile.
-                let Some(seg) = carry.filter(|s| {
-                    self.msgs.get(s.msg).is_some_and(|m| {
-                        m.attempt == s.attempt && !m.rnr_wait && !m.is_acked(s.seg)
-                    })
-                }) else {
+                let acked = |s: &SegRef| self.msgs.get(s.msg).is_some_and(|m| m.is_acked(s.seg));
+                let Some(seg) = carry.filter(|s| live(s) && !acked(s)) else {
                     continue;
                 };
                 let p = self.quiet_path_from(p, dev);
@@ -125,11 +127,6 @@ impl Connection {
             // the data was lost, the probe's PSN exposes the gap. A suspect
             // path's probe carries a copy of a segment already resent
             // elsewhere: only its answer matters.
-            let live = |s: &SegRef| {
-                self.msgs
-                    .get(s.msg)
-                    .is_some_and(|m| m.attempt == s.attempt && !m.rnr_wait)
-            };
             let own = self.paths[p]
                 .inflight
                 .iter()
@@ -394,8 +391,8 @@ impl Connection {
     /// taking a slot of its own grant, which it has no new data for), on
     /// a quiet path (`quiet_path_from`), each only if its segment is still
     /// unacknowledged when the slot comes, and only where random loss is
-    /// common (`PACED_TAIL_COPY_LOSS_RATE`). In the 128-host all-to-all at
-    /// 1 %/link, where every sender is capped at a 127th of each
+    /// common (`DeviceState::silence_is_evidence` false). In the 128-host
+    /// all-to-all at 1 %/link, where every sender is capped at a 127th of each
     /// receiver's line and a pair's last losses waited a probe timeout and
     /// then a pace slot each, the mean makespan over seeds 1-24 went from
     /// 948.0 to 926.5 µs.
@@ -438,10 +435,17 @@ impl Connection {
         }
         self.tail_copy_armed = false;
         let paced = self.cc.pacing_rate_bps().is_some();
-        if paced && dev.loss_rate.rate() < PACED_TAIL_COPY_LOSS_RATE {
+        if paced && dev.silence_is_evidence() {
+            // A capped sender copies only where random loss is common (the
+            // bar of `replacement_ports`). Below it a lost tail packet is
+            // rare, and the copies cost an all-to-all more than the probe
+            // timeouts they save: its senders' NICs and the fabric's
+            // busiest uplinks run near full, and every pair's copy is one
+            // more packet on them (128 hosts, 64 KB per pair, seeds 1-6: at
+            // 0.1 % loss per link 845.5 µs with copies against 837.5
+            // without, at 1 % end to end 862.2 against 852.8).
             return;
         }
-        let first_copy = self.path_probes.len();
         let msgs = &self.msgs;
         for (p, path) in self.paths.iter().enumerate() {
             for sent in path.inflight.iter().filter(|s| {
@@ -463,11 +467,6 @@ impl Connection {
                     });
                 }
             }
-        }
-        // Each copy's first choice of path exists before its slot comes.
-        for i in first_copy..self.path_probes.len() {
-            let q = self.path_probes[i].path;
-            self.create_paths_through(q, dev);
         }
     }
 
@@ -1094,16 +1093,6 @@ fn seal(auth: &mut Option<Box<ConnectionAuth>>, datagram: &mut [u8], header_len:
         None => wire::seal(datagram),
     }
 }
-
-/// A capped sender copies its tail only while its device loses at least
-/// this share of its packets (random loss is common; the bar of
-/// `replacement_ports`). Below it a lost tail packet is rare, and the
-/// copies cost an all-to-all more than the probe timeouts they save: its
-/// senders' NICs and the fabric's busiest uplinks run near full, and
-/// every pair's copy is one more packet on them (128 hosts, 64 KB per
-/// pair, seeds 1-6: at 0.1 % loss per link 845.5 µs with copies against
-/// 837.5 without, at 1 % end to end 862.2 against 852.8).
-const PACED_TAIL_COPY_LOSS_RATE: f64 = crate::replacement_ports::RANDOM_LOSS_FOR_BURSTS;
 
 /// The time `bytes` take on the wire at `rate_bps`: a paced sender's gap
 /// after a packet of that size.
