@@ -1307,6 +1307,10 @@ impl Endpoint {
             }
             // Nothing may go now (no window): it leaves the ready queue until
             // an ACK or a timer changes that; its deadline may have moved.
+            debug_assert!(
+                slot.conn.waiting_probes_have_a_timer(),
+                "probes left queued without the pacing timer that would send them"
+            );
             self.refresh_timer(c);
         }
         None

@@ -53,6 +53,14 @@ impl Connection {
         self.messages_held() == 0 && !self.has_pending_ack() && self.ack_pending.is_empty()
     }
 
+    /// Whether probes still queued after a poll that sent nothing will be
+    /// sent: they wait only for the pace (the probe loop sends or drops
+    /// every other), so its timer must be armed. A connection that sends
+    /// nothing leaves the endpoint's ready queue until an ACK or a timer.
+    pub(crate) fn waiting_probes_have_a_timer(&self) -> bool {
+        self.path_probes.is_empty() || self.pace_blocked
+    }
+
     /// Emit the connection's next ACK, if one waits (ACKs are never held
     /// back: no window, no pacing).
     pub(crate) fn poll_ack(
@@ -117,6 +125,12 @@ impl Connection {
                 self.stats.data_packets_retransmitted += 1;
                 dev.stats.data_packets_retransmitted += 1;
                 dev.stats.tail_copies_sent += 1;
+                trace_event!(
+                    in: self.trace.enter_path(p),
+                    DEBUG,
+                    now_ns,
+                    "tail copy: an outstanding tail packet again, on a quiet path"
+                );
                 let flags = Flags::RETRANSMIT | Flags::ACK_REQUEST | self.drained_flag();
                 return Some(self.emit_segment(now_ns, dev, p, seg, flags, out));
             }
@@ -196,7 +210,16 @@ impl Connection {
             return Some(self.emit_segment(now_ns, dev, p, seg, flags, out));
         }
         if self.tail_copy_armed && self.send_queue.is_empty() {
+            let probes_before = self.path_probes.len();
             self.queue_tail_copies(now_ns, dev);
+            if self.path_probes.len() > probes_before {
+                // A capped sender's copies are probes: they take the
+                // probes' turn, at its pace, and a wait for its next slot
+                // must arm the pacing timer (`paced_out`), or they would
+                // go only when something else woke the connection (its RTO,
+                // 40 us later in a 128-host all-to-all).
+                return self.poll_transmit(now_ns, dev, out);
+            }
         }
         while let Some(resend) = self.retransmit_queue.front().copied() {
             let Some(msg) = self.msgs.get(resend.seg.msg) else {
@@ -446,6 +469,14 @@ impl Connection {
             // without, at 1 % end to end 862.2 against 852.8).
             return;
         }
+        trace_event!(
+            in: self.trace.enter(),
+            DEBUG,
+            now_ns,
+            outstanding,
+            paced,
+            "tail copies: the last outstanding packets go again on other paths"
+        );
         let msgs = &self.msgs;
         for (p, path) in self.paths.iter().enumerate() {
             for sent in path.inflight.iter().filter(|s| {
