@@ -31,9 +31,10 @@
 //!    at that rate until the smaller grant reaches it. So the receiver keeps
 //!    the sum of its grants (`committed`), counts a reduction as released
 //!    only one base RTT after it made it, and raises a grant only out of
-//!    what is not committed. A sender arriving while the link is promised to
-//!    others gets what is left, but at least a quarter of its fair share, so
-//!    it is never shut out. Without this rule the first senders of an
+//!    what is not committed, and one fair share more (so a late newcomer
+//!    is raised before the others' cuts reach them). A sender arriving
+//!    while the link is promised to others gets what is left, but at least
+//!    a quarter of its fair share, so it is never shut out. Without this rule the first senders of an
 //!    incast, granted the link before the others were seen, would send the
 //!    harmonic sum of their shares (4.7 BDPs for 64 senders) in the second
 //!    round trip.
@@ -177,6 +178,10 @@ struct Active {
     /// would hold everyone else's grants at a share for an epoch after
     /// the sender has gone).
     drained_at_ts: u32,
+    /// Its first grant was held below its fair share (the budget was
+    /// spent when it came): pushed its share within one share of
+    /// overdraft (`take_regrants`).
+    held: bool,
 }
 
 /// A reduction of the committed sum that takes effect at `at_ns`.
@@ -500,6 +505,7 @@ impl Admission {
                     tag: self.next_tag,
                     dormant: false,
                     drained_at_ts: 0,
+                    held: false,
                     qdelay_ns: 0,
                 };
                 self.next_tag = self.next_tag.wrapping_add(1);
@@ -606,9 +612,9 @@ impl Admission {
 
     /// Rule 5: the connections of the senders to push a raised grant to
     /// now, into `out` (each then sends an ACK, whose grant is computed as
-    /// any other's). Only what no one is promised is handed out, in slab
-    /// order, each raise at least a third of the sender's grant (an ACK for
-    /// less is not worth its bytes).
+    /// any other's). Only what no one is promised, and one fair share
+    /// more, is handed out, in slab order, each raise at least a twentieth
+    /// of the sender's grant (an ACK for less is not worth its bytes).
     pub(crate) fn take_regrants(&mut self, now_ns: u64, out: &mut Vec<u32>) {
         if self.regrant_deadline().is_none_or(|d| d > now_ns) {
             return;
@@ -627,24 +633,48 @@ impl Admission {
             // Alone: the whole link (`grant_mbps`), whatever is committed.
             (self.line_mbps, self.line_mbps)
         } else {
-            let free = total.saturating_sub(self.committed_mbps + self.pending_mbps);
-            (total.div_ceil(n), free)
+            // What no one is promised, and one fair share more. A sender
+            // below its share (a newcomer that came after the budget was
+            // spent, most often) is raised as soon as it may be told
+            // again, not when the others' cuts add up to its raise: those
+            // reach each other sender only with its next ACK, a paced
+            // packet later (44 us in a 128-host all-to-all), and are
+            // released a base RTT after that, while the newcomer, paced at
+            // a quarter of its share, falls four of its packet gaps
+            // behind. The link is over-promised by one share at most,
+            // until the cuts are released.
+            let fair = total.div_ceil(n);
+            let promised = self.committed_mbps + self.pending_mbps;
+            (fair, (total + fair).saturating_sub(promised))
         };
         if room * 3 < fair {
             return;
         }
         let told_before = now_ns.saturating_sub(self.base_rtt_ns / 2);
+        // A held newcomer told too lately to be told again is looked at
+        // again when it may be.
+        let mut again_ns = u64::MAX;
         for a in self.active.iter().flatten() {
-            if a.dormant || a.grant_mbps == 0 || a.told_ns > told_before {
+            if a.dormant || a.grant_mbps == 0 {
                 continue;
             }
             let raise = fair.saturating_sub(a.grant_mbps);
-            if raise * PUSH_MIN_RAISE_DIV < a.grant_mbps || raise > room {
+            if raise * PUSH_MIN_RAISE_DIV < a.grant_mbps {
+                continue;
+            }
+            if a.told_ns > told_before {
+                if a.held {
+                    again_ns = again_ns.min(a.told_ns + self.base_rtt_ns / 2);
+                }
+                continue;
+            }
+            if raise > room {
                 continue;
             }
             room -= raise;
             out.push(a.conn);
         }
+        self.regrant_ns = self.regrant_ns.min(again_ns);
     }
 
     /// The grant for the ACK now going to a sender, Mbit/s (0: no cap).
@@ -693,6 +723,11 @@ impl Admission {
         if let Some(a) = self.active[i as usize].as_mut() {
             a.grant_mbps = grant;
             a.told_ns = now_ns;
+            a.held = n > 1 && grant < total.div_ceil(n);
+            if a.held {
+                // Pushed its share as soon as it may be told again.
+                self.regrant_ns = self.regrant_ns.min(now_ns + self.base_rtt_ns / 2);
+            }
         }
         if grant >= self.line_mbps {
             0
@@ -959,6 +994,68 @@ mod tests {
         out.clear();
         a.take_regrants(d + RTT, &mut out);
         assert!(out.is_empty(), "{out:?}");
+    }
+
+    /// Every push due by `until_ns`, each at its deadline, as a device's
+    /// timer would run them.
+    fn regrants_until(a: &mut Admission, until_ns: u64, out: &mut Vec<u32>) {
+        while let Some(d) = a.regrant_deadline().filter(|&d| d <= until_ns) {
+            a.take_regrants(d, out);
+        }
+    }
+
+    #[test]
+    fn a_newcomer_held_below_its_share_is_raised_within_a_base_rtt() {
+        let mut a = adm();
+        let mut s = [SenderState::default(); 8];
+        let mut t = 0;
+        for _ in 0..3 {
+            t += 2 * RTT;
+            for (c, st) in s.iter_mut().enumerate() {
+                a.on_data(st, c as u32, t, t as u32, true, false);
+            }
+            seen_idle(&mut a, t + 1);
+            for st in s.iter_mut() {
+                a.grant_mbps(st, t + 1);
+            }
+        }
+        // A late newcomer (its first packet lost on the way, say) finds
+        // the budget spent: a quarter of a ninth of the link, at first.
+        let mut out = Vec::new();
+        a.take_regrants(t + 1, &mut out);
+        assert!(out.is_empty(), "{out:?}");
+        let fair_of_nine = 100_000u32.div_ceil(9);
+        let mut x = SenderState::default();
+        t += 1_000;
+        a.on_data(&mut x, 8, t, t as u32, true, false);
+        seen_idle(&mut a, t + 1);
+        assert_eq!(a.grant_mbps(&mut x, t + 1), fair_of_nine / 4);
+        // Within a base RTT it is pushed its whole share, although none of
+        // the eight has been told of its cut yet.
+        let d = t + 1 + RTT;
+        regrants_until(&mut a, d, &mut out);
+        assert_eq!(out, vec![8]);
+        assert_eq!(a.grant_mbps(&mut x, d), fair_of_nine);
+        // The link is now over-promised by a share until the cuts are
+        // released: a second late newcomer waits for them.
+        let fair_of_ten = 100_000u32.div_ceil(10);
+        let mut y = SenderState::default();
+        a.on_data(&mut y, 9, d + 10, (d + 10) as u32, true, false);
+        seen_idle(&mut a, d + 11);
+        assert_eq!(a.grant_mbps(&mut y, d + 11), fair_of_ten / 4);
+        out.clear();
+        regrants_until(&mut a, d + 10 + 2 * RTT, &mut out);
+        assert!(out.is_empty(), "{out:?}");
+        // The others are cut at their next ACKs; a base RTT later the cuts
+        // are released and y is raised too.
+        let cut_ns = d + 10 + 2 * RTT;
+        for st in s.iter_mut() {
+            assert_eq!(a.grant_mbps(st, cut_ns), fair_of_ten);
+        }
+        assert_eq!(a.grant_mbps(&mut x, cut_ns), fair_of_ten);
+        regrants_until(&mut a, cut_ns + RTT, &mut out);
+        assert_eq!(out, vec![9]);
+        assert_eq!(a.grant_mbps(&mut y, cut_ns + RTT), fair_of_ten);
     }
 
     #[test]
