@@ -957,22 +957,28 @@ mod tests {
         assert!(!a.draining());
     }
 
-    #[test]
-    fn room_released_by_finished_senders_is_pushed_to_the_rest() {
-        let mut a = adm();
+    /// Eight senders (connections 0-7), each granted its share by three
+    /// rounds of ACKs; returns them and the time of the last round.
+    fn eight_settled_senders(a: &mut Admission) -> ([SenderState; 8], u64) {
         let mut s = [SenderState::default(); 8];
-        // Eight senders, each granted its share by a few rounds of ACKs.
         let mut t = 0;
         for _ in 0..3 {
             t += 2 * RTT;
             for (c, st) in s.iter_mut().enumerate() {
                 a.on_data(st, c as u32, t, t as u32, true, false);
             }
-            seen_idle(&mut a, t + 1);
+            seen_idle(a, t + 1);
             for st in s.iter_mut() {
                 assert!(a.grant_mbps(st, t + 1) > 0);
             }
         }
+        (s, t)
+    }
+
+    #[test]
+    fn room_released_by_finished_senders_is_pushed_to_the_rest() {
+        let mut a = adm();
+        let (mut s, t) = eight_settled_senders(&mut a);
         assert_eq!(a.grant_mbps(&mut s[7], t), 100_000 / 8);
         // Six finish.
         for (c, st) in s.iter_mut().enumerate().take(6) {
@@ -1007,18 +1013,7 @@ mod tests {
     #[test]
     fn a_newcomer_held_below_its_share_is_raised_within_a_base_rtt() {
         let mut a = adm();
-        let mut s = [SenderState::default(); 8];
-        let mut t = 0;
-        for _ in 0..3 {
-            t += 2 * RTT;
-            for (c, st) in s.iter_mut().enumerate() {
-                a.on_data(st, c as u32, t, t as u32, true, false);
-            }
-            seen_idle(&mut a, t + 1);
-            for st in s.iter_mut() {
-                a.grant_mbps(st, t + 1);
-            }
-        }
+        let (mut s, mut t) = eight_settled_senders(&mut a);
         // A late newcomer (its first packet lost on the way, say) finds
         // the budget spent: a quarter of a ninth of the link, at first.
         let mut out = Vec::new();
