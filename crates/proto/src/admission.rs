@@ -34,10 +34,10 @@
 //!    what is not committed, and one fair share more (so a late newcomer
 //!    is raised before the others' cuts reach them). A sender arriving
 //!    while the link is promised to others gets what is left, but at least
-//!    a quarter of its fair share, so it is never shut out. Without this rule the first senders of an
-//!    incast, granted the link before the others were seen, would send the
-//!    harmonic sum of their shares (4.7 BDPs for 64 senders) in the second
-//!    round trip.
+//!    a quarter of its fair share, so it is never shut out. Without this
+//!    rule the first senders of an incast, granted the link before the
+//!    others were seen, would send the harmonic sum of their shares (4.7
+//!    BDPs for 64 senders) in the second round trip.
 //! 3. **Queue feedback.** The receiver estimates the queueing delay of the
 //!    packets reaching it from their one-way delays (the sender's timestamp
 //!    against its own clock, less the smallest seen per sender, so the
@@ -698,23 +698,21 @@ impl Admission {
         let n = self.live.max(1);
         let total = self.granted_total_mbps(n);
         let current = self.active[i as usize].map_or(0, |a| a.grant_mbps);
+        let fair = total.div_ceil(n).max(1);
         let grant = if n == 1 {
             // Alone: the whole link (what others still have in flight is
             // at most the tail of their last window).
             self.line_mbps
+        } else if current > 0 {
+            // A sender we granted before: its fair share, at once. Only a
+            // newcomer's first grant is held to the budget.
+            fair
         } else {
-            let fair = total.div_ceil(n).max(1);
-            if current > 0 {
-                // A sender we granted before: its fair share, at once. Only
-                // a newcomer's first grant is held to the budget.
-                fair
-            } else {
-                // A newcomer: only what is not promised to anyone, but at
-                // least a quarter of its fair share (it is never shut out,
-                // and paced at its grant it still gets its next ACK soon).
-                let free = total.saturating_sub(self.committed_mbps + self.pending_mbps);
-                free.min(fair).max(fair / 4).max(1)
-            }
+            // A newcomer: only what is not promised to anyone, but at least
+            // a quarter of its fair share (it is never shut out, and paced
+            // at its grant it still gets its next ACK soon).
+            let free = total.saturating_sub(self.committed_mbps + self.pending_mbps);
+            free.min(fair).max(fair / 4).max(1)
         };
         self.committed_mbps = self.committed_mbps - current + grant;
         if grant < current {
@@ -723,7 +721,7 @@ impl Admission {
         if let Some(a) = self.active[i as usize].as_mut() {
             a.grant_mbps = grant;
             a.told_ns = now_ns;
-            a.held = n > 1 && grant < total.div_ceil(n);
+            a.held = grant < fair;
             if a.held {
                 // Pushed its share as soon as it may be told again.
                 self.regrant_ns = self.regrant_ns.min(now_ns + self.base_rtt_ns / 2);

@@ -122,8 +122,6 @@ impl Connection {
                     continue;
                 };
                 let p = self.quiet_path_from(p, dev);
-                self.stats.data_packets_retransmitted += 1;
-                dev.stats.data_packets_retransmitted += 1;
                 dev.stats.tail_copies_sent += 1;
                 trace_event!(
                     in: self.trace.enter_path(p),
@@ -131,8 +129,7 @@ impl Connection {
                     now_ns,
                     "tail copy: an outstanding tail packet again, on a quiet path"
                 );
-                let flags = Flags::RETRANSMIT | Flags::ACK_REQUEST | self.drained_flag();
-                return Some(self.emit_segment(now_ns, dev, p, seg, flags, out));
+                return Some(self.emit_again(now_ns, dev, p, seg, true, out));
             }
             let cold_copy = kind == ProbeKind::ColdCopy;
             // Tail-loss probe: resend the path's newest outstanding segment on
@@ -186,8 +183,7 @@ impl Connection {
                     now_ns,
                     "cold copy: the first packet again, on another path"
                 );
-                let flags = Flags::RETRANSMIT | Flags::ACK_REQUEST | self.drained_flag();
-                return Some(self.emit_segment(now_ns, dev, p, seg, flags, out));
+                return Some(self.emit_again(now_ns, dev, p, seg, false, out));
             }
             dev.stats.tail_probes += 1;
             self.stats.tail_probes += 1;
@@ -204,10 +200,7 @@ impl Connection {
                 probe_path = Some(p);
                 break;
             }
-            self.stats.data_packets_retransmitted += 1;
-            dev.stats.data_packets_retransmitted += 1;
-            let flags = Flags::RETRANSMIT | Flags::ACK_REQUEST | self.drained_flag();
-            return Some(self.emit_segment(now_ns, dev, p, seg, flags, out));
+            return Some(self.emit_again(now_ns, dev, p, seg, true, out));
         }
         if self.tail_copy_armed && self.send_queue.is_empty() {
             let probes_before = self.path_probes.len();
@@ -697,6 +690,27 @@ impl Connection {
             }
         }
         None
+    }
+
+    /// A segment sent again past the windows on path `p`, asking for an
+    /// immediate ACK: a tail-loss probe, a tail copy or a cold copy.
+    /// `resend`: counted as a retransmission (a cold copy is counted as
+    /// a cold copy only).
+    fn emit_again(
+        &mut self,
+        now_ns: u64,
+        dev: &mut DeviceState,
+        p: usize,
+        seg: SegRef,
+        resend: bool,
+        out: &mut Out<'_>,
+    ) -> Transmit {
+        if resend {
+            self.stats.data_packets_retransmitted += 1;
+            dev.stats.data_packets_retransmitted += 1;
+        }
+        let flags = Flags::RETRANSMIT | Flags::ACK_REQUEST | self.drained_flag();
+        self.emit_segment(now_ns, dev, p, seg, flags, out)
     }
 
     /// `SENDER_DRAINED` if nothing is queued after the packet now going
