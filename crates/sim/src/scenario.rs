@@ -279,7 +279,8 @@ pub struct TransportConf {
     #[serde(default = "yes")]
     pub dcqcn: bool,
     /// Paths per connection; absent: [`PATHS_PER_PLANE`] on each plane of
-    /// the topology (see [`Scenario::paths_per_connection`]).
+    /// the topology for each [`PATHS_LINE_STEP_GBPS`] of line (see
+    /// [`Scenario::paths_per_connection`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paths: Option<usize>,
     /// Payload bytes per packet.
@@ -340,11 +341,25 @@ fn default_algorithm() -> String {
 fn default_transport() -> String {
     "metaroce".into()
 }
-/// MetaRoCE's default paths per connection on each plane: enough that a
-/// spraying connection fills the parallel uplinks of a plane. Planes
-/// multiply the routes, so a multi-plane NIC gets this many per plane
-/// (a NIC picks a packet's plane from its source port, `host.rs`).
+/// MetaRoCE's default paths per connection on each plane of a 100 Gb/s
+/// NIC: enough that a spraying connection fills the parallel uplinks of
+/// a plane. Planes multiply the routes, so a multi-plane NIC gets this
+/// many per plane (a NIC picks a packet's plane from its source port,
+/// `host.rs`), and so does each further 100 Gb/s of line
+/// ([`PATHS_LINE_STEP_GBPS`]).
 pub const PATHS_PER_PLANE: usize = 16;
+
+/// Each step of this much line rate (Gb/s, rounded up) adds
+/// [`PATHS_PER_PLANE`] paths on each plane, so a path keeps the same share
+/// of the line, two to three packets per base round trip of a three-tier
+/// fabric, and a collision on one hashed route holds the same share of a
+/// flow whatever the line. With 16 paths at 400 Gb/s each path carried
+/// ten packets per round trip: the 1,024-host permutation at 400 Gb/s
+/// (`scenarios/claims/ft1024-perm-400g.toml`, seeds 1-3) took 239 µs
+/// with 16 paths, 217 with 32, 212 with 64 and 207 with 128 (whose one
+/// packet per path and round trip set off 2,400 tail-loss probes for
+/// nothing). Transport spec §5.
+pub const PATHS_LINE_STEP_GBPS: u64 = 100;
 fn default_mtu() -> u32 {
     4096
 }
@@ -648,11 +663,17 @@ fn place(w: &WorkloadConf, hosts: u32, seed: u64) -> Result<Placement, (&'static
 
 impl Scenario {
     /// MetaRoCE's paths per connection: `transport.paths`, or
-    /// [`PATHS_PER_PLANE`] times the planes (at most 256).
+    /// [`PATHS_PER_PLANE`] times the planes and the steps of
+    /// [`PATHS_LINE_STEP_GBPS`] in the host's line (at most 256).
     pub fn paths_per_connection(&self) -> usize {
-        self.transport
-            .paths
-            .unwrap_or_else(|| (PATHS_PER_PLANE * self.topology.planes.max(1) as usize).min(256))
+        self.transport.paths.unwrap_or_else(|| {
+            let steps = self
+                .topology
+                .link_gbps
+                .div_ceil(PATHS_LINE_STEP_GBPS)
+                .clamp(1, 16) as usize;
+            (PATHS_PER_PLANE * self.topology.planes.max(1) as usize * steps).min(256)
+        })
     }
 
     /// Hosts the topology will have (without building it).
