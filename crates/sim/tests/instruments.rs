@@ -613,20 +613,21 @@ fn a_small_all_to_all_runs_at_its_grants() {
     }
 }
 
-/// A fast line sprays over more paths, and a lone sender's window answers
-/// its marks as one flow. A permutation of 2 MB over the 128-host fat tree
-/// at 400 Gb/s (ECN from 120 KB to 480 KB): with 16 paths each carried a
-/// quarter of the BDP, and every route collision that marked one of them
-/// cut the whole connection by the path's share; the flows ran with less
-/// than a propagation BDP in flight while queues on the way stretched
-/// their round trips, and took 0.90-0.97 x IB-style's makespan (74.8 and
-/// 69.1 µs against 77.5 and 77.1, seeds 1-2). Now 64 paths (16 per 100
-/// Gb/s of line), the connection cut by its own marked fraction: 61.9 and
-/// 62.2 µs, 0.80 x and 0.81 x. Here the paths do it: 16 paths with the
-/// new rule take 73.2 and 68.4 µs, 64 with the old one 62.1 and 62.2. The
-/// connection's rule shows at 1,024 hosts (`scenarios/claims/
-/// ft1024-perm-400g.toml`, seed 1: 64 paths 210.2 µs with the old rule,
-/// 199.5 with the new).
+/// A fast line sprays over more paths, and a lone sender keeps its window
+/// when one of its paths is marked. A permutation of 2 MB over the
+/// 128-host fat tree at 400 Gb/s (ECN from 120 KB to 480 KB): with 16
+/// paths each carried a quarter of the BDP, and every route collision
+/// that marked one of them cut the whole connection by the path's share;
+/// the flows ran with less than a propagation BDP in flight while queues
+/// on the way stretched their round trips, and took 0.90-0.97 x
+/// IB-style's makespan (74.8 and 69.1 µs against 77.5 and 77.1, seeds
+/// 1-2). Now 64 paths (16 per 100 Gb/s of line), the connection cut only
+/// by what a marked path's floor kept: 61.9 and 62.2 µs, 0.80 x and
+/// 0.81 x. Here the paths do it: 16 paths with the new rule take 73.2
+/// and 68.4 µs, 64 with the old one 62.1 and 62.2. The connection's rule
+/// shows at 1,024 hosts (`scenarios/claims/ft1024-perm-400g.toml`, seed
+/// 1: 64 paths 210.2 µs with the old rule, 199.7 with the new) and on a
+/// 64-host leaf-spine at 400 Gb/s (386.1 against 355.5 µs, seeds 1-6).
 #[test]
 fn a_fast_lines_permutation_spreads_over_more_paths_and_keeps_its_window() {
     for seed in 1..=2 {
