@@ -586,6 +586,14 @@ fn a_paced_senders_tail_goes_twice_on_a_lossy_fabric() {
     );
 }
 
+/// MetaRoCE's makespan and IB-style's on the same scenario, µs.
+fn makespans_against_ib_style(mut s: Scenario) -> (f64, f64) {
+    let ours = run_scenario(&s, None, &mut |_, _, _, _| {}).expect("runs");
+    s.transport.kind = "ib".into();
+    let ib = run_scenario(&s, None, &mut |_, _, _, _| {}).expect("runs");
+    (ours.results.makespan_us, ib.results.makespan_us)
+}
+
 /// A capped pair whose grant is more than a packet per round trip runs at
 /// its grant: its window is whole packets (transport spec §2, "A grant's
 /// window"). A 32-host all-to-all of 64 KB per pair grants each pair a
@@ -601,11 +609,8 @@ fn a_small_all_to_all_runs_at_its_grants() {
              hosts = 32\nk = 8\nlink_gbps = 100\nlatency_ns = 1000\n\
              [[workload]]\nkind = \"all_to_all\"\nbytes = 65536\n"
         );
-        let mut s = Scenario::parse(&text, "t.toml").expect("valid scenario");
-        let ours = run_scenario(&s, None, &mut |_, _, _, _| {}).expect("runs");
-        s.transport.kind = "ib".into();
-        let ib = run_scenario(&s, None, &mut |_, _, _, _| {}).expect("runs");
-        let (m, i) = (ours.results.makespan_us, ib.results.makespan_us);
+        let s = Scenario::parse(&text, "t.toml").expect("valid scenario");
+        let (m, i) = makespans_against_ib_style(s);
         assert!(
             m < 1.15 * i,
             "seed {seed}: {m:.1} us against IB-style's {i:.1}"
@@ -637,12 +642,9 @@ fn a_fast_lines_permutation_spreads_over_more_paths_and_keeps_its_window() {
              [switch]\necn_kmin_bytes = 120000\necn_kmax_bytes = 480000\n\
              [[workload]]\nkind = \"permutation\"\nbytes = 2000000\n"
         );
-        let mut s = Scenario::parse(&text, "t.toml").expect("valid scenario");
+        let s = Scenario::parse(&text, "t.toml").expect("valid scenario");
         assert_eq!(s.paths_per_connection(), 64);
-        let ours = run_scenario(&s, None, &mut |_, _, _, _| {}).expect("runs");
-        s.transport.kind = "ib".into();
-        let ib = run_scenario(&s, None, &mut |_, _, _, _| {}).expect("runs");
-        let (m, i) = (ours.results.makespan_us, ib.results.makespan_us);
+        let (m, i) = makespans_against_ib_style(s);
         assert!(
             m < 0.87 * i,
             "seed {seed}: {m:.1} us against IB-style's {i:.1}"

@@ -1128,8 +1128,8 @@ mod tests {
         let conn0 = cc.connection_window();
         let w0 = cc.path_window(0);
         cc.on_ack(0, &ack(1_000, 1, 1, w0));
-        // The path halves (its alpha starts at 1); the connection keeps
-        // its window for the other paths (its own alpha starts at 0).
+        // The path halves (its alpha starts at 1) and gives up the cut
+        // itself; the connection keeps its window for the other paths.
         assert_eq!(cc.path_window(0), w0 - w0 / 2);
         assert_eq!(cc.connection_window(), conn0);
         for p in 1..16 {
