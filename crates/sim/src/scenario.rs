@@ -667,6 +667,7 @@ impl Scenario {
     /// [`PATHS_LINE_STEP_GBPS`] in the host's line (at most 256).
     pub fn paths_per_connection(&self) -> usize {
         self.transport.paths.unwrap_or_else(|| {
+            // A line is 1..=1,600 Gb/s (checked when read): 1..=16 steps.
             let steps = self
                 .topology
                 .link_gbps
