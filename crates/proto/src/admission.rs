@@ -12,7 +12,9 @@
 //!    go past their grants and need that room), less up to 2.5 % while
 //!    arriving packets carry CE marks, and less 5 % from a newcomer's
 //!    arrival until the link into the device is seen idle (a datagram
-//!    that comes a full packet's time after the one before it). The last
+//!    that comes a full packet's time after the one before it, or a base
+//!    RTT in which the link carried a packet's time less than its line
+//!    could). The last
 //!    two drain a queue that stood before the senders' first packets,
 //!    which rule 3 cannot see: with the whole line granted it would
 //!    never drain (240 senders of 20 KB and 16 of 400 KB into one host
@@ -132,6 +134,13 @@ fn smooth_share(share: u32, marked: bool, div: i64) -> u32 {
 /// hands it back (pushed to the senders, rule 4).
 const DRAIN_HEADROOM_PERMILLE: u64 = 50;
 
+/// What a datagram takes of the link beside its own bytes: its frame
+/// (Ethernet, IPv4 and UDP headers and the FCS) and the Ethernet preamble
+/// and inter-frame gap (20 bytes). Counted generously, so a link carrying
+/// back to back never looks idle to the per-round-trip test of
+/// `note_arrival` (0.5 % of a 100 µs span would be more than a packet).
+const LINK_FRAME_BYTES: u64 = metaroce_wire::FRAME_OVERHEAD_LEN as u64 + 20;
+
 /// A pushed raise is at least this fraction of the sender's grant
 /// (1/20, the drain headroom handed back): an ACK for less is not worth
 /// its bytes. With a third, a 1,023:1 incast's senders, one packet every
@@ -218,6 +227,8 @@ pub(crate) struct Admission {
     last_arrival_ns: u64,
     /// Bytes that reached the device since `load_window_ns`.
     load_bytes: u64,
+    /// Datagrams among them (each adds its frame to the link's busy time).
+    load_datagrams: u64,
     load_window_ns: u64,
     /// The link into the device, per mille of its line, over the last
     /// base RTT that ended.
@@ -283,6 +294,7 @@ impl Admission {
             ce_share_slow: 0,
             last_arrival_ns: 0,
             load_bytes: 0,
+            load_datagrams: 0,
             load_window_ns: 0,
             load_permille: 0,
             fabric_kept_permille: 1000,
@@ -318,31 +330,57 @@ impl Admission {
         self.ce_share_slow = smooth_share(self.ce_share_slow, marked, 64);
     }
 
-    /// A datagram of `bytes` reached the device. If the one before it
-    /// ended more than a full packet's time earlier, the link into the
-    /// device was idle in between: no queue stood in front of it.
+    /// A datagram of `bytes` reached the device. The link into the device
+    /// was idle, so no queue stood in front of it, if this datagram came
+    /// more than a full packet's time after the one before it, or if the
+    /// link carried at least a packet's time less than its line over a
+    /// base RTT that began after the last newcomer arrived. The second
+    /// test sees what the first misses: senders paced at grants of 95 %
+    /// of the line spread the slack evenly, a twentieth of a packet
+    /// between two packets, and no single gap ever showed it (a 16:1
+    /// incast of 1 MB ran at 94-95 % of the line to its end).
     pub(crate) fn note_arrival(&mut self, now_ns: u64, bytes: u64) {
         let quiet_ns = bytes * 8 * 1000 / self.line_mbps + self.packet_ns;
         if now_ns.saturating_sub(self.last_arrival_ns) >= quiet_ns {
-            if self.draining() {
-                // The grants may rise by the drain headroom: tell the
-                // senders now, not at their next packets.
-                self.regrant_ns = self.regrant_ns.min(now_ns);
-            }
-            self.idle_seen_ns = now_ns;
+            self.saw_idle(now_ns);
         }
         self.last_arrival_ns = now_ns;
         self.load_bytes += bytes;
+        self.load_datagrams += 1;
         let span_ns = now_ns.saturating_sub(self.load_window_ns);
         if span_ns >= self.base_rtt_ns {
             let capacity_bits = u128::from(self.line_mbps) * u128::from(span_ns) / 1000;
             self.load_permille =
                 u64::try_from(u128::from(self.load_bytes) * 8000 / capacity_bits.max(1))
                     .unwrap_or(u64::MAX);
+            // The bytes of this span took the link this long; the rest of
+            // it the link was idle, at moments the first test may not see.
+            // A span that began before the last newcomer's arrival may have
+            // been idle only before it.
+            let wire_bytes = self.load_bytes + self.load_datagrams * LINK_FRAME_BYTES;
+            let busy_ns = u64::try_from(u128::from(wire_bytes) * 8000 / u128::from(self.line_mbps))
+                .unwrap_or(u64::MAX);
+            if self.newcomer_ns < self.load_window_ns
+                && span_ns.saturating_sub(busy_ns) >= self.packet_ns
+            {
+                self.saw_idle(now_ns);
+            }
             self.load_bytes = 0;
+            self.load_datagrams = 0;
             self.load_window_ns = now_ns;
             self.fabric_round();
         }
+    }
+
+    /// The link into the device was idle just now: whatever queue the
+    /// newcomers built is gone.
+    fn saw_idle(&mut self, now_ns: u64) {
+        if self.draining() {
+            // The grants may rise by the drain headroom: tell the senders
+            // now, not at their next packets.
+            self.regrant_ns = self.regrant_ns.min(now_ns);
+        }
+        self.idle_seen_ns = now_ns;
     }
 
     /// The fabric term's round, once per base RTT: a cut while most
@@ -953,6 +991,30 @@ mod tests {
         assert!(a.draining());
         seen_idle(&mut a, d + 2 * RTT);
         assert!(!a.draining());
+    }
+
+    #[test]
+    fn slack_spread_evenly_over_a_round_trip_shows_the_link_idle() {
+        // Sixteen newcomers, then their paced packets at `load_permille`
+        // of the line, evenly: no gap between two packets is ever as long
+        // as a packet, so only the load over a round trip can show that
+        // the link idled.
+        let draining_after = |load_permille: u64| {
+            let mut a = adm();
+            let mut s = [SenderState::default(); 16];
+            let mut t = 1_000;
+            for (c, st) in s.iter_mut().enumerate() {
+                t += 330;
+                a.note_arrival(t, 4096);
+                a.on_data(st, c as u32, t, t as u32, true, false);
+            }
+            load_link(&mut a, t + 330, t + 3 * RTT, load_permille);
+            a.draining()
+        };
+        // 10 % of the line free: idle for three packets' time a round trip.
+        assert!(!draining_after(900));
+        // The line full (a queue may stand): the drain headroom stays.
+        assert!(draining_after(1000));
     }
 
     /// Eight senders (connections 0-7), each granted its share by three

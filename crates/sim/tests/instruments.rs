@@ -294,7 +294,11 @@ fn incasts_report_settling_fairness_and_their_own_counters() {
 /// receiver 64 short packets, 20 KB, where it brought 266 KB); an 8:1 incast whose
 /// senders are paced at their grants runs within 1.5x of it (measured
 /// 1.42x: a cold start and eight grants to settle in 320 us; a NIC pull
-/// that never armed the pacing deadline made it 7x).
+/// that never armed the pacing deadline made it 7x); and a 16:1 incast of
+/// 1 MB each, its senders paced at grants that leave the newcomers' drain
+/// headroom only until the link is seen idle, runs within 5 % of it
+/// (measured 1.042; 1.092 while the headroom stayed to the end because
+/// no single gap between the evenly paced packets was a packet long).
 #[test]
 fn incasts_settle_at_once_and_drain_at_line_rate() {
     let text = |senders: u32, bytes: u64| {
@@ -304,7 +308,11 @@ fn incasts_settle_at_once_and_drain_at_line_rate() {
              [[workload]]\nkind = \"incast\"\nbytes = {bytes}\nreceiver = 0\nsenders = {senders}\n"
         )
     };
-    for (senders, bytes, slack) in [(64u32, 200_000u64, 1.15), (8, 500_000, 1.5)] {
+    for (senders, bytes, slack) in [
+        (64u32, 200_000u64, 1.15),
+        (8, 500_000, 1.5),
+        (16, 1_000_000, 1.05),
+    ] {
         let o = run(&text(senders, bytes));
         let inc = &o.results.collectives[0];
         let ideal_us = (u64::from(senders) * bytes * 8) as f64 / 100e3;
