@@ -96,3 +96,40 @@ fn every_transport_knob_has_a_row() {
         "docs/scenario.md [transport] lacks rows for {missing:?}"
     );
 }
+
+/// Every scenario file the repository ships (RESULTS.md and the docs give
+/// commands that run them) parses: a key renamed or a range narrowed in
+/// `scenario.rs` fails here, naming the file.
+#[test]
+fn every_scenario_file_in_the_repository_parses() {
+    fn walk(dir: &std::path::Path, found: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("scenarios/ is readable") {
+            let path = entry.expect("a directory entry").path();
+            if path.is_dir() {
+                walk(&path, found);
+            } else if path.extension().is_some_and(|e| e == "toml") {
+                found.push(path);
+            }
+        }
+    }
+    let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../scenarios"));
+    let mut files = Vec::new();
+    walk(root, &mut files);
+    let mut parsed = 0;
+    for path in &files {
+        let text = std::fs::read_to_string(path).expect("readable");
+        // Suites and sweep plans have formats of their own.
+        if text.contains("[[experiment]]") || text.contains("[[point]]") || text.contains("[grid]")
+        {
+            continue;
+        }
+        if let Err(e) = Scenario::load(path) {
+            panic!("{}: {e}", path.display());
+        }
+        parsed += 1;
+    }
+    assert!(
+        parsed >= 40,
+        "only {parsed} scenario files found under scenarios/"
+    );
+}

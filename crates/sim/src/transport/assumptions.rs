@@ -40,14 +40,6 @@ pub fn baseline_notes(scn: &Scenario) -> Vec<String> {
         }
         _ => {}
     }
-    // The baselines' receivers take a trimmed packet (header only) as if
-    // its payload had arrived: trimming flatters them.
-    if sw.trimming && scn.transport.kind != "metaroce" {
-        notes.push(format!(
-            "{} NICs do not use packet trimming, and this model delivers a trimmed packet as if whole: with switch.trimming on, this row is optimistic",
-            scn.transport.kind
-        ));
-    }
     notes
 }
 
