@@ -946,20 +946,26 @@ mod tests {
         assert_eq!(a.fabric_kept_permille, 1000);
     }
 
-    #[test]
-    fn newcomers_leave_room_until_the_link_into_the_device_is_seen_idle() {
-        let mut a = adm();
+    /// Sixteen newcomers from 1 µs, their first packets back to back on
+    /// the link into the device (a 4 KB packet every 330 ns at 100 Gb/s):
+    /// a queue may stand behind them. Returns them and the last arrival.
+    /// (The endpoint tells admission of each datagram before its data.)
+    fn sixteen_newcomers_back_to_back(a: &mut Admission) -> ([SenderState; 16], u64) {
         let mut s = [SenderState::default(); 16];
-        // Sixteen newcomers, then packets back to back on the link into
-        // the device (a 4 KB packet every 330 ns at 100 Gb/s): a queue
-        // may stand behind them.
-        // (the endpoint tells admission of each datagram before its data).
         let mut t = 1_000;
         for (c, st) in s.iter_mut().enumerate() {
             t += 330;
             a.note_arrival(t, 4096);
             a.on_data(st, c as u32, t, t as u32, true, false);
         }
+        (s, t)
+    }
+
+    #[test]
+    fn newcomers_leave_room_until_the_link_into_the_device_is_seen_idle() {
+        let mut a = adm();
+        // Packets keep coming back to back after them.
+        let (mut s, mut t) = sixteen_newcomers_back_to_back(&mut a);
         for _ in 0..3 {
             for (c, st) in s.iter_mut().enumerate() {
                 a.on_data(st, c as u32, t, t as u32, true, false);
@@ -1001,13 +1007,7 @@ mod tests {
         // the link idled.
         let draining_after = |load_permille: u64| {
             let mut a = adm();
-            let mut s = [SenderState::default(); 16];
-            let mut t = 1_000;
-            for (c, st) in s.iter_mut().enumerate() {
-                t += 330;
-                a.note_arrival(t, 4096);
-                a.on_data(st, c as u32, t, t as u32, true, false);
-            }
+            let (_, t) = sixteen_newcomers_back_to_back(&mut a);
             load_link(&mut a, t + 330, t + 3 * RTT, load_permille);
             a.draining()
         };

@@ -695,6 +695,19 @@ fn a_paced_sender_probes_with_new_data_and_resends_only_what_was_lost() {
     );
 }
 
+/// 127 senders of 100 KB into host 0 of the 128-host fat tree through
+/// switches that trim, with htsim's scenario-C buffers and ECN, and the
+/// `[transport]` line given.
+fn trimming_incast(transport: &str) -> String {
+    format!(
+        "name = \"c\"\nend_us = 100000\n[topology]\nkind = \"fat_tree\"\nhosts = 128\nk = 8\n\
+         link_gbps = 100\nlatency_ns = 1000\n[switch]\nbuffer_bytes = 178450\n\
+         ecn_kmin_bytes = 37350\necn_kmax_bytes = 145250\ntrimming = true\n\
+         [transport]\n{transport}\n\
+         [[workload]]\nkind = \"incast\"\nbytes = 100000\nreceiver = 0\n"
+    )
+}
+
 /// Small-scale lock on the trimming incast (RESULTS.md, `incast-1023`):
 /// 127 senders of 100 KB into one host through switches that trim, with
 /// htsim's scenario-C buffers. Trimmed headers come back as NACKs (no RTO,
@@ -704,13 +717,7 @@ fn a_paced_sender_probes_with_new_data_and_resends_only_what_was_lost() {
 /// short ones 127 senders fit the buffer and nothing is trimmed.
 #[test]
 fn a_trimming_incast_recovers_by_nack_without_timeouts() {
-    let o = run(
-        "name = \"c\"\nend_us = 50000\n[topology]\nkind = \"fat_tree\"\nhosts = 128\nk = 8\n\
-         link_gbps = 100\nlatency_ns = 1000\n[switch]\nbuffer_bytes = 178450\n\
-         ecn_kmin_bytes = 37350\necn_kmax_bytes = 145250\ntrimming = true\n\
-         [transport]\ncold_packet_bytes = 0\n\
-         [[workload]]\nkind = \"incast\"\nbytes = 100000\nreceiver = 0\n",
-    );
+    let o = run(&trimming_incast("cold_packet_bytes = 0"));
     let inc = &o.results.collectives[0];
     let t = &o.results.transport_stats;
     assert!(
@@ -736,13 +743,7 @@ fn a_trimming_incast_recovers_by_nack_without_timeouts() {
 /// finish a 1,023:1 incast in 0.14 x that time).
 #[test]
 fn baselines_drop_trimmed_packets_and_never_beat_the_line() {
-    let o = run(
-        "name = \"c\"\nend_us = 100000\n[topology]\nkind = \"fat_tree\"\nhosts = 128\nk = 8\n\
-         link_gbps = 100\nlatency_ns = 1000\n[switch]\nbuffer_bytes = 178450\n\
-         ecn_kmin_bytes = 37350\necn_kmax_bytes = 145250\ntrimming = true\n\
-         [transport]\nkind = \"irn\"\n\
-         [[workload]]\nkind = \"incast\"\nbytes = 100000\nreceiver = 0\n",
-    );
+    let o = run(&trimming_incast("kind = \"irn\""));
     let inc = &o.results.collectives[0];
     let t = &o.results.transport_stats;
     assert!(t.trimmed_dropped > 0, "{t:?}");
