@@ -23,7 +23,11 @@
 //!    device is not full, the queue that marks them stands before the
 //!    device, in a fabric over-committed as a whole (an all-to-all over
 //!    2:1 uplinks): the grants shrink round by round until the marks
-//!    thin out, and grow back after (the fabric term).
+//!    thin out, and grow back after (the fabric term). Where an operator
+//!    knows the fabric to be over-committed (`fabric_mark_bar_permille`),
+//!    the term works per sender instead: a sender whose own packets
+//!    arrive marked is cut, one whose packets cross no full link (its
+//!    receiver's leaf) keeps its share.
 //!    A lone sender gets no cap (0): ECN and the
 //!    sender's own windows steer it. A sender is active from its first
 //!    packet until it says it has nothing more to send (the data flag
@@ -105,6 +109,15 @@ const FABRIC_KEPT_MIN_PERMILLE: u64 = 250;
 /// fast, the 256 KB all-to-all at 2:1 collapsed all the same (21,818
 /// RTOs); twice as fast, 6,665 µs against 6,545.
 const FABRIC_REGAIN_PERMILLE: u64 = 30;
+
+/// The per-sender fabric term (rule 1, `fabric_mark_bar_permille` below
+/// 1000): each active sender's share of CE-marked arrivals is smoothed
+/// with gain 1/this per packet, a few packets' memory. A sender granted
+/// a 63rd of the line sends a packet every 20-40 µs, so a slower share
+/// followed an uplink's queue too late: with gain 1/16 the 2:1 leaf-spine
+/// all-to-all of 256 KB (`scenarios/unseen/ls128-2to1-alltoall-256k.toml`,
+/// seeds 1-3) took 3,348 µs and 157 RTOs against 2,994 µs and 47.
+const SENDER_CE_GAIN_DIV: i64 = 4;
 
 /// The fabric term needs this many active senders: a fabric over-committed
 /// as a whole marks the packets of many. A share past half among a handful
@@ -191,6 +204,11 @@ struct Active {
     /// spent when it came): pushed its share within one share of
     /// overdraft (`take_regrants`).
     held: bool,
+    /// Smoothed share of its data packets that arrive CE-marked (per
+    /// 65,536; the per-sender fabric term only).
+    ce_share: u32,
+    /// What the per-sender fabric term leaves of its fair share, per mille.
+    kept_permille: u16,
 }
 
 /// A reduction of the committed sum that takes effect at `at_ns`.
@@ -235,6 +253,10 @@ pub(crate) struct Admission {
     load_permille: u64,
     /// What the fabric term leaves of the grants, per mille (1000: all).
     fabric_kept_permille: u64,
+    /// The per-sender fabric term's bar: a sender whose smoothed share of
+    /// marked arrivals is past it (per mille) is cut; 1000: the term is
+    /// off and the device-wide one acts.
+    sender_mark_bar_permille: u64,
     /// When the device's link was last seen idle: a datagram that came
     /// more than a full packet's time after the one before it found the
     /// queue into this device empty.
@@ -298,6 +320,7 @@ impl Admission {
             load_window_ns: 0,
             load_permille: 0,
             fabric_kept_permille: 1000,
+            sender_mark_bar_permille: 1000,
             idle_seen_ns: 0,
             newcomer_ns: 0,
             base_rtt_ns: base_rtt_ns.max(1),
@@ -316,6 +339,17 @@ impl Admission {
         }
     }
 
+    /// The fabric term per sender, with a bar of `permille` (1000: off;
+    /// the device-wide term then acts).
+    pub(crate) fn with_sender_mark_bar(mut self, permille: u32) -> Self {
+        self.sender_mark_bar_permille = u64::from(permille.min(1000));
+        self
+    }
+
+    fn per_sender_term(&self) -> bool {
+        self.sender_mark_bar_permille < 1000
+    }
+
     /// The device's loss rate now (0..=1). A lost packet is sent again, past
     /// any grant's count of new data: at a loss rate `r` the senders' resends
     /// take about `r` of the receiver's link, so the grants leave that much
@@ -328,6 +362,20 @@ impl Admission {
     pub(crate) fn note_ce(&mut self, marked: bool) {
         self.ce_share = smooth_share(self.ce_share, marked, 16);
         self.ce_share_slow = smooth_share(self.ce_share_slow, marked, 64);
+    }
+
+    /// A data packet of sender `s` arrived, CE-marked or not (after
+    /// [`on_data`](Self::on_data) counted it): its own share of marks,
+    /// for the per-sender fabric term.
+    pub(crate) fn note_sender_ce(&mut self, s: &SenderState, marked: bool) {
+        if !self.per_sender_term() {
+            return;
+        }
+        if let Some(i) = self.entry(s)
+            && let Some(a) = self.active[i as usize].as_mut()
+        {
+            a.ce_share = smooth_share(a.ce_share, marked, SENDER_CE_GAIN_DIV);
+        }
     }
 
     /// A datagram of `bytes` reached the device. The link into the device
@@ -387,6 +435,10 @@ impl Admission {
     /// arrivals of many senders are marked on a link that is not full,
     /// else a step back toward the whole line.
     fn fabric_round(&mut self) {
+        if self.per_sender_term() {
+            self.sender_fabric_round();
+            return;
+        }
         let marked_permille = u64::from(self.ce_share_slow) * 1000 / 65_536;
         let over_committed =
             self.fabric_term_applies() && marked_permille > FABRIC_CE_THRESHOLD_PERMILLE;
@@ -396,6 +448,43 @@ impl Admission {
         } else {
             (self.fabric_kept_permille + FABRIC_REGAIN_PERMILLE).min(1000)
         };
+    }
+
+    /// The per-sender fabric term's round, once per base RTT: while the
+    /// term may act, each sender whose marked share is past the bar is cut
+    /// by half that share (DCTCP's cut, with the share for its alpha), to
+    /// a quarter of its fair share at the least; every other sender
+    /// regains 3 % of its share. A sender paced at a grant under a packet
+    /// per round trip cannot be slowed by its own ECN cuts, and the
+    /// device-wide term never saw the over-committed uplinks of a 2:1
+    /// leaf-spine all-to-all: a quarter of each receiver's senders share
+    /// its leaf, are never marked, and held the device's share of marks
+    /// at 20-45 %. The grants ignored the marks, single uplinks sat at 100
+    /// % with full 1 MB queues while their siblings carried 60 %, and the
+    /// all-to-all of 256 KB collapsed into 4,374 RTOs (seed 1).
+    fn sender_fabric_round(&mut self) {
+        let applies = self.fabric_term_applies();
+        let bar = self.sender_mark_bar_permille;
+        for a in self.active.iter_mut().flatten() {
+            let share_permille = u64::from(a.ce_share) * 1000 / 65_536;
+            let kept = u64::from(a.kept_permille);
+            let kept = if applies && share_permille > bar {
+                (kept * (1000 - share_permille / 2) / 1000).max(FABRIC_KEPT_MIN_PERMILLE)
+            } else {
+                (kept + FABRIC_REGAIN_PERMILLE).min(1000)
+            };
+            a.kept_permille = u16::try_from(kept).unwrap_or(1000);
+        }
+    }
+
+    /// What the per-sender fabric term leaves of `a`'s fair share, per
+    /// mille: its cut holds only while the term may act.
+    fn sender_kept_permille(&self, a: &Active) -> u64 {
+        if self.per_sender_term() && self.fabric_term_applies() {
+            u64::from(a.kept_permille)
+        } else {
+            1000
+        }
     }
 
     /// Whether the fabric term may act: many senders (a fabric
@@ -427,7 +516,7 @@ impl Admission {
             .utilisation_permille
             .saturating_sub(self.loss_permille + queue_permille + drain_permille)
             .max(self.utilisation_permille / 2);
-        if !self.fabric_term_applies() {
+        if !self.fabric_term_applies() || self.per_sender_term() {
             return own;
         }
         own * self.fabric_kept_permille / 1000
@@ -545,6 +634,8 @@ impl Admission {
                     drained_at_ts: 0,
                     held: false,
                     qdelay_ns: 0,
+                    ce_share: 0,
+                    kept_permille: 1000,
                 };
                 self.next_tag = self.next_tag.wrapping_add(1);
                 let i = match self.free.pop() {
@@ -696,7 +787,8 @@ impl Admission {
             if a.dormant || a.grant_mbps == 0 {
                 continue;
             }
-            let raise = fair.saturating_sub(a.grant_mbps);
+            let target = fair * self.sender_kept_permille(a) / 1000;
+            let raise = target.saturating_sub(a.grant_mbps);
             if raise * PUSH_MIN_RAISE_DIV < a.grant_mbps {
                 continue;
             }
@@ -742,9 +834,11 @@ impl Admission {
             // at most the tail of their last window).
             self.line_mbps
         } else if current > 0 {
-            // A sender we granted before: its fair share, at once. Only a
+            // A sender we granted before: its fair share (less what the
+            // per-sender fabric term keeps back), at once. Only a
             // newcomer's first grant is held to the budget.
-            fair
+            let kept = self.active[i as usize].map_or(1000, |a| self.sender_kept_permille(&a));
+            (fair * kept / 1000).max(1)
         } else {
             // A newcomer: only what is not promised to anyone, but at least
             // a quarter of its fair share (it is never shut out, and paced
@@ -944,6 +1038,85 @@ mod tests {
         assert!((520..=550).contains(&kept), "{kept}");
         load_link(&mut a, 23 * RTT, 60 * RTT, 500);
         assert_eq!(a.fabric_kept_permille, 1000);
+    }
+
+    #[test]
+    fn the_per_sender_fabric_term_cuts_only_the_senders_whose_packets_are_marked() {
+        // 20 senders; the first 15 cross an over-committed uplink (every
+        // packet marked), the last 5 share the receiver's leaf (none).
+        // `bar`: the per-sender term's bar (1000: off); `rtts` base RTTs
+        // of the link carrying `load_permille` of its line. The grants of
+        // a marked sender and of an unmarked one, Mbit/s.
+        let grants = |bar: u32, load_permille: u64, rtts: u64| {
+            let mut a = adm().with_sender_mark_bar(bar);
+            let mut s = senders(&mut a, 20);
+            for _ in 0..8 {
+                for (i, x) in s.iter().enumerate() {
+                    a.note_ce(i < 15);
+                    a.note_sender_ce(x, i < 15);
+                }
+            }
+            load_link(&mut a, 1_000, 1_000 + rtts * RTT, load_permille);
+            let t = 2_000 + rtts * RTT;
+            for x in s.iter_mut() {
+                a.grant_mbps(x, t);
+            }
+            (
+                a.grant_mbps(&mut s[0], t + 2 * RTT),
+                a.grant_mbps(&mut s[19], t + 2 * RTT),
+            )
+        };
+        // Three quarters of the arrivals marked: the device-wide share
+        // is past half, so with the term off every grant is cut alike.
+        let (marked, unmarked) = grants(1000, 500, 4);
+        assert_eq!(marked, unmarked);
+        assert!(marked < 4_875, "{marked}");
+        // Per sender: each round cuts what a marked sender keeps by half
+        // its share of marks (nine in ten after eight marked packets), to
+        // a quarter of its fair share; the unmarked keep theirs whole (the
+        // line over 20, less the CE headroom).
+        let fair = grants(100, 500, 0).1;
+        assert!((4_800..=5_000).contains(&fair), "{fair}");
+        let (marked, unmarked) = grants(100, 500, 1);
+        assert!(
+            marked * 10 <= fair * 6 && unmarked == fair,
+            "{marked} {unmarked}"
+        );
+        let (marked, unmarked) = grants(100, 500, 6);
+        assert_eq!((marked, unmarked), (fair / 4, fair));
+        // The link full: the marks may be its own queue's; no cut.
+        assert_eq!(grants(100, 1000, 6), (fair, fair));
+    }
+
+    #[test]
+    fn a_sender_cut_by_the_per_sender_term_regains_its_share_when_its_marks_stop() {
+        let mut a = adm().with_sender_mark_bar(100);
+        let mut s = senders(&mut a, 16);
+        // Base RTTs `from..to` of a half-full link, each bringing a
+        // packet of every sender, marked or not.
+        let rounds =
+            |a: &mut Admission, s: &mut [SenderState], from: u64, to: u64, marked: bool| {
+                for r in from..to {
+                    let t = r * RTT;
+                    load_link(a, t, t + RTT, 500);
+                    for (c, x) in s.iter_mut().enumerate() {
+                        a.on_data(x, c as u32, t + RTT, (t + RTT) as u32, true, false);
+                        a.note_sender_ce(x, marked);
+                        a.grant_mbps(x, t + RTT);
+                    }
+                }
+            };
+        rounds(&mut a, &mut s, 1, 13, true);
+        let cut = a.grant_mbps(&mut s[0], 14 * RTT);
+        assert_eq!(cut, 6_250 / 4);
+        // Once the marks stop and its share of them falls under the bar
+        // (eight unmarked packets), 3 % of the share back per base RTT:
+        // half of it back within 20 RTTs, all within 36.
+        rounds(&mut a, &mut s, 14, 34, false);
+        let half = a.grant_mbps(&mut s[0], 34 * RTT);
+        assert!((3_125..6_250).contains(&half), "{half}");
+        rounds(&mut a, &mut s, 34, 50, false);
+        assert_eq!(a.grant_mbps(&mut s[0], 50 * RTT), 6_250);
     }
 
     /// Sixteen newcomers from 1 µs, their first packets back to back on

@@ -148,6 +148,15 @@ pub struct EndpointConfig {
     /// arrive CE-marked, and 5 % from a newcomer's arrival until the link
     /// is seen idle (see `admission.rs`).
     pub grant_utilisation: f64,
+    /// The per-sender fabric term (see `admission.rs`), for fabrics an
+    /// operator knows to be over-committed as a whole (oversubscribed
+    /// leaf uplinks): while more than this share (per mille) of one
+    /// sender's packets arrive CE-marked and the receiver's link is not
+    /// full, the receiver cuts that sender's grant. 1000 (the default):
+    /// off, and a device-wide term acts only when most of all arrivals
+    /// are marked. On a fabric that is not over-committed it costs a
+    /// little (marks from passing collisions cut grants for nothing).
+    pub fabric_mark_bar_permille: u32,
     /// A connection idle (nothing in flight) for this many base RTTs starts
     /// its next message as a new one would, cold (0: never).
     pub idle_restart_rtts: u64,
@@ -247,6 +256,7 @@ impl Default for EndpointConfig {
             probe_share_permille: 250,
             rate_hint_epoch_ns: 50_000,
             grant_utilisation: 1.0,
+            fabric_mark_bar_permille: 1000,
             idle_restart_rtts: 16,
             cold_packet_bytes: 256,
             cold_copies: 1,
@@ -333,6 +343,7 @@ impl EndpointConfig {
             1.0,
             "share of its line a receiver grants its senders in all when there are several, less its loss rate, up to 2.5 % while packets arrive CE-marked, and 5 % from a newcomer's arrival until its link is seen idle"
         ),
+        int_knob!(Self, fabric_mark_bar_permille: u32, 0, 1000, "per-sender fabric term for a fabric over-committed as a whole (oversubscribed uplinks): while more than this share, per mille, of a sender's packets arrive CE-marked on a receiver link that is not full, the receiver cuts that sender's grant (1000: off)"),
         int_knob!(Self, idle_restart_rtts: u64, 0, 1_000_000, "base RTTs idle after which a connection starts its next message cold (0: never)"),
         int_knob!(Self, cold_packet_bytes: u32, 0, 1 << 20, "payload of a cold connection's one packet of a message that needs more than one (0: a full packet)"),
         int_knob!(Self, cold_copies: u32, 0, 8, "copies of a cold connection's short first packet, each on another path (0: none)"),

@@ -65,7 +65,8 @@ impl DeviceState {
                 config.grant_utilisation,
                 config.base_rtt_ns,
                 u64::from(config.mtu_payload_bytes) + 64,
-            ),
+            )
+            .with_sender_mark_bar(config.fabric_mark_bar_permille),
             probe_budget: ProbeBudget::new(
                 config.probe_share_permille,
                 config.line_rate_bps,

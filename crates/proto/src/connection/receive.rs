@@ -250,6 +250,7 @@ impl Connection {
         let rx = self.rx_paths[slot as usize]
             .as_mut()
             .expect("created above");
+        let mut marked = None;
         if outcome == RxOutcome::Duplicate {
             dev.stats.rx_duplicates += 1;
             self.stats.duplicates_received += 1;
@@ -264,6 +265,7 @@ impl Connection {
                 rx.ce_packets = rx.ce_packets.wrapping_add(1);
             }
             dev.admission.note_ce(ecn == Ecn::Ce);
+            marked = Some(ecn == Ecn::Ce);
         }
         rx.last_ts = repr.timestamp_ns;
         // A packet that finds its path quiet for an ACK delay: waiting the
@@ -299,6 +301,9 @@ impl Connection {
             true,
             repr.base.flags.contains(Flags::SENDER_DRAINED),
         );
+        if let Some(marked) = marked {
+            dev.admission.note_sender_ce(&self.admission, marked);
+        }
 
         // Operation level: runs for duplicates too, so a probe makes the
         // responder repeat its op-ack; placement itself is idempotent.
