@@ -456,11 +456,9 @@ fn an_over_committed_fabric_shrinks_the_grants() {
 /// marked are cut: 881 µs, 12 RTOs.
 #[test]
 fn the_per_sender_fabric_term_keeps_an_all_to_all_over_oversubscribed_leaves_out_of_rtos() {
-    let text = "name = \"t\"\nend_us = 20000\n[topology]\nkind = \"leaf_spine\"\nhosts = 128\n\
-                hosts_per_leaf = 16\noversubscription = 2\nlink_gbps = 100\n[switch]\n\
-                ecn_kmin_bytes = 30000\necn_kmax_bytes = 120000\n[[workload]]\n\
-                kind = \"all_to_all\"\nbytes = 65536\nhosts = \"0-63\"\n";
-    let device_wide = run(text).results;
+    let text = include_str!("../../../scenarios/unseen/ls128-2to1-alltoall-256k.toml")
+        .replace("bytes = 262144", "bytes = 65536");
+    let device_wide = run(&text).results;
     let per_sender = run(&text.replace(
         "[switch]",
         "[transport]\nfabric_mark_bar_permille = 100\n[switch]",

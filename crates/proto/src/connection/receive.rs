@@ -264,7 +264,6 @@ impl Connection {
                 self.stats.ce_marked_received += 1;
                 rx.ce_packets = rx.ce_packets.wrapping_add(1);
             }
-            dev.admission.note_ce(ecn == Ecn::Ce);
             marked = Some(ecn == Ecn::Ce);
         }
         rx.last_ts = repr.timestamp_ns;
@@ -302,7 +301,7 @@ impl Connection {
             repr.base.flags.contains(Flags::SENDER_DRAINED),
         );
         if let Some(marked) = marked {
-            dev.admission.note_sender_ce(&self.admission, marked);
+            dev.admission.note_ce(&self.admission, marked);
         }
 
         // Operation level: runs for duplicates too, so a probe makes the
