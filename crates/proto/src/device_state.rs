@@ -10,6 +10,7 @@
 use crate::admission::Admission;
 use crate::config::EndpointConfig;
 use crate::memory::RegionTable;
+use crate::path_skew::PathSkew;
 use crate::probe_budget::ProbeBudget;
 use crate::qp::{Qp, QpTable};
 use crate::reorder::ReorderWindow;
@@ -35,6 +36,9 @@ pub(crate) struct DeviceState {
     pub(crate) probe_budget: ProbeBudget,
     /// How long a SACK gap waits before it is a loss (reordering fabrics).
     pub(crate) reorder: ReorderWindow,
+    /// How much later than other paths' a live path's packets may come
+    /// before cross-path RACK suspects it (routes with unequal queues).
+    pub(crate) path_skew: PathSkew,
     /// The data packets' loss rate, which sizes repair packets.
     pub(crate) loss_rate: crate::repair::LossRate,
     /// The repair codes built lately.
@@ -74,6 +78,7 @@ impl DeviceState {
                 config.base_rtt_ns,
             ),
             reorder: ReorderWindow::default(),
+            path_skew: PathSkew::default(),
             loss_rate: crate::repair::LossRate::default(),
             repair_codes: crate::repair::Codes::default(),
             rtt_ceiling: Default::default(),

@@ -55,6 +55,7 @@ pub mod memory;
 mod message;
 mod packet_repr;
 pub mod path;
+mod path_skew;
 mod probe_budget;
 pub mod qp;
 pub mod range_set;

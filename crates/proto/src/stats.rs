@@ -106,6 +106,10 @@ pub struct EndpointStats {
     /// fabric reorders within a route (each proof widens the connection's
     /// reordering window).
     pub spurious_gap_losses: u64,
+    /// Suspect paths (cross-path RACK) whose packet from before their
+    /// probe was acknowledged after it: late behind a queue, not lost
+    /// (each widens the device's path skew).
+    pub late_suspects: u64,
     /// Unanswered probes on silent connections (packets sent again elsewhere).
     pub probe_timeouts: u64,
     /// Losses not taken as congestion (no recent ECN on their path).
@@ -212,6 +216,7 @@ named_counters!(EndpointStats {
     spurious_give_ups,
     rtos_proved_lost,
     spurious_gap_losses,
+    late_suspects,
     probe_timeouts,
     random_losses,
     rnr_naks_sent,

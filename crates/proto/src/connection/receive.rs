@@ -596,6 +596,36 @@ impl Connection {
             path.stats.ce_marks += u64::from(ce_delta);
             self.stats.ce_marks_echoed += u64::from(ce_delta);
         }
+        // A suspect path (cross-path RACK, or silent past its probe timeout
+        // while later packets were acknowledged elsewhere) whose packet
+        // from before the probe is acknowledged only now was late, not
+        // lost: the fabric's routes differ by more than the window, which
+        // widens by this lateness (`path_skew.rs`). The probe's own answer
+        // echoes the probe, and proves nothing.
+        if let Some(probe_ns) = path.probe_sent_ns.get()
+            && path.silent_rounds > 0
+            && acked_bytes > 0
+            && echo_age < (1 << 31)
+            && now_ns.saturating_sub(u64::from(echo_age)) < probe_ns
+        {
+            let late_ns = now_ns.saturating_sub(probe_ns);
+            let rtt_min_ns = self
+                .conn_rtt
+                .measured_min_ns()
+                .unwrap_or(dev.config.base_rtt_ns);
+            dev.path_skew
+                .on_late_answer(now_ns, late_ns, rtt_min_ns, self.conn_rtt.srtt_ns());
+            dev.stats.late_suspects += 1;
+            trace_event!(
+                in: self.trace.enter_path(p),
+                DEBUG,
+                now_ns,
+                late_ns,
+                skew_ns = dev.path_skew.skew_ns(now_ns, self.conn_rtt.srtt_ns()),
+                "suspect path answered late, not lost: the device's path skew widens"
+            );
+        }
+        let path = &mut self.paths[p];
         path.probe_sent_ns = MaybeNs::NONE;
         // An answer: the probe put off is moot (a new one is timed from it).
         path.probe_hold = ProbeHold::None;

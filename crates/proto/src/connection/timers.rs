@@ -104,8 +104,9 @@ impl Connection {
     /// packet's round trip (or `p`'s own smoothed RTT, if longer: a path
     /// with a deeper queue is not suspect for it) plus a reordering window
     /// (`rack_reorder_permille` of the minimum RTT, or twice the RTT
-    /// deviation if more), plus the receiver's ACK delay if the packet did
-    /// not ask for an immediate ACK. Past that the path is suspect and
+    /// deviation if more) and the device's path skew (`path_skew.rs`),
+    /// plus the receiver's ACK delay if the packet did not ask for an
+    /// immediate ACK. Past that the path is suspect and
     /// probed (see `on_timeout`), before its probe timeout wherever RTTs
     /// vary (two deviations here, four there; on a quiet path the two
     /// deadlines nearly coincide): the probe carries the newest segment,
@@ -132,8 +133,11 @@ impl Connection {
         let rtt_min_ns = self.conn_rtt.measured_min_ns()?;
         let reorder_ns = (rtt_min_ns * u64::from(cfg.rack_reorder_permille) / 1000)
             .max(2 * self.conn_rtt.rttvar_ns());
+        // Plus how much later than others a live path's packets have come
+        // on this fabric (`path_skew.rs`), as of the packet's send time.
+        let skew_ns = dev.path_skew.skew_ns(newest_ns, self.conn_rtt.srtt_ns());
         let delay_ns = path.ack_wait_ns(AckWait::of(cfg));
-        Some(newest_ns + self.rack_rtt_ns.max(path.rtt.srtt_ns()) + reorder_ns + delay_ns)
+        Some(newest_ns + self.rack_rtt_ns.max(path.rtt.srtt_ns()) + reorder_ns + skew_ns + delay_ns)
     }
 
     /// A packet sent at `sent_ns` was acknowledged at `now_ns`: if it is the
