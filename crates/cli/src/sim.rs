@@ -4,8 +4,11 @@
 //! - `metaroce sim SCENARIO.toml [--seed N] [--out DIR]` runs a file;
 //! - `metaroce sim sweep PLAN.toml [--out DIR] [--shard i/n] [--threads N]`
 //!   runs a grid of scenario points in parallel;
-//! - `metaroce sim suite DIR [--only ID] [--out FILE]` runs the experiment
-//!   suite of `DIR/suite.toml` with every transport and judges its targets.
+//! - `metaroce sim suite DIR [--only ID] [--out FILE] [--plots PLOTDIR]`
+//!   runs the experiment suite of `DIR/suite.toml` with every transport and
+//!   judges its targets;
+//! - `metaroce sim suite-plot FILE.json --out PLOTDIR` draws the figures of
+//!   a suite run again from its JSON, running nothing.
 //!
 //! Every option is checked, and the output directory created, before the
 //! first event is simulated. A run that reaches its end time with flows
@@ -41,6 +44,19 @@ enum SimCommand {
     /// Run an experiment suite (DIR/suite.toml) with every transport and
     /// judge each target: the tables of RESULTS.md.
     Suite(SuiteArgs),
+    /// Draw one SVG per experiment of a suite run from its JSON (the
+    /// FILE.json of `sim suite --out FILE`), without running anything.
+    SuitePlot(SuitePlotArgs),
+}
+
+/// `metaroce sim suite-plot FILE.json --out PLOTDIR`.
+#[derive(clap::Args, Debug)]
+struct SuitePlotArgs {
+    /// A suite run's JSON (written beside `sim suite --out FILE` as FILE.json).
+    json: PathBuf,
+    /// Write PLOTDIR/ID.svg for each experiment here (created if missing).
+    #[arg(long, value_name = "PLOTDIR")]
+    out: PathBuf,
 }
 
 /// `metaroce sim suite DIR`.
@@ -55,6 +71,10 @@ struct SuiteArgs {
     /// Also write the tables to this Markdown file (and FILE.json).
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Also draw one SVG per experiment, PLOTDIR/ID.svg (created if
+    /// missing; checked before anything runs).
+    #[arg(long, value_name = "PLOTDIR")]
+    plots: Option<PathBuf>,
     /// Worker threads, 1..=1024 [default: all cores].
     #[arg(long)]
     threads: Option<usize>,
@@ -140,6 +160,9 @@ pub(crate) fn run(args: SimArgs) -> Result<ExitCode, String> {
     if let Some(SimCommand::Sweep(s)) = &args.command {
         return sweep(s);
     }
+    if let Some(SimCommand::SuitePlot(s)) = &args.command {
+        return suite_plot(s);
+    }
     let args = args.run;
     // Everything is checked before the first run starts.
     for t in &args.transports {
@@ -154,7 +177,7 @@ pub(crate) fn run(args: SimArgs) -> Result<ExitCode, String> {
         None => Scenario::default_scenario(),
     };
     if let Some(dir) = &args.out {
-        prepare_out_dir(dir)?;
+        prepare_out_dir(dir, "--out")?;
     }
     if args.pcap.is_none()
         && (args.pcap_hosts.is_some() || args.pcap_links.is_some() || args.pcap_snaplen.is_some())
@@ -195,18 +218,19 @@ pub(crate) fn run(args: SimArgs) -> Result<ExitCode, String> {
     ))
 }
 
-/// Check `dir` can hold a run's output, creating it: a clear one-line
-/// error now instead of a failed write after a long run.
-fn prepare_out_dir(dir: &Path) -> Result<(), String> {
+/// Check `dir` (given as option `flag`) can hold a run's output, creating
+/// it: a clear one-line error now instead of a failed write after a long
+/// run.
+fn prepare_out_dir(dir: &Path, flag: &str) -> Result<(), String> {
     let shown = dir.display();
     if dir.exists() && !dir.is_dir() {
-        return Err(format!("--out {shown}: exists and is not a directory"));
+        return Err(format!("{flag} {shown}: exists and is not a directory"));
     }
     std::fs::create_dir_all(dir)
-        .map_err(|e| format!("--out {shown}: cannot create the directory: {e}"))?;
+        .map_err(|e| format!("{flag} {shown}: cannot create the directory: {e}"))?;
     let probe = dir.join(format!(".metaroce-write-test-{}", std::process::id()));
     std::fs::write(&probe, b"")
-        .map_err(|e| format!("--out {shown}: cannot write into the directory: {e}"))?;
+        .map_err(|e| format!("{flag} {shown}: cannot write into the directory: {e}"))?;
     let _ = std::fs::remove_file(&probe);
     Ok(())
 }
@@ -370,7 +394,8 @@ const MAX_THREADS: usize = 1024;
 
 /// `metaroce sim suite DIR`: every experiment of DIR/suite.toml with every
 /// transport, judged against its targets; Markdown tables on stdout (and
-/// in `--out FILE`, with FILE.json beside it).
+/// in `--out FILE`, with FILE.json beside it), and with `--plots PLOTDIR`
+/// a figure per experiment.
 fn suite(args: &SuiteArgs) -> Result<ExitCode, String> {
     if let Some(t) = args.threads
         && !(1..=1024).contains(&t)
@@ -387,6 +412,17 @@ fn suite(args: &SuiteArgs) -> Result<ExitCode, String> {
     }
     let suite = metaroce_sim::suite::Suite::load(&args.dir).map_err(|e| e.to_string())?;
     check_only(&suite, &args.only)?;
+    if let Some(dir) = &args.plots {
+        // Each figure is named by its experiment's id: one that cannot
+        // be a file name is refused now, not after the runs.
+        for e in &suite.experiments {
+            if metaroce_sim::suite::Suite::selects(&args.only, &e.id) {
+                metaroce_sim::plot::plot_file_name(&e.id)
+                    .map_err(|why| format!("--plots {}: experiment {why}", dir.display()))?;
+            }
+        }
+        prepare_out_dir(dir, "--plots")?;
+    }
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -401,12 +437,39 @@ fn suite(args: &SuiteArgs) -> Result<ExitCode, String> {
         let jpath = out.with_extension("json");
         std::fs::write(&jpath, json).map_err(|e| format!("{}: {e}", jpath.display()))?;
     }
+    if let Some(dir) = &args.plots {
+        write_plots(dir, &results)?;
+    }
     println!(
         "suite: {} experiments in {:.0} s on {threads} threads",
         results.len(),
         wall.elapsed().as_secs_f64()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// `metaroce sim suite-plot FILE.json --out PLOTDIR`: a suite run's
+/// figures from its JSON.
+fn suite_plot(args: &SuitePlotArgs) -> Result<ExitCode, String> {
+    let results = metaroce_sim::suite::read_results(&args.json).map_err(|e| e.to_string())?;
+    prepare_out_dir(&args.out, "--out")?;
+    write_plots(&args.out, &results)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One SVG per experiment into `dir`, and a line saying where.
+fn write_plots(
+    dir: &Path,
+    results: &[metaroce_sim::suite::ExperimentResult],
+) -> Result<(), String> {
+    let paths =
+        metaroce_sim::plot::write_experiment_svgs(dir, results).map_err(|e| e.to_string())?;
+    println!(
+        "wrote      {} figures to {}/ (one ID.svg per experiment)",
+        paths.len(),
+        dir.display()
+    );
+    Ok(())
 }
 
 fn sweep(args: &SweepArgs) -> Result<ExitCode, String> {
@@ -419,7 +482,7 @@ fn sweep(args: &SweepArgs) -> Result<ExitCode, String> {
         None => std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
     let plan = Plan::load(&args.plan).map_err(|e| e.to_string())?;
-    prepare_out_dir(&args.out)?;
+    prepare_out_dir(&args.out, "--out")?;
     let show = !args.quiet && std::io::stderr().is_terminal();
     let wall = Instant::now();
     let result = run_plan(&plan, shard, threads, &mut |done, total| {

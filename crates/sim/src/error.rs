@@ -8,8 +8,9 @@ use crate::transport::TransportError;
 /// A simulator error.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SimError {
-    /// A scenario file, a sweep plan or a file one names is unreadable or
-    /// invalid. The message names the file, the line and the key, e.g.
+    /// A scenario file, a sweep plan, a suite, a suite run's results or a
+    /// file one names is unreadable or invalid. The message names the
+    /// file, the line and the key, e.g.
     /// `x.toml:7: switch.routing: must be ecmp or adaptive`.
     #[error("{0}")]
     Scenario(String),

@@ -1,6 +1,7 @@
 //! The experiment suite: every claim of the project as a scenario, run with
 //! MetaRoCE and every baseline, checked against its target, and written out
-//! as the tables of `RESULTS.md`.
+//! as the tables of `RESULTS.md` (and, per experiment, as a figure:
+//! [`crate::plot::experiment_svg`]).
 //!
 //! A suite is a directory with a `suite.toml`:
 //!
@@ -136,7 +137,7 @@ pub struct Suite {
 }
 
 /// One row's value of one transport, and the verdict of each target.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, serde::Deserialize, Serialize)]
 pub struct RowResult {
     /// `key=value` of the sweep, or empty.
     pub variant: String,
@@ -148,8 +149,9 @@ pub struct RowResult {
     pub errors: Vec<String>,
 }
 
-/// One experiment's outcome.
-#[derive(Debug, Clone, Serialize)]
+/// One experiment's outcome (a suite run's JSON is a list of them; read
+/// one back with [`read_results`]).
+#[derive(Debug, Clone, serde::Deserialize, Serialize)]
 pub struct ExperimentResult {
     /// Id.
     pub id: String,
@@ -599,8 +601,8 @@ pub fn metric(r: &Results, name: &str) -> Option<f64> {
         .or_else(|| cur.as_bool().map(|b| f64::from(u8::from(b))))
 }
 
-/// Format a figure for a table.
-fn fmt(v: Option<f64>) -> String {
+/// Format a figure for a table or a figure's note.
+pub(crate) fn format_figure(v: Option<f64>) -> String {
     match v {
         None => "—".into(),
         Some(x) if x.abs() >= 1000.0 => format!("{x:.0}"),
@@ -633,7 +635,7 @@ pub fn markdown(transports: &[String], results: &[ExperimentResult]) -> String {
                 }
             );
             for t in transports {
-                let _ = write!(s, " {} |", fmt(r.shown.get(t).copied().flatten()));
+                let _ = write!(s, " {} |", format_figure(r.shown.get(t).copied().flatten()));
             }
             let _ = writeln!(s);
         }
@@ -656,7 +658,7 @@ pub fn markdown(transports: &[String], results: &[ExperimentResult]) -> String {
                     } else {
                         &r.variant
                     },
-                    fmt(*v),
+                    format_figure(*v),
                     if *ok { "met" } else { "**not met**" }
                 );
             }
@@ -668,6 +670,39 @@ pub fn markdown(transports: &[String], results: &[ExperimentResult]) -> String {
     }
     let _ = writeln!(s, "**{met} of {total} targets met.**");
     s
+}
+
+/// Read back the results a suite run wrote as JSON (`FILE.json` beside
+/// `--out FILE`), to draw them again without running anything. Every
+/// error is one line naming the file and what is wrong: unreadable, not
+/// such a list, empty, or an experiment id that cannot name its figure's
+/// file.
+pub fn read_results(path: &Path) -> Result<Vec<ExperimentResult>, SimError> {
+    let origin = path.display();
+    let text =
+        std::fs::read_to_string(path).map_err(|e| SimError::Scenario(format!("{origin}: {e}")))?;
+    let results: Vec<ExperimentResult> = serde_json::from_str(&text).map_err(|e| {
+        SimError::Scenario(format!(
+            "{origin}: not the JSON of a suite run (FILE.json of `metaroce sim suite --out FILE`): {}",
+            e.to_string().replace('\n', " ")
+        ))
+    })?;
+    if results.is_empty() {
+        return Err(SimError::Scenario(format!(
+            "{origin}: holds no experiments"
+        )));
+    }
+    for (i, e) in results.iter().enumerate() {
+        crate::plot::plot_file_name(&e.id)
+            .map_err(|why| SimError::Scenario(format!("{origin}: experiment {}: {why}", i + 1)))?;
+        if results[..i].iter().any(|earlier| earlier.id == e.id) {
+            return Err(SimError::Scenario(format!(
+                "{origin}: experiment id '{}' appears twice (its figures would overwrite each other)",
+                e.id
+            )));
+        }
+    }
+    Ok(results)
 }
 
 /// The non-empty, trimmed parts of a comma-separated `--only`.

@@ -4,7 +4,7 @@
 //! colours, so a reader compares them within a panel on the same axes.
 
 use super::fct_cdf;
-use super::figure::{Figure, GRID_PANEL_PX, LegendEntry, Line, Panel};
+use super::figure::{Figure, GRID_PANEL_PX, LegendEntry, Line, Panel, Sample};
 use super::palette;
 use super::timeseries::{self, ByteUnit, TimeUnit};
 use super::{PlotError, RunView};
@@ -57,6 +57,7 @@ pub fn comparison_svg<'a>(runs: &[RunView<'a>]) -> Result<String, PlotError> {
         caption: "goodput delivered to hosts".into(),
         x: time.axis(span),
         y: timeseries::goodput_axis(max_gbps),
+        bars: Vec::new(),
         lines: goodput,
         empty_note: "no samples".into(),
     });
@@ -87,6 +88,7 @@ pub fn comparison_svg<'a>(runs: &[RunView<'a>]) -> Result<String, PlotError> {
             caption: format!("largest queue: {tier}"),
             x: time.axis(span),
             y: timeseries::queue_axis(max, unit),
+            bars: Vec::new(),
             lines: runs
                 .iter()
                 .map(|r| Line {
@@ -112,6 +114,7 @@ pub fn comparison_svg<'a>(runs: &[RunView<'a>]) -> Result<String, PlotError> {
     Figure {
         title: "Transports compared".into(),
         subtitle,
+        notes: Vec::new(),
         panels,
         columns: COLUMNS,
         panel_px: GRID_PANEL_PX,
@@ -125,7 +128,7 @@ pub fn comparison_svg<'a>(runs: &[RunView<'a>]) -> Result<String, PlotError> {
                     None => r.transport.to_string(),
                 },
                 style: palette::transport(r.transport),
-                marker: false,
+                sample: Sample::Line,
             })
             .collect(),
     }

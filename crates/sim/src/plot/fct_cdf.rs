@@ -6,7 +6,7 @@
 use super::PlotError;
 use super::RunView;
 use super::axis::Axis;
-use super::figure::{ALONE_PANEL_PX, Figure, LegendEntry, Line, Panel};
+use super::figure::{ALONE_PANEL_PX, Figure, LegendEntry, Line, Panel, Sample};
 use super::palette::{self, LineStyle};
 
 /// Most steps drawn per curve; larger groups keep every flow of their
@@ -27,12 +27,13 @@ pub fn fct_cdf_svg(run: &RunView<'_>) -> Result<String, PlotError> {
         .map(|&(name, style, fcts)| LegendEntry {
             label: format!("{name} ({} flows)", fcts.len()),
             style,
-            marker: false,
+            sample: Sample::Line,
         })
         .collect();
     Figure {
         title: "Flow completion time CDF".into(),
         subtitle: run.about(),
+        notes: Vec::new(),
         panels: vec![panel(String::new(), &curves)],
         columns: 1,
         panel_px: ALONE_PANEL_PX,
@@ -54,6 +55,7 @@ pub(super) fn panel(caption: String, curves: &[(&str, LineStyle, &[f64])]) -> Pa
         caption,
         x: Axis::log("flow completion time (µs)", min, max),
         y: Axis::linear("fraction of flows", 0.0, 1.0),
+        bars: Vec::new(),
         lines: curves
             .iter()
             .map(|&(_, style, fcts)| Line {

@@ -1,6 +1,7 @@
-//! A figure: a title block naming what was run, a grid of panels, and
-//! one legend for all of them to the right, outside every plotting area
-//! (a legend inside one would sit over its data).
+//! A figure: a title block naming what was run (and, below it, any notes
+//! such as judged targets), a grid of panels, and one legend for all of
+//! them to the right, outside every plotting area (a legend inside one
+//! would sit over its data).
 
 use super::PlotError;
 use super::axis::Axis;
@@ -16,6 +17,9 @@ pub(crate) const ALONE_PANEL_PX: (u32, u32) = (600, 360);
 pub(crate) const GRID_PANEL_PX: (u32, u32) = (440, 310);
 /// Height of the title and subtitle above the panels.
 const HEADER_HEIGHT_PX: u32 = 60;
+/// One note line under the subtitle, and the gap below the last one.
+const NOTE_ROW_PX: u32 = 18;
+const NOTES_GAP_PX: u32 = 8;
 /// Space right of the legend.
 const RIGHT_MARGIN_PX: u32 = 12;
 /// One legend row.
@@ -29,6 +33,8 @@ const CAPTION_PX: f64 = 14.0;
 const AXIS_TITLE_PX: f64 = 13.0;
 const TICK_PX: f64 = 12.0;
 const LEGEND_PX: f64 = 13.0;
+const NOTE_PX: f64 = 13.0;
+const BAR_VALUE_PX: f64 = 11.0;
 /// Estimated width of one character of legend text, pixels (sans-serif,
 /// at [`LEGEND_PX`]), to size the legend column.
 const LEGEND_CHAR_PX: f64 = 7.4;
@@ -43,6 +49,8 @@ pub(crate) struct Figure {
     pub(crate) title: String,
     /// What was run: scenario, seed, transport(s), bin width.
     pub(crate) subtitle: String,
+    /// Lines under the subtitle (a suite figure's targets and verdicts).
+    pub(crate) notes: Vec<Note>,
     /// Panels, row by row.
     pub(crate) panels: Vec<Panel>,
     /// Panels per row (at most; fewer panels make a narrower figure).
@@ -64,6 +72,8 @@ pub(crate) struct Panel {
     pub(crate) x: Axis,
     /// Vertical axis.
     pub(crate) y: Axis,
+    /// Bars, drawn under the lines.
+    pub(crate) bars: Vec<Bar>,
     /// Data, drawn last to first so the first (the first legend entry)
     /// lies on top.
     pub(crate) lines: Vec<Line>,
@@ -83,6 +93,25 @@ pub(crate) struct Line {
     pub(crate) markers: Vec<(f64, f64)>,
 }
 
+/// One bar in data units: `width` wide, centred on `x`, from the foot of
+/// the y axis (0, or the bottom of a log axis) up to `value`, with
+/// `label` written above it.
+#[derive(Debug, Clone)]
+pub(crate) struct Bar {
+    /// Fill colour.
+    pub(crate) style: LineStyle,
+    /// Centre, x axis units.
+    pub(crate) x: f64,
+    /// Width, x axis units.
+    pub(crate) width: f64,
+    /// Height, y data units; a value the axis cannot place (none, or 0
+    /// on a log axis) draws no bar, only the label at the foot.
+    pub(crate) value: f64,
+    /// Written above the bar (the value, so a bar too short to see still
+    /// says what it is).
+    pub(crate) label: String,
+}
+
 /// One legend row.
 #[derive(Debug, Clone)]
 pub(crate) struct LegendEntry {
@@ -90,8 +119,28 @@ pub(crate) struct LegendEntry {
     pub(crate) label: String,
     /// The sample's colour and dash.
     pub(crate) style: LineStyle,
-    /// Whether the sample carries a dot (lines drawn with markers).
-    pub(crate) marker: bool,
+    /// How the sample is drawn.
+    pub(crate) sample: Sample,
+}
+
+/// A legend entry's sample, drawn like the series it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sample {
+    /// A line.
+    Line,
+    /// A line with a dot (lines drawn with markers).
+    LineWithDot,
+    /// A filled block (bars).
+    Block,
+}
+
+/// A line of text under a figure's subtitle.
+#[derive(Debug, Clone)]
+pub(crate) struct Note {
+    /// Text.
+    pub(crate) text: String,
+    /// Its colour (a verdict's: met, not met).
+    pub(crate) color: RGBColor,
 }
 
 /// A plotters text style at `px` rendered pixels (its SVG backend writes
@@ -136,15 +185,17 @@ impl Figure {
         let (panel_w, panel_h) = self.panel_px;
         let plots_w = cols as u32 * panel_w;
         let body_h = (rows as u32 * panel_h).max(legend_h);
-        let size = (
-            plots_w + legend_w + RIGHT_MARGIN_PX,
-            HEADER_HEIGHT_PX + body_h,
-        );
+        let header_h = if self.notes.is_empty() {
+            HEADER_HEIGHT_PX
+        } else {
+            HEADER_HEIGHT_PX + self.notes.len() as u32 * NOTE_ROW_PX + NOTES_GAP_PX
+        };
+        let size = (plots_w + legend_w + RIGHT_MARGIN_PX, header_h + body_h);
         let mut svg = String::new();
         {
             let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
             root.fill(&WHITE).map_err(plot_err)?;
-            let (header, body) = root.split_vertically(HEADER_HEIGHT_PX);
+            let (header, body) = root.split_vertically(header_h);
             let centre = size.0 as i32 / 2;
             let top = Pos::new(HPos::Center, VPos::Top);
             header
@@ -163,6 +214,18 @@ impl Figure {
                         .pos(top),
                 ))
                 .map_err(plot_err)?;
+            for (i, note) in self.notes.iter().enumerate() {
+                header
+                    .draw(&Text::new(
+                        note.text.clone(),
+                        (
+                            centre,
+                            HEADER_HEIGHT_PX as i32 + i as i32 * NOTE_ROW_PX as i32 - 4,
+                        ),
+                        font(NOTE_PX).color(&note.color).pos(top),
+                    ))
+                    .map_err(plot_err)?;
+            }
             let (plots, legend) = body.split_horizontally(plots_w);
             let (plots, _) = plots.split_vertically(rows as u32 * panel_h);
             for (panel, area) in self.panels.iter().zip(plots.split_evenly((rows, cols))) {
@@ -190,14 +253,21 @@ impl Figure {
         }
         for e in &self.legend {
             let ends = vec![(x0, y), (x0 + LEGEND_SWATCH_PX, y)];
-            if e.style.dashed {
+            if e.sample == Sample::Block {
+                let half = LEGEND_ROW_PX / 2 - 3;
+                area.draw(&Rectangle::new(
+                    [(x0, y - half), (x0 + LEGEND_SWATCH_PX, y + half)],
+                    e.style.color.filled(),
+                ))
+                .map_err(plot_err)?;
+            } else if e.style.dashed {
                 area.draw(&DashedPathElement::new(ends, 6, 4, stroke(e.style)))
                     .map_err(plot_err)?;
             } else {
                 area.draw(&PathElement::new(ends, stroke(e.style)))
                     .map_err(plot_err)?;
             }
-            if e.marker {
+            if e.sample == Sample::LineWithDot {
                 area.draw(&Circle::new(
                     (x0 + LEGEND_SWATCH_PX / 2, y),
                     MARKER_RADIUS_PX,
@@ -257,7 +327,7 @@ impl Panel {
             )))
             .map_err(plot_err)?;
         let place = |&(vx, vy): &(f64, f64)| Some((x.position(vx)?, y.position(vy)?));
-        let mut drawn = false;
+        let mut drawn = self.draw_bars(&mut chart)?;
         for line in self.lines.iter().rev() {
             for run in runs(&line.points, place) {
                 drawn = true;
@@ -293,6 +363,54 @@ impl Panel {
                 .map_err(plot_err)?;
         }
         Ok(())
+    }
+
+    /// The bars and their labels; whether there were any.
+    fn draw_bars(
+        &self,
+        chart: &mut ChartContext<'_, SVGBackend<'_>, Cartesian2d<Axis, Axis>>,
+    ) -> Result<bool, PlotError> {
+        let yr = chart.y_range();
+        // Bars stand on 0 when the axis shows it, else on its bottom (a
+        // log axis, which cannot place 0, or one whose values are all far
+        // from 0).
+        let foot = self
+            .y
+            .position(0.0)
+            .filter(|zero| yr.contains(zero) || *zero == yr.end)
+            .unwrap_or(yr.start);
+        let below = Pos::new(HPos::Center, VPos::Bottom);
+        for bar in &self.bars {
+            let (Some(left), Some(right)) = (
+                self.x.position(bar.x - bar.width / 2.0),
+                self.x.position(bar.x + bar.width / 2.0),
+            ) else {
+                continue;
+            };
+            let top = self
+                .y
+                .position(bar.value)
+                .map(|t| t.clamp(yr.start, yr.end));
+            if let Some(top) = top {
+                chart
+                    .draw_series(std::iter::once(Rectangle::new(
+                        [(left, foot), (right, top)],
+                        bar.style.color.filled(),
+                    )))
+                    .map_err(plot_err)?;
+            }
+            // The label sits just above the bar's top (or its foot when
+            // there is no bar), a few pixels clear of it.
+            let at = top.unwrap_or(foot).max(foot);
+            let centre = self.x.position(bar.x).unwrap_or(left);
+            chart
+                .draw_series(std::iter::once(
+                    EmptyElement::at((centre, at))
+                        + Text::new(bar.label.clone(), (0, -3), font(BAR_VALUE_PX).pos(below)),
+                ))
+                .map_err(plot_err)?;
+        }
+        Ok(!self.bars.is_empty())
     }
 }
 

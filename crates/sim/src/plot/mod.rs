@@ -1,5 +1,5 @@
-//! Figures of a run, of a comparison of transports, and of a sweep, as
-//! SVG documents drawn with plotters.
+//! Figures of a run, of a comparison of transports, of a sweep, and of
+//! each experiment of a suite, as SVG documents drawn with plotters.
 //!
 //! Every figure is titled with what it shows and says below the title
 //! which scenario, seed(s) and transport(s) it comes from; its legend
@@ -10,17 +10,19 @@
 //! |---|---|
 //! | `axis.rs` | one axis: range, round ticks, log decades, categories |
 //! | `palette.rs` | series colours; one fixed colour per transport |
-//! | `figure.rs` | title block, grid of panels, legend outside them |
+//! | `figure.rs` | title block and notes, grid of panels (lines, bars), legend outside them |
 //! | `fct_cdf.rs` | FCT CDF, log µs, one curve per workload group |
 //! | `timeseries.rs` | goodput and queue depth per tier over time |
 //! | `compare.rs` | several transports of one scenario, overlaid per panel |
 //! | `sweep.rs` | a sweep: x the swept parameter, one line per other value |
+//! | `suite.rs` | a suite's experiment: a line or bars per transport, targets and verdicts |
 
 mod axis;
 mod compare;
 mod fct_cdf;
 mod figure;
 mod palette;
+mod suite;
 mod sweep;
 mod timeseries;
 
@@ -28,6 +30,7 @@ use crate::report::{GroupFcts, TimeSeries};
 
 pub use compare::comparison_svg;
 pub use fct_cdf::fct_cdf_svg;
+pub use suite::{experiment_svg, plot_file_name, write_experiment_svgs};
 pub use sweep::sweep_svg;
 pub use timeseries::{queues_svg, throughput_svg};
 

@@ -6,7 +6,7 @@
 
 use super::PlotError;
 use super::axis::Axis;
-use super::figure::{Figure, GRID_PANEL_PX, LegendEntry, Line, Panel};
+use super::figure::{Figure, GRID_PANEL_PX, LegendEntry, Line, Panel, Sample};
 use super::palette;
 use crate::sweep::Row;
 
@@ -201,6 +201,7 @@ pub fn sweep_svg(rows: &[Row], x_axis: Option<&str>, about: &str) -> Result<Stri
             caption: caption.into(),
             x: x.axis(rows),
             y: Axis::log_if_spans(ylabel, &values, LOG_Y_DECADES),
+            bars: Vec::new(),
             lines: drawn,
             empty_note: "no finished points".into(),
         });
@@ -215,7 +216,7 @@ pub fn sweep_svg(rows: &[Row], x_axis: Option<&str>, about: &str) -> Result<Stri
                 key.join(", ")
             },
             style: style(li),
-            marker: true,
+            sample: Sample::LineWithDot,
         })
         .collect();
     let swept = x
@@ -225,6 +226,7 @@ pub fn sweep_svg(rows: &[Row], x_axis: Option<&str>, about: &str) -> Result<Stri
     Figure {
         title: format!("Sweep over {swept}"),
         subtitle: format!("{about} · line: mean over seeds, dots: each seed"),
+        notes: Vec::new(),
         panels,
         columns: COLUMNS,
         panel_px: GRID_PANEL_PX,

@@ -7,7 +7,7 @@
 //! must not vanish by thinning).
 
 use super::axis::Axis;
-use super::figure::{ALONE_PANEL_PX, Figure, LegendEntry, Line, Panel};
+use super::figure::{ALONE_PANEL_PX, Figure, LegendEntry, Line, Panel, Sample};
 use super::palette;
 use super::{PlotError, RunView};
 use crate::report::TimeSeries;
@@ -176,10 +176,12 @@ pub fn throughput_svg(run: &RunView<'_>) -> Result<String, PlotError> {
     Figure {
         title: "Goodput delivered to hosts".into(),
         subtitle: format!("{} · {}", run.about(), bins_note(ts)),
+        notes: Vec::new(),
         panels: vec![Panel {
             caption: String::new(),
             x: unit.axis(span),
             y: goodput_axis(max),
+            bars: Vec::new(),
             lines: vec![Line {
                 style,
                 points,
@@ -193,7 +195,7 @@ pub fn throughput_svg(run: &RunView<'_>) -> Result<String, PlotError> {
         legend: vec![LegendEntry {
             label: run.transport.to_string(),
             style,
-            marker: false,
+            sample: Sample::Line,
         }],
     }
     .render()
@@ -220,7 +222,7 @@ pub fn queues_svg(run: &RunView<'_>) -> Result<String, PlotError> {
             let entry = LegendEntry {
                 label: tier.clone(),
                 style,
-                marker: false,
+                sample: Sample::Line,
             };
             (line, entry)
         })
@@ -228,10 +230,12 @@ pub fn queues_svg(run: &RunView<'_>) -> Result<String, PlotError> {
     Figure {
         title: "Largest queue per link tier".into(),
         subtitle: format!("{} · {}", run.about(), bins_note(ts)),
+        notes: Vec::new(),
         panels: vec![Panel {
             caption: String::new(),
             x: time.axis(span),
             y: queue_axis(max, bytes),
+            bars: Vec::new(),
             lines,
             empty_note: "no samples".into(),
         }],
