@@ -8,6 +8,15 @@
 use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, Ranged};
 use std::ops::Range;
 
+/// A swept x axis goes log when its values span at least this ratio
+/// (sweeps' and suite experiments' figures alike).
+pub(super) const LOG_X_RATIO: f64 = 10.0;
+
+/// A value axis goes log when its values span this many decades: the
+/// loss sweeps run from about 1 to 8,000 Gb/s, where a linear axis
+/// would flatten every baseline onto zero.
+pub(super) const LOG_Y_DECADES: f64 = 2.0;
+
 /// Most ticks a linear axis aims for; the step is the round number
 /// (1, 2 or 5 x 10^k) that gives at most this many.
 const TARGET_TICKS: f64 = 6.0;

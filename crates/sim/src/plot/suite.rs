@@ -6,7 +6,7 @@
 //! figure carries the verdicts the table beside it does.
 
 use super::PlotError;
-use super::axis::Axis;
+use super::axis::{Axis, LOG_X_RATIO, LOG_Y_DECADES};
 use super::figure::{Bar, Figure, LegendEntry, Line, Note, Panel, Sample};
 use super::palette;
 use crate::scenario::TRANSPORTS;
@@ -17,15 +17,6 @@ use std::path::{Path, PathBuf};
 /// The panel (width, height), pixels: with the legend and the notes the
 /// figure comes to about 900 x 500.
 const PANEL_PX: (u32, u32) = (740, 400);
-
-/// A swept x axis goes log when its values span at least this ratio
-/// (as a sweep's figure decides, [`super::sweep_svg`]).
-const LOG_X_RATIO: f64 = 10.0;
-
-/// A value axis goes log when its values span this many decades: the
-/// loss sweeps run from about 1 to 8,000 Gb/s, where a linear axis
-/// would flatten every baseline onto zero.
-const LOG_Y_DECADES: f64 = 2.0;
 
 /// Room above the tallest bar for the value written over it: a linear
 /// axis reaches this multiple of the largest value, a log axis this

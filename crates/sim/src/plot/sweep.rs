@@ -5,19 +5,13 @@
 //! x alone: the mean over seeds, with each seed's value as a dot.
 
 use super::PlotError;
-use super::axis::Axis;
+use super::axis::{Axis, LOG_X_RATIO, LOG_Y_DECADES};
 use super::figure::{Figure, GRID_PANEL_PX, LegendEntry, Line, Panel, Sample};
 use super::palette;
 use crate::sweep::Row;
 
 /// Panels per row (one per metric).
 const COLUMNS: usize = 3;
-
-/// A swept log axis when its values span at least this ratio.
-const LOG_X_RATIO: f64 = 10.0;
-
-/// A metric axis goes log when its values span this many decades.
-const LOG_Y_DECADES: f64 = 2.0;
 
 /// One metric of a sweep's rows, drawn as one panel.
 struct Metric {
