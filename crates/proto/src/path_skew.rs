@@ -43,6 +43,11 @@ impl PathSkew {
     /// The skew in force at `now_ns`: halved for every `MEMORY_RTTS`
     /// smoothed RTTs since it last grew.
     pub(crate) fn skew_ns(&self, now_ns: u64, srtt_ns: u64) -> u64 {
+        // Every cross-path RACK deadline asks, on every ACK that advances
+        // it: on a fabric that never proved a path late, no division.
+        if self.skew_ns == 0 {
+            return 0;
+        }
         let age_ns = now_ns.saturating_sub(self.changed_ns);
         let halvings = age_ns / (MEMORY_RTTS * srtt_ns.max(1));
         self.skew_ns >> halvings.min(63)

@@ -155,7 +155,7 @@ impl Axis {
     /// `decades` decades, else a linear one from zero.
     pub(crate) fn log_if_spans(label: impl Into<String>, values: &[f64], decades: f64) -> Self {
         let (min, max) = min_max(values);
-        if min > 0.0 && max / min >= 10f64.powf(decades) {
+        if spans(values, 10f64.powf(decades)) {
             Self::log(label, min, max)
         } else {
             Self::from_zero(label, max)
@@ -297,7 +297,15 @@ impl Ranged for Axis {
 }
 
 /// Smallest and largest finite value (`(0, 0)` when there are none).
-fn min_max(values: &[f64]) -> (f64, f64) {
+/// Whether the finite `values` are all positive and the largest is at
+/// least `ratio` times the smallest: where an axis goes log.
+pub(super) fn spans(values: &[f64], ratio: f64) -> bool {
+    let (min, max) = min_max(values);
+    min > 0.0 && max / min >= ratio
+}
+
+/// The smallest and largest finite value; `(0, 0)` when there is none.
+pub(super) fn min_max(values: &[f64]) -> (f64, f64) {
     let (mut min, mut max) = (f64::MAX, f64::MIN);
     for &v in values.iter().filter(|v| v.is_finite()) {
         min = min.min(v);

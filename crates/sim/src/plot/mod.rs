@@ -34,6 +34,13 @@ pub use suite::{experiment_svg, plot_file_name, write_experiment_svgs};
 pub use sweep::sweep_svg;
 pub use timeseries::{queues_svg, throughput_svg};
 
+/// A swept value as the reader knows it: TOML strings without quotes.
+fn unquoted(v: &str) -> &str {
+    v.strip_prefix('"')
+        .and_then(|s| s.strip_suffix('"'))
+        .unwrap_or(v)
+}
+
 /// A figure could not be drawn (the SVG backend failed).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("plot: {0}")]

@@ -6,9 +6,10 @@
 //! figure carries the verdicts the table beside it does.
 
 use super::PlotError;
-use super::axis::{Axis, LOG_X_RATIO, LOG_Y_DECADES};
+use super::axis::{Axis, LOG_X_RATIO, LOG_Y_DECADES, min_max, spans};
 use super::figure::{Bar, Figure, LegendEntry, Line, Note, Panel, Sample};
 use super::palette;
+use super::unquoted;
 use crate::scenario::TRANSPORTS;
 use crate::suite::{ExperimentResult, RowResult, format_figure};
 use plotters::style::RGBColor;
@@ -158,13 +159,6 @@ fn split_variant(variant: &str) -> Option<(&str, &str)> {
     v.split_once('=')
 }
 
-/// A swept value as the reader knows it: TOML strings without quotes.
-fn unquoted(v: &str) -> &str {
-    v.strip_prefix('"')
-        .and_then(|s| s.strip_suffix('"'))
-        .unwrap_or(v)
-}
-
 /// The last part of a dotted key (`switch.loss` -> `loss`): enough to
 /// tell rows apart in a note, whose axis names the whole key.
 fn short_key(key: &str) -> &str {
@@ -216,14 +210,11 @@ fn value(row: &RowResult, transport: &str) -> f64 {
 /// [`LOG_Y_DECADES`], else linear from 0 (or from the lowest value when
 /// one is negative); with `headroom`, room above the largest for a label.
 fn value_axis(label: &str, values: &[f64], headroom: bool) -> Axis {
-    let finite = values.iter().copied().filter(|v| v.is_finite());
-    let (min, max) = finite.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
-        (lo.min(v), hi.max(v))
-    });
-    if min > max {
+    if !values.iter().any(|v| v.is_finite()) {
         return Axis::from_zero(label, 1.0);
     }
-    if min > 0.0 && max / min >= 10f64.powf(LOG_Y_DECADES) {
+    let (min, max) = min_max(values);
+    if spans(values, 10f64.powf(LOG_Y_DECADES)) {
         // Whole decades: a bar's foot at the decade below the smallest
         // value keeps the smallest bar visible (its height is its share
         // of a decade), and the largest point clear of the frame.
@@ -242,12 +233,7 @@ fn value_axis(label: &str, values: &[f64], headroom: bool) -> Axis {
 
 /// A line per transport over the swept values, each point marked.
 fn sweep_panel(e: &ExperimentResult, transports: &[String], key: &str, xs: &[f64]) -> Panel {
-    let (lo, hi) = xs
-        .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| {
-            (a.min(x), b.max(x))
-        });
-    let log_x = lo > 0.0 && hi / lo >= LOG_X_RATIO;
+    let log_x = spans(xs, LOG_X_RATIO);
     // Rows in the suite's order need not be in x order; a line must be.
     let mut order: Vec<usize> = (0..e.rows.len()).collect();
     order.sort_by(|&a, &b| xs[a].total_cmp(&xs[b]));

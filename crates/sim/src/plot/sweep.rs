@@ -5,9 +5,10 @@
 //! x alone: the mean over seeds, with each seed's value as a dot.
 
 use super::PlotError;
-use super::axis::{Axis, LOG_X_RATIO, LOG_Y_DECADES};
+use super::axis::{Axis, LOG_X_RATIO, LOG_Y_DECADES, spans};
 use super::figure::{Figure, GRID_PANEL_PX, LegendEntry, Line, Panel, Sample};
 use super::palette;
+use super::unquoted;
 use crate::sweep::Row;
 
 /// Panels per row (one per metric).
@@ -38,13 +39,6 @@ const METRICS: [Metric; 3] = [
         value: |r| r.fct_p99_us,
     },
 ];
-
-/// A grid value as shown: TOML strings without their quotes.
-fn shown(v: &str) -> &str {
-    v.strip_prefix('"')
-        .and_then(|s| s.strip_suffix('"'))
-        .unwrap_or(v)
-}
 
 /// The swept parameter: its index among a row's params, and for each of
 /// its values (in first-seen order) where it sits on the x axis.
@@ -111,14 +105,15 @@ impl XKey {
             .map_or("grid point".to_string(), |(name, _)| name.clone());
         if self.numeric {
             let xs: Vec<f64> = self.values.iter().filter_map(|v| v.parse().ok()).collect();
-            let (lo, hi) = xs
-                .iter()
-                .fold((f64::MAX, f64::MIN), |(a, b), &x| (a.min(x), b.max(x)));
-            Axis::at_values(label, &xs, lo > 0.0 && hi / lo >= LOG_X_RATIO)
+            Axis::at_values(label, &xs, spans(&xs, LOG_X_RATIO))
         } else if self.values.is_empty() {
             Axis::categories(label, vec!["base scenario".into()])
         } else {
-            let names = self.values.iter().map(|v| shown(v).to_string()).collect();
+            let names = self
+                .values
+                .iter()
+                .map(|v| unquoted(v).to_string())
+                .collect();
             Axis::categories(label, names)
         }
     }
@@ -136,7 +131,7 @@ pub fn sweep_svg(rows: &[Row], x_axis: Option<&str>, about: &str) -> Result<Stri
             .iter()
             .enumerate()
             .filter(|(k, _)| Some(*k) != x.index)
-            .map(|(_, (_, v))| shown(v).to_string())
+            .map(|(_, (_, v))| unquoted(v).to_string())
             .collect()
     };
     let mut lines: Vec<Vec<String>> = Vec::new();
