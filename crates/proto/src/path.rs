@@ -307,6 +307,9 @@ pub(crate) struct TxPath {
     /// lost ACK loses nothing).
     pub(crate) echoed_rx_packets: u32,
     pub(crate) echoed_ce_packets: u32,
+    /// The newest ACK brought CE marks: the route's queue was past the
+    /// marking threshold when its last packet crossed it.
+    pub(crate) last_echo_marked: bool,
     pub(crate) stats: PathStats,
 }
 
@@ -344,6 +347,7 @@ impl TxPath {
             retired: None,
             echoed_rx_packets: 0,
             echoed_ce_packets: 0,
+            last_echo_marked: false,
             stats: PathStats::default(),
         }
     }

@@ -453,7 +453,11 @@ fn an_over_committed_fabric_shrinks_the_grants() {
 /// and the run falls into RTOs (seeds 1-2: 975 µs, 1,228 RTOs; IB-style
 /// 597 µs). With the per-sender term (`fabric_mark_bar_permille`, for a
 /// fabric known to be over-committed) only the senders whose packets are
-/// marked are cut: 881 µs, 12 RTOs.
+/// marked are cut: 881 µs, 12 RTOs. Since paced senders keep to proven
+/// routes (transport spec §5) the default run no longer collapses (seed
+/// 1: 768 µs, 172 RTOs; seeds 1-3 757-768 µs), and the per-sender term
+/// trades some of that for its RTOs: 872 µs, none. It is judged on what
+/// it is for, the RTOs, and on what it costs.
 #[test]
 fn the_per_sender_fabric_term_keeps_an_all_to_all_over_oversubscribed_leaves_out_of_rtos() {
     let text = include_str!("../../../scenarios/unseen/ls128-2to1-alltoall-256k.toml")
@@ -470,7 +474,7 @@ fn the_per_sender_fabric_term_keeps_an_all_to_all_over_oversubscribed_leaves_out
         per_sender.transport_stats.timeouts,
     );
     assert!(
-        after * 10 <= before && after < 100 && per_sender.makespan_us < device_wide.makespan_us,
+        after * 10 <= before && after < 100 && per_sender.makespan_us < 1.2 * device_wide.makespan_us,
         "RTOs {before} -> {after}, {} -> {} us",
         device_wide.makespan_us,
         per_sender.makespan_us
@@ -713,6 +717,39 @@ fn a_thin_spray_learns_how_much_later_live_paths_come_and_leaves_them_alone() {
         t.data_packets,
         t.paths_replaced
     );
+}
+
+/// A failed core switch takes one of four uplinks from an aggregation
+/// switch in every pod, whose hashing still sends it a quarter of the
+/// pod's traffic: a third past its three links' line. A paced sender
+/// knows nothing of its round robin's next path, and each kept sending a
+/// quarter of its packets into those queues; now it stays on a path whose
+/// last answer was quick and clean (transport spec §5, "A paced sender
+/// keeps to a proven route"). 64-host all-to-all of 32 KB, `core2` failed
+/// at 50 µs, seeds 1-2: 1.70 and 1.71 x the healthy run's makespan
+/// before (393.2 and 390.7 µs, 41 RTOs), 1.04 and 1.01 x now.
+#[test]
+fn a_paced_all_to_all_keeps_off_the_routes_a_failed_core_overloads() {
+    let text = |seed: u64, failure: &str| {
+        format!(
+            "name = \"t\"\nseed = {seed}\nend_us = 100000\n[topology]\nkind = \"fat_tree\"\n\
+             hosts = 64\nk = 8\nlink_gbps = 100\nlatency_ns = 1000\n\
+             [switch]\necn_kmin_bytes = 30000\necn_kmax_bytes = 120000\n\
+             [[workload]]\nkind = \"all_to_all\"\nbytes = 32768\n{failure}"
+        )
+    };
+    for seed in 1..=2 {
+        let healthy = run(&text(seed, "")).results;
+        let failed = run(&text(seed, "[[failure]]\nat_us = 50\nswitch = \"core2\"\n")).results;
+        assert!(healthy.finished && failed.finished);
+        assert!(
+            failed.makespan_us < 1.15 * healthy.makespan_us,
+            "seed {seed}: {:.1} us with core2 failed against {:.1} healthy ({} RTOs)",
+            failed.makespan_us,
+            healthy.makespan_us,
+            failed.transport_stats.timeouts
+        );
+    }
 }
 
 /// A sender paced at a small grant probes a silent path with its next new

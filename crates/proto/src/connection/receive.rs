@@ -593,6 +593,7 @@ impl Connection {
             ce_delta = ack.ce_packets.wrapping_sub(path.echoed_ce_packets);
             path.echoed_rx_packets = ack.rx_packets;
             path.echoed_ce_packets = ack.ce_packets;
+            path.last_echo_marked = ce_delta > 0;
             path.stats.ce_marks += u64::from(ce_delta);
             self.stats.ce_marks_echoed += u64::from(ce_delta);
         }

@@ -604,6 +604,48 @@ impl Connection {
             .clamp(now_ns.saturating_sub(credit), now_ns)
     }
 
+    /// Whether a paced sender's next packet stays on the path of its last
+    /// one instead of moving on in the round robin (transport spec §5, "A
+    /// paced sender keeps to a proven route"): that packet was answered,
+    /// unmarked, within a quarter of the connection's fastest round trip
+    /// more. A sender capped at a small grant sends under a packet per
+    /// path per round trip, so the round robin's next path is one it has
+    /// heard nothing of lately, and its windows never bind: on a fabric
+    /// whose hashing loads some routes past their line (a failed core
+    /// switch takes a quarter of its aggregation switches' uplinks), a
+    /// quarter of every sender's packets went on into queues that only
+    /// grew. Staying where the last answer was quick and clean, and
+    /// leaving at the first slow or marked one, moves the senders off
+    /// such routes within a packet each.
+    ///
+    /// Only while random loss is rare (`DeviceState::silence_is_evidence`):
+    /// in the 128-host all-to-all at 1 %/link, staying put cost 1.6 % of
+    /// the makespan and raised its RTOs from 110 to 872 (seeds 1-4). And
+    /// only on a NIC of one plane: a multi-plane NIC picks the plane by
+    /// source port, and a sender that stays on one path stays on one
+    /// plane (2 planes, a 64-host all-to-all of 1 MB: 6.6 % slower).
+    fn keeps_proven_route(&self, dev: &DeviceState) -> bool {
+        if self.cc.pacing_rate_bps().is_none()
+            || dev.config.port_planes > 1
+            || !dev.silence_is_evidence()
+        {
+            return false;
+        }
+        let Some(path) = self.paths.get(usize::from(self.rr_path)) else {
+            return false;
+        };
+        let Some(rtt_min_ns) = self.conn_rtt.measured_min_ns() else {
+            return false;
+        };
+        let quick_ns = rtt_min_ns.saturating_add(rtt_min_ns / PROVEN_ROUTE_SLACK_DIV);
+        path.inflight_bytes == 0
+            && path.echoed_rx_packets != 0
+            && !path.last_echo_marked
+            && path.rtt.latest_ns() <= quick_ns
+            && path.silent_rounds == 0
+            && !path.unproven
+    }
+
     /// Pick a path whose window has room for `bytes`, round robin in turns
     /// of `path_burst_bytes` (`Spray::InRuns`, one packet when 0) or of one
     /// packet (`Spray::PerPacket`), avoiding `avoid` when another path can
@@ -647,7 +689,9 @@ impl Connection {
             Spray::PerPacket => 0,
         };
         let run = u64::from(self.path_run_bytes);
-        if run > 0 && run + bytes > burst {
+        if self.keeps_proven_route(dev) {
+            self.path_run_bytes = 0;
+        } else if run > 0 && run + bytes > burst {
             self.rr_path = ((usize::from(self.rr_path) + 1) % n.max(1)) as u8;
             self.path_run_bytes = 0;
         }
@@ -1141,6 +1185,13 @@ fn seal(auth: &mut Option<Box<ConnectionAuth>>, datagram: &mut [u8], header_len:
 
 /// The time `bytes` take on the wire at `rate_bps`: a paced sender's gap
 /// after a packet of that size.
+/// A route is proven quick for `Connection::keeps_proven_route` when its
+/// last round trip came within this fraction of the connection's fastest
+/// (a quarter). Half let the senders of a loss-free 128-host all-to-all
+/// stay on routes whose queues had begun to build (787.3 µs against 762.6
+/// with a quarter, seeds 1-2).
+const PROVEN_ROUTE_SLACK_DIV: u64 = 4;
+
 pub(super) fn pace_gap_ns(bytes: u64, rate_bps: u64) -> u64 {
     bytes * 8_000_000_000 / rate_bps.max(1)
 }
