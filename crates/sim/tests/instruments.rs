@@ -474,7 +474,9 @@ fn the_per_sender_fabric_term_keeps_an_all_to_all_over_oversubscribed_leaves_out
         per_sender.transport_stats.timeouts,
     );
     assert!(
-        after * 10 <= before && after < 100 && per_sender.makespan_us < 1.2 * device_wide.makespan_us,
+        after * 10 <= before
+            && after < 100
+            && per_sender.makespan_us < 1.2 * device_wide.makespan_us,
         "RTOs {before} -> {after}, {} -> {} us",
         device_wide.makespan_us,
         per_sender.makespan_us
