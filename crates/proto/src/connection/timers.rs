@@ -1927,4 +1927,89 @@ mod tests {
             done_ns - last_new_ns
         );
     }
+
+    /// The source ports of A's first sends of a 16 KiB WRITE, B granting A
+    /// 500 Mb/s (a 1 KiB packet every 17.6 us) over a 10 us round trip, so
+    /// that each packet's ACK is back before the next packet goes; with
+    /// `marked`, every data packet arrives CE-marked.
+    fn capped_senders_ports(marked: bool) -> Vec<u16> {
+        use crate::Ecn;
+        use metaroce_wire::{AckPacket, Flags, Packet};
+        const ONE_WAY_NS: u64 = 5_000;
+        let mut l = lab(fixture::config(5), fixture::config(6));
+        write(&mut l, 1, 16 << 10);
+        let mut wire: Vec<(u64, Side, Transmit, Vec<u8>)> = Vec::new();
+        let mut ports = Vec::new();
+        for _ in 0..100_000 {
+            let now = l.pair.now();
+            for (mut t, bytes) in l.pair.poll_transmits(Side::A) {
+                if let Ok(Packet::Data { repr, .. }) = metaroce_wire::parse(&bytes) {
+                    if !repr.base.flags.contains(Flags::RETRANSMIT) {
+                        ports.push(t.src_port);
+                    }
+                    if marked {
+                        t.ecn = Ecn::Ce;
+                    }
+                }
+                wire.push((now + ONE_WAY_NS, Side::A, t, bytes));
+            }
+            for (t, mut bytes) in l.pair.poll_transmits(Side::B) {
+                if let Ok(mut ack) = AckPacket::new_checked(&mut bytes[..]) {
+                    ack.set_rate_hint_mbps(500);
+                    ack.fill_icrc();
+                }
+                wire.push((now + ONE_WAY_NS, Side::B, t, bytes));
+            }
+            if l.pair.a.has_completion() {
+                break;
+            }
+            let due: Vec<_> = wire.extract_if(.., |w| w.0 <= now).collect();
+            if !due.is_empty() {
+                for (_, from, t, bytes) in due {
+                    l.pair.deliver(from, &t, &bytes);
+                }
+                continue;
+            }
+            let timers = [l.pair.a.poll_timeout(), l.pair.b.poll_timeout()];
+            let Some(next) = wire
+                .iter()
+                .map(|w| w.0)
+                .chain(timers.into_iter().flatten())
+                .min()
+            else {
+                break;
+            };
+            l.pair.advance(next.saturating_sub(now));
+        }
+        succeeded(&mut l, 1, 16 << 10);
+        ports
+    }
+
+    /// A capped (paced) sender's next packet stays on the path of its last
+    /// one when that packet's ACK came back unmarked and quick (transport
+    /// spec §5, "A paced sender keeps to a proven route"); a marked answer
+    /// sends it on round its paths, as the plain round robin does.
+    #[test]
+    fn a_paced_sender_keeps_to_a_path_while_its_answers_are_quick_and_clean() {
+        let distinct = |ports: &[u16]| {
+            let mut p = ports.to_vec();
+            p.sort_unstable();
+            p.dedup();
+            p.len()
+        };
+        let clean = capped_senders_ports(false);
+        let marked = capped_senders_ports(true);
+        assert_eq!(clean.len(), marked.len(), "the same packets went");
+        // The first packets go before any grant is known (uncapped, round
+        // the paths); once paced, every one follows its answered
+        // predecessor.
+        let tail = &clean[clean.len() - 8..];
+        assert_eq!(distinct(tail), 1, "clean answers: {clean:?}");
+        // Marked, the turn moves at every packet: all four paths in turn.
+        assert_eq!(
+            distinct(&marked[marked.len() - 8..]),
+            4,
+            "marked answers: {marked:?}"
+        );
+    }
 }
