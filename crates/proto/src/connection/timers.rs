@@ -1831,6 +1831,75 @@ mod tests {
         assert!(lost.len() <= 4, "{lost:?}; {s:?}");
     }
 
+    /// Drives `l` until A has its completion, or nothing is left to
+    /// happen: datagrams take `one_way_ns`, B's ACKs are rewritten to grant
+    /// A `grant_mbps`, and each side is polled only when something happened
+    /// to it (a datagram came in, or its own timer fired), as a device's
+    /// event loop polls it. `on_a` sees each of A's datagrams with the time
+    /// it leaves and says whether it goes on the wire (false: lost). The
+    /// time A's completion came, if it did.
+    fn run_granted(
+        l: &mut Lab,
+        grant_mbps: u32,
+        one_way_ns: u64,
+        mut on_a: impl FnMut(u64, &mut Transmit, &[u8]) -> bool,
+    ) -> Option<u64> {
+        use metaroce_wire::AckPacket;
+        let mut wire: Vec<(u64, Side, Transmit, Vec<u8>)> = Vec::new();
+        let mut woken = [true, true];
+        for _ in 0..100_000 {
+            let now = l.pair.now();
+            if std::mem::take(&mut woken[0]) {
+                for (mut t, bytes) in l.pair.poll_transmits(Side::A) {
+                    if on_a(now, &mut t, &bytes) {
+                        wire.push((now + one_way_ns, Side::A, t, bytes));
+                    }
+                }
+            }
+            if std::mem::take(&mut woken[1]) {
+                for (t, mut bytes) in l.pair.poll_transmits(Side::B) {
+                    if let Ok(mut ack) = AckPacket::new_checked(&mut bytes[..]) {
+                        ack.set_rate_hint_mbps(grant_mbps);
+                        ack.fill_icrc();
+                    }
+                    wire.push((now + one_way_ns, Side::B, t, bytes));
+                }
+            }
+            if l.pair.a.has_completion() {
+                return Some(now);
+            }
+            let due: Vec<_> = wire.extract_if(.., |w| w.0 <= now).collect();
+            if !due.is_empty() {
+                for (_, from, t, bytes) in due {
+                    l.pair.deliver(from, &t, &bytes);
+                    woken[usize::from(from == Side::A)] = true;
+                }
+                continue;
+            }
+            let timers = [l.pair.a.poll_timeout(), l.pair.b.poll_timeout()];
+            let next = wire
+                .iter()
+                .map(|w| w.0)
+                .chain(timers.into_iter().flatten())
+                .min()?;
+            l.pair.advance(next.saturating_sub(now));
+            for (k, t) in timers.iter().enumerate() {
+                woken[k] |= t.is_some_and(|t| t <= next);
+            }
+        }
+        None
+    }
+
+    /// Whether a datagram is a data packet sent again (`None`: not data).
+    fn resent(bytes: &[u8]) -> Option<bool> {
+        match metaroce_wire::parse(bytes) {
+            Ok(metaroce_wire::Packet::Data { repr, .. }) => {
+                Some(repr.base.flags.contains(metaroce_wire::Flags::RETRANSMIT))
+            }
+            _ => None,
+        }
+    }
+
     /// A capped sender's tail copies go at its pace. They are queued when
     /// the last new data packet has left and wait for the next paced
     /// slot; a wait that did not arm the pacing timer left them until
@@ -1843,76 +1912,23 @@ mod tests {
     /// of its last two.
     #[test]
     fn a_capped_senders_tail_copies_go_at_its_pace() {
-        use metaroce_wire::{AckPacket, Flags, Packet};
         const GRANT_MBPS: u32 = 500;
-        const ONE_WAY_NS: u64 = 5_000;
         // A short cold packet first, then 16 KiB in 1 KiB packets.
         const PACKETS: u32 = 17;
         let mut l = lab(fixture::config(3), fixture::config(4));
         write(&mut l, 1, 16 << 10);
-        let resent = |bytes: &[u8]| match metaroce_wire::parse(bytes) {
-            Ok(Packet::Data { repr, .. }) => Some(repr.base.flags.contains(Flags::RETRANSMIT)),
-            _ => None,
-        };
-        let mut wire: Vec<(u64, Side, Transmit, Vec<u8>)> = Vec::new();
         let mut new_sent = 0;
         let mut last_new_ns = 0;
-        let mut done_ns = None;
-        // Each side is polled only when something happened to it (a
-        // datagram came in, or its own timer fired), as a device's event
-        // loop polls it.
-        let mut woken = [true, true];
-        for _ in 0..100_000 {
-            let now = l.pair.now();
-            if std::mem::take(&mut woken[0]) {
-                for (t, bytes) in l.pair.poll_transmits(Side::A) {
-                    if resent(&bytes) == Some(false) {
-                        new_sent += 1;
-                        if new_sent == PACKETS {
-                            last_new_ns = now;
-                        }
-                        if matches!(new_sent, 3 | 5 | 7) || new_sent >= PACKETS - 1 {
-                            continue;
-                        }
-                    }
-                    wire.push((now + ONE_WAY_NS, Side::A, t, bytes));
-                }
+        let done_ns = run_granted(&mut l, GRANT_MBPS, 5_000, |now, _, bytes| {
+            if resent(bytes) != Some(false) {
+                return true;
             }
-            if std::mem::take(&mut woken[1]) {
-                for (t, mut bytes) in l.pair.poll_transmits(Side::B) {
-                    if let Ok(mut ack) = AckPacket::new_checked(&mut bytes[..]) {
-                        ack.set_rate_hint_mbps(GRANT_MBPS);
-                        ack.fill_icrc();
-                    }
-                    wire.push((now + ONE_WAY_NS, Side::B, t, bytes));
-                }
+            new_sent += 1;
+            if new_sent == PACKETS {
+                last_new_ns = now;
             }
-            if l.pair.a.has_completion() {
-                done_ns = Some(now);
-                break;
-            }
-            let due: Vec<_> = wire.extract_if(.., |w| w.0 <= now).collect();
-            if !due.is_empty() {
-                for (_, from, t, bytes) in due {
-                    l.pair.deliver(from, &t, &bytes);
-                    woken[usize::from(from == Side::A)] = true;
-                }
-                continue;
-            }
-            let timers = [l.pair.a.poll_timeout(), l.pair.b.poll_timeout()];
-            let Some(next) = wire
-                .iter()
-                .map(|w| w.0)
-                .chain(timers.into_iter().flatten())
-                .min()
-            else {
-                break;
-            };
-            l.pair.advance(next.saturating_sub(now));
-            for (k, t) in timers.iter().enumerate() {
-                woken[k] |= t.is_some_and(|t| t <= next);
-            }
-        }
+            !(matches!(new_sent, 3 | 5 | 7) || new_sent >= PACKETS - 1)
+        });
         assert_eq!(new_sent, PACKETS, "the WRITE's packets went");
         let done_ns = done_ns.expect("the WRITE completed");
         succeeded(&mut l, 1, 16 << 10);
@@ -1933,54 +1949,19 @@ mod tests {
     /// that each packet's ACK is back before the next packet goes; with
     /// `marked`, every data packet arrives CE-marked.
     fn capped_senders_ports(marked: bool) -> Vec<u16> {
-        use crate::Ecn;
-        use metaroce_wire::{AckPacket, Flags, Packet};
-        const ONE_WAY_NS: u64 = 5_000;
         let mut l = lab(fixture::config(5), fixture::config(6));
         write(&mut l, 1, 16 << 10);
-        let mut wire: Vec<(u64, Side, Transmit, Vec<u8>)> = Vec::new();
         let mut ports = Vec::new();
-        for _ in 0..100_000 {
-            let now = l.pair.now();
-            for (mut t, bytes) in l.pair.poll_transmits(Side::A) {
-                if let Ok(Packet::Data { repr, .. }) = metaroce_wire::parse(&bytes) {
-                    if !repr.base.flags.contains(Flags::RETRANSMIT) {
-                        ports.push(t.src_port);
-                    }
-                    if marked {
-                        t.ecn = Ecn::Ce;
-                    }
-                }
-                wire.push((now + ONE_WAY_NS, Side::A, t, bytes));
+        run_granted(&mut l, 500, 5_000, |_, t, bytes| {
+            if resent(bytes) == Some(false) {
+                ports.push(t.src_port);
             }
-            for (t, mut bytes) in l.pair.poll_transmits(Side::B) {
-                if let Ok(mut ack) = AckPacket::new_checked(&mut bytes[..]) {
-                    ack.set_rate_hint_mbps(500);
-                    ack.fill_icrc();
-                }
-                wire.push((now + ONE_WAY_NS, Side::B, t, bytes));
+            if marked && resent(bytes).is_some() {
+                t.ecn = crate::Ecn::Ce;
             }
-            if l.pair.a.has_completion() {
-                break;
-            }
-            let due: Vec<_> = wire.extract_if(.., |w| w.0 <= now).collect();
-            if !due.is_empty() {
-                for (_, from, t, bytes) in due {
-                    l.pair.deliver(from, &t, &bytes);
-                }
-                continue;
-            }
-            let timers = [l.pair.a.poll_timeout(), l.pair.b.poll_timeout()];
-            let Some(next) = wire
-                .iter()
-                .map(|w| w.0)
-                .chain(timers.into_iter().flatten())
-                .min()
-            else {
-                break;
-            };
-            l.pair.advance(next.saturating_sub(now));
-        }
+            true
+        })
+        .expect("the WRITE completed");
         succeeded(&mut l, 1, 16 << 10);
         ports
     }
