@@ -728,8 +728,8 @@ fn a_thin_spray_learns_how_much_later_live_paths_come_and_leaves_them_alone() {
 /// quarter of its packets into those queues; now it stays on a path whose
 /// last answer was quick and clean (transport spec §5, "A paced sender
 /// keeps to a proven route"). 64-host all-to-all of 32 KB, `core2` failed
-/// at 50 µs, seeds 1-2: 1.70 and 1.71 x the healthy run's makespan
-/// before (393.2 and 390.7 µs, 41 RTOs), 1.04 and 1.01 x now.
+/// at 50 µs, seeds 1-2: 1.74 and 1.71 x the healthy run's makespan
+/// before (393.2 and 390.7 µs, 41 RTOs on seed 1), 0.97 and 1.04 x now.
 #[test]
 fn a_paced_all_to_all_keeps_off_the_routes_a_failed_core_overloads() {
     let text = |seed: u64, failure: &str| {
