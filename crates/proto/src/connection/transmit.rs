@@ -624,11 +624,8 @@ impl Connection {
     /// only on a NIC of one plane: a multi-plane NIC picks the plane by
     /// source port, and a sender that stays on one path stays on one
     /// plane (2 planes, a 64-host all-to-all of 1 MB: 6.6 % slower).
-    fn keeps_proven_route(&self, dev: &DeviceState) -> bool {
-        if self.cc.pacing_rate_bps().is_none()
-            || dev.config.port_planes > 1
-            || !dev.silence_is_evidence()
-        {
+    fn keeps_proven_route(&self, dev: &DeviceState, paced: bool) -> bool {
+        if !paced || dev.config.port_planes > 1 || !dev.silence_is_evidence() {
             return false;
         }
         let Some(path) = self.paths.get(usize::from(self.rr_path)) else {
@@ -661,10 +658,11 @@ impl Connection {
         // Only a sender the receiver did not cap: a capped one's limit is
         // its grant, and the room it leaves in a shared receiver's queue
         // is the other senders'.
-        let allowance = if self.cc.pacing_rate_bps().is_none() {
-            dev.loss_rate.window_allowance()
-        } else {
+        let paced = self.cc.pacing_rate_bps().is_some();
+        let allowance = if paced {
             0.0
+        } else {
+            dev.loss_rate.window_allowance()
         };
         let with_allowance = |window: u64| window + (window as f64 * allowance) as u64;
         if self.inflight_bytes > 0
@@ -689,7 +687,7 @@ impl Connection {
             Spray::PerPacket => 0,
         };
         let run = u64::from(self.path_run_bytes);
-        if self.keeps_proven_route(dev) {
+        if self.keeps_proven_route(dev, paced) {
             self.path_run_bytes = 0;
         } else if run > 0 && run + bytes > burst {
             self.rr_path = ((usize::from(self.rr_path) + 1) % n.max(1)) as u8;
@@ -1183,8 +1181,6 @@ fn seal(auth: &mut Option<Box<ConnectionAuth>>, datagram: &mut [u8], header_len:
     }
 }
 
-/// The time `bytes` take on the wire at `rate_bps`: a paced sender's gap
-/// after a packet of that size.
 /// A route is proven quick for `Connection::keeps_proven_route` when its
 /// last round trip came within this fraction of the connection's fastest
 /// (a quarter). Half let the senders of a loss-free 128-host all-to-all
@@ -1194,6 +1190,8 @@ fn seal(auth: &mut Option<Box<ConnectionAuth>>, datagram: &mut [u8], header_len:
 /// all-to-all with a core switch down: 1,306.8 µs against 1,071.8).
 const PROVEN_ROUTE_SLACK_DIV: u64 = 4;
 
+/// The time `bytes` take on the wire at `rate_bps`: a paced sender's gap
+/// after a packet of that size.
 pub(super) fn pace_gap_ns(bytes: u64, rate_bps: u64) -> u64 {
     bytes * 8_000_000_000 / rate_bps.max(1)
 }
