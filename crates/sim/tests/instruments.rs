@@ -727,22 +727,17 @@ fn a_thin_spray_learns_how_much_later_live_paths_come_and_leaves_them_alone() {
 /// knows nothing of its round robin's next path, and each kept sending a
 /// quarter of its packets into those queues; now it stays on a path whose
 /// last answer was quick and clean (transport spec §5, "A paced sender
-/// keeps to a proven route"). 64-host all-to-all of 32 KB, `core2` failed
-/// at 50 µs, seeds 1-2: 1.74 and 1.71 x the healthy run's makespan
+/// keeps to a proven route").
+/// `scenarios/unseen/ft64-alltoall-32k-core-failure.toml` (a 64-host
+/// all-to-all of 32 KB, `core2` failed at 50 µs), seeds 1-2: 1.74 and 1.71 x the healthy run's makespan
 /// before (393.2 and 390.7 µs, 41 RTOs on seed 1), 0.97 and 1.04 x now.
 #[test]
 fn a_paced_all_to_all_keeps_off_the_routes_a_failed_core_overloads() {
-    let text = |seed: u64, failure: &str| {
-        format!(
-            "name = \"t\"\nseed = {seed}\nend_us = 100000\n[topology]\nkind = \"fat_tree\"\n\
-             hosts = 64\nk = 8\nlink_gbps = 100\nlatency_ns = 1000\n\
-             [switch]\necn_kmin_bytes = 30000\necn_kmax_bytes = 120000\n\
-             [[workload]]\nkind = \"all_to_all\"\nbytes = 32768\n{failure}"
-        )
-    };
+    let failed = include_str!("../../../scenarios/unseen/ft64-alltoall-32k-core-failure.toml");
+    let healthy = &failed[..failed.find("[[failure]]").expect("the file fails core2")];
     for seed in 1..=2 {
-        let healthy = run(&text(seed, "")).results;
-        let failed = run(&text(seed, "[[failure]]\nat_us = 50\nswitch = \"core2\"\n")).results;
+        let healthy = run(&format!("seed = {seed}\n{healthy}")).results;
+        let failed = run(&format!("seed = {seed}\n{failed}")).results;
         assert!(healthy.finished && failed.finished);
         assert!(
             failed.makespan_us < 1.15 * healthy.makespan_us,
