@@ -16,13 +16,18 @@
 //! CPUs), the transfer
 //! with a dead link completes and verifies (without strict mode the link
 //! heals when the 5 s posting window closes, so that the outstanding tail
-//! drains), an explicit `--mtu` the path
+//! drains), goodput is back to 90 % of its healthy figure within 1 s of
+//! the failure (two 100 ms bins averaged), an explicit `--mtu` the path
 //! cannot carry is refused with a message naming the path, and the TCP
-//! stream stalls. Asserted only with `METAROCE_FABRIC_STRICT=1`, because
-//! it depends on the core's path management (retire routes on evidence,
-//! re-probe replacements, prefer source ports that deliver), which is
-//! being reworked: goodput back to 90 % within 1 s of the failure, and
-//! fewer than 50 path replacements.
+//! stream stalls. Asserted only with `METAROCE_FABRIC_STRICT=1`: fewer
+//! than 50 path replacements. The core's path management (retire routes
+//! on evidence, re-probe replacements, prefer source ports that deliver)
+//! keeps a release build under 50 in nearly every run (BENCHMARKS.md,
+//! UDP datapath rounds 25 and 39), but the debug build `cargo test` runs
+//! shares two vCPUs with the routers' forwarding, and a thread that waits
+//! for its CPU lets paths time out: eight debug runs here replaced 30,
+//! 36, 37, 40, 42, 47, 47 and 71 (the last with paths retired by RTO),
+//! while every one of them was back to 90 % in the first bin.
 //!
 //! Skips (passing, with a message) where namespaces cannot be made; the
 //! blackhole part skips without nftables.
@@ -270,11 +275,11 @@ fn ecmp_fabric_1500_spreading_no_fragments_gray_failure() {
             s.verified,
             s.detail
         );
+        assert!(
+            recovered_ms.is_some_and(|m| m <= 1000),
+            "goodput not back to 90 % within 1 s: {bins:?}"
+        );
         if strict() {
-            assert!(
-                recovered_ms.is_some_and(|m| m <= 1000),
-                "goodput not back to 90 % within 1 s: {bins:?}"
-            );
             assert!(
                 ep.paths_replaced < 50,
                 "{} path replacements",
