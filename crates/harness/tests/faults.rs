@@ -1062,8 +1062,11 @@ fn link_of_two_dies_under_runs(seed: u64) -> (u64, u64) {
 
 /// A known fault, kept as its deterministic reproduction (run with
 /// `--ignored`): with runs of 64 KiB per path, this configuration stalls
-/// on seeds 6 and 28 (116.1 and 111.3 ms against about 92; delivery gaps
-/// of 4.7 and 12.7 ms), 3 of seeds 1-32 (22 as well, 100.3 ms). Until a
+/// on seed 20 (183.0 ms against about 92, a delivery gap of 6.3 ms), 1 of
+/// seeds 1-32 at stop 57 (`METAROCE_SEED=N` for one seed). At stop 28 it
+/// stalled on seeds 6 and 28 (116.1 and 111.3 ms; delivery gaps of 4.7
+/// and 12.7 ms) and 22 (100.3 ms), 3 of seeds 1-32; those take 91.9, 91.4
+/// and 93.1 ms now. Until a
 /// window's first split over paths was made whole packets it stalled on
 /// seeds 3 and 12 (124.2 and 117.7 ms; 91.5 ms each now): the same fault,
 /// met at other timings. A stall of the same configuration (seed 6, 289 ms,
@@ -1085,8 +1088,8 @@ fn link_of_two_dies_under_runs(seed: u64) -> (u64, u64) {
 fn a_link_of_two_dying_under_runs_of_packets_does_not_stall_the_transfer() {
     // 256 MiB at 25 Gb/s: 85.9 ms on the wire, about 92 ms healthy.
     let seeds: Vec<u64> = match std::env::var(SEED_ENV) {
-        Ok(_) => vec![seed_from_env_or(6)],
-        Err(_) => vec![6, 28],
+        Ok(_) => vec![seed_from_env_or(20)],
+        Err(_) => vec![20],
     };
     for seed in seeds {
         let guard = SeedGuard::new(seed);
