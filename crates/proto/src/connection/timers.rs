@@ -1953,10 +1953,11 @@ mod tests {
         write(&mut l, 1, 16 << 10);
         let mut ports = Vec::new();
         run_granted(&mut l, 500, 5_000, |_, t, bytes| {
-            if resent(bytes) == Some(false) {
+            let data = resent(bytes);
+            if data == Some(false) {
                 ports.push(t.src_port);
             }
-            if marked && resent(bytes).is_some() {
+            if marked && data.is_some() {
                 t.ecn = crate::Ecn::Ce;
             }
             true
