@@ -1098,6 +1098,7 @@ impl Harness {
             msg_seq: d.msg_seq as i32 as u32,
             solicited: d.solicited,
             psn_floor_delta: d.floor_delta,
+            floor_acked: false,
             msg_len,
             offset,
             op,

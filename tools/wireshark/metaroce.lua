@@ -117,7 +117,8 @@ local f = {
     opcode = ProtoField.uint8("metaroce.opcode", "Opcode", base.DEC, opcode_names),
     op_flags = ProtoField.uint8("metaroce.op_flags", "Operation flags", base.HEX),
     op_flag_solicited = ProtoField.bool("metaroce.op_flags.solicited", "Solicited", 8, nil, 0x01),
-    op_flag_reserved = ProtoField.uint8("metaroce.op_flags.reserved", "Reserved", base.HEX, nil, 0xfe),
+    op_flag_floor_acked = ProtoField.bool("metaroce.op_flags.floor_acked", "Floor acked", 8, nil, 0x02),
+    op_flag_reserved = ProtoField.uint8("metaroce.op_flags.reserved", "Reserved", base.HEX, nil, 0xfc),
     psn_floor_delta = ProtoField.uint16("metaroce.psn_floor_delta", "PSN floor delta", base.DEC),
     psn_floor = ProtoField.uint32("metaroce.psn_floor", "PSN floor", base.DEC, nil, nil,
         "psn - psn_floor_delta: no acknowledgement is expected below it"),
@@ -416,8 +417,9 @@ local function dissect_data(tvb, pinfo, tree, len, header_len, trailer)
     tree:add(f.opcode, tvb(24, 1))
     local op_flags = tree:add(f.op_flags, tvb(25, 1))
     op_flags:add(f.op_flag_solicited, tvb(25, 1))
+    op_flags:add(f.op_flag_floor_acked, tvb(25, 1))
     op_flags:add(f.op_flag_reserved, tvb(25, 1))
-    if band(u8(tvb, 25), 0xfe) ~= 0 then op_flags:add_proto_expert_info(e.reserved) end
+    if band(u8(tvb, 25), 0xfc) ~= 0 then op_flags:add_proto_expert_info(e.reserved) end
     local psn = u32(tvb, 8)
     local floor_delta = u16(tvb, 26)
     tree:add(f.psn_floor_delta, tvb(26, 2))

@@ -126,6 +126,7 @@ fn data_repr(psn: u32, op: OpHeader, msg_len: u32, offset: u32, payload_len: u32
         msg_seq: 42 + psn % 7,
         solicited: false,
         psn_floor_delta: 3,
+        floor_acked: false,
         msg_len,
         offset,
         op,

@@ -324,7 +324,7 @@ pub const CHECKS: &[CheckSpec] = &[
     check(
         "accept.reserved-bits",
         "wire.md §1 reserved, §9",
-        "a WRITE with the reserved flag bit 7 and op_flags bits 1..7 set",
+        "a WRITE with the reserved flag bit 7 and op_flags bits 2..7 set",
         "accepted as if clear: counted, executed, placed",
     ),
     // Operation-level errors.

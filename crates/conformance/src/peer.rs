@@ -289,6 +289,7 @@ impl<L: Link> Peer<L> {
             msg_seq: segment.msg_seq,
             solicited: false,
             psn_floor_delta: floor_delta,
+            floor_acked: false,
             msg_len: segment.msg_len,
             offset: segment.offset,
             op: segment.op,

@@ -1001,8 +1001,8 @@ fn reserved_bits<L: Link>(peer: &mut Peer<L>, v: &mut Verdicts) -> Result<(), St
     // Flags: the reserved bit 7 set beside ACK_REQUEST.
     segment.flags = Flags(Flags::ACK_REQUEST.bits() | 0x80);
     let path = peer.fresh_path()?;
-    // op_flags: reserved bits 1..7 set, SOLICITED clear.
-    let bytes = peer.craft_tweaked(&path, path.next_psn, 0, &segment, 0, |b| b[25] = 0xfe);
+    // op_flags: reserved bits 2..7 set, SOLICITED and FLOOR_ACKED clear.
+    let bytes = peer.craft_tweaked(&path, path.next_psn, 0, &segment, 0, |b| b[25] = 0xfc);
     let mark = peer.mark();
     peer.send(&bytes)?;
     let counted = peer
@@ -1274,6 +1274,7 @@ fn unauthenticated<L: Link>(peer: &mut Peer<L>, v: &mut Verdicts) -> Result<(), 
         msg_seq,
         solicited: false,
         psn_floor_delta: 0,
+        floor_acked: false,
         msg_len: segment.msg_len,
         offset: 0,
         op: segment.op,

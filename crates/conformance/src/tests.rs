@@ -110,6 +110,7 @@ fn response(local_qpn: u32, msg_seq: u32, msg_len: u32, offset: u32, payload_len
         msg_seq,
         solicited: false,
         psn_floor_delta: 0,
+        floor_acked: false,
         msg_len,
         offset,
         op: OpHeader::ReadResponse,

@@ -111,6 +111,7 @@ fn forged_write(
         // Slides the receiver's path window up to this PSN: with a genuine
         // source the packet is always in window (PSNs are not a barrier).
         psn_floor_delta: 0,
+        floor_acked: false,
         msg_len: payload.len() as u32,
         offset: 0,
         op: OpHeader::Write { rkey, remote_addr },

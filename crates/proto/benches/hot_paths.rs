@@ -401,6 +401,7 @@ fn sample_data_packet(payload_len: u32) -> (DataRepr, Vec<u8>) {
         msg_seq: 3,
         solicited: false,
         psn_floor_delta: 17,
+        floor_acked: false,
         msg_len: payload_len * PACKETS_PER_WRITE as u32,
         offset: payload_len * 42,
         op: OpHeader::Write {

@@ -310,6 +310,12 @@ pub(crate) struct TxPath {
     /// The newest ACK brought CE marks: the route's queue was past the
     /// marking threshold when its last packet crossed it.
     pub(crate) last_echo_marked: bool,
+    /// One past the highest PSN an ACK of this generation reported (its
+    /// cumulative point, or the top of its SACK): a data packet whose floor
+    /// is at or below it says so (`floor_acked`), and its receiver learns
+    /// that an ACK it sent after a packet it had not yet received came back
+    /// (transport spec, "Heard ACK ports").
+    pub(crate) ack_reported_end: u32,
     pub(crate) stats: PathStats,
 }
 
@@ -326,6 +332,7 @@ impl TxPath {
             generation,
             src_port,
             next_psn: initial_psn(psn_base, slot, generation),
+            ack_reported_end: initial_psn(psn_base, slot, generation),
             inflight: VecDeque::new(),
             inflight_bytes: 0,
             rtt: RttEstimator::new(rtt_ns),

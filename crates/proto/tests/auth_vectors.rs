@@ -146,6 +146,7 @@ fn write_repr() -> DataRepr {
         msg_seq: 3,
         solicited: false,
         psn_floor_delta: 0,
+        floor_acked: false,
         msg_len: 48,
         offset: 0,
         op: OpHeader::Write {

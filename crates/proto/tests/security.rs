@@ -450,6 +450,7 @@ fn connection_limit_and_stateless_first_contact() {
         msg_seq: 0,
         solicited: false,
         psn_floor_delta: 0,
+        floor_acked: false,
         msg_len: 8,
         offset: 0,
         op: wire::OpHeader::Write {
@@ -633,6 +634,7 @@ fn inject_write(p: &mut Lab, path_slot: u8, msg_seq: u32) {
         msg_seq,
         solicited: false,
         psn_floor_delta: 0,
+        floor_acked: false,
         msg_len: 16,
         offset: 0,
         op: wire::OpHeader::Write {

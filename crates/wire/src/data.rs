@@ -38,6 +38,13 @@ mod field {
 /// message completes (as RoCE's SE bit).
 const OP_FLAG_SOLICITED: u8 = 0x01;
 
+/// `op_flags` bit 1: the sender has heard an ACK of this path whose
+/// cumulative point is at or past this packet's floor (`psn -
+/// psn_floor_delta`), so the floor moved on what the receiver reported and
+/// not (only) on what the sender gave up on. A receiver learns from it that
+/// an ACK it sent lately reached the sender: a way back known to work.
+const OP_FLAG_FLOOR_ACKED: u8 = 0x02;
+
 /// What a data packet does. Decides the size of the extension header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
@@ -470,6 +477,11 @@ impl<T: AsRef<[u8]>> DataPacket<T> {
         self.op_flags() & OP_FLAG_SOLICITED != 0
     }
 
+    /// Whether the FLOOR_ACKED bit of `op_flags` is set.
+    pub fn floor_acked(&self) -> bool {
+        self.op_flags() & OP_FLAG_FLOOR_ACKED != 0
+    }
+
     /// Total message length in bytes.
     pub fn msg_len(&self) -> u32 {
         get_u32(self.buffer.as_ref(), field::MSG_LEN)
@@ -608,6 +620,9 @@ pub struct DataRepr {
     /// up to that floor, so a lost PSN, which is never sent again, cannot
     /// pin the window.
     pub psn_floor_delta: u16,
+    /// FLOOR_ACKED bit of `op_flags`: the floor is covered by the
+    /// cumulative point of an ACK the sender heard on this path.
+    pub floor_acked: bool,
     /// Total message length in bytes (bytes to read, for a ReadRequest).
     pub msg_len: u32,
     /// Byte offset of this packet's payload within the message.
@@ -668,6 +683,7 @@ impl DataRepr {
             dst_qpn: packet.dst_qpn(),
             msg_seq: packet.msg_seq(),
             solicited: packet.solicited(),
+            floor_acked: packet.floor_acked(),
             psn_floor_delta: packet.psn_floor_delta(),
             msg_len: packet.msg_len(),
             offset: packet.offset(),
@@ -764,7 +780,14 @@ impl DataRepr {
         packet.set_dst_qpn(self.dst_qpn);
         packet.set_msg_seq(self.msg_seq);
         packet.set_opcode(self.op.opcode());
-        packet.set_op_flags(if self.solicited { OP_FLAG_SOLICITED } else { 0 });
+        let mut op_flags = 0;
+        if self.solicited {
+            op_flags |= OP_FLAG_SOLICITED;
+        }
+        if self.floor_acked {
+            op_flags |= OP_FLAG_FLOOR_ACKED;
+        }
+        packet.set_op_flags(op_flags);
         packet.set_psn_floor_delta(self.psn_floor_delta);
         packet.set_msg_len(self.msg_len);
         packet.set_offset(self.offset);

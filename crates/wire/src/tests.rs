@@ -20,6 +20,7 @@ fn data(op: OpHeader, msg_len: u32, offset: u32, payload_len: u32) -> DataRepr {
         msg_seq: 2,
         solicited: false,
         psn_floor_delta: 0,
+        floor_acked: false,
         msg_len,
         offset,
         op,

@@ -90,6 +90,7 @@ fn data_repr() -> impl Strategy<Value = DataRepr> {
                     msg_seq,
                     solicited,
                     psn_floor_delta: (pick >> 16) as u16,
+                    floor_acked: pick & 0x8000_0000 != 0,
                     msg_len,
                     offset,
                     op,

@@ -345,6 +345,7 @@ fn data(op: OpHeader, psn: u32, msg_len: u32, offset: u32, payload: &[u8]) -> (D
         msg_seq: 3,
         solicited: false,
         psn_floor_delta: 0,
+        floor_acked: false,
         msg_len,
         offset,
         op,

@@ -53,6 +53,17 @@ fn strict() -> bool {
     std::env::var("METAROCE_FABRIC_STRICT").is_ok_and(|v| v == "1")
 }
 
+/// `METAROCE_FABRIC_PATH_BURST=BYTES`: both sides send runs of up to that
+/// many bytes per path (`--path-burst`); unset, the datapath's default.
+fn local_opts() -> LocalOpts {
+    LocalOpts {
+        path_burst_bytes: std::env::var("METAROCE_FABRIC_PATH_BURST")
+            .ok()
+            .and_then(|v| v.parse().ok()),
+        ..LocalOpts::default()
+    }
+}
+
 fn params(duration_s: u64, mtu: u32) -> Params {
     Params {
         size: 65_536,
@@ -88,7 +99,7 @@ fn run_session(
         enter(&server_ns).expect("setns server");
         let l = TcpListener::bind(SocketAddr::new(server_ip, 0)).expect("listen");
         addr_tx.send(l.local_addr().unwrap()).unwrap();
-        perf::serve(&l, Test::WriteBw, &LocalOpts::default(), &mut |_| {})
+        perf::serve(&l, Test::WriteBw, &local_opts(), &mut |_| {})
     });
     let addr = addr_rx.recv().unwrap();
     let client_ns = f.client.clone();
@@ -97,8 +108,7 @@ fn run_session(
     let client = std::thread::spawn(move || {
         enter(&client_ns).expect("setns client");
         start_tx.send(now_ns()).unwrap();
-        perf::run_client(Test::WriteBw, addr, &pc, &LocalOpts::default(), true)
-            .map_err(|e| e.to_string())
+        perf::run_client(Test::WriteBw, addr, &pc, &local_opts(), true).map_err(|e| e.to_string())
     });
     let start = start_rx.recv().unwrap();
     let event = midway(start);

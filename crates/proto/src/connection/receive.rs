@@ -153,9 +153,9 @@ impl Connection {
         rx.window
             .advance_to(repr.psn.wrapping_sub(u32::from(repr.psn_floor_delta)));
         let floor = repr.psn.wrapping_sub(u32::from(repr.psn_floor_delta));
-        if rx.ack_port != 0 && seq::seq_lt(rx.ack_port_floor, floor) {
+        if rx.ack_port != 0 && repr.floor_acked && seq::seq_lt(rx.ack_port_floor, floor) {
             rx.ack_port_heard_ns = now_ns.max(1);
-            rx.ack_port_floor = rx.window.ack_psn();
+            rx.ack_port_floor = rx.window.highest_received().wrapping_add(1);
         }
         // Only a packet past the cumulative point can skip PSNs: the scan
         // for the highest one received is off the in-order path.
@@ -482,6 +482,9 @@ impl Connection {
                 }
             }
             path.inflight_bytes -= acked_bytes + lost_bytes + trimmed_bytes;
+            if seq::seq_lt(path.ack_reported_end, limit) && !seq::seq_lt(path.next_psn, limit) {
+                path.ack_reported_end = limit;
+            }
             path.trim_front();
             path.stats.packets_acked += u64::from(acked_packets);
             if acked_packets > 0 {

@@ -822,6 +822,10 @@ impl Connection {
         // How far below this packet the oldest one still in flight is (or
         // the first a timer gave up on, until its fate is known).
         let psn_floor_delta = path.floor_span(PATH_PSN_WINDOW) as u16;
+        let floor_acked = !metaroce_wire::seq::seq_lt(
+            path.ack_reported_end,
+            path.next_psn.wrapping_sub(u32::from(psn_floor_delta)),
+        );
         let repr = DataRepr {
             base: BaseRepr {
                 flags,
@@ -835,6 +839,7 @@ impl Connection {
             msg_seq: msg.msg_seq,
             solicited: msg.solicited,
             psn_floor_delta,
+            floor_acked,
             msg_len: msg.len,
             offset,
             op: msg.op,
@@ -965,7 +970,7 @@ impl Connection {
                 .expect("checked above");
             rx.ack_route = route;
             rx.ack_port = port;
-            rx.ack_port_floor = rx.window.ack_psn();
+            rx.ack_port_floor = rx.window.highest_received().wrapping_add(1);
             rx.ack_port_heard_ns = 0;
             if route != 0 || rx.generation != 0 {
                 trace_event!(
