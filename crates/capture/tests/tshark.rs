@@ -172,6 +172,10 @@ fn data_fields(repr: &DataRepr, payload: &[u8]) -> Vec<(&'static str, String)> {
             "metaroce.op_flags.solicited",
             if repr.solicited { "1" } else { "0" }.into(),
         ),
+        (
+            "metaroce.op_flags.floor_acked",
+            if repr.floor_acked { "1" } else { "0" }.into(),
+        ),
     ];
     let (mut rkey, mut addr, mut recv, mut imm) = (None, None, None, None);
     let (mut add, mut compare, mut swap, mut original) = (None, None, None, None);
@@ -391,7 +395,7 @@ fn valid_cases() -> Vec<Case> {
                 64,
             ),
         ),
-        data_case("write_imm, solicited, ACK_REQUEST", {
+        data_case("write_imm, solicited, FLOOR_ACKED, ACK_REQUEST", {
             let mut r = data_repr(
                 101,
                 OpHeader::WriteImm {
@@ -405,6 +409,7 @@ fn valid_cases() -> Vec<Case> {
                 16,
             );
             r.solicited = true;
+            r.floor_acked = true;
             r.base.flags = Flags::ACK_REQUEST;
             r
         }),

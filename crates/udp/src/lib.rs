@@ -63,11 +63,12 @@ pub const PROBE_TIMEOUT_MIN_NS: u64 = 250_000;
 /// two 1500-byte links with kernel ECMP, `metaroce perf write-bw` over 64
 /// paths moved 8.8 Gb/s sprayed per packet and 27-29 in runs of 64 KiB
 /// (`--path-burst 65536`; one path alone: 27), and 4 KiB write-bw on
-/// loopback 16.5 against 24.6-29.2. But with runs, the fabric test that
-/// blackholes one link lost its goodput after the failure for good in 2 of
-/// 32 runs (2-4 % of healthy, never back), which 12 runs sprayed per packet
-/// never did (docs/real-networks.md). Until that is understood, runs are
-/// the user's choice.
+/// loopback 16.5 against 24.6-29.2. But with runs the fabric test that
+/// blackholes one link is still not back within 1 s now and then (2 of 8
+/// debug runs, 1 of 8 strict release runs at stop 58, after one cause was
+/// mended there), which runs sprayed per packet do not do
+/// (docs/real-networks.md). Until the rest is understood, runs are the
+/// user's choice.
 pub const PATH_BURST_BYTES: u32 = 0;
 
 #[cfg(test)]

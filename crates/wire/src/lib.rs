@@ -28,6 +28,7 @@
 //!     msg_seq: 2,
 //!     solicited: false,
 //!     psn_floor_delta: 0,
+//!     floor_acked: false,
 //!     msg_len: 8192,
 //!     offset: 4096,
 //!     op: OpHeader::Write { rkey: 0x42, remote_addr: 0x1000 },

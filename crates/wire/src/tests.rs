@@ -494,13 +494,20 @@ fn reserved_bits_are_ignored_on_parse_and_zero_on_emit() {
     let repr = every_opcode()[2];
     let buf = edited(emit(&repr), |b| {
         b[2] |= 0x80; // the reserved flag (bit 7)
-        b[25] |= 0xfe; // reserved op_flags
+        b[25] |= 0xfc; // reserved op_flags (bits 2..7)
     });
     let Packet::Data { repr: parsed, .. } = parse(&buf).unwrap() else {
         panic!("not data");
     };
     assert_eq!(parsed, repr);
     assert_eq!(emit(&parsed), emit(&repr));
+    // Bit 1 is FLOOR_ACKED, no longer reserved: parsed, and emitted back.
+    let buf = edited(emit(&repr), |b| b[25] |= 0x02);
+    let Packet::Data { repr: parsed, .. } = parse(&buf).unwrap() else {
+        panic!("not data");
+    };
+    assert!(parsed.floor_acked && !repr.floor_acked);
+    assert_eq!(emit(&parsed), buf);
 
     let mut noisy = repr;
     noisy.base.flags = Flags(0xff);
