@@ -230,6 +230,8 @@ pub struct DataStep {
     pub msg_seq: i8,
     /// SOLICITED bit.
     pub solicited: bool,
+    /// FLOOR_ACKED bit (bit 1 of the same input byte as SOLICITED).
+    pub floor_acked: bool,
     /// Message length (fixed up so the packet validates).
     pub msg_len: u16,
     /// Offset of the payload in the message.
@@ -522,23 +524,32 @@ impl Step {
                     bytes: r.bytes(len).to_vec(),
                 }
             }
-            1 => Self::Data(DataStep {
-                origin: read_origin(r),
-                flags: r.u8(),
-                slot: r.u8(),
-                generation: r.u8(),
-                psn_delta: r.u16() as i16,
-                floor_delta: r.u16(),
-                timestamp: r.u32(),
-                qpn: read_qpn(r),
-                msg_seq: r.u8() as i8,
-                solicited: r.u8() & 1 != 0,
-                msg_len: r.u16(),
-                offset: r.u16(),
-                payload_len: r.u16(),
-                fill: r.u8(),
-                op: read_op(r),
-            }),
+            1 => {
+                // SOLICITED and FLOOR_ACKED come from one input byte (bits 0
+                // and 1), as in `op_flags`.
+                let op_bits;
+                Self::Data(DataStep {
+                    origin: read_origin(r),
+                    flags: r.u8(),
+                    slot: r.u8(),
+                    generation: r.u8(),
+                    psn_delta: r.u16() as i16,
+                    floor_delta: r.u16(),
+                    timestamp: r.u32(),
+                    qpn: read_qpn(r),
+                    msg_seq: r.u8() as i8,
+                    solicited: {
+                        op_bits = r.u8();
+                        op_bits & 1 != 0
+                    },
+                    floor_acked: op_bits & 2 != 0,
+                    msg_len: r.u16(),
+                    offset: r.u16(),
+                    payload_len: r.u16(),
+                    fill: r.u8(),
+                    op: read_op(r),
+                })
+            }
             2 => {
                 let origin = read_origin(r);
                 let flags = r.u8();
@@ -616,7 +627,7 @@ impl Step {
                 out.extend_from_slice(&d.timestamp.to_le_bytes());
                 write_qpn(&d.qpn, out);
                 out.push(d.msg_seq as u8);
-                out.push(u8::from(d.solicited));
+                out.push(u8::from(d.solicited) | u8::from(d.floor_acked) << 1);
                 out.extend_from_slice(&d.msg_len.to_le_bytes());
                 out.extend_from_slice(&d.offset.to_le_bytes());
                 out.extend_from_slice(&d.payload_len.to_le_bytes());
@@ -1098,7 +1109,7 @@ impl Harness {
             msg_seq: d.msg_seq as i32 as u32,
             solicited: d.solicited,
             psn_floor_delta: d.floor_delta,
-            floor_acked: false,
+            floor_acked: d.floor_acked,
             msg_len,
             offset,
             op,

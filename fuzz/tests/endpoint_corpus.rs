@@ -41,6 +41,7 @@ fn data(
         qpn: Qpn::Ours,
         msg_seq,
         solicited: false,
+        floor_acked: false,
         msg_len,
         offset,
         payload_len,

@@ -598,10 +598,7 @@ impl<L: Link> Peer<L> {
             }
         };
         let w = &mut self.rx_paths[index];
-        w.record(
-            repr.psn,
-            repr.psn.wrapping_sub(u32::from(repr.psn_floor_delta)),
-        );
+        w.record(repr.psn, repr.psn_floor());
         w.last_ts = repr.timestamp_ns;
         self.send_ack(index);
     }

@@ -38,11 +38,11 @@ mod field {
 /// message completes (as RoCE's SE bit).
 const OP_FLAG_SOLICITED: u8 = 0x01;
 
-/// `op_flags` bit 1: the sender has heard an ACK of this path whose
-/// cumulative point is at or past this packet's floor (`psn -
-/// psn_floor_delta`), so the floor moved on what the receiver reported and
-/// not (only) on what the sender gave up on. A receiver learns from it that
-/// an ACK it sent lately reached the sender: a way back known to work.
+/// `op_flags` bit 1: an ACK of this path that the sender heard reported a
+/// PSN at or above this packet's floor (its cumulative point, or the top
+/// of its SACK), so the floor moved on what the receiver reported and not
+/// (only) on what the sender gave up on. A receiver learns from it that an
+/// ACK it sent lately reached the sender: a way back known to work.
 const OP_FLAG_FLOOR_ACKED: u8 = 0x02;
 
 /// What a data packet does. Decides the size of the extension header.
@@ -620,8 +620,8 @@ pub struct DataRepr {
     /// up to that floor, so a lost PSN, which is never sent again, cannot
     /// pin the window.
     pub psn_floor_delta: u16,
-    /// FLOOR_ACKED bit of `op_flags`: the floor is covered by the
-    /// cumulative point of an ACK the sender heard on this path.
+    /// FLOOR_ACKED bit of `op_flags`: an ACK of this path that the sender
+    /// heard reported a PSN at or above the floor ([`Self::psn_floor`]).
     pub floor_acked: bool,
     /// Total message length in bytes (bytes to read, for a ReadRequest).
     pub msg_len: u32,
@@ -692,6 +692,12 @@ impl DataRepr {
         };
         repr.validate()?;
         Ok(repr)
+    }
+
+    /// The floor: the sender expects no acknowledgement for any PSN of
+    /// this path below it (`psn - psn_floor_delta`, modulo 2^32).
+    pub fn psn_floor(&self) -> u32 {
+        self.psn.wrapping_sub(u32::from(self.psn_floor_delta))
     }
 
     /// Check the rules between fields that [`DataRepr::parse`] enforces:

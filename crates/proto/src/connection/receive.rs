@@ -74,8 +74,7 @@ impl Connection {
             return;
         };
         let rx = self.rx_paths[slot].as_mut().expect("created above");
-        rx.window
-            .advance_to(repr.psn.wrapping_sub(u32::from(repr.psn_floor_delta)));
+        rx.window.advance_to(repr.psn_floor());
         let offset = seq::seq_diff(repr.psn, rx.window.ack_psn());
         if offset < 0 || offset as usize > SACK_BITS || rx.window.contains(repr.psn) {
             // Already here whole (a trimmed duplicate), or beyond what an
@@ -150,9 +149,8 @@ impl Connection {
         let rx = self.rx_paths[slot as usize]
             .as_mut()
             .expect("created above");
-        rx.window
-            .advance_to(repr.psn.wrapping_sub(u32::from(repr.psn_floor_delta)));
-        let floor = repr.psn.wrapping_sub(u32::from(repr.psn_floor_delta));
+        let floor = repr.psn_floor();
+        rx.window.advance_to(floor);
         if rx.ack_port != 0 && repr.floor_acked && seq::seq_lt(rx.ack_port_floor, floor) {
             rx.ack_port_heard_ns = now_ns.max(1);
             rx.ack_port_floor = rx.window.highest_received().wrapping_add(1);
